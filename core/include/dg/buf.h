@@ -1,0 +1,37 @@
+/* A growable byte buffer: the owned result type of encoders and the upload
+ * buffer of the HTTP layer. */
+#ifndef DG_BUF_H
+#define DG_BUF_H
+
+#include <stddef.h>
+
+#include "dg/status.h"
+
+struct dg_buf {
+	char *data;   /* owned; always NUL-terminated when data != NULL (not counted in len) */
+	size_t len;
+	size_t cap;
+};
+
+/* A zeroed struct dg_buf is a valid empty buffer. */
+void dg_buf_init(struct dg_buf *b);
+/* Release the bytes and reset to empty. */
+void dg_buf_deinit(struct dg_buf *b);
+/* Make room for n more bytes. DG_ENOMEM on failure (buffer unchanged). */
+enum dg_status dg_buf_reserve(struct dg_buf *b, size_t n, struct dg_err *err);
+enum dg_status dg_buf_append(struct dg_buf *b, const void *p, size_t n, struct dg_err *err);
+enum dg_status dg_buf_printf(struct dg_buf *b, struct dg_err *err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Take the bytes out: returns data (owned by the caller, free()) and resets b. */
+char *dg_buf_steal(struct dg_buf *b, size_t *len);
+
+/* Read a whole file into b (appending). DG_ENOTFOUND / DG_EIO name the path;
+ * files larger than limit bytes give DG_ETOOLARGE. */
+enum dg_status dg_buf_read_file(struct dg_buf *b, const char *path, size_t limit,
+				struct dg_err *err);
+/* Write n bytes to path via a temporary file in the same directory, fsync and
+ * rename, so readers see the old or the new file, never a torn one. */
+enum dg_status dg_write_file_atomic(const char *path, const void *p, size_t n,
+				    struct dg_err *err);
+
+#endif

@@ -1,0 +1,138 @@
+/* The schema of an op, as the graph validator and the executor see it. The
+ * registry that fills it (names, kernels, gradients) lives in kernels/; core/
+ * only defines the contract so that arrows point one way (kernels -> core). */
+#ifndef DG_OP_H
+#define DG_OP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "dg/tensor.h"
+
+/* What inference knows about one value: dtype always, shape possibly partial
+ * (shape.ndim == -1: unknown rank; dim[i] == -1: unknown size). */
+struct dg_ttype {
+	enum dg_dtype dtype;
+	struct dg_shape shape;
+};
+
+/* Shape/dtype inference, run once per node at validation. The framework has
+ * already checked arity and attr names/kinds; out[0..n_out) must be filled.
+ * Errors are prefixed with the node's name and op by the caller, so messages
+ * say only what is wrong ("inner dimensions differ: [2,3] x [4,5]"). */
+struct dg_infer_ctx {
+	const json_t *attrs;            /* borrowed JSON object, never NULL */
+	int n_in;
+	const struct dg_ttype *in;
+	int n_out;
+	struct dg_ttype *out;
+	struct dg_err *err;
+};
+typedef enum dg_status (*dg_infer_fn)(struct dg_infer_ctx *c);
+
+/* A kernel run: inputs borrowed, outputs created by the kernel (owned tensors
+ * stored in out[i], e.g. with cpu_out). On error the kernel returns the status
+ * with c->err set; the caller frees whatever the kernel stored in out[]. The
+ * caller zeroes out[] before the call. Kernels check actual shapes themselves:
+ * inference may have had unknown dims. */
+struct dg_kernel_ctx {
+	const json_t *attrs;
+	int n_in;
+	const struct dg_tensor *const *in;
+	int n_out;
+	struct dg_tensor **out;
+	uint64_t step;                  /* step number, 0 for a single evaluation */
+	struct dg_err *err;
+};
+typedef enum dg_status (*dg_kernel_fn)(struct dg_kernel_ctx *c);
+
+/* Gradient construction (filled by the training work): builds the nodes that
+ * compute d(loss)/d(input i) from d(loss)/d(outputs). Opaque until then. */
+struct dg_grad_ctx;
+typedef enum dg_status (*dg_grad_fn)(struct dg_grad_ctx *c);
+
+/* Number of outputs of a node whose count depends on attrs (Split). Returns
+ * a count >= 1, or -1 with *err set. */
+typedef int (*dg_num_outputs_fn)(const json_t *attrs, struct dg_err *err);
+
+enum dg_attr_kind {
+	DG_ATTR_INT,       /* JSON integer */
+	DG_ATTR_FLOAT,     /* JSON number (integers accepted) */
+	DG_ATTR_BOOL,      /* JSON true/false */
+	DG_ATTR_STRING,
+	DG_ATTR_INTS,      /* JSON array of integers */
+	DG_ATTR_DTYPE,     /* JSON string naming a dtype */
+	DG_ATTR_SHAPE,     /* JSON array of integers (-1 = unknown) or null (unknown rank) */
+	DG_ATTR_TENSOR,    /* a number, nested arrays, or {"dtype","shape","value"} */
+};
+
+struct dg_attr_spec {
+	const char *name;
+	enum dg_attr_kind kind;
+	bool required;
+	const char *doc;          /* one line for doc/graph-format.md */
+};
+
+#define DG_OPF_SOURCE 0x1       /* takes no inputs (Const, Placeholder, initialisers) */
+#define DG_OPF_STATEFUL 0x2     /* result not a pure function of inputs and attrs */
+#define DG_OPF_FEED 0x4         /* must be fed at run time (Placeholder) */
+
+#define DG_MAX_INPUTS 4096      /* variadic ops (Concat) */
+#define DG_MAX_OUTPUTS 4096     /* Split */
+
+struct dg_op_def {
+	const char *name;                 /* "MatMul": TensorFlow's spelling */
+	int min_inputs;
+	int max_inputs;                   /* -1: up to DG_MAX_INPUTS */
+	int n_outputs;                    /* fixed count; 0 when num_outputs decides */
+	dg_num_outputs_fn num_outputs;
+	const struct dg_attr_spec *attrs; /* terminated by {NULL}; other attr names are refused */
+	dg_infer_fn infer;
+	dg_kernel_fn cpu;
+	dg_kernel_fn cuda;                /* NULL: CPU only */
+	dg_grad_fn grad;                  /* NULL: not differentiable */
+	unsigned flags;                   /* DG_OPF_* */
+	const char *doc;                  /* one line */
+};
+
+/* Find an op by name; NULL when unknown. The registry in kernels/ provides one. */
+typedef const struct dg_op_def *(*dg_op_lookup_fn)(const char *name);
+
+/* --- attribute accessors: used by infer functions and kernels --------------
+ * def == NULL means the attr is required. Errors name the attr and what was
+ * expected ("attr 'axis' must be an integer, got string"). */
+enum dg_status dg_attr_int(const json_t *attrs, const char *key, const int64_t *def,
+			   int64_t *out, struct dg_err *err);
+enum dg_status dg_attr_float(const json_t *attrs, const char *key, const double *def,
+			     double *out, struct dg_err *err);
+enum dg_status dg_attr_bool(const json_t *attrs, const char *key, const bool *def, bool *out,
+			    struct dg_err *err);
+/* *out is borrowed from attrs (or def). */
+enum dg_status dg_attr_string(const json_t *attrs, const char *key, const char *def,
+			      const char **out, struct dg_err *err);
+/* Up to max integers into out, count in *n. Missing and !required: *n = 0. */
+enum dg_status dg_attr_ints(const json_t *attrs, const char *key, bool required, int64_t *out,
+			    int max, int *n, struct dg_err *err);
+enum dg_status dg_attr_dtype(const json_t *attrs, const char *key, const enum dg_dtype *def,
+			     enum dg_dtype *out, struct dg_err *err);
+/* A shape; allow_unknown permits -1 dims and null (unknown rank). Missing and
+ * !required: unknown rank when allow_unknown, else DG_EINVAL. */
+enum dg_status dg_attr_shape(const json_t *attrs, const char *key, bool required,
+			     bool allow_unknown, struct dg_shape *out, struct dg_err *err);
+/* Decode a JSON tensor literal: a number or bool (0-d), nested arrays
+ * (rectangular), or {"dtype": D, "shape": [..], "value": number | flat or nested
+ * array}. dt, when not NULL, forces the dtype; otherwise integers give int32
+ * (int64 when out of int32 range), any fraction or exponent gives float32,
+ * true/false give bool. Returns an owned tensor or NULL with *err set. */
+struct dg_tensor *dg_json_to_tensor(const json_t *v, const enum dg_dtype *dt, struct dg_err *err);
+/* The inverse, for small tensors in JSON replies: nested arrays of numbers. */
+json_t *dg_tensor_to_json(const struct dg_tensor *t);
+
+/* Check attrs against an op's spec: every name known, every kind right, every
+ * required one present. Errors name the attr. */
+enum dg_status dg_attr_validate(const struct dg_op_def *op, const json_t *attrs,
+				struct dg_err *err);
+
+#endif

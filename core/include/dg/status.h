@@ -1,0 +1,68 @@
+/* One error taxonomy for all of dg: a code, a message that says what failed and
+ * on which object, and a hint that says what to do. The single translation table
+ * to HTTP status, errno (FUSE) and CLI exit code lives in core/src/status.c. */
+#ifndef DG_STATUS_H
+#define DG_STATUS_H
+
+#include <stdarg.h>
+
+/* Append-only: these numbers travel over HTTP and into scripts. When a code is
+ * retired its number stays reserved. */
+enum dg_status {
+	DG_OK = 0,
+	DG_EINVAL = 1,         /* invalid argument: bad input from a user, file or peer */
+	DG_ENOTFOUND = 2,      /* no such variable, node, file, op */
+	DG_EEXIST = 3,         /* already exists */
+	DG_ESHAPE = 4,         /* shape mismatch */
+	DG_EDTYPE = 5,         /* dtype mismatch or unsupported dtype for an op */
+	DG_ECONFLICT = 6,      /* version conflict (compare-and-set lost) */
+	DG_ETOOLARGE = 7,      /* a size limit was exceeded */
+	DG_EUNAUTHORIZED = 8,  /* missing or wrong token */
+	DG_EUNAVAILABLE = 9,   /* peer unreachable, server shutting down */
+	DG_EIO = 10,           /* disk or stream I/O failed */
+	DG_ENOMEM = 11,        /* out of memory */
+	DG_EINTERNAL = 12,     /* a bug in dg: please report it */
+	DG_ETIMEOUT = 13,      /* a deadline passed */
+	DG_EDEVICE = 14,       /* accelerator or BLAS failure */
+	DG_EUNSUPPORTED = 15,  /* valid request that dg does not do */
+	DG_ECANCELED = 16,     /* aborted step or cancelled job */
+	DG_STATUS_COUNT
+};
+
+/* The error carrier. Functions take it last; it may be NULL when the caller does
+ * not want the text. msg says what failed (naming the object); hint, when not
+ * empty, says what to do about it. */
+struct dg_err {
+	enum dg_status code;
+	char msg[256];
+	char hint[160];
+};
+
+/* Fill *err (when not NULL) with code and a printf-style message; clears the
+ * hint. Returns code, so callers can write `return dg_err_set(err, ...)`. */
+enum dg_status dg_err_set(struct dg_err *err, enum dg_status code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+enum dg_status dg_err_setv(struct dg_err *err, enum dg_status code, const char *fmt,
+			   va_list ap);
+
+/* Set the hint of an error already set (no-op when err is NULL). */
+void dg_err_hint(struct dg_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prefix err->msg with "context: " (e.g. the node or file name). No-op when NULL. */
+void dg_err_prefix(struct dg_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Reset to DG_OK with empty text. */
+void dg_err_clear(struct dg_err *err);
+
+/* Stable snake_case name of a code ("shape_mismatch"), for JSON and logs. */
+const char *dg_status_name(enum dg_status code);
+
+/* Parse a name back (for HTTP clients); unknown names give DG_EINTERNAL. */
+enum dg_status dg_status_from_name(const char *name);
+
+/* The three faces of one table. */
+int dg_status_to_http(enum dg_status code);   /* 200, 400, 404, ... */
+int dg_status_to_errno(enum dg_status code);  /* positive errno: EINVAL, ENOENT, ... */
+int dg_status_to_exit(enum dg_status code);   /* CLI exit code: 0, 2.. (1 = usage) */
+
+#endif

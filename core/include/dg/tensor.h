@@ -1,0 +1,104 @@
+/* dtypes, shapes and host tensors: the value type every part of dg passes
+ * around. A tensor owns one contiguous, 64-byte aligned block of C-order,
+ * little-endian elements; it has exactly one owner, who frees it. */
+#ifndef DG_TENSOR_H
+#define DG_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dg/status.h"
+
+/* Append-only: numbers travel in headers and files. */
+enum dg_dtype {
+	DG_F32 = 0,
+	DG_F64 = 1,
+	DG_I32 = 2,
+	DG_I64 = 3,
+	DG_U8 = 4,
+	DG_BOOL = 5,   /* one byte, 0 or 1 */
+	DG_DTYPE_COUNT
+};
+
+#define DG_MAX_DIMS 8
+/* Upper bound on elements of any tensor (2^48): keeps byte counts far from
+ * overflow for every dtype and refuses absurd shapes before any allocation. */
+#define DG_MAX_NUMEL ((int64_t)1 << 48)
+
+/* Name used in JSON, headers and text ("float32", "int64", "bool"). */
+const char *dg_dtype_name(enum dg_dtype dt);
+/* Bytes per element. */
+size_t dg_dtype_size(enum dg_dtype dt);
+bool dg_dtype_is_float(enum dg_dtype dt);
+bool dg_dtype_is_int(enum dg_dtype dt);   /* int32, int64, uint8 (not bool) */
+/* Parse a dtype name: the canonical names above plus numpy-style aliases
+ * ("f4", "float", "double", "i8", "int", "long", "u1", "?"). Unknown names give
+ * DG_EDTYPE with a hint listing the valid names. */
+enum dg_status dg_dtype_parse(const char *s, enum dg_dtype *out, struct dg_err *err);
+
+/* A shape: ndim in 0..DG_MAX_DIMS (0 = scalar). In shape *inference* (graph
+ * validation) ndim == -1 means unknown rank and dim[i] == -1 an unknown size;
+ * tensors always have fully known shapes. */
+struct dg_shape {
+	int ndim;
+	int64_t dim[DG_MAX_DIMS];
+};
+
+/* Build a shape from an array (ndim <= DG_MAX_DIMS is the caller's contract). */
+struct dg_shape dg_shape_make(int ndim, const int64_t *dims);
+/* Element count with overflow and DG_MAX_NUMEL checks; dims must be >= 0.
+ * Returns DG_ETOOLARGE or DG_EINVAL with a message naming the shape. */
+enum dg_status dg_shape_numel(const struct dg_shape *s, int64_t *out, struct dg_err *err);
+bool dg_shape_eq(const struct dg_shape *a, const struct dg_shape *b);
+/* True when every dim is known (ndim >= 0 and no -1). */
+bool dg_shape_is_known(const struct dg_shape *s);
+/* "[2,3]", "[]" for a scalar, "[?,3]" for unknown dims, "<unknown>" for unknown
+ * rank. Always NUL-terminates; returns the length it wanted (snprintf-style). */
+int dg_shape_format(const struct dg_shape *s, char *buf, size_t n);
+/* Parse "2,3", "[2,3]", "2x3", "" or "[]" (scalar). Rejects negatives, more than
+ * DG_MAX_DIMS dims, and element counts over DG_MAX_NUMEL. */
+enum dg_status dg_shape_parse(const char *s, struct dg_shape *out, struct dg_err *err);
+
+/* NumPy broadcasting of two shapes (ranks aligned on the right; sizes equal or
+ * 1). Unknown dims (-1) broadcast to unknown. DG_ESHAPE on mismatch. */
+enum dg_status dg_shape_broadcast(const struct dg_shape *a, const struct dg_shape *b,
+				  struct dg_shape *out, struct dg_err *err);
+
+struct dg_tensor {
+	enum dg_dtype dtype;
+	struct dg_shape shape;
+	int64_t numel;
+	size_t nbytes;
+	void *data;         /* owned, 64-byte aligned; NULL only when nbytes == 0 */
+};
+
+/* A zero-filled tensor. Returns an owned tensor (free with dg_tensor_free) or
+ * NULL with *err set (DG_ENOMEM, DG_ETOOLARGE, DG_EINVAL). shape is borrowed. */
+struct dg_tensor *dg_tensor_new(enum dg_dtype dt, const struct dg_shape *shape,
+				struct dg_err *err);
+/* Like dg_tensor_new, contents undefined: for outputs a kernel overwrites whole. */
+struct dg_tensor *dg_tensor_new_uninit(enum dg_dtype dt, const struct dg_shape *shape,
+				       struct dg_err *err);
+/* A tensor holding a copy of nbytes = numel * size bytes from src. */
+struct dg_tensor *dg_tensor_from_data(enum dg_dtype dt, const struct dg_shape *shape,
+				      const void *src, struct dg_err *err);
+/* A 0-d tensor of dt holding v converted (bool: v != 0). */
+struct dg_tensor *dg_tensor_scalar(enum dg_dtype dt, double v, struct dg_err *err);
+/* Deep copy. */
+struct dg_tensor *dg_tensor_clone(const struct dg_tensor *t, struct dg_err *err);
+/* NULL is fine. */
+void dg_tensor_free(struct dg_tensor *t);
+
+/* Element i converted to double (int64 beyond 2^53 loses precision: for tests
+ * and messages, not for data paths). */
+double dg_tensor_get_f64(const struct dg_tensor *t, int64_t i);
+/* Store v converted to the tensor's dtype at element i. */
+void dg_tensor_set_f64(struct dg_tensor *t, int64_t i, double v);
+
+/* 64-byte aligned allocation for tensor-sized buffers; free with dg_free_aligned.
+ * Returns NULL on failure (n == 0 gives a valid unique pointer). */
+void *dg_alloc_aligned(size_t n);
+void dg_free_aligned(void *p);
+
+#endif

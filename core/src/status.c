@@ -1,0 +1,132 @@
+/* The error carrier and the one table that maps each dg_status to its name, its
+ * HTTP status, its errno (FUSE) and its CLI exit code. Every boundary uses these
+ * functions; no other file switches on codes to translate them. */
+#include "dg/status.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+	const char *name;
+	int http;
+	int errnum;
+	int exit;       /* 1 is reserved for usage errors in the CLI */
+} table[DG_STATUS_COUNT] = {
+	[DG_OK] = { "ok", 200, 0, 0 },
+	[DG_EINVAL] = { "invalid_argument", 400, EINVAL, 2 },
+	[DG_ENOTFOUND] = { "not_found", 404, ENOENT, 3 },
+	[DG_EEXIST] = { "exists", 409, EEXIST, 4 },
+	[DG_ESHAPE] = { "shape_mismatch", 400, EINVAL, 5 },
+	[DG_EDTYPE] = { "dtype_mismatch", 400, EINVAL, 6 },
+	[DG_ECONFLICT] = { "conflict", 412, ESTALE, 7 },
+	[DG_ETOOLARGE] = { "too_large", 413, EFBIG, 8 },
+	[DG_EUNAUTHORIZED] = { "unauthorized", 401, EACCES, 9 },
+	[DG_EUNAVAILABLE] = { "unavailable", 503, EIO, 10 },
+	[DG_EIO] = { "io_error", 500, EIO, 11 },
+	[DG_ENOMEM] = { "out_of_memory", 507, ENOMEM, 12 },
+	[DG_EINTERNAL] = { "internal", 500, EIO, 13 },
+	[DG_ETIMEOUT] = { "timeout", 504, ETIMEDOUT, 14 },
+	[DG_EDEVICE] = { "device_error", 500, EIO, 15 },
+	[DG_EUNSUPPORTED] = { "unsupported", 501, ENOTSUP, 16 },
+	[DG_ECANCELED] = { "canceled", 409, ECANCELED, 17 },
+};
+
+/* A code outside the table (a peer speaking a newer protocol) reads as internal. */
+static enum dg_status clamp(enum dg_status code)
+{
+	return (unsigned)code < DG_STATUS_COUNT ? code : DG_EINTERNAL;
+}
+
+enum dg_status dg_err_setv(struct dg_err *err, enum dg_status code, const char *fmt, va_list ap)
+{
+	if (err) {
+		err->code = code;
+		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+		err->hint[0] = '\0';
+	}
+	return code;
+}
+
+enum dg_status dg_err_set(struct dg_err *err, enum dg_status code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	dg_err_setv(err, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+void dg_err_hint(struct dg_err *err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err->hint, sizeof err->hint, fmt, ap);
+	va_end(ap);
+}
+
+void dg_err_prefix(struct dg_err *err, const char *fmt, ...)
+{
+	char old[sizeof err->msg];
+	va_list ap;
+	int n;
+
+	if (!err)
+		return;
+	memcpy(old, err->msg, sizeof old);
+	va_start(ap, fmt);
+	n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+	va_end(ap);
+	/* Append ": old" after the prefix, truncating the old text if need be. */
+	if (n >= 0 && (size_t)n < sizeof err->msg - 2) {
+		err->msg[n] = ':';
+		err->msg[n + 1] = ' ';
+		size_t room = sizeof err->msg - (size_t)n - 2;
+		size_t len = strnlen(old, sizeof old);
+		if (len >= room)
+			len = room - 1;
+		memcpy(err->msg + n + 2, old, len);
+		err->msg[(size_t)n + 2 + len] = '\0';
+	}
+}
+
+void dg_err_clear(struct dg_err *err)
+{
+	if (err) {
+		err->code = DG_OK;
+		err->msg[0] = '\0';
+		err->hint[0] = '\0';
+	}
+}
+
+const char *dg_status_name(enum dg_status code)
+{
+	return table[clamp(code)].name;
+}
+
+enum dg_status dg_status_from_name(const char *name)
+{
+	for (int i = 0; i < DG_STATUS_COUNT; i++)
+		if (name && strcmp(table[i].name, name) == 0)
+			return (enum dg_status)i;
+	return DG_EINTERNAL;
+}
+
+int dg_status_to_http(enum dg_status code)
+{
+	return table[clamp(code)].http;
+}
+
+int dg_status_to_errno(enum dg_status code)
+{
+	return table[clamp(code)].errnum;
+}
+
+int dg_status_to_exit(enum dg_status code)
+{
+	return table[clamp(code)].exit;
+}

@@ -1,0 +1,27 @@
+/* The BLAS entry points dg uses, resolved from OpenBLAS at run time (see
+ * blas.c for why dg loads it itself). Only kernels/cpu and bench/ use these. */
+#ifndef DG_CPU_BLAS_H
+#define DG_CPU_BLAS_H
+
+#include <cblas.h>
+
+struct dg_blas {
+	void (*sgemm)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
+		      const enum CBLAS_TRANSPOSE, const blasint, const blasint, const blasint,
+		      const float, const float *, const blasint, const float *, const blasint,
+		      const float, float *, const blasint);
+	void (*dgemm)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
+		      const enum CBLAS_TRANSPOSE, const blasint, const blasint, const blasint,
+		      const double, const double *, const blasint, const double *, const blasint,
+		      const double, double *, const blasint);
+	void (*set_num_threads)(int);
+	int (*get_num_threads)(void);
+	char *(*get_corename)(void);
+	char *(*get_config)(void);
+};
+
+/* The loaded BLAS, or NULL with *err set (OpenBLAS missing or lacking a
+ * symbol). Thread-safe; loads once. */
+const struct dg_blas *dg_blas_get(struct dg_err *err);
+
+#endif

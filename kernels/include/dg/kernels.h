@@ -1,0 +1,37 @@
+/* The op registry: every op dg knows, with its schema, inference, CPU kernel,
+ * optional CUDA kernel and gradient slot (struct dg_op_def in dg/op.h), plus
+ * the BLAS set-up that picks OpenBLAS's fast kernels for this CPU. */
+#ifndef DG_KERNELS_H
+#define DG_KERNELS_H
+
+#include "dg/op.h"
+
+/* Find an op by name (case-sensitive, TensorFlow spelling); NULL if unknown.
+ * Usable as a dg_op_lookup_fn. Thread-safe. */
+const struct dg_op_def *dg_op_find(const char *name);
+/* Iterate the registry: index 0..dg_op_count()-1, sorted by name. */
+int dg_op_count(void);
+const struct dg_op_def *dg_op_at(int i);
+
+/* Run one op on host tensors outside any graph (tests, benchmarks, the
+ * executor). attrs may be NULL (no attrs). Validates attrs and arity, then
+ * calls the CPU kernel; outputs are owned by the caller. Errors are prefixed
+ * with the op's name. */
+enum dg_status dg_op_run(const struct dg_op_def *op, const json_t *attrs,
+			 const struct dg_tensor *const *in, int n_in, struct dg_tensor **out,
+			 int n_out, uint64_t step, struct dg_err *err);
+
+/* Load OpenBLAS (once, thread-safe; later calls return the first result). When
+ * OPENBLAS_CORETYPE is unset and CPUID shows AVX-512 (or AVX2+FMA) with OS
+ * support, dg sets it to SkylakeX (or Haswell) before OpenBLAS initialises: the
+ * OpenBLAS of Debian 12 does not recognise newer CPUs and would fall back to
+ * slow SSE3 kernels. A value the user set is always respected. Logs the choice
+ * once at info level. Call early, before other threads start (it may setenv). */
+enum dg_status dg_blas_init(struct dg_err *err);
+/* One line describing the BLAS in use, e.g. "OpenBLAS 0.3.21 core SKYLAKEX
+ * (OPENBLAS_CORETYPE=SkylakeX set by dg: CPU has AVX-512)". Loads BLAS. */
+const char *dg_blas_describe(void);
+/* Set the number of BLAS threads (0: OpenBLAS's default). */
+void dg_blas_set_threads(int n);
+
+#endif
