@@ -81,7 +81,8 @@ static void default_sink(enum dg_log_level l, const char *component, const char 
 		size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
 		snprintf(ts + n, sizeof ts - n, ".%03ldZ ", now.tv_nsec / 1000000);
 	}
-	fprintf(stderr, "%sdg: %s%s: %s\n", ts, l >= DG_LOG_WARN ? names[l] : "",
+	/* "dg: warn: blas: text" for warnings and errors, "dg: blas: text" below. */
+	fprintf(stderr, "%sdg: %s%s%s\n", ts, l >= DG_LOG_WARN ? names[l] : "",
 		l >= DG_LOG_WARN ? ": " : "", line);
 	(void)component;
 }

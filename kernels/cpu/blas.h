@@ -5,6 +5,8 @@
 
 #include <cblas.h>
 
+#include "dg/status.h"
+
 struct dg_blas {
 	void (*sgemm)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE,
 		      const enum CBLAS_TRANSPOSE, const blasint, const blasint, const blasint,
@@ -23,5 +25,10 @@ struct dg_blas {
 /* The loaded BLAS, or NULL with *err set (OpenBLAS missing or lacking a
  * symbol). Thread-safe; loads once. */
 const struct dg_blas *dg_blas_get(struct dg_err *err);
+
+/* How capable an OpenBLAS core (openblas_get_corename) is: 3 = AVX-512
+ * kernels, 2 = AVX2, 1 = older or unknown. dg reloads OpenBLAS with a named
+ * core when this is below what CPUID allows. */
+int dg_blas_core_level(const char *core);
 
 #endif

@@ -28,4 +28,9 @@ struct dg_tensor *cpu_out_zero(struct dg_kernel_ctx *c, int i, enum dg_dtype dt,
  * DG_EINVAL naming the axis and rank when out of range. */
 enum dg_status cpu_axis(int64_t axis, int ndim, int *out, struct dg_err *err);
 
+/* One Philox4x32-10 block (Salmon et al. 2011): out = bijection_key(ctr). The
+ * counter-based generator behind the random ops (random.c); exposed so tests
+ * can check the published known-answer vectors. */
+void cpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
 #endif

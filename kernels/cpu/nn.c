@@ -1,4 +1,582 @@
-/* Placeholder table until this family's kernels land (being written now). */
+/* Softmax, LogSoftmax and the two softmax cross-entropy losses, for the CPU.
+ * All work row by row over a class axis: subtract the row's max, exponentiate,
+ * sum, then scale (softmax) or subtract log(sum) (log-softmax, losses). float32
+ * uses a vectorisable exp (exp_neg_f32 below); float64 uses libm's exp. Table
+ * dg_ops_nn -> registry.c. */
 #include "cpu.h"
 
-const struct dg_op_def dg_ops_nn[] = { { 0 } };
+#include <math.h>
+#include <string.h>
+
+/* --- row helpers ------------------------------------------------------------- */
+
+/* e^x for x <= 0 (a logit minus its row's max), written so the compiler can
+ * vectorise loops over it: Cody-Waite reduction x = k ln2 + r with |r| <= ln2/2,
+ * Cephes' degree-6 polynomial for e^r, and 2^(k+64) built in the exponent bits
+ * (k from the 1.5*2^23 rounding trick, so no float-to-int conversion), then one
+ * exact-or-rounding multiply by 2^-64 so results below FLT_MIN come out as the
+ * right denormals. Checked against glibc's expf on every float in [-110, 0]:
+ * never more than 1 ulp apart. x <= -104 (e^x rounds to 0) and NaN give 0;
+ * callers never pass NaN (rows whose max is not finite are handled apart). The
+ * clamp and the zeroing are bit masks, not branches: with -ftrapping-math (the
+ * default) GCC will not if-convert these float selects, and the loop would stay
+ * scalar. */
+static inline float exp_neg_f32(float x)
+{
+	const float magic = 12582912.0f;        /* 1.5 * 2^23: adding it rounds to an integer */
+	const uint32_t lo_bits = 0xC2D00000u;   /* -104.0f */
+	uint32_t keep = 0u - (uint32_t)(x > -104.0f);   /* all ones where x > -104 */
+	uint32_t xb, kb, eb;
+	float t, kf, r, p, scale;
+
+	memcpy(&xb, &x, sizeof xb);
+	xb = (xb & keep) | (lo_bits & ~keep);
+	memcpy(&t, &xb, sizeof t);              /* t = max(x, -104); NaN -> -104 */
+	kf = t * 1.44269504088896341f + magic;
+	memcpy(&kb, &kf, sizeof kb);
+	kf -= magic;                            /* k = round(t / ln2), in [-150, 0] */
+	r = t - kf * 0.693359375f;              /* ln2 split in two: k * hi is exact */
+	r = r - kf * -2.12194440e-4f;
+	p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	/* kb's low bits hold k + 0x400000; 2^(k+64) = (k + 64 + 127) << 23, always a
+	 * normal float; +0 where x was not above -104. */
+	eb = ((kb - 0x4B400000u + 127u + 64u) << 23) & keep;
+	memcpy(&scale, &eb, sizeof scale);
+	return p * scale * 5.42101086242752217e-20f;    /* * 2^-64 */
+}
+
+#define LANES_F32 16
+#define LANES_F64 8
+
+/* Row max with independent lanes; NaN is sticky, so any NaN gives NaN. n >= 1. */
+#define DEF_ROW_MAX(T, SUF, LANES)                                                         \
+	static T row_max_##SUF(const T *restrict x, int64_t n)                             \
+	{                                                                                  \
+		T acc[LANES];                                                              \
+		int64_t i = 0;                                                             \
+		for (int l = 0; l < (LANES); l++)                                          \
+			acc[l] = x[0];                                                     \
+		/* Kept as a loop (not unrolled) so GCC if-converts and vectorises it. */  \
+		for (; i + (LANES) <= n; i += (LANES))                                     \
+			_Pragma("GCC unroll 1")                                            \
+			for (int l = 0; l < (LANES); l++) {                                \
+				T v = x[i + l];                                            \
+				acc[l] = ((v > acc[l]) | (v != v)) ? v : acc[l];           \
+			}                                                                  \
+		T m = acc[0];                                                              \
+		for (int l = 1; l < (LANES); l++)                                          \
+			m = ((acc[l] > m) | (acc[l] != acc[l])) ? acc[l] : m;              \
+		for (; i < n; i++)                                                         \
+			m = ((x[i] > m) | (x[i] != x[i])) ? x[i] : m;                      \
+		return m;                                                                  \
+	}
+
+/* Sum of a contiguous run: independent lanes over blocks of 1024 elements, each
+ * block's lanes added into double lanes, so the error stays that of one block
+ * however long the row (softmax sums are in [1, n] and divide every output). */
+#define DEF_ROW_SUM(T, SUF, LANES)                                                         \
+	static T row_sum_##SUF(const T *restrict x, int64_t n)                             \
+	{                                                                                  \
+		double dacc[LANES] = { 0 }, total = 0;                                     \
+		int64_t i = 0;                                                             \
+		while (n - i >= (LANES)) {                                                 \
+			T acc[LANES] = { 0 };                                              \
+			int64_t left = n - i;                                              \
+			int64_t end = i + (left >= 1024 ? 1024 : left / (LANES) * (LANES)); \
+			for (; i < end; i += (LANES))                                      \
+				for (int l = 0; l < (LANES); l++)                          \
+					acc[l] += x[i + l];                                \
+			for (int l = 0; l < (LANES); l++)                                  \
+				dacc[l] += (double)acc[l];                                 \
+		}                                                                          \
+		for (int l = 0; l < (LANES); l++)                                          \
+			total += dacc[l];                                                  \
+		for (; i < n; i++)                                                         \
+			total += (double)x[i];                                             \
+		return (T)total;                                                           \
+	}
+
+DEF_ROW_MAX(float, f32, LANES_F32)
+DEF_ROW_MAX(double, f64, LANES_F64)
+DEF_ROW_SUM(float, f32, LANES_F32)
+DEF_ROW_SUM(double, f64, LANES_F64)
+
+/* y[i] = e^(x[i] - m) for a finite m; returns the sum of the y. */
+static float exp_store_f32(const float *restrict x, float *restrict y, int64_t n, float m)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] = exp_neg_f32(x[i] - m);
+	return row_sum_f32(y, n);
+}
+
+static double exp_store_f64(const double *restrict x, double *restrict y, int64_t n, double m)
+{
+	for (int64_t i = 0; i < n; i++)
+		y[i] = exp(x[i] - m);
+	return row_sum_f64(y, n);
+}
+
+/* One contiguous row of n >= 1 classes. A row whose max is not finite (it holds a
+ * NaN or +inf, or is all -inf) gives NaN everywhere, as the max-subtracted math
+ * does: inf - inf and -inf - -inf are NaN. */
+#define DEF_SOFTMAX_ROW(T, SUF, LOG)                                                       \
+	static void softmax_row_##SUF(const T *restrict x, T *restrict y, int64_t n,       \
+				      bool log_form)                                       \
+	{                                                                                  \
+		T m = row_max_##SUF(x, n);                                                 \
+		if (!isfinite(m)) {                                                        \
+			for (int64_t i = 0; i < n; i++)                                    \
+				y[i] = (T)NAN;                                             \
+			return;                                                            \
+		}                                                                          \
+		T s = exp_store_##SUF(x, y, n, m);                                         \
+		if (log_form) {                                                            \
+			T ls = LOG(s);                                                     \
+			for (int64_t i = 0; i < n; i++)                                    \
+				y[i] = (x[i] - m) - ls;                                    \
+		} else {                                                                   \
+			T inv = (T)1 / s;                                                  \
+			for (int64_t i = 0; i < n; i++)                                    \
+				y[i] *= inv;                                               \
+		}                                                                          \
+	}
+
+DEF_SOFTMAX_ROW(float, f32, logf)
+DEF_SOFTMAX_ROW(double, f64, log)
+
+/* Softmax over the middle axis of x [outer, n, inner] (inner > 1): the column
+ * maxima and sums live in m and s (inner each), and every pass walks rows in
+ * memory order so the inner loops are contiguous. */
+#define DEF_SOFTMAX_COLS(T, SUF, EXP, LOG)                                                 \
+	static void softmax_cols_##SUF(const T *restrict x, T *restrict y, int64_t n,      \
+				       int64_t inner, bool log_form, T *restrict m,        \
+				       T *restrict s)                                      \
+	{                                                                                  \
+		memcpy(m, x, (size_t)inner * sizeof(T));                                   \
+		for (int64_t r = 1; r < n; r++)                                            \
+			for (int64_t j = 0; j < inner; j++) {                              \
+				T v = x[r * inner + j];                                    \
+				m[j] = ((v > m[j]) | (v != v)) ? v : m[j];                 \
+			}                                                                  \
+		for (int64_t j = 0; j < inner; j++)                                        \
+			s[j] = 0;                                                          \
+		for (int64_t r = 0; r < n; r++)                                            \
+			for (int64_t j = 0; j < inner; j++) {                              \
+				T e = EXP(x[r * inner + j] - m[j]);                        \
+				y[r * inner + j] = e;                                      \
+				s[j] += e;                                                 \
+			}                                                                  \
+		for (int64_t j = 0; j < inner; j++)                                        \
+			s[j] = log_form ? LOG(s[j]) : (T)1 / s[j];                         \
+		for (int64_t r = 0; r < n; r++)                                            \
+			for (int64_t j = 0; j < inner; j++) {                              \
+				int64_t i = r * inner + j;                                 \
+				y[i] = log_form ? (x[i] - m[j]) - s[j] : y[i] * s[j];      \
+			}                                                                  \
+		for (int64_t j = 0; j < inner; j++) {                                      \
+			if (isfinite(m[j]))                                                \
+				continue;                                                  \
+			for (int64_t r = 0; r < n; r++)                                    \
+				y[r * inner + j] = (T)NAN;                                 \
+		}                                                                          \
+	}
+
+DEF_SOFTMAX_COLS(float, f32, exp_neg_f32, logf)
+DEF_SOFTMAX_COLS(double, f64, exp, log)
+
+/* log(sum(e^x)) of a row of n >= 1, in double; NaN when the row's max is not
+ * finite. Used by the losses, which then subtract the labelled logits. */
+static double row_lse_f32(const float *restrict x, int64_t n)
+{
+	float m = row_max_f32(x, n);
+	float buf[256];     /* exps land here a chunk at a time, so the exp loop vectorises */
+	double s = 0;
+
+	if (!isfinite(m))
+		return NAN;
+	for (int64_t i = 0; i < n; i += 256) {
+		int64_t w = n - i < 256 ? n - i : 256;
+		s += exp_store_f32(x + i, buf, w, m);
+	}
+	return (double)m + log(s);
+}
+
+static double row_lse_f64(const double *restrict x, int64_t n)
+{
+	double m = row_max_f64(x, n), s = 0;
+
+	if (!isfinite(m))
+		return NAN;
+	for (int64_t i = 0; i < n; i++)
+		s += exp(x[i] - m);
+	return m + log(s);
+}
+
+/* --- shared checks -------------------------------------------------------------- */
+
+static enum dg_status need_float(const char *op, const char *what, enum dg_dtype dt,
+				 struct dg_err *err)
+{
+	if (dg_dtype_is_float(dt))
+		return DG_OK;
+	dg_err_set(err, DG_EDTYPE, "%s needs float32 or float64 %s, got %s", op, what,
+		   dg_dtype_name(dt));
+	dg_err_hint(err, "Cast the %s to float32 first", what);
+	return DG_EDTYPE;
+}
+
+/* Are two (possibly partial) shapes compatible: same rank and equal dims where
+ * both are known? Unknown rank is compatible with anything. */
+static bool shapes_compatible(const struct dg_shape *a, const struct dg_shape *b)
+{
+	if (a->ndim < 0 || b->ndim < 0)
+		return true;
+	if (a->ndim != b->ndim)
+		return false;
+	for (int i = 0; i < a->ndim; i++)
+		if (a->dim[i] >= 0 && b->dim[i] >= 0 && a->dim[i] != b->dim[i])
+			return false;
+	return true;
+}
+
+static enum dg_status shape_mismatch(const char *what, const struct dg_shape *logits,
+				     const struct dg_shape *labels, const char *hint,
+				     struct dg_err *err)
+{
+	char a[128], b[128];
+
+	dg_shape_format(logits, a, sizeof a);
+	dg_shape_format(labels, b, sizeof b);
+	dg_err_set(err, DG_ESHAPE, "%s: logits %s and labels %s", what, a, b);
+	dg_err_hint(err, "%s", hint);
+	return DG_ESHAPE;
+}
+
+/* --- Softmax / LogSoftmax --------------------------------------------------------- */
+
+static const struct dg_attr_spec softmax_attrs[] = {
+	{ "axis", DG_ATTR_INT, false, "class axis (negative counts from the end); default -1" },
+	{ NULL },
+};
+
+static enum dg_status softmax_axis(const json_t *attrs, int ndim, int *axis, struct dg_err *err)
+{
+	const int64_t last = -1;
+	int64_t a;
+
+	if (dg_attr_int(attrs, "axis", &last, &a, err) != DG_OK)
+		return DG_EINVAL;
+	if (cpu_axis(a, ndim, axis, err) != DG_OK) {
+		if (ndim == 0)
+			dg_err_hint(err, "softmax needs at least one axis; a scalar has none");
+		else
+			dg_err_hint(err, "axes of a rank-%d tensor are %d..%d", ndim, -ndim,
+				    ndim - 1);
+		return DG_EINVAL;
+	}
+	return DG_OK;
+}
+
+static enum dg_status infer_softmax_common(struct dg_infer_ctx *c, const char *op)
+{
+	const struct dg_ttype *x = &c->in[0];
+	int axis;
+
+	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
+		return DG_EDTYPE;
+	if (x->shape.ndim >= 0 && softmax_axis(c->attrs, x->shape.ndim, &axis, c->err) != DG_OK)
+		return DG_EINVAL;
+	c->out[0] = *x;
+	return DG_OK;
+}
+
+static enum dg_status infer_softmax(struct dg_infer_ctx *c)
+{
+	return infer_softmax_common(c, "Softmax");
+}
+
+static enum dg_status infer_log_softmax(struct dg_infer_ctx *c)
+{
+	return infer_softmax_common(c, "LogSoftmax");
+}
+
+static enum dg_status softmax_kernel(struct dg_kernel_ctx *c, const char *op, bool log_form)
+{
+	const struct dg_tensor *x = c->in[0];
+	struct dg_tensor *y;
+	int axis;
+	int64_t outer = 1, n, inner = 1;
+	void *m = NULL, *s = NULL;
+
+	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
+		return DG_EDTYPE;
+	if (softmax_axis(c->attrs, x->shape.ndim, &axis, c->err) != DG_OK)
+		return DG_EINVAL;
+	y = cpu_out(c, 0, x->dtype, &x->shape);
+	if (!y)
+		return c->err ? c->err->code : DG_ENOMEM;
+	if (x->numel == 0)
+		return DG_OK;
+	n = x->shape.dim[axis];
+	for (int i = 0; i < axis; i++)
+		outer *= x->shape.dim[i];
+	for (int i = axis + 1; i < x->shape.ndim; i++)
+		inner *= x->shape.dim[i];
+	if (inner == 1) {
+		/* Contiguous rows: the common [batch, classes] case. */
+		for (int64_t o = 0; o < outer; o++) {
+			if (x->dtype == DG_F32)
+				softmax_row_f32((const float *)x->data + o * n,
+						(float *)y->data + o * n, n, log_form);
+			else
+				softmax_row_f64((const double *)x->data + o * n,
+						(double *)y->data + o * n, n, log_form);
+		}
+		return DG_OK;
+	}
+	m = dg_alloc_aligned((size_t)inner * dg_dtype_size(x->dtype));
+	s = dg_alloc_aligned((size_t)inner * dg_dtype_size(x->dtype));
+	if (!m || !s) {
+		dg_free_aligned(m);
+		dg_free_aligned(s);
+		return dg_err_set(c->err, DG_ENOMEM, "no memory for %s scratch of %lld columns",
+				  op, (long long)inner);
+	}
+	for (int64_t o = 0; o < outer; o++) {
+		int64_t off = o * n * inner;
+		if (x->dtype == DG_F32)
+			softmax_cols_f32((const float *)x->data + off, (float *)y->data + off, n,
+					 inner, log_form, m, s);
+		else
+			softmax_cols_f64((const double *)x->data + off, (double *)y->data + off,
+					 n, inner, log_form, m, s);
+	}
+	dg_free_aligned(m);
+	dg_free_aligned(s);
+	return DG_OK;
+}
+
+static enum dg_status k_softmax(struct dg_kernel_ctx *c)
+{
+	return softmax_kernel(c, "Softmax", false);
+}
+
+static enum dg_status k_log_softmax(struct dg_kernel_ctx *c)
+{
+	return softmax_kernel(c, "LogSoftmax", true);
+}
+
+/* --- cross-entropy losses ----------------------------------------------------------- */
+
+/* logits [..., C] -> loss shape [...] (partial shapes allowed). */
+static struct dg_shape drop_last(const struct dg_shape *s)
+{
+	struct dg_shape o = *s;
+
+	if (o.ndim > 0)
+		o.ndim--;
+	return o;
+}
+
+static enum dg_status infer_xent(struct dg_infer_ctx *c)
+{
+	const struct dg_ttype *x = &c->in[0], *l = &c->in[1];
+	const char *op = "SoftmaxCrossEntropyWithLogits";
+
+	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
+		return DG_EDTYPE;
+	if (l->dtype != x->dtype) {
+		return dg_err_set(c->err, DG_EDTYPE, "%s: labels are %s but logits are %s", op,
+				  dg_dtype_name(l->dtype), dg_dtype_name(x->dtype));
+	}
+	if (x->shape.ndim == 0 || l->shape.ndim == 0)
+		return shape_mismatch("logits need a class axis", &x->shape, &l->shape,
+				      "pass logits and labels shaped [batch, classes]", c->err);
+	if (!shapes_compatible(&x->shape, &l->shape))
+		return shape_mismatch("labels must have the logits' shape", &x->shape,
+				      &l->shape, "labels are per-class probabilities, "
+				      "shaped like the logits", c->err);
+	/* Take each dim from whichever side knows it. */
+	struct dg_shape s = x->shape.ndim >= 0 ? x->shape : l->shape;
+	for (int i = 0; s.ndim >= 0 && l->shape.ndim >= 0 && i < s.ndim; i++)
+		if (s.dim[i] < 0)
+			s.dim[i] = l->shape.dim[i];
+	c->out[0].dtype = x->dtype;
+	c->out[0].shape = drop_last(&s);
+	return DG_OK;
+}
+
+static enum dg_status infer_sparse_xent(struct dg_infer_ctx *c)
+{
+	const struct dg_ttype *x = &c->in[0], *l = &c->in[1];
+	const char *op = "SparseSoftmaxCrossEntropyWithLogits";
+	struct dg_shape want;
+
+	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
+		return DG_EDTYPE;
+	if (l->dtype != DG_I32 && l->dtype != DG_I64) {
+		dg_err_set(c->err, DG_EDTYPE, "%s needs int32 or int64 labels, got %s", op,
+			   dg_dtype_name(l->dtype));
+		dg_err_hint(c->err, "labels are class indices; Cast them to int32");
+		return DG_EDTYPE;
+	}
+	if (x->shape.ndim == 0)
+		return shape_mismatch("logits need a class axis", &x->shape, &l->shape,
+				      "pass logits shaped [batch, classes]", c->err);
+	want = drop_last(&x->shape);
+	if (!shapes_compatible(&want, &l->shape))
+		return shape_mismatch("labels must have the logits' shape without the class "
+				      "axis", &x->shape, &l->shape,
+				      "logits [N, C] take labels [N]", c->err);
+	struct dg_shape s = want.ndim >= 0 ? want : l->shape;
+	for (int i = 0; s.ndim >= 0 && l->shape.ndim >= 0 && i < s.ndim; i++)
+		if (s.dim[i] < 0)
+			s.dim[i] = l->shape.dim[i];
+	c->out[0].dtype = x->dtype;
+	c->out[0].shape = s;
+	return DG_OK;
+}
+
+/* loss[r] = -sum_c labels[r,c] * (x[r,c] - lse_r) = sum_c labels * (lse_r - x),
+ * accumulated in double. 0 * inf (a zero label on a -inf logit) is NaN, as in
+ * TensorFlow. C == 0 gives 0 (an empty sum). */
+#define DEF_XENT(T, SUF)                                                                   \
+	static void xent_##SUF(const T *restrict x, const T *restrict lab, T *restrict loss, \
+			       int64_t rows, int64_t n)                                    \
+	{                                                                                  \
+		for (int64_t r = 0; r < rows; r++) {                                       \
+			const T *xr = x + r * n, *lr = lab + r * n;                        \
+			double lse, acc = 0;                                               \
+			if (n == 0) {                                                      \
+				loss[r] = 0;                                               \
+				continue;                                                  \
+			}                                                                  \
+			lse = row_lse_##SUF(xr, n);                                        \
+			for (int64_t i = 0; i < n; i++)                                    \
+				acc += (double)lr[i] * (lse - (double)xr[i]);              \
+			loss[r] = (T)acc;                                                  \
+		}                                                                          \
+	}
+
+DEF_XENT(float, f32)
+DEF_XENT(double, f64)
+
+static enum dg_status k_xent(struct dg_kernel_ctx *c)
+{
+	const struct dg_tensor *x = c->in[0], *l = c->in[1];
+	const char *op = "SoftmaxCrossEntropyWithLogits";
+	struct dg_shape os;
+	struct dg_tensor *y;
+	int64_t n;
+
+	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
+		return DG_EDTYPE;
+	if (l->dtype != x->dtype)
+		return dg_err_set(c->err, DG_EDTYPE, "%s: labels are %s but logits are %s", op,
+				  dg_dtype_name(l->dtype), dg_dtype_name(x->dtype));
+	if (x->shape.ndim == 0)
+		return shape_mismatch("logits need a class axis", &x->shape, &l->shape,
+				      "pass logits and labels shaped [batch, classes]", c->err);
+	if (!dg_shape_eq(&x->shape, &l->shape))
+		return shape_mismatch("labels must have the logits' shape", &x->shape,
+				      &l->shape, "labels are per-class probabilities, "
+				      "shaped like the logits", c->err);
+	os = drop_last(&x->shape);
+	n = x->shape.dim[x->shape.ndim - 1];
+	y = cpu_out(c, 0, x->dtype, &os);
+	if (!y)
+		return c->err ? c->err->code : DG_ENOMEM;
+	if (y->numel == 0)
+		return DG_OK;
+	if (x->dtype == DG_F32)
+		xent_f32(x->data, l->data, y->data, y->numel, n);
+	else
+		xent_f64(x->data, l->data, y->data, y->numel, n);
+	return DG_OK;
+}
+
+/* Label i as int64 from an int32 or int64 tensor. */
+static int64_t label_at(const struct dg_tensor *l, int64_t i)
+{
+	return l->dtype == DG_I32 ? ((const int32_t *)l->data)[i] : ((const int64_t *)l->data)[i];
+}
+
+static enum dg_status k_sparse_xent(struct dg_kernel_ctx *c)
+{
+	const struct dg_tensor *x = c->in[0], *l = c->in[1];
+	const char *op = "SparseSoftmaxCrossEntropyWithLogits";
+	struct dg_shape os;
+	struct dg_tensor *y;
+	int64_t n;
+
+	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
+		return DG_EDTYPE;
+	if (l->dtype != DG_I32 && l->dtype != DG_I64) {
+		dg_err_set(c->err, DG_EDTYPE, "%s needs int32 or int64 labels, got %s", op,
+			   dg_dtype_name(l->dtype));
+		dg_err_hint(c->err, "labels are class indices; Cast them to int32");
+		return DG_EDTYPE;
+	}
+	if (x->shape.ndim == 0)
+		return shape_mismatch("logits need a class axis", &x->shape, &l->shape,
+				      "pass logits shaped [batch, classes]", c->err);
+	os = drop_last(&x->shape);
+	if (!dg_shape_eq(&os, &l->shape))
+		return shape_mismatch("labels must have the logits' shape without the class "
+				      "axis", &x->shape, &l->shape,
+				      "logits [N, C] take labels [N]", c->err);
+	n = x->shape.dim[x->shape.ndim - 1];
+	/* Check every label before computing anything. */
+	for (int64_t i = 0; i < l->numel; i++) {
+		int64_t k = label_at(l, i);
+		if (k < 0 || k >= n) {
+			dg_err_set(c->err, DG_EINVAL,
+				   "label %lld at index %lld is outside [0, %lld)", (long long)k,
+				   (long long)i, (long long)n);
+			dg_err_hint(c->err, "labels are class indices below the logits' last "
+				    "dimension");
+			return DG_EINVAL;
+		}
+	}
+	y = cpu_out(c, 0, x->dtype, &os);
+	if (!y)
+		return c->err ? c->err->code : DG_ENOMEM;
+	for (int64_t r = 0; r < y->numel; r++) {
+		int64_t k = label_at(l, r);
+		if (x->dtype == DG_F32) {
+			const float *xr = (const float *)x->data + r * n;
+			((float *)y->data)[r] = (float)(row_lse_f32(xr, n) - (double)xr[k]);
+		} else {
+			const double *xr = (const double *)x->data + r * n;
+			((double *)y->data)[r] = row_lse_f64(xr, n) - xr[k];
+		}
+	}
+	return DG_OK;
+}
+
+/* --- the table ------------------------------------------------------------------------ */
+
+static const struct dg_attr_spec no_attrs[] = { { NULL } };
+
+const struct dg_op_def dg_ops_nn[] = {
+	{ .name = "Softmax", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
+	  .attrs = softmax_attrs, .infer = infer_softmax, .cpu = k_softmax,
+	  .doc = "e^x / sum(e^x) along an axis, max-subtracted; rows with NaN/+inf or all "
+		 "-inf give NaN" },
+	{ .name = "LogSoftmax", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
+	  .attrs = softmax_attrs, .infer = infer_log_softmax, .cpu = k_log_softmax,
+	  .doc = "x - log(sum(e^x)) along an axis, max-subtracted" },
+	{ .name = "SoftmaxCrossEntropyWithLogits", .min_inputs = 2, .max_inputs = 2,
+	  .n_outputs = 1, .attrs = no_attrs, .infer = infer_xent, .cpu = k_xent,
+	  .doc = "loss[...] = -sum(labels * log_softmax(logits)) over the last axis" },
+	{ .name = "SparseSoftmaxCrossEntropyWithLogits", .min_inputs = 2, .max_inputs = 2,
+	  .n_outputs = 1, .attrs = no_attrs, .infer = infer_sparse_xent, .cpu = k_sparse_xent,
+	  .doc = "loss[...] = -log_softmax(logits)[..., label] for int class labels" },
+	{ 0 },
+};

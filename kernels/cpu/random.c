@@ -1,4 +1,468 @@
-/* Placeholder table until this family's kernels land (being written now). */
+/* Seeded random initialisers for the CPU: RandomUniform, RandomNormal,
+ * TruncatedNormal and GlorotUniform. Values come from Philox4x32-10 (Salmon et
+ * al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011; the generator
+ * of TensorFlow and cuRAND), written out here because no Debian C library
+ * offers a counter-based RNG with a stable, documented stream. Value i of a
+ * tensor depends only on (seed, step, i): no thread or device order matters. */
 #include "cpu.h"
 
-const struct dg_op_def dg_ops_random[] = { { 0 } };
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* --- Philox4x32-10 ------------------------------------------------------- */
+
+#define PHILOX_M0 0xD2511F53u
+#define PHILOX_M1 0xCD9E8D57u
+#define PHILOX_W0 0x9E3779B9u   /* golden ratio: the key schedule's bumps */
+#define PHILOX_W1 0xBB67AE85u   /* sqrt(3) - 1 */
+
+
+void cpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
+{
+	uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
+	uint32_t k0 = key[0], k1 = key[1];
+
+	for (int r = 0; r < 10; r++) {
+		uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
+		uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+		uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+
+		c0 = n0;
+		c1 = (uint32_t)p1;
+		c2 = n2;
+		c3 = (uint32_t)p0;
+		k0 += PHILOX_W0;
+		k1 += PHILOX_W1;
+	}
+	out[0] = c0;
+	out[1] = c1;
+	out[2] = c2;
+	out[3] = c3;
+}
+
+/* The stream of one kernel run. The 128-bit counter is (block low 32 bits,
+ * block bits 32..47 | attempt << 16, step low, step high): tensors hold at
+ * most 2^48 elements, so block indices fit 48 bits and the top 16 bits number
+ * the re-draws of TruncatedNormal (0 for everything else). */
+struct stream {
+	uint32_t key[2];
+	uint32_t step_lo, step_hi;
+};
+
+static void stream_block(const struct stream *g, uint64_t block, uint32_t attempt, uint32_t w[4])
+{
+	uint32_t ctr[4] = {
+		(uint32_t)block, (uint32_t)(block >> 32) | attempt << 16, g->step_lo, g->step_hi,
+	};
+
+	cpu_philox4x32_10(ctr, g->key, w);
+}
+
+/* Uniform [0,1) from the top 24 bits of one word (every float32 value k/2^24
+ * exactly), or from the top 53 bits of two words (float64). */
+static inline float u24(uint32_t w)
+{
+	return (float)(w >> 8) * 0x1p-24f;
+}
+
+static inline double u53(uint32_t hi, uint32_t lo)
+{
+	return (double)((((uint64_t)hi << 32) | lo) >> 11) * 0x1p-53;
+}
+
+/* Box-Muller: two uniforms in [0,1) to two independent standard normals.
+ * 1 - u1 lies in (0, 1], so the log is finite. Computed in double for both
+ * dtypes so a float32 result is the correctly rounded double one. */
+static inline void box_muller(double u1, double u2, double *z0, double *z1)
+{
+	double r = sqrt(-2.0 * log(1.0 - u1)), th = 2.0 * M_PI * u2;
+
+	*z0 = r * cos(th);
+	*z1 = r * sin(th);
+}
+
+/* --- attrs --------------------------------------------------------------- */
+
+enum rkind { R_UNIFORM, R_NORMAL, R_TRUNCATED, R_GLOROT };
+
+struct rnd {
+	enum rkind kind;
+	struct dg_shape shape;
+	enum dg_dtype dt;
+	uint64_t seed;
+	double a, b;          /* uniform: [a, b); normals: mean a, stddev b */
+	int64_t ia, ib;       /* integer uniform: [ia, ib) */
+};
+
+/* An integer bound of an integer RandomUniform: required, a JSON integer,
+ * within the dtype. */
+static enum dg_status int_bound(const json_t *attrs, const char *key, enum dg_dtype dt,
+				int64_t *out, struct dg_err *err)
+{
+	const json_t *v = json_object_get(attrs, key);
+
+	if (!v) {
+		dg_err_set(err, DG_EINVAL, "missing attr '%s', required for an %s RandomUniform",
+			   key, dg_dtype_name(dt));
+		dg_err_hint(err, "integer ranges have no default: give minval and maxval");
+		return DG_EINVAL;
+	}
+	if (!json_is_integer(v)) {
+		return dg_err_set(err, DG_EINVAL, "attr '%s' must be an integer for dtype %s", key,
+				  dg_dtype_name(dt));
+	}
+	*out = json_integer_value(v);
+	if (dt == DG_I32 && (*out < INT32_MIN || *out > INT32_MAX)) {
+		return dg_err_set(err, DG_EINVAL, "attr '%s' = %lld does not fit int32", key,
+				  (long long)*out);
+	}
+	return DG_OK;
+}
+
+/* minval/maxval: integers without defaults for int dtypes; numbers defaulting
+ * to [0, 1) for floats. An empty or non-finite range is refused rather than
+ * producing values outside it. */
+static enum dg_status uniform_attrs(const json_t *attrs, struct rnd *r, struct dg_err *err)
+{
+	static const double zero = 0.0, one = 1.0;
+	enum dg_status st;
+
+	if (r->dt == DG_I32 || r->dt == DG_I64) {
+		st = int_bound(attrs, "minval", r->dt, &r->ia, err);
+		if (st == DG_OK)
+			st = int_bound(attrs, "maxval", r->dt, &r->ib, err);
+		if (st == DG_OK && r->ib <= r->ia) {
+			return dg_err_set(err, DG_EINVAL, "maxval %lld must be greater than minval "
+					  "%lld", (long long)r->ib, (long long)r->ia);
+		}
+		return st;
+	}
+	st = dg_attr_float(attrs, "minval", &zero, &r->a, err);
+	if (st == DG_OK)
+		st = dg_attr_float(attrs, "maxval", &one, &r->b, err);
+	if (st != DG_OK)
+		return st;
+	if (!(r->b > r->a)) {
+		return dg_err_set(err, DG_EINVAL, "maxval %g must be greater than minval %g", r->b,
+				  r->a);
+	}
+	/* The bounds and the span must be finite in the output type (or values
+	 * overflow), and the bounds distinct there (or the range is empty). */
+	if (!isfinite(r->b - r->a) || (r->dt == DG_F32 && (fabs(r->a) > FLT_MAX ||
+	    fabs(r->b) > FLT_MAX || r->b - r->a > FLT_MAX))) {
+		return dg_err_set(err, DG_EINVAL, "range [%g, %g) is too wide for %s", r->a, r->b,
+				  dg_dtype_name(r->dt));
+	}
+	if (r->dt == DG_F32 && !((float)r->a < (float)r->b)) {
+		return dg_err_set(err, DG_EINVAL, "range [%.9g, %.9g) is empty in float32", r->a,
+				  r->b);
+	}
+	return DG_OK;
+}
+
+/* mean and stddev (>= 0); for float32 both must be float32 numbers, so that
+ * the float arithmetic of the generator cannot start from an overflow. */
+static enum dg_status normal_attrs(const json_t *attrs, struct rnd *r, struct dg_err *err)
+{
+	static const double zero = 0.0, one = 1.0;
+	enum dg_status st = dg_attr_float(attrs, "mean", &zero, &r->a, err);
+
+	if (st == DG_OK)
+		st = dg_attr_float(attrs, "stddev", &one, &r->b, err);
+	if (st != DG_OK)
+		return st;
+	if (r->b < 0)
+		return dg_err_set(err, DG_EINVAL, "stddev %g is negative", r->b);
+	if (r->dt == DG_F32 && (fabs(r->a) > FLT_MAX || r->b > FLT_MAX)) {
+		return dg_err_set(err, DG_EINVAL, "mean %g or stddev %g does not fit float32", r->a,
+				  r->b);
+	}
+	return DG_OK;
+}
+
+/* Glorot/Xavier fans of a weight shape (see the op's doc line). */
+static void glorot_limit(struct rnd *r)
+{
+	const struct dg_shape *s = &r->shape;
+	double fan_in = 1, fan_out = 1, receptive = 1;
+
+	if (s->ndim == 1) {
+		fan_in = fan_out = (double)s->dim[0];
+	} else if (s->ndim >= 2) {
+		for (int k = 0; k < s->ndim - 2; k++)
+			receptive *= (double)s->dim[k];
+		fan_in = (double)s->dim[s->ndim - 2] * receptive;
+		fan_out = (double)s->dim[s->ndim - 1] * receptive;
+	}
+	/* Zero fans mean zero elements: nothing is drawn, the limit is moot. */
+	r->b = fan_in + fan_out > 0 ? sqrt(6.0 / (fan_in + fan_out)) : 0.0;
+	r->a = -r->b;
+}
+
+/* Everything a kernel needs from the attrs, checked. Shared by infer and
+ * kernel so a graph that validates never fails here at run time. */
+static enum dg_status rnd_parse(const json_t *attrs, enum rkind kind, struct rnd *r,
+				struct dg_err *err)
+{
+	static const enum dg_dtype def_dt = DG_F32;
+	static const int64_t def_seed = 0;
+	int64_t seed;
+	bool int_ok = kind == R_UNIFORM;
+	enum dg_status st;
+
+	r->kind = kind;
+	st = dg_attr_shape(attrs, "shape", true, false, &r->shape, err);
+	if (st == DG_OK)
+		st = dg_attr_dtype(attrs, "dtype", &def_dt, &r->dt, err);
+	if (st == DG_OK)
+		st = dg_attr_int(attrs, "seed", &def_seed, &seed, err);
+	if (st != DG_OK)
+		return st;
+	r->seed = (uint64_t)seed;
+	if (!dg_dtype_is_float(r->dt) && !(int_ok && (r->dt == DG_I32 || r->dt == DG_I64))) {
+		dg_err_set(err, DG_EDTYPE, "cannot draw %s values", dg_dtype_name(r->dt));
+		dg_err_hint(err, int_ok ? "use float32, float64, int32 or int64"
+				: "use float32 or float64");
+		return DG_EDTYPE;
+	}
+	switch (kind) {
+	case R_UNIFORM: return uniform_attrs(attrs, r, err);
+	case R_GLOROT: glorot_limit(r); return DG_OK;
+	default: return normal_attrs(attrs, r, err);
+	}
+}
+
+/* --- generators: one per (distribution, dtype) --------------------------- */
+
+/* Each fills y[0..n) block by block; a block is one Philox call (4 words). */
+
+/* Four values per block, each from one word; scaled in float32 arithmetic. */
+static void uniform_f32(float *restrict y, int64_t n, const struct stream *g, double a, double b)
+{
+	float lo = (float)a, hi = (float)b, span = (float)(b - a);
+	uint32_t w[4];
+
+	for (int64_t i0 = 0; i0 < n; i0 += 4) {
+		stream_block(g, (uint64_t)i0 / 4, 0, w);
+		for (int j = 0; j < 4 && i0 + j < n; j++) {
+			float v = lo + u24(w[j]) * span;
+			/* Rounding may land on hi; keep the interval half-open. */
+			y[i0 + j] = v < hi ? v : nextafterf(hi, lo);
+		}
+	}
+}
+
+/* Two values per block, each from 53 bits (two words). */
+static void uniform_f64(double *restrict y, int64_t n, const struct stream *g, double a, double b)
+{
+	uint32_t w[4];
+
+	for (int64_t i0 = 0; i0 < n; i0 += 2) {
+		stream_block(g, (uint64_t)i0 / 2, 0, w);
+		for (int j = 0; j < 2 && i0 + j < n; j++) {
+			double v = a + u53(w[2 * j], w[2 * j + 1]) * (b - a);
+			y[i0 + j] = v < b ? v : nextafter(b, a);
+		}
+	}
+}
+
+/* Integers in [lo, hi): 64 random bits modulo the span (computed unsigned,
+ * so spans up to 2^64 - 1 work); the modulo bias is below span / 2^64. */
+#define DEF_UNIFORM_INT(name, T)                                                         \
+	static void name(T *restrict y, int64_t n, const struct stream *g, int64_t lo,   \
+			 int64_t hi)                                                     \
+	{                                                                                \
+		uint64_t span = (uint64_t)hi - (uint64_t)lo;                             \
+		uint32_t w[4];                                                           \
+		for (int64_t i0 = 0; i0 < n; i0 += 2) {                                  \
+			stream_block(g, (uint64_t)i0 / 2, 0, w);                         \
+			for (int j = 0; j < 2 && i0 + j < n; j++) {                      \
+				uint64_t bits = (uint64_t)w[2 * j] << 32 | w[2 * j + 1]; \
+				y[i0 + j] = (T)(int64_t)((uint64_t)lo + bits % span);    \
+			}                                                                \
+		}                                                                        \
+	}
+DEF_UNIFORM_INT(uniform_i32, int32_t)
+DEF_UNIFORM_INT(uniform_i64, int64_t)
+
+/* Standard normals of one block: 4 (from 24-bit uniforms) for float32, 2
+ * (from 53-bit uniforms) for float64. */
+static int normals_block(const struct stream *g, uint64_t block, uint32_t attempt, bool f64,
+			 double z[4])
+{
+	uint32_t w[4];
+
+	stream_block(g, block, attempt, w);
+	if (f64) {
+		box_muller(u53(w[0], w[1]), u53(w[2], w[3]), &z[0], &z[1]);
+		return 2;
+	}
+	box_muller(u24(w[0]), u24(w[1]), &z[0], &z[1]);
+	box_muller(u24(w[2]), u24(w[3]), &z[2], &z[3]);
+	return 4;
+}
+
+/* z for each element; when truncated, element j of a block whose z lies
+ * beyond 2 is re-drawn from element j of the block's next attempt (TensorFlow's
+ * rule, made counter-based). Returns false only if 65535 attempts all fail:
+ * probability 0.0455^65535, but reported rather than faked. */
+static bool normal_z(const struct stream *g, int64_t n, bool f64, bool truncated, void *y,
+		     double mean, double sd)
+{
+	int per = f64 ? 2 : 4;
+	double z[4], zt[4];
+
+	for (int64_t i0 = 0; i0 < n; i0 += per) {
+		uint64_t block = (uint64_t)(i0 / per);
+		int m = normals_block(g, block, 0, f64, z);
+		int left = 0;
+		for (int j = 0; truncated && j < m; j++)
+			left += fabs(z[j]) > 2.0;
+		for (uint32_t att = 1; left > 0; att++) {
+			if (att > 0xffff)
+				return false;
+			normals_block(g, block, att, f64, zt);
+			for (int j = 0; j < m; j++) {
+				if (fabs(z[j]) > 2.0 && fabs(zt[j]) <= 2.0) {
+					z[j] = zt[j];
+					left--;
+				}
+			}
+		}
+		for (int j = 0; j < m && i0 + j < n; j++) {
+			if (f64)
+				((double *)y)[i0 + j] = mean + sd * z[j];
+			else
+				((float *)y)[i0 + j] = (float)mean + (float)sd * (float)z[j];
+		}
+	}
+	return true;
+}
+
+/* --- infer and kernels ----------------------------------------------------- */
+
+static enum dg_status rnd_infer(struct dg_infer_ctx *c, enum rkind kind)
+{
+	struct rnd r;
+	enum dg_status st = rnd_parse(c->attrs, kind, &r, c->err);
+
+	if (st != DG_OK)
+		return st;
+	c->out[0].dtype = r.dt;
+	c->out[0].shape = r.shape;
+	return DG_OK;
+}
+
+/* Key = the 64-bit seed, counter = (block, step): a later step of the same
+ * graph draws fresh values, a rerun of the same step the same ones. */
+static enum dg_status rnd_cpu(struct dg_kernel_ctx *c, enum rkind kind)
+{
+	struct rnd r;
+	struct stream g;
+	struct dg_tensor *y;
+	enum dg_status st = rnd_parse(c->attrs, kind, &r, c->err);
+
+	if (st != DG_OK)
+		return st;
+	y = cpu_out(c, 0, r.dt, &r.shape);
+	if (!y)
+		return c->err ? c->err->code : DG_ENOMEM;
+	g.key[0] = (uint32_t)r.seed;
+	g.key[1] = (uint32_t)(r.seed >> 32);
+	g.step_lo = (uint32_t)c->step;
+	g.step_hi = (uint32_t)(c->step >> 32);
+	if (kind == R_UNIFORM || kind == R_GLOROT) {
+		switch (r.dt) {
+		case DG_F32: uniform_f32(y->data, y->numel, &g, r.a, r.b); break;
+		case DG_F64: uniform_f64(y->data, y->numel, &g, r.a, r.b); break;
+		case DG_I32: uniform_i32(y->data, y->numel, &g, r.ia, r.ib); break;
+		default: uniform_i64(y->data, y->numel, &g, r.ia, r.ib); break;
+		}
+		return DG_OK;
+	}
+	if (!normal_z(&g, y->numel, r.dt == DG_F64, kind == R_TRUNCATED, y->data, r.a, r.b)) {
+		return dg_err_set(c->err, DG_EINTERNAL, "TruncatedNormal found no value within 2 "
+				  "stddev in 65535 draws (seed %llu); the generator is broken",
+				  (unsigned long long)r.seed);
+	}
+	return DG_OK;
+}
+
+static enum dg_status uniform_infer(struct dg_infer_ctx *c)
+{
+	return rnd_infer(c, R_UNIFORM);
+}
+
+static enum dg_status normal_infer(struct dg_infer_ctx *c)
+{
+	return rnd_infer(c, R_NORMAL);
+}
+
+static enum dg_status truncated_infer(struct dg_infer_ctx *c)
+{
+	return rnd_infer(c, R_TRUNCATED);
+}
+
+static enum dg_status glorot_infer(struct dg_infer_ctx *c)
+{
+	return rnd_infer(c, R_GLOROT);
+}
+
+static enum dg_status uniform_cpu(struct dg_kernel_ctx *c)
+{
+	return rnd_cpu(c, R_UNIFORM);
+}
+
+static enum dg_status normal_cpu(struct dg_kernel_ctx *c)
+{
+	return rnd_cpu(c, R_NORMAL);
+}
+
+static enum dg_status truncated_cpu(struct dg_kernel_ctx *c)
+{
+	return rnd_cpu(c, R_TRUNCATED);
+}
+
+static enum dg_status glorot_cpu(struct dg_kernel_ctx *c)
+{
+	return rnd_cpu(c, R_GLOROT);
+}
+
+#define COMMON_ATTRS                                                                     \
+	{ "shape", DG_ATTR_SHAPE, true, "shape of the result" },                        \
+	{ "dtype", DG_ATTR_DTYPE, false, "element type (default float32)" },              \
+	{ "seed", DG_ATTR_INT, false, "64-bit Philox key (default 0); the step is the counter" }
+
+static const struct dg_attr_spec uniform_spec[] = {
+	COMMON_ATTRS,
+	{ "minval", DG_ATTR_FLOAT, false, "low end, included (default 0; required for ints)" },
+	{ "maxval", DG_ATTR_FLOAT, false, "high end, excluded (default 1; required for ints)" },
+	{ NULL },
+};
+
+static const struct dg_attr_spec normal_spec[] = {
+	COMMON_ATTRS,
+	{ "mean", DG_ATTR_FLOAT, false, "mean (default 0)" },
+	{ "stddev", DG_ATTR_FLOAT, false, "standard deviation (default 1)" },
+	{ NULL },
+};
+
+static const struct dg_attr_spec glorot_spec[] = {
+	COMMON_ATTRS,
+	{ NULL },
+};
+
+#define RND_FLAGS (DG_OPF_SOURCE | DG_OPF_STATEFUL)
+
+const struct dg_op_def dg_ops_random[] = {
+	{ "RandomUniform", 0, 0, 1, NULL, uniform_spec, uniform_infer, uniform_cpu, NULL, NULL,
+	  RND_FLAGS, "uniform in [minval, maxval); float32/64, or int32/64 with integer bounds" },
+	{ "RandomNormal", 0, 0, 1, NULL, normal_spec, normal_infer, normal_cpu, NULL, NULL,
+	  RND_FLAGS, "normal(mean, stddev) by Box-Muller" },
+	{ "TruncatedNormal", 0, 0, 1, NULL, normal_spec, truncated_infer, truncated_cpu, NULL,
+	  NULL, RND_FLAGS, "normal(mean, stddev) re-drawn until within 2 stddev of the mean" },
+	{ "GlorotUniform", 0, 0, 1, NULL, glorot_spec, glorot_infer, glorot_cpu, NULL, NULL,
+	  RND_FLAGS, "uniform in +-sqrt(6 / (fan_in + fan_out)); fans from [.., in, out]" },
+	{ 0 },
+};

@@ -1,0 +1,421 @@
+/* bench_kernels: dg's CPU kernels, run through the op registry (dg_op_run on dg
+ * tensors, output allocation included), against a baseline measured in the same
+ * run: cblas_sgemm called directly for MatMul (same library and core, through
+ * dg_blas_get), and plain C loops for Add, Sum and Softmax. Prints the median of
+ * several timed repetitions per case and the ratio (> 1: dg is faster).
+ * Usage: bench_kernels [--quick] [--threads N]   (bench/README.md has figures) */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "blas.h"
+#include "dg/kernels.h"
+
+struct opts {
+	int reps;          /* timed repetitions per case (after WARMUP runs) */
+	int threads;       /* OpenBLAS threads for both sides of MatMul */
+	int quick;         /* --quick: fewer reps, no 2048 */
+};
+
+static int failures;       /* results that disagree with the baseline */
+static volatile double sink; /* baseline results go here so no loop is dead code */
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof v[0], cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Uniform in [-1, 1), deterministic. */
+static void fill(float *p, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		p[i] = (float)(seed >> 8) / (float)(1u << 23) - 1.0f;
+	}
+}
+
+static struct dg_tensor *new_f32(int ndim, const int64_t *dims, unsigned seed)
+{
+	struct dg_shape s = dg_shape_make(ndim, dims);
+	struct dg_err err = { 0 };
+	struct dg_tensor *t = dg_tensor_new_uninit(DG_F32, &s, &err);
+
+	if (!t) {
+		fprintf(stderr, "bench_kernels: %s\n", err.msg);
+		exit(2);
+	}
+	fill(t->data, (size_t)t->numel, seed);
+	return t;
+}
+
+/* --- the dg side: one registry run, output freed ----------------------------- */
+
+struct dg_case {
+	const struct dg_op_def *op;
+	json_t *attrs;
+	const struct dg_tensor *in[2];
+	int n_in;
+};
+
+/* Runs the op once; returns its output (owned) or NULL after printing why. */
+static struct dg_tensor *dg_once(const struct dg_case *c)
+{
+	struct dg_tensor *out = NULL;
+	struct dg_err err = { 0 };
+
+	if (dg_op_run(c->op, c->attrs, c->in, c->n_in, &out, 1, 0, &err) != DG_OK) {
+		printf("skipped: %s failed: %s\n", c->op->name, err.msg);
+		return NULL;
+	}
+	return out;
+}
+
+/* Warm-up runs of the dg side before timing. A new output size takes a few
+ * runs to settle in glibc's heap (the first blocks come from fresh pages, ~3 us
+ * per 4 KiB page fault in a VM); a worker runs the same shapes every step, so
+ * the steady state is what matters. Blocks over glibc's mmap limit (32 MiB)
+ * never settle: see bench/README.md. */
+#define WARMUP 5
+
+static double time_dg(const struct dg_case *c)
+{
+	double t0 = now_s();
+	struct dg_tensor *out = dg_once(c);
+
+	dg_tensor_free(out);
+	return now_s() - t0;
+}
+
+/* Looks the op up; prints the skip line when it is not registered. */
+static const struct dg_op_def *need_op(const char *label, const char *name)
+{
+	const struct dg_op_def *op = dg_op_find(name);
+
+	if (!op)
+		printf("%s: skipped: op %s not registered\n", label, name);
+	return op;
+}
+
+/* Max |x - y| / (1 + |y|) over n floats. */
+static double max_rel_diff(const float *x, const float *y, size_t n)
+{
+	double m = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)x[i] - (double)y[i]) / (1.0 + fabs((double)y[i]));
+		if (isnan(d))
+			return INFINITY;
+		if (d > m)
+			m = d;
+	}
+	return m;
+}
+
+static void check(const char *label, double diff, double tol)
+{
+	if (diff > tol) {
+		printf("  WARNING: %s: dg and baseline differ (max rel diff %.3g > %.3g)\n", label,
+		       diff, tol);
+		failures++;
+	}
+}
+
+/* --- baselines: separate, never inlined, results used ------------------------- */
+
+__attribute__((noinline)) static void base_add(const float *restrict a,
+					       const float *restrict b, float *restrict c,
+					       size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		c[i] = a[i] + b[i];
+}
+
+/* What a careful C programmer writes for a fast float sum: 16 independent float
+ * lanes (the compiler vectorises them; one serial accumulator would be bound by
+ * the add latency), combined in double at the end. */
+__attribute__((noinline)) static double base_sum(const float *restrict a, size_t n)
+{
+	float lane[16] = { 0 };
+	double s = 0;
+	size_t body = n - n % 16;
+
+	for (size_t i = 0; i < body; i += 16)
+		for (int j = 0; j < 16; j++)
+			lane[j] += a[i + j];
+	for (size_t i = body; i < n; i++)
+		s += a[i];
+	for (int j = 0; j < 16; j++)
+		s += lane[j];
+	return s;
+}
+
+/* Softmax over the last axis of x[rows, cols]: max, exp and sum, normalise. */
+__attribute__((noinline)) static void base_softmax(const float *restrict x,
+						   float *restrict y, size_t rows, size_t cols)
+{
+	for (size_t r = 0; r < rows; r++) {
+		const float *xr = x + r * cols;
+		float *yr = y + r * cols;
+		float mx = xr[0], s = 0;
+
+		for (size_t j = 1; j < cols; j++)
+			mx = xr[j] > mx ? xr[j] : mx;
+		for (size_t j = 0; j < cols; j++) {
+			yr[j] = expf(xr[j] - mx);
+			s += yr[j];
+		}
+		float inv = 1.0f / s;
+		for (size_t j = 0; j < cols; j++)
+			yr[j] *= inv;
+	}
+}
+
+/* --- cases ------------------------------------------------------------------- */
+
+/* One case: the dg op and its inputs, plus the baseline over the same data. */
+struct bench {
+	const char *label;
+	struct dg_case dg;
+	struct dg_tensor *t[2];        /* owned inputs */
+	float *out;                    /* baseline output (preallocated, reused) */
+	size_t n_out;                  /* its element count */
+	double result;                 /* baseline scalar result (Sum) */
+	int64_t n;                     /* problem size: MatMul side, element count */
+	const struct dg_blas *bl;
+	void (*base)(struct bench *b); /* one baseline run */
+	double tol;                    /* max rel diff dg vs baseline */
+	double md, mb;                 /* median seconds: dg, baseline */
+};
+
+static void run_matmul_base(struct bench *b)
+{
+	int n = (int)b->n;
+
+	b->bl->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, b->t[0]->data,
+		     n, b->t[1]->data, n, 0.0f, b->out, n);
+}
+
+static void run_add_base(struct bench *b)
+{
+	base_add(b->t[0]->data, b->t[1]->data, b->out, b->n_out);
+}
+
+static void run_sum_base(struct bench *b)
+{
+	b->result = base_sum(b->t[0]->data, (size_t)b->t[0]->numel);
+}
+
+static void run_softmax_base(struct bench *b)
+{
+	const struct dg_shape *s = &b->t[0]->shape;
+
+	base_softmax(b->t[0]->data, b->out, (size_t)s->dim[0], (size_t)s->dim[1]);
+}
+
+/* Check dg against the baseline once, warm up, then time both sides
+ * interleaved (so drift in clock or load hits both alike). Returns false
+ * (after printing why) when the dg side cannot run. */
+static bool measure(const struct opts *o, struct bench *b)
+{
+	double td[64], tb[64];
+	struct dg_tensor *ref;
+
+	printf("%s: ", b->label);
+	fflush(stdout);
+	if (b->n_out && !b->out) {
+		printf("skipped: out of memory for the baseline\n");
+		return false;
+	}
+	ref = dg_once(&b->dg);
+	if (!ref)
+		return false;
+	b->base(b);
+	if (b->n_out)
+		check(b->label, max_rel_diff(ref->data, b->out, b->n_out), b->tol);
+	else
+		check(b->label, fabs(dg_tensor_get_f64(ref, 0) - b->result) /
+		      (1.0 + fabs(b->result)), b->tol);
+	dg_tensor_free(ref);
+	for (int i = 1; i < WARMUP; i++)
+		time_dg(&b->dg);
+	for (int r = 0; r < o->reps; r++) {
+		double t0;
+
+		td[r] = time_dg(&b->dg);
+		t0 = now_s();
+		b->base(b);
+		tb[r] = now_s() - t0;
+		sink += b->n_out ? b->out[(size_t)r * 4099 % b->n_out] : b->result;
+	}
+	b->md = median(td, o->reps);
+	b->mb = median(tb, o->reps);
+	return true;
+}
+
+static void bench_free(struct bench *b)
+{
+	dg_tensor_free(b->t[0]);
+	dg_tensor_free(b->t[1]);
+	dg_free_aligned(b->out);
+}
+
+static void bench_matmul(const struct opts *o, int64_t n)
+{
+	const int64_t dims[2] = { n, n };
+	const double flop = 2.0 * (double)n * (double)n * (double)n;
+	char label[64];
+	struct bench b = { .label = label, .n = n, .base = run_matmul_base, .tol = 1e-5 };
+
+	snprintf(label, sizeof label, "matmul %lld f32", (long long)n);
+	b.dg.op = need_op(label, "MatMul");
+	b.bl = dg_blas_get(NULL);
+	if (!b.dg.op)
+		return;
+	if (!b.bl) {
+		printf("%s: skipped: %s\n", label, dg_blas_describe());
+		return;
+	}
+	b.t[0] = new_f32(2, dims, 1);
+	b.t[1] = new_f32(2, dims, 2);
+	b.n_out = (size_t)(n * n);
+	b.out = dg_alloc_aligned(b.n_out * sizeof(float));
+	b.dg.in[0] = b.t[0];
+	b.dg.in[1] = b.t[1];
+	b.dg.n_in = 2;
+	if (measure(o, &b))
+		printf("dg %.1f GFLOP/s  openblas %.1f GFLOP/s  ratio %.3f (median of %d)\n",
+		       flop / b.md / 1e9, flop / b.mb / 1e9, b.mb / b.md, o->reps);
+	bench_free(&b);
+}
+
+/* Print a memory-bound case: times, bandwidth over bytes moved, ratio. */
+static void print_bw(const struct opts *o, const struct bench *b, double bytes)
+{
+	printf("dg %.2f ms (%.1f GB/s)  loop %.2f ms (%.1f GB/s)  ratio %.3f (median of %d)\n",
+	       b->md * 1e3, bytes / b->md / 1e9, b->mb * 1e3, bytes / b->mb / 1e9,
+	       b->mb / b->md, o->reps);
+}
+
+static void bench_add(const struct opts *o)
+{
+	const int64_t n = (int64_t)1 << 24;
+	struct bench b = { .label = "add 2^24 f32", .n = n, .base = run_add_base, .tol = 0 };
+
+	b.dg.op = need_op(b.label, "Add");
+	if (!b.dg.op)
+		return;
+	b.t[0] = new_f32(1, &n, 3);
+	b.t[1] = new_f32(1, &n, 4);
+	b.n_out = (size_t)n;
+	b.out = dg_alloc_aligned(b.n_out * sizeof(float));
+	b.dg.in[0] = b.t[0];
+	b.dg.in[1] = b.t[1];
+	b.dg.n_in = 2;
+	if (measure(o, &b))
+		print_bw(o, &b, 3.0 * (double)n * sizeof(float));   /* 2 reads + 1 write */
+	bench_free(&b);
+}
+
+static void bench_sum(const struct opts *o)
+{
+	const int64_t n = (int64_t)1 << 24;
+	/* 2^24 values in [-1,1): |sum| ~ 2^12, float lanes vs dg's order differ slightly. */
+	struct bench b = { .label = "sum 2^24 f32", .n = n, .base = run_sum_base, .tol = 1e-3 };
+
+	b.dg.op = need_op(b.label, "Sum");
+	if (!b.dg.op)
+		return;
+	b.t[0] = new_f32(1, &n, 5);
+	b.dg.in[0] = b.t[0];
+	b.dg.n_in = 1;                 /* no attrs: all axes, a 0-d result */
+	if (measure(o, &b))
+		print_bw(o, &b, (double)n * sizeof(float));
+	bench_free(&b);
+}
+
+static void bench_softmax(const struct opts *o)
+{
+	const int64_t dims[2] = { 4096, 1000 };
+	struct bench b = { .label = "softmax [4096,1000] f32", .base = run_softmax_base,
+			   .tol = 1e-5 };
+
+	b.dg.op = need_op(b.label, "Softmax");
+	if (!b.dg.op)
+		return;
+	b.t[0] = new_f32(2, dims, 6);
+	b.n_out = (size_t)(dims[0] * dims[1]);
+	b.out = dg_alloc_aligned(b.n_out * sizeof(float));
+	b.dg.in[0] = b.t[0];
+	b.dg.n_in = 1;                 /* default axis: the last */
+	if (measure(o, &b))
+		printf("dg %.2f ms  loop %.2f ms  ratio %.3f (median of %d)\n", b.md * 1e3,
+		       b.mb * 1e3, b.mb / b.md, o->reps);
+	bench_free(&b);
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: bench_kernels [--quick] [--threads N]\n"
+		"  --quick      3 repetitions and no 2048 MatMul (CI smoke)\n"
+		"  --threads N  OpenBLAS threads for both MatMul sides (default 1)\n");
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct opts o = { .reps = 9, .threads = 1 };
+	struct dg_err err = { 0 };
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--quick") == 0) {
+			o.quick = 1;
+			o.reps = 3;
+		} else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+			char *end;
+			long v;
+
+			errno = 0;
+			v = strtol(argv[++i], &end, 10);
+			if (errno || *end || v < 1 || v > 1024)
+				return usage();
+			o.threads = (int)v;
+		} else {
+			return usage();
+		}
+	}
+	/* Load BLAS before anything else: it may set OPENBLAS_CORETYPE. */
+	if (dg_blas_init(&err) != DG_OK)
+		fprintf(stderr, "bench_kernels: %s (%s)\n", err.msg, err.hint);
+	printf("blas: %s\n", dg_blas_describe());
+	dg_blas_set_threads(o.threads);
+	printf("threads: %d (OpenBLAS, both sides of MatMul); other ops single-threaded\n",
+	       o.threads);
+	bench_matmul(&o, 512);
+	bench_matmul(&o, 1024);
+	if (!o.quick)
+		bench_matmul(&o, 2048);
+	bench_add(&o);
+	bench_sum(&o);
+	bench_softmax(&o);
+	return failures ? 3 : 0;
+}
