@@ -1,2 +1,112 @@
-/* being written */
-int main(void) { return 0; }
+/* The `dg` command: a table of subcommands (name, function, one line of help),
+ * dispatch, `dg help`, `dg --version`, and the shared diagnostics printer.
+ * Each subcommand lives in its own cli/cmd_*.c file. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "dg/gpu.h"
+#include "dg/kernels.h"
+#include "dg_config.h"
+
+static int cmd_help(int argc, char **argv);
+
+static const struct cli_cmd {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *help;
+} cmds[] = {
+	{ "eval", cmd_eval, "run a graph in this process and print what it fetches" },
+	{ "ops", cmd_ops, "list the ops graphs can use, with their inputs and attrs" },
+	{ "help", cmd_help, "show this list; 'dg help CMD' shows a command's options" },
+};
+
+#define N_CMDS ((int)(sizeof cmds / sizeof cmds[0]))
+
+int cli_fail(const struct dg_err *err)
+{
+	fprintf(stderr, "dg: %s\n", err->msg[0] ? err->msg : dg_status_name(err->code));
+	if (err->hint[0])
+		fprintf(stderr, "dg: hint: %s\n", err->hint);
+	return dg_status_to_exit(err->code);
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("dg: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\ntry 'dg %s --help'\n", cmd);
+	return 1;
+}
+
+static void print_commands(FILE *f)
+{
+	fputs("usage: dg COMMAND [ARGS]...\n\n"
+	      "dg runs dataflow graphs (JSON, see doc/graph-format.md) on the CPU.\n\n"
+	      "commands:\n", f);
+	for (int i = 0; i < N_CMDS; i++)
+		fprintf(f, "  %-6s  %s\n", cmds[i].name, cmds[i].help);
+	fputs("\n'dg COMMAND --help' describes a command; 'dg --version' prints the version.\n",
+	      f);
+}
+
+static const struct cli_cmd *find_cmd(const char *name)
+{
+	for (int i = 0; i < N_CMDS; i++)
+		if (strcmp(cmds[i].name, name) == 0)
+			return &cmds[i];
+	return NULL;
+}
+
+/* dg help [CMD]: the table, or CMD's own --help. */
+static int cmd_help(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "help") != 0) {
+		const struct cli_cmd *c = find_cmd(argv[1]);
+		char help_flag[] = "--help";
+		char *sub[] = { argv[1], help_flag, NULL };
+		if (!c) {
+			fprintf(stderr, "dg: unknown command '%s'\ntry 'dg help'\n", argv[1]);
+			return 1;
+		}
+		return c->fn(2, sub);
+	}
+	print_commands(stdout);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const struct cli_cmd *c;
+	int rc;
+
+	/* Before any thread exists: it may set OPENBLAS_CORETYPE. A missing BLAS
+	 * only matters to MatMul, which reports it when it runs. */
+	dg_blas_init(NULL);
+	if (argc < 2) {
+		print_commands(stderr);
+		return 1;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+		return cmd_help(1, argv + 1);
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+		printf("dg %s\n%s\n%s\n", DG_VERSION, dg_blas_describe(), dg_gpu_describe());
+		return fflush(stdout) == 0 ? 0 : 11;
+	}
+	c = find_cmd(argv[1]);
+	if (!c) {
+		fprintf(stderr, "dg: unknown command '%s'\ntry 'dg help'\n", argv[1]);
+		return 1;
+	}
+	rc = c->fn(argc - 1, argv + 1);
+	if (fflush(stdout) != 0 && rc == 0) {
+		fprintf(stderr, "dg: writing to standard output failed\n");
+		rc = dg_status_to_exit(DG_EIO);
+	}
+	return rc;
+}

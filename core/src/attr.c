@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *json_kind(const json_t *v)
 {
@@ -200,6 +201,22 @@ struct lit {
 	bool big_int;        /* an integer outside int32 */
 };
 
+/* The strings JSON needs for IEEE specials ("nan", "inf", "-inf", also
+ * "+inf", "infinity", any case). False for anything else. */
+static bool special_value(const char *s, double *out)
+{
+	bool neg = s[0] == '-';
+	const char *w = s[0] == '-' || s[0] == '+' ? s + 1 : s;
+
+	if (strcasecmp(w, "nan") == 0 && !neg)
+		*out = NAN;
+	else if (strcasecmp(w, "inf") == 0 || strcasecmp(w, "infinity") == 0)
+		*out = neg ? -INFINITY : INFINITY;
+	else
+		return false;
+	return true;
+}
+
 /* Walk nested arrays, checking rectangularity against the first path seen. */
 static enum dg_status scan(const json_t *v, int depth, struct lit *l, struct dg_err *err)
 {
@@ -244,14 +261,20 @@ static enum dg_status scan(const json_t *v, int depth, struct lit *l, struct dg_
 	} else if (json_is_boolean(v)) {
 		l->any_bool = true;
 	} else if (json_is_string(v)) {
-		const char *s = json_string_value(v);
-		if (strcmp(s, "nan") && strcmp(s, "inf") && strcmp(s, "-inf") && strcmp(s, "+inf"))
-			return dg_err_set(err, DG_EINVAL, "tensor literal has string '%.32s'; only \"nan\", \"inf\" and \"-inf\" are allowed", s);
+		double d;
+		if (!special_value(json_string_value(v), &d)) {
+			dg_err_set(err, DG_EINVAL,
+				   "tensor literal has the string \"%.32s\" where a number belongs",
+				   json_string_value(v));
+			dg_err_hint(err, "only \"nan\", \"inf\" and \"-inf\" may be written as "
+					 "strings");
+			return DG_EINVAL;
+		}
 		l->any_real = true;
 		l->any_num = true;
 	} else {
-		return dg_err_set(err, DG_EINVAL, "tensor literal has a %s where a number belongs",
-				  json_kind(v));
+		return dg_err_set(err, DG_EINVAL, "tensor literal has a JSON %s where a number "
+						  "belongs", json_kind(v));
 	}
 	return DG_OK;
 }
@@ -272,7 +295,7 @@ static enum dg_status fill(const json_t *v, struct dg_tensor *t, int64_t *pos, s
 	int64_t i = (*pos)++;
 	if (i >= t->numel)
 		return dg_err_set(err, DG_ESHAPE, "tensor literal has more values than its shape holds");
-	double d;
+	double d = 0;
 	if (json_is_integer(v)) {
 		json_int_t x = json_integer_value(v);
 		switch (t->dtype) {
@@ -292,8 +315,7 @@ static enum dg_status fill(const json_t *v, struct dg_tensor *t, int64_t *pos, s
 	} else if (json_is_boolean(v)) {
 		d = json_is_true(v);
 	} else if (json_is_string(v)) {
-		const char *s = json_string_value(v);
-		d = strcmp(s, "nan") == 0 ? NAN : s[0] == '-' ? -INFINITY : INFINITY;
+		special_value(json_string_value(v), &d);   /* scan() accepted it */
 	} else {
 		d = json_real_value(v);
 	}
@@ -321,6 +343,17 @@ struct dg_tensor *dg_json_to_tensor(const json_t *v, const enum dg_dtype *dt, st
 
 	if (json_is_object(v)) {
 		json_t *jd = json_object_get(v, "dtype");
+		const char *key;
+		json_t *x;
+		json_object_foreach((json_t *)v, key, x) {
+			if (strcmp(key, "dtype") && strcmp(key, "shape") && strcmp(key, "value")) {
+				dg_err_set(err, DG_EINVAL, "tensor object has unknown key '%.64s'",
+					   key);
+				dg_err_hint(err, "a tensor object has the keys \"dtype\", "
+						 "\"shape\" and \"value\"");
+				return NULL;
+			}
+		}
 		vals = json_object_get(v, "value");
 		if (!vals) {
 			dg_err_set(err, DG_EINVAL, "tensor object needs a \"value\"");
@@ -373,7 +406,7 @@ struct dg_tensor *dg_json_to_tensor(const json_t *v, const enum dg_dtype *dt, st
 	t = dg_tensor_new(want, &shape, err);
 	if (!t)
 		return NULL;
-	if (has_declared && l.shape.ndim == 0 && t->numel > 0) {
+	if (has_declared && l.shape.ndim == 0) {
 		/* Broadcast one value over the declared shape. */
 		struct dg_shape one = { .ndim = 0 };
 		struct dg_tensor *s = dg_tensor_new(want, &one, err);

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +30,11 @@ void dg_buf_deinit(struct dg_buf *b)
 
 enum dg_status dg_buf_reserve(struct dg_buf *b, size_t n, struct dg_err *err)
 {
-	size_t need = b->len + n + 1;   /* +1 keeps room for the NUL terminator */
-
-	if (need < b->len)
+	/* +1 keeps room for the NUL terminator; refuse sizes that wrap around. */
+	if (n > SIZE_MAX - 1 - b->len)
 		return dg_err_set(err, DG_ETOOLARGE, "buffer size overflow");
+	size_t need = b->len + n + 1;
+
 	if (need <= b->cap)
 		return DG_OK;
 	size_t cap = b->cap ? b->cap : 256;
@@ -104,19 +107,30 @@ enum dg_status dg_buf_read_file(struct dg_buf *b, const char *path, size_t limit
 				  path, strerror(errno));
 	}
 	struct stat sb;
-	if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+	size_t start = b->len;   /* the limit counts this file's bytes only */
+	bool regular = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
+	if (!regular && fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode)) {
 		st = dg_err_set(err, DG_EINVAL, "'%s' is a directory, not a file", path);
 		goto out;
 	}
-	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size > limit) {
+	if (regular && (uint64_t)sb.st_size > limit) {
 		st = dg_err_set(err, DG_ETOOLARGE, "'%s' is %lld bytes; the limit is %zu", path,
 				(long long)sb.st_size, limit);
 		goto out;
 	}
-	for (;;) {
-		st = dg_buf_reserve(b, 65536, err);
+	/* Size the buffer once for a regular file (plus a spare byte to see EOF)
+	 * instead of doubling through it. */
+	if (regular && sb.st_size > 0) {
+		st = dg_buf_reserve(b, (size_t)sb.st_size + 1, err);
 		if (st != DG_OK)
 			goto out;
+	}
+	for (;;) {
+		if (b->cap - b->len <= 1) {   /* no room left besides the NUL */
+			st = dg_buf_reserve(b, 65536, err);
+			if (st != DG_OK)
+				goto out;
+		}
 		ssize_t n = read(fd, b->data + b->len, b->cap - b->len - 1);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -128,7 +142,7 @@ enum dg_status dg_buf_read_file(struct dg_buf *b, const char *path, size_t limit
 			break;
 		b->len += (size_t)n;
 		b->data[b->len] = '\0';
-		if (b->len > limit) {
+		if (b->len - start > limit) {
 			st = dg_err_set(err, DG_ETOOLARGE, "'%s' is larger than the limit of %zu bytes",
 					path, limit);
 			goto out;
@@ -136,8 +150,14 @@ enum dg_status dg_buf_read_file(struct dg_buf *b, const char *path, size_t limit
 	}
 out:
 	close(fd);
+	if (st != DG_OK && b->data) {
+		b->len = start;   /* leave b as it was, not half a file */
+		b->data[start] = '\0';
+	}
 	return st;
 }
+
+static atomic_uint tmp_seq;
 
 enum dg_status dg_write_file_atomic(const char *path, const void *p, size_t n, struct dg_err *err)
 {
@@ -151,8 +171,11 @@ enum dg_status dg_write_file_atomic(const char *path, const void *p, size_t n, s
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
-	snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	/* pid + a per-process counter: two threads (or processes) writing the same
+	 * path never share a temporary file; O_EXCL makes sure of it. */
+	snprintf(tmp, plen + 32, "%s.tmp.%ld.%u", path, (long)getpid(),
+		 atomic_fetch_add(&tmp_seq, 1u));
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		st = dg_err_set(err, DG_EIO, "cannot create '%s': %s", tmp, strerror(errno));
 		goto out;
@@ -167,12 +190,16 @@ enum dg_status dg_write_file_atomic(const char *path, const void *p, size_t n, s
 		}
 		off += (size_t)w;
 	}
-	if (fsync(fd) != 0 || close(fd) != 0) {
-		fd = -1;
+	if (fsync(fd) != 0) {
 		st = dg_err_set(err, DG_EIO, "flushing '%s': %s", tmp, strerror(errno));
 		goto out;
 	}
+	int rc = close(fd);
 	fd = -1;
+	if (rc != 0) {
+		st = dg_err_set(err, DG_EIO, "closing '%s': %s", tmp, strerror(errno));
+		goto out;
+	}
 	if (rename(tmp, path) != 0) {
 		st = dg_err_set(err, DG_EIO, "renaming '%s' to '%s': %s", tmp, path, strerror(errno));
 		goto out;

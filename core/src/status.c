@@ -72,26 +72,32 @@ void dg_err_hint(struct dg_err *err, const char *fmt, ...)
 void dg_err_prefix(struct dg_err *err, const char *fmt, ...)
 {
 	char old[sizeof err->msg];
+	char pre[sizeof err->msg];
 	va_list ap;
 	int n;
 
 	if (!err)
 		return;
 	memcpy(old, err->msg, sizeof old);
+	old[sizeof old - 1] = '\0';
+	/* Format into a scratch buffer: the arguments may point into err->msg. */
 	va_start(ap, fmt);
-	n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+	n = vsnprintf(pre, sizeof pre, fmt, ap);
 	va_end(ap);
-	/* Append ": old" after the prefix, truncating the old text if need be. */
-	if (n >= 0 && (size_t)n < sizeof err->msg - 2) {
-		err->msg[n] = ':';
-		err->msg[n + 1] = ' ';
-		size_t room = sizeof err->msg - (size_t)n - 2;
-		size_t len = strnlen(old, sizeof old);
-		if (len >= room)
-			len = room - 1;
-		memcpy(err->msg + n + 2, old, len);
-		err->msg[(size_t)n + 2 + len] = '\0';
+	if (n < 0)
+		return;
+	/* "prefix: old", truncated to fit; the prefix alone when it fills msg. */
+	size_t cap = sizeof err->msg - 1, k = strnlen(pre, cap), ol = strlen(old);
+	memcpy(err->msg, pre, k);
+	if (k + 2 < cap) {
+		err->msg[k++] = ':';
+		err->msg[k++] = ' ';
+		if (ol > cap - k)
+			ol = cap - k;
+		memcpy(err->msg + k, old, ol);
+		k += ol;
 	}
+	err->msg[k] = '\0';
 }
 
 void dg_err_clear(struct dg_err *err)

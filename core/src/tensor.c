@@ -93,9 +93,12 @@ enum dg_status dg_shape_numel(const struct dg_shape *s, int64_t *out, struct dg_
 		if (s->dim[i] == 0)
 			zero = true;
 	}
-	/* Multiply with the bound checked at every step; a zero anywhere makes the
-	 * product 0 but the other dims must still be sane (checked above). */
-	for (int i = 0; i < s->ndim && !zero; i++) {
+	/* Multiply with the bound checked at every step. A zero anywhere makes the
+	 * count 0, but the product of the other dims must still be bounded: kernels
+	 * multiply outer sizes together and must not overflow ([0,2^40,2^40]). */
+	for (int i = 0; i < s->ndim; i++) {
+		if (s->dim[i] == 0)
+			continue;
 		if (s->dim[i] > DG_MAX_NUMEL / n) {
 			dg_shape_format(s, buf, sizeof buf);
 			return dg_err_set(err, DG_ETOOLARGE,
@@ -352,14 +355,29 @@ double dg_tensor_get_f64(const struct dg_tensor *t, int64_t i)
 	}
 }
 
+/* double -> integer of range [lo, hi], truncating toward zero. C leaves
+ * out-of-range conversions undefined, so saturate (NaN gives 0). */
+static double clamp_int(double v, double lo, double hi)
+{
+	if (isnan(v))
+		return 0;
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
 void dg_tensor_set_f64(struct dg_tensor *t, int64_t i, double v)
 {
 	switch (t->dtype) {
 	case DG_F32: ((float *)t->data)[i] = (float)v; break;
 	case DG_F64: ((double *)t->data)[i] = v; break;
-	case DG_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
-	case DG_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
-	case DG_U8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
+	case DG_I32: ((int32_t *)t->data)[i] = (int32_t)clamp_int(v, INT32_MIN, INT32_MAX); break;
+	case DG_I64:
+		/* 2^63 itself is not an int64; the largest double below it is. */
+		if (v >= 9223372036854775808.0)
+			((int64_t *)t->data)[i] = INT64_MAX;
+		else
+			((int64_t *)t->data)[i] = (int64_t)clamp_int(v, -0x1p63, 0x1p63);
+		break;
+	case DG_U8: ((uint8_t *)t->data)[i] = (uint8_t)clamp_int(v, 0, 255); break;
 	case DG_BOOL: ((uint8_t *)t->data)[i] = v != 0; break;
 	default: break;
 	}

@@ -26,7 +26,7 @@ enum dg_status dg_buf_printf(struct dg_buf *b, struct dg_err *err, const char *f
 char *dg_buf_steal(struct dg_buf *b, size_t *len);
 
 /* Read a whole file into b (appending). DG_ENOTFOUND / DG_EIO name the path;
- * files larger than limit bytes give DG_ETOOLARGE. */
+ * files larger than limit bytes give DG_ETOOLARGE. On error b is left unchanged. */
 enum dg_status dg_buf_read_file(struct dg_buf *b, const char *path, size_t limit,
 				struct dg_err *err);
 /* Write n bytes to path via a temporary file in the same directory, fsync and

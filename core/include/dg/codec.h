@@ -39,7 +39,8 @@ size_t dg_npy_header_size(enum dg_dtype dt, const struct dg_shape *shape);
  * *data_off (offset of the first element) are set and the data length is the
  * caller's to check. Rejects: bad magic, unknown version, truncated header,
  * big-endian or unknown or object dtypes, fortran_order True, malformed dict,
- * negative/oversized dims, shapes over DG_MAX_NUMEL. DG_EINVAL or DG_EDTYPE. */
+ * negative/oversized dims. DG_EINVAL, DG_EDTYPE, or DG_ETOOLARGE for shapes over
+ * DG_MAX_NUMEL. */
 enum dg_status dg_npy_parse_header(const void *p, size_t len, enum dg_dtype *dt,
 				   struct dg_shape *shape, size_t *data_off, struct dg_err *err);
 /* Whole file image -> tensor. Data length must match the header exactly. */
@@ -58,7 +59,10 @@ enum dg_status dg_text_encode(const struct dg_tensor *t, struct dg_buf *out, str
 /* Parse text. With a "# dtype [shape]" header the element count must match the
  * shape exactly; without one, want_dt/want_shape (may be NULL) supply them, and
  * with neither the result is a 1-d float64 tensor of the numbers found (or a
- * scalar for a single number). Errors name the line and the token. */
+ * scalar for a single number). A header overrides want_dt/want_shape; want_shape
+ * may have one unknown (-1) dim, inferred from the count. A count mismatch is
+ * DG_EINVAL against the header, DG_ESHAPE against want_shape. Errors name the
+ * line and the token. */
 struct dg_tensor *dg_text_decode(const char *p, size_t len, const enum dg_dtype *want_dt,
 				 const struct dg_shape *want_shape, struct dg_err *err);
 

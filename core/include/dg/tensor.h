@@ -93,7 +93,8 @@ void dg_tensor_free(struct dg_tensor *t);
 /* Element i converted to double (int64 beyond 2^53 loses precision: for tests
  * and messages, not for data paths). */
 double dg_tensor_get_f64(const struct dg_tensor *t, int64_t i);
-/* Store v converted to the tensor's dtype at element i. */
+/* Store v converted to the tensor's dtype at element i (integer dtypes saturate
+ * to their range, NaN stores 0). */
 void dg_tensor_set_f64(struct dg_tensor *t, int64_t i, double v);
 
 /* 64-byte aligned allocation for tensor-sized buffers; free with dg_free_aligned.

@@ -1,0 +1,30 @@
+/* Shared declarations of the `dg` command: the subcommands main.c dispatches
+ * to, the one way diagnostics are printed (stderr, "dg: " prefix, exit code
+ * from dg_status_to_exit) and --feed parsing (feed.c). */
+#ifndef DG_CLI_H
+#define DG_CLI_H
+
+#include "dg/graph.h"
+
+/* Subcommands: argv[0] is the command's name; each returns the exit code. */
+int cmd_eval(int argc, char **argv);
+int cmd_ops(int argc, char **argv);
+
+/* Print "dg: MSG" and, when err has one, "dg: hint: HINT" to stderr. Returns
+ * dg_status_to_exit(err->code). */
+int cli_fail(const struct dg_err *err);
+
+/* A usage error: prints "dg: MSG" and "try 'dg CMD --help'" to stderr and
+ * returns 1. */
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parse one --feed argument "NAME=VALUE" against g. NAME is "node" or
+ * "node:k"; VALUE is a .npy file, a .txt file (text encoding) or a JSON tensor
+ * literal (2, [1,2], nan, -inf), read as the dtype the graph infers for NAME,
+ * so --feed x=2 gives a float32 2 for a float32 placeholder. On success *ref
+ * (malloc'd NAME, free()) and *value (dg_tensor_free) are owned by the caller;
+ * on error both are NULL and *err names the flag. */
+enum dg_status cli_feed_parse(const struct dg_graph *g, const char *arg, char **ref,
+			      struct dg_tensor **value, struct dg_err *err);
+
+#endif

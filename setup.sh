@@ -1,0 +1,100 @@
+#!/bin/sh
+# dg set-up for a fresh Debian 12 machine: installs what is missing (apt-get, as
+# root or through sudo), builds, then runs the main job or every test.
+#   ./setup.sh demo    install + build + run the main job
+#   ./setup.sh test    install + build (release and sanitizer builds) + run every test
+#   ./setup.sh deps    install only;   ./setup.sh build   install + build only
+set -eu
+cd "$(dirname "$0")"
+
+# Every package dg needs to build, test and run its demo. Keep in step with
+# meson.build (dependencies) and doc/building.md.
+PACKAGES="gcc pkg-config meson ninja-build python3 libjansson-dev libopenblas-dev
+libopenblas0-pthread libmicrohttpd-dev libcurl4-openssl-dev libfuse3-dev fuse3 zlib1g-dev
+libcriterion-dev dataset-fashion-mnist python3-numpy attr"
+
+say() { printf '==> %s\n' "$*"; }
+
+install_deps() {
+	missing=""
+	for p in $PACKAGES; do
+		if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+			missing="$missing $p"
+		fi
+	done
+	if [ -z "$missing" ]; then
+		say "all packages present"
+		return
+	fi
+	say "installing:$missing"
+	if [ "$(id -u)" -eq 0 ]; then
+		SUDO=""
+	elif command -v sudo >/dev/null 2>&1; then
+		SUDO="sudo"
+	else
+		echo "setup.sh: need root or sudo to install:$missing" >&2
+		exit 1
+	fi
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+	# shellcheck disable=SC2086
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+}
+
+# configure DIR [meson options...]: set up once, reconfigure when it exists.
+configure() {
+	dir=$1
+	shift
+	if [ -f "$dir/build.ninja" ]; then
+		meson setup --reconfigure "$dir" "$@" >/dev/null
+	else
+		meson setup "$dir" "$@"
+	fi
+}
+
+build() {
+	say "building (build/)"
+	configure build
+	ninja -C build
+}
+
+demo() {
+	dg=build/cli/dg
+	say "dg --version"
+	$dg --version
+	say "the seed program: x = 2; y1 = x + 300; y2 = x - 66; y = y1 + y2"
+	echo "\$ dg eval examples/seed_sum.json"
+	$dg eval examples/seed_sum.json
+	say "the mean of 100 numbers as the size-weighted mean of two unequal slices"
+	echo "\$ dg eval examples/weighted_mean.json --feed x=[1,2,...,100]"
+	$dg eval examples/weighted_mean.json --feed "x=[$(seq -s, 1 100)]"
+	say "the ops dg knows: dg ops"
+	$dg ops | head -n 12
+	echo "... ($($dg ops | wc -l) lines; see doc/ops.md)"
+}
+
+run_tests() {
+	say "building the sanitizer configuration (build-asan/: address + undefined)"
+	configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
+		-Dbench=false
+	ninja -C build-asan
+	status=0
+	say "every test suite (build/)"
+	meson test -C build --num-processes 2 --print-errorlogs || status=1
+	say "unit, kernels and integration suites under AddressSanitizer + UBSan (build-asan/)"
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		meson test -C build-asan --num-processes 2 --print-errorlogs || status=1
+	python3 tools/test_summary.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
+		|| status=1
+	return $status
+}
+
+case "${1:-}" in
+deps) install_deps ;;
+build) install_deps; build ;;
+demo) install_deps; build; demo ;;
+test) install_deps; build; run_tests ;;
+*)
+	echo "usage: ./setup.sh demo|test|build|deps" >&2
+	exit 1
+	;;
+esac
