@@ -29,6 +29,7 @@ static const char *kind_name(enum dg_attr_kind k)
 	case DG_ATTR_DTYPE: return "dtype";
 	case DG_ATTR_SHAPE: return "shape";
 	case DG_ATTR_TENSOR: return "tensor";
+	case DG_ATTR_AXES: return "axes";
 	}
 	return "?";
 }

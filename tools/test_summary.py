@@ -3,6 +3,7 @@
 
 Criterion suites report per-test counts in their "Synthesis" line; dg's shell
 integration tests end with "N passed, M failed"; any other test counts as one.
+Each sanitizer report in a test's output counts as one more failure.
 Prints one line per log and, last, the total "N passed, M failed". Exits 1 when
 anything failed or a log is missing."""
 import json
@@ -11,6 +12,9 @@ import sys
 
 SYNTH = re.compile(r"Synthesis: Tested: (\d+) \| Passing: (\d+) \| Failing: (\d+) \| Crashing: (\d+)")
 PLAIN = re.compile(r"^(\d+) passed, (\d+) failed\s*$", re.M)
+# Sanitizer reports fail a test even when the runner's exit status hides them
+# (Criterion's workers report leaks at exit without failing the test).
+SANITIZER = re.compile(r"ERROR: (AddressSanitizer|LeakSanitizer)|runtime error: ")
 
 
 def count(entry):
@@ -20,20 +24,21 @@ def count(entry):
     if result == "SKIP":
         return 0, 0, 1
     ok = result in ("OK", "EXPECTEDFAIL")
+    sanitizer = len(SANITIZER.findall(out))
     m = SYNTH.findall(out)
     if m:
         _tested, passing, failing, crashing = map(int, m[-1])
         failed = failing + crashing
         if not ok and failed == 0:
             failed = 1  # the runner itself failed (timeout, sanitizer abort at exit)
-        return passing, failed, 0
+        return max(passing - sanitizer, 0), failed + sanitizer, 0
     m = PLAIN.findall(out)
     if m:
         passed, failed = map(int, m[-1])
         if not ok and failed == 0:
             failed = 1
-        return passed, failed, 0
-    return (1, 0, 0) if ok else (0, 1, 0)
+        return max(passed - sanitizer, 0), failed + sanitizer, 0
+    return (1, 0, 0) if ok and not sanitizer else (0, 1 + sanitizer, 0)
 
 
 def main(paths):

@@ -251,21 +251,6 @@ bad:
 	return DG_ESHAPE;
 }
 
-void *dg_alloc_aligned(size_t n)
-{
-	/* aligned_alloc wants a multiple of the alignment; 0 still gets a unique block. */
-	size_t rounded = (n + 63) & ~(size_t)63;
-
-	if (rounded < n)
-		return NULL;
-	return aligned_alloc(64, rounded ? rounded : 64);
-}
-
-void dg_free_aligned(void *p)
-{
-	free(p);
-}
-
 static struct dg_tensor *tensor_alloc(enum dg_dtype dt, const struct dg_shape *shape,
 				      bool zero, struct dg_err *err)
 {

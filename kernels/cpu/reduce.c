@@ -738,7 +738,7 @@ static enum dg_status k_argmax(struct dg_kernel_ctx *c)
 /* --- the table ------------------------------------------------------------------ */
 
 static const struct dg_attr_spec reduce_attrs[] = {
-	{ "axis", DG_ATTR_TENSOR, false,
+	{ "axis", DG_ATTR_AXES, false,
 	  "axis or list of axes to reduce (negative counts from the end); absent or null: all" },
 	{ "keepdims", DG_ATTR_BOOL, false, "keep reduced axes as size 1 (default false)" },
 	{ "keep_dims", DG_ATTR_BOOL, false, "TensorFlow's older spelling of keepdims" },

@@ -192,6 +192,13 @@ else
 	not_ok "dg --version prints the version, the BLAS line and the CUDA line"
 fi
 
+run ops --markdown
+if [[ $rc -eq 0 ]] && cmp -s "$TMP/out" "$SRC/doc/ops.md"; then
+	ok "doc/ops.md is what 'dg ops --markdown' prints"
+else
+	not_ok "doc/ops.md is what 'dg ops --markdown' prints (regenerate: dg ops --markdown > doc/ops.md)"
+fi
+
 run ops
 if [[ $rc -eq 0 ]] && grep -q '^Const$' "$TMP/out" && grep -q '^Placeholder$' "$TMP/out" &&
 	grep -q 'attr value ' "$TMP/out"; then

@@ -542,3 +542,71 @@ Test(buf, pipes_without_a_size_are_read_to_the_end)
 	close(fds[0]);
 	dg_buf_deinit(&b);
 }
+
+/* The cache of large freed blocks (core/src/alloc.c); off in sanitizer builds,
+ * where reuse would hide use-after-free. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ALLOC_CACHE_ON 0
+#else
+#define ALLOC_CACHE_ON 1
+#endif
+
+Test(alloc, large_freed_blocks_are_reused_for_the_same_size)
+{
+	if (!ALLOC_CACHE_ON)
+		cr_skip_test("the block cache is off under AddressSanitizer");
+	dg_alloc_trim();
+	char *p = dg_alloc_aligned(4 << 20);
+	cr_assert_not_null(p);
+	cr_assert_eq((uintptr_t)p % 64, 0);
+	memset(p, 7, 4 << 20);
+	dg_free_aligned(p);
+	cr_assert_eq(dg_alloc_cached_bytes(), (size_t)4 << 20);
+	char *q = dg_alloc_aligned((4 << 20) - 100);   /* within 1/8: best fit reuses it */
+	cr_assert_eq(q, p);
+	cr_assert_eq(dg_alloc_cached_bytes(), 0);
+	char *r = dg_alloc_aligned(2 << 20);            /* nothing cached fits */
+	cr_assert_neq(r, p);
+	dg_free_aligned(q);
+	dg_free_aligned(r);
+	cr_assert_eq(dg_alloc_cached_bytes(), (size_t)6 << 20);
+	char *s = dg_alloc_aligned(3 << 20);            /* 4 MiB is more than 1/8 too big */
+	cr_assert_neq(s, q);
+	dg_free_aligned(s);
+	dg_alloc_trim();
+	cr_assert_eq(dg_alloc_cached_bytes(), 0);
+}
+
+Test(alloc, small_blocks_are_not_cached)
+{
+	dg_alloc_trim();
+	void *p = dg_alloc_aligned(1000);
+	cr_assert_not_null(p);
+	dg_free_aligned(p);
+	cr_assert_eq(dg_alloc_cached_bytes(), 0);
+}
+
+Test(alloc, cache_budget_from_the_environment_bounds_what_is_kept)
+{
+	if (!ALLOC_CACHE_ON)
+		cr_skip_test("the block cache is off under AddressSanitizer");
+	/* Each Criterion test runs in its own process, so the budget is read fresh. */
+	setenv("DG_TENSOR_CACHE_MB", "5", 1);
+	void *a = dg_alloc_aligned(4 << 20), *b = dg_alloc_aligned(4 << 20);
+	void *c = dg_alloc_aligned(8 << 20);
+	dg_free_aligned(a);
+	cr_assert_eq(dg_alloc_cached_bytes(), (size_t)4 << 20);
+	dg_free_aligned(b);                 /* evicts a: 8 MiB would exceed 5 */
+	cr_assert_eq(dg_alloc_cached_bytes(), (size_t)4 << 20);
+	dg_free_aligned(c);                 /* larger than the budget: freed */
+	cr_assert_leq(dg_alloc_cached_bytes(), (size_t)5 << 20);
+	dg_alloc_trim();
+}
+
+Test(alloc, zero_budget_disables_the_cache)
+{
+	setenv("DG_TENSOR_CACHE_MB", "0", 1);
+	void *a = dg_alloc_aligned(4 << 20);
+	dg_free_aligned(a);
+	cr_assert_eq(dg_alloc_cached_bytes(), 0);
+}

@@ -66,6 +66,7 @@ enum dg_attr_kind {
 	DG_ATTR_DTYPE,     /* JSON string naming a dtype */
 	DG_ATTR_SHAPE,     /* JSON array of integers (-1 = unknown) or null (unknown rank) */
 	DG_ATTR_TENSOR,    /* a number, nested arrays, or {"dtype","shape","value"} */
+	DG_ATTR_AXES,      /* an integer, an array of integers, or null (all axes) */
 };
 
 struct dg_attr_spec {

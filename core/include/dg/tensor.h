@@ -97,9 +97,16 @@ double dg_tensor_get_f64(const struct dg_tensor *t, int64_t i);
  * to their range, NaN stores 0). */
 void dg_tensor_set_f64(struct dg_tensor *t, int64_t i, double v);
 
-/* 64-byte aligned allocation for tensor-sized buffers; free with dg_free_aligned.
- * Returns NULL on failure (n == 0 gives a valid unique pointer). */
+/* 64-byte aligned allocation for tensor-sized buffers; free with dg_free_aligned
+ * (never with free()). Returns NULL on failure (n == 0 gives a valid unique
+ * pointer). Blocks of 1 MiB and more are kept for reuse when freed, up to
+ * DG_TENSOR_CACHE_MB (default 1024; 0 disables): graph steps allocate the same
+ * sizes repeatedly and fresh large blocks cost a page fault per 4 KiB. Thread-safe. */
 void *dg_alloc_aligned(size_t n);
 void dg_free_aligned(void *p);
+/* Release every cached block to the system (e.g. under memory pressure). */
+void dg_alloc_trim(void);
+/* Bytes currently held in the cache. */
+size_t dg_alloc_cached_bytes(void);
 
 #endif
