@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 # meson.build (dependencies) and doc/building.md.
 PACKAGES="gcc pkg-config meson ninja-build python3 libjansson-dev libopenblas-dev
 libopenblas0-pthread libmicrohttpd-dev libcurl4-openssl-dev libfuse3-dev fuse3 zlib1g-dev
-libcriterion-dev dataset-fashion-mnist python3-numpy attr"
+libcriterion-dev dataset-fashion-mnist python3-numpy attr curl"
 
 say() { printf '==> %s\n' "$*"; }
 

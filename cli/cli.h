@@ -9,6 +9,16 @@
 /* Subcommands: argv[0] is the command's name; each returns the exit code. */
 int cmd_eval(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
+int cmd_server(int argc, char **argv);   /* cmd_server.c: dg server, dg ps */
+int cmd_var(int argc, char **argv);      /* cmd_var.c: dg var ls|get|put|create|rm */
+
+/* The cluster a client command talks to: --cluster FILE when given, else
+ * $DG_CLUSTER, else the cluster.json of the last `dg up` (later issue). Owned
+ * (dg_cluster_free) or NULL with *err set, naming where it looked. */
+struct dg_cluster;
+struct dg_cluster *cli_cluster_load(const char *flag_path, struct dg_err *err);
+/* Read a token file (first line, trimmed); owned string or NULL with *err. */
+char *cli_token_load(const char *path, struct dg_err *err);
 
 /* Print "dg: MSG" and, when err has one, "dg: hint: HINT" to stderr. Returns
  * dg_status_to_exit(err->code). */

@@ -34,32 +34,33 @@ static const char *kind_name(enum dg_attr_kind k)
 	return "?";
 }
 
-/* "2", "1..3", "1 or more" */
-static void inputs_text(const struct dg_op_def *op, char *buf, size_t n)
+/* The summary fields every listing prints: inputs ("2", "1..3", "1 or
+ * more"), outputs ("1", "set by attrs") and flags (", source, must be fed,
+ * differentiable, CUDA kernel": what is set, each after ", "; "" for none). */
+struct op_text {
+	char in[32], out[32], flags[96];
+};
+
+static struct op_text op_text(const struct dg_op_def *op)
 {
+	struct op_text t;
+
 	if (op->max_inputs < 0)
-		snprintf(buf, n, "%d or more", op->min_inputs);
+		snprintf(t.in, sizeof t.in, "%d or more", op->min_inputs);
 	else if (op->min_inputs == op->max_inputs)
-		snprintf(buf, n, "%d", op->min_inputs);
+		snprintf(t.in, sizeof t.in, "%d", op->min_inputs);
 	else
-		snprintf(buf, n, "%d..%d", op->min_inputs, op->max_inputs);
-}
-
-static void outputs_text(const struct dg_op_def *op, char *buf, size_t n)
-{
+		snprintf(t.in, sizeof t.in, "%d..%d", op->min_inputs, op->max_inputs);
 	if (op->num_outputs)
-		snprintf(buf, n, "set by attrs");
+		snprintf(t.out, sizeof t.out, "set by attrs");
 	else
-		snprintf(buf, n, "%d", op->n_outputs);
-}
-
-/* "source, must be fed, differentiable, CUDA kernel": what is set, or "". */
-static void flags_text(const struct dg_op_def *op, char *buf, size_t n)
-{
-	snprintf(buf, n, "%s%s%s%s%s", op->flags & DG_OPF_SOURCE ? ", source" : "",
+		snprintf(t.out, sizeof t.out, "%d", op->n_outputs);
+	snprintf(t.flags, sizeof t.flags, "%s%s%s%s%s",
+		 op->flags & DG_OPF_SOURCE ? ", source" : "",
 		 op->flags & DG_OPF_STATEFUL ? ", stateful" : "",
 		 op->flags & DG_OPF_FEED ? ", must be fed" : "",
 		 op->grad ? ", differentiable" : "", op->cuda ? ", CUDA kernel" : "");
+	return t;
 }
 
 /* Markdown table cells: '|' would end the cell. */
@@ -75,13 +76,10 @@ static void md_cell(const char *s)
 
 static void print_plain(const struct dg_op_def *op)
 {
-	char in[32], out[32], fl[96];
+	struct op_text t = op_text(op);
 
-	inputs_text(op, in, sizeof in);
-	outputs_text(op, out, sizeof out);
-	flags_text(op, fl, sizeof fl);
 	printf("%s\n    %s\n    inputs: %s, outputs: %s%s\n", op->name, op->doc ? op->doc : "",
-	       in, out, fl);
+	       t.in, t.out, t.flags);
 	for (const struct dg_attr_spec *a = op->attrs; a && a->name; a++)
 		printf("    attr %-14s %-7s %-9s %s\n", a->name, kind_name(a->kind),
 		       a->required ? "required" : "optional", a->doc ? a->doc : "");
@@ -89,15 +87,12 @@ static void print_plain(const struct dg_op_def *op)
 
 static void print_markdown_op(const struct dg_op_def *op)
 {
-	char in[32], out[32], fl[96];
+	struct op_text t = op_text(op);
 
-	inputs_text(op, in, sizeof in);
-	outputs_text(op, out, sizeof out);
-	flags_text(op, fl, sizeof fl);
 	printf("## %s\n\n%s\n\n- inputs: %s\n- outputs: %s\n", op->name, op->doc ? op->doc : "",
-	       in, out);
-	if (fl[0])
-		printf("- %s\n", fl + 2);   /* without the leading ", " */
+	       t.in, t.out);
+	if (t.flags[0])
+		printf("- %s\n", t.flags + 2);   /* without the leading ", " */
 	printf("\n");
 	if (!op->attrs || !op->attrs[0].name) {
 		printf("No attrs.\n\n");
@@ -120,13 +115,11 @@ static void print_markdown(const struct dg_op_def *const *ops, int n)
 	       "described in [graph-format.md](graph-format.md#attrs).\n\n"
 	       "| op | inputs | outputs | description |\n|---|---|---|---|\n");
 	for (int i = 0; i < n; i++) {
-		char in[32], out[32];
-		inputs_text(ops[i], in, sizeof in);
-		outputs_text(ops[i], out, sizeof out);
+		struct op_text t = op_text(ops[i]);
 		printf("| [%s](#", ops[i]->name);
 		for (const char *s = ops[i]->name; *s; s++)   /* GitHub anchors are lower case */
 			putchar(tolower((unsigned char)*s));
-		printf(") | %s | %s | ", in, out);
+		printf(") | %s | %s | ", t.in, t.out);
 		md_cell(ops[i]->doc);
 		printf(" |\n");
 	}

@@ -19,6 +19,9 @@ static const struct cli_cmd {
 } cmds[] = {
 	{ "eval", cmd_eval, "run a graph in this process and print what it fetches" },
 	{ "ops", cmd_ops, "list the ops graphs can use, with their inputs and attrs" },
+	{ "server", cmd_server, "run a server (parameter server) of a cluster" },
+	{ "ps", cmd_server, "short for 'dg server --job ps'" },
+	{ "var", cmd_var, "list, read, write, create and delete variables" },
 	{ "help", cmd_help, "show this list; 'dg help CMD' shows a command's options" },
 };
 

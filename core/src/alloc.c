@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #define HDR 64                                  /* block header: keeps alignment */
 #define CACHE_MIN ((size_t)1 << 20)             /* bytes; smaller blocks are not cached */
@@ -82,6 +83,21 @@ static char *take_cached(size_t n)
 	return base;
 }
 
+/* Ask for transparent huge pages over the whole pages inside [p, p + n).
+ * madvise wants a page-aligned start, and malloc's blocks never are (their
+ * header comes first), so passing the block itself always failed with
+ * EINVAL. Advice only: errors are fine. */
+static void advise_huge(void *p, size_t n)
+{
+	long ps = sysconf(_SC_PAGESIZE);
+	uintptr_t page = ps > 0 ? (uintptr_t)ps : 4096;
+	uintptr_t start = ((uintptr_t)p + page - 1) & ~(page - 1);
+	uintptr_t end = ((uintptr_t)p + n) & ~(page - 1);
+
+	if (end > start)
+		madvise((void *)start, end - start, MADV_HUGEPAGE);
+}
+
 void *dg_alloc_aligned(size_t n)
 {
 	/* aligned_alloc wants a multiple of the alignment; 0 still gets a unique block. */
@@ -99,7 +115,7 @@ void *dg_alloc_aligned(size_t n)
 		return NULL;
 	memcpy(base, &rounded, sizeof rounded);
 	if (rounded >= HUGE_MIN)
-		madvise(base, HDR + rounded, MADV_HUGEPAGE);   /* advice only: errors are fine */
+		advise_huge(base, HDR + rounded);
 	return base + HDR;
 }
 

@@ -45,6 +45,7 @@ enum dg_status dg_buf_reserve(struct dg_buf *b, size_t n, struct dg_err *err)
 		return dg_err_set(err, DG_ENOMEM, "out of memory growing a buffer to %zu bytes", cap);
 	b->data = p;
 	b->cap = cap;
+	b->data[b->len] = '\0';       /* buf.h promises a terminated buffer once allocated */
 	return DG_OK;
 }
 

@@ -440,35 +440,26 @@ static bool is_space(char c)
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
 }
 
-static enum tok_res parse_f32(const char *s, void *dst)
-{
-	char *end;
+/* strtof/strtod into one element. ERANGE also flags denormal results, which
+ * are fine; only overflow (a finite spelling that became inf) is refused.
+ * float32 parses with strtof itself: rounding through double first could
+ * round twice. */
+#define DEFINE_PARSE_FLOAT(name, T, strto)                \
+	static enum tok_res name(const char *s, void *dst) \
+	{                                                  \
+		char *end;                                 \
+		errno = 0;                                 \
+		T v = strto(s, &end);                      \
+		if (end == s || *end)                      \
+			return TOK_BAD;                    \
+		if (errno == ERANGE && isinf(v))           \
+			return TOK_RANGE;                  \
+		memcpy(dst, &v, sizeof v);                 \
+		return TOK_OK;                             \
+	}
 
-	errno = 0;
-	float v = strtof(s, &end);
-	if (end == s || *end)
-		return TOK_BAD;
-	/* ERANGE also flags denormal results, which are fine; only overflow
-	 * (a finite spelling that became inf) is refused. */
-	if (errno == ERANGE && isinf(v))
-		return TOK_RANGE;
-	memcpy(dst, &v, sizeof v);
-	return TOK_OK;
-}
-
-static enum tok_res parse_f64(const char *s, void *dst)
-{
-	char *end;
-
-	errno = 0;
-	double v = strtod(s, &end);
-	if (end == s || *end)
-		return TOK_BAD;
-	if (errno == ERANGE && isinf(v))
-		return TOK_RANGE;
-	memcpy(dst, &v, sizeof v);
-	return TOK_OK;
-}
+DEFINE_PARSE_FLOAT(parse_f32, float, strtof)
+DEFINE_PARSE_FLOAT(parse_f64, double, strtod)
 
 /* Whole decimal integers only ("2.0" and "1e3" are not integers); the range
  * is checked by the caller's bounds. */

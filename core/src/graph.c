@@ -661,6 +661,31 @@ static bool ttype_sane(const struct dg_ttype *t)
 	return true;
 }
 
+/* DG_ETOOLARGE when the known sizes of an inferred shape multiply past
+ * DG_MAX_NUMEL (zeros and unknowns left out, as dg_shape_numel does). Checked
+ * after every node, so each infer sees inputs whose dims and products are
+ * bounded and can add or multiply them without overflowing int64. */
+static enum dg_status ttype_bounded(const struct dg_ttype *t, int o, struct dg_err *err)
+{
+	int64_t n = 1;
+	char buf[200];
+
+	for (int i = 0; i < t->shape.ndim; i++) {
+		int64_t d = t->shape.dim[i];
+		if (d <= 0)
+			continue;
+		if (d > DG_MAX_NUMEL / n) {
+			dg_shape_format(&t->shape, buf, sizeof buf);
+			dg_err_set(err, DG_ETOOLARGE, "output %d would have shape %s, more than "
+				   "2^48 elements", o, buf);
+			dg_err_hint(err, "check the sizes in the shape attrs feeding this node");
+			return DG_ETOOLARGE;
+		}
+		n *= d;
+	}
+	return DG_OK;
+}
+
 /* Run every op's infer in topological order: each node sees its producers'
  * inferred types. Errors are prefixed "node 'y1' (Add): ". */
 static enum dg_status infer_all(struct dg_graph *g, struct dg_err *err)
@@ -694,10 +719,13 @@ static enum dg_status infer_all(struct dg_graph *g, struct dg_err *err)
 			if (st != DG_OK && err->code == DG_OK)
 				dg_err_set(err, st, "inference failed");
 		}
-		for (int o = 0; st == DG_OK && o < n->n_out; o++)
+		for (int o = 0; st == DG_OK && o < n->n_out; o++) {
 			if (!ttype_sane(&n->out[o]))
 				st = dg_err_set(err, DG_EINTERNAL, "inference produced an invalid "
 						"type for output %d (a bug in the op)", o);
+			else
+				st = ttype_bounded(&n->out[o], o, err);
+		}
 		if (st != DG_OK)
 			dg_err_prefix(err, "node '%s' (%s)", n->name, n->op->name);
 	}

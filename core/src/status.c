@@ -30,6 +30,8 @@ static const struct {
 	[DG_EDEVICE] = { "device_error", 500, EIO, 15 },
 	[DG_EUNSUPPORTED] = { "unsupported", 501, ENOTSUP, 16 },
 	[DG_ECANCELED] = { "canceled", 409, ECANCELED, 17 },
+	[DG_ESTALE] = { "stale", 409, ESTALE, 18 },
+	[DG_ECLOSED] = { "closed", 410, EPIPE, 19 },
 };
 
 /* A code outside the table (a peer speaking a newer protocol) reads as internal. */

@@ -192,6 +192,23 @@ static void copy_whole(struct dg_tensor *out, const struct dg_tensor *x)
 		memcpy(out->data, x->data, x->nbytes);
 }
 
+/* Reshape, ExpandDims and Squeeze keep the bytes (C order makes them
+ * identical) and only relabel the shape that plan computes. */
+static enum dg_status relabel_cpu(struct dg_kernel_ctx *c,
+				  enum dg_status (*plan)(const json_t *, const struct dg_shape *,
+							 struct dg_shape *, struct dg_err *))
+{
+	struct dg_shape os;
+	enum dg_status st = plan(c->attrs, &c->in[0]->shape, &os, c->err);
+
+	if (st != DG_OK)
+		return st;
+	if (!cpu_out(c, 0, c->in[0]->dtype, &os))
+		return c->err ? c->err->code : DG_ENOMEM;
+	copy_whole(c->out[0], c->in[0]);
+	return DG_OK;
+}
+
 static const struct dg_attr_spec no_attrs[] = { { NULL } };
 
 /* --- Slice ------------------------------------------------------------- */
@@ -268,33 +285,47 @@ static enum dg_status slice_infer(struct dg_infer_ctx *c)
 	return slice_plan(c->attrs, &c->in[0].shape, begin, &c->out[0].shape, c->err);
 }
 
-/* Checks the actual shape again (inference may have had unknown dims). */
-static enum dg_status slice_cpu(struct dg_kernel_ctx *c)
+/* Output 0 of shape os = the window of x that starts at begin[k] and takes
+ * dims[k] elements every step[k] (NULL: every 1) along input dim k; os is
+ * that window's shape with dims dropped or inserted (StridedSlice), so the
+ * element counts agree. Shared by Slice and StridedSlice. */
+static enum dg_status copy_window(struct dg_kernel_ctx *c, const struct dg_shape *os,
+				  const int64_t *dims, const int64_t *begin, const int64_t *step)
 {
 	const struct dg_tensor *x = c->in[0];
-	int64_t begin[DG_MAX_DIMS], str[DG_MAX_DIMS];
-	struct dg_shape os;
-	struct dg_tensor *y;
+	int64_t str[DG_MAX_DIMS];
 	struct view v = { .nd = x->shape.ndim };
-	enum dg_status st;
+	struct dg_tensor *y = cpu_out(c, 0, x->dtype, os);
 
-	st = slice_plan(c->attrs, &x->shape, begin, &os, c->err);
-	if (st != DG_OK)
-		return st;
-	y = cpu_out(c, 0, x->dtype, &os);
 	if (!y)
 		return c->err ? c->err->code : DG_ENOMEM;
 	if (y->numel == 0)
 		return DG_OK;
-	/* out[i..] = x[begin + i..]: a view with the input's strides. */
+	/* Walk the window with step * input stride (negative steps go backwards).
+	 * A dim of one element never steps, and its step may be anything the
+	 * attrs said (up to 2^63): multiplying it could overflow. With two or
+	 * more elements |step| <= dim, so the product stays small. */
 	contiguous_strides(&x->shape, str);
 	for (int k = 0; k < v.nd; k++) {
-		v.dim[k] = os.dim[k];
-		v.st[k] = str[k];
+		int64_t s = step ? step[k] : 1;
+		v.dim[k] = dims[k];
+		v.st[k] = dims[k] > 1 ? s * str[k] : 0;
 		v.off += begin[k] * str[k];
 	}
 	view_copy(y->data, x->data, &v, dg_dtype_size(x->dtype));
 	return DG_OK;
+}
+
+/* Checks the actual shape again (inference may have had unknown dims). */
+static enum dg_status slice_cpu(struct dg_kernel_ctx *c)
+{
+	int64_t begin[DG_MAX_DIMS];
+	struct dg_shape os;
+	enum dg_status st = slice_plan(c->attrs, &c->in[0]->shape, begin, &os, c->err);
+
+	if (st != DG_OK)
+		return st;
+	return copy_window(c, &os, os.dim, begin, NULL);
 }
 
 static const struct dg_attr_spec slice_attrs[] = {
@@ -528,33 +559,16 @@ static enum dg_status strided_slice_infer(struct dg_infer_ctx *c)
 	return st;
 }
 
-/* The plan is rebuilt from the actual shape: bounds clamp against real dims. */
+/* The plan is rebuilt from the actual shape: bounds clamp against real dims.
+ * The output is the processing shape (p.size) reshaped to p.out. */
 static enum dg_status strided_slice_cpu(struct dg_kernel_ctx *c)
 {
-	const struct dg_tensor *x = c->in[0];
 	struct ss_plan p;
-	struct dg_tensor *y;
-	int64_t str[DG_MAX_DIMS];
-	struct view v = { .nd = x->shape.ndim };
-	enum dg_status st = ss_plan_make(c->attrs, &x->shape, &p, c->err);
+	enum dg_status st = ss_plan_make(c->attrs, &c->in[0]->shape, &p, c->err);
 
 	if (st != DG_OK)
 		return st;
-	y = cpu_out(c, 0, x->dtype, &p.out);
-	if (!y)
-		return c->err ? c->err->code : DG_ENOMEM;
-	if (y->numel == 0)
-		return DG_OK;
-	/* The output is the processing shape reshaped: walk it with strides
-	 * stride * input stride (negative ones go backwards) from the begins. */
-	contiguous_strides(&x->shape, str);
-	for (int k = 0; k < v.nd; k++) {
-		v.dim[k] = p.size[k];
-		v.st[k] = p.stride[k] * str[k];
-		v.off += p.begin[k] * str[k];
-	}
-	view_copy(y->data, x->data, &v, dg_dtype_size(x->dtype));
-	return DG_OK;
+	return copy_window(c, &p.out, p.size, p.begin, p.stride);
 }
 
 static const struct dg_attr_spec strided_slice_attrs[] = {
@@ -993,15 +1007,7 @@ static enum dg_status reshape_infer(struct dg_infer_ctx *c)
 
 static enum dg_status reshape_cpu(struct dg_kernel_ctx *c)
 {
-	struct dg_shape os;
-	enum dg_status st = reshape_plan(c->attrs, &c->in[0]->shape, &os, c->err);
-
-	if (st != DG_OK)
-		return st;
-	if (!cpu_out(c, 0, c->in[0]->dtype, &os))
-		return c->err ? c->err->code : DG_ENOMEM;
-	copy_whole(c->out[0], c->in[0]);
-	return DG_OK;
+	return relabel_cpu(c, reshape_plan);
 }
 
 static const struct dg_attr_spec reshape_attrs[] = {
@@ -1057,11 +1063,14 @@ static enum dg_status transpose_infer(struct dg_infer_ctx *c)
 	int n;
 	enum dg_status st = transpose_perm(c->attrs, in->ndim, perm, &n, c->err);
 
+	/* A refused perm may hold any index: it must not be used. */
+	if (st != DG_OK)
+		return st;
 	c->out[0].dtype = c->in[0].dtype;
 	c->out[0].shape.ndim = n;
 	for (int i = 0; i < n; i++)
 		c->out[0].shape.dim[i] = in->ndim < 0 ? -1 : in->dim[perm[i]];
-	return st;
+	return DG_OK;
 }
 
 /* out[j * ldo + i] = in[i * ldi + j] for i < rows, j < cols: a 2-d transpose
@@ -1297,22 +1306,6 @@ static enum dg_status squeeze_infer(struct dg_infer_ctx *c)
 {
 	c->out[0].dtype = c->in[0].dtype;
 	return squeeze_plan(c->attrs, &c->in[0].shape, &c->out[0].shape, c->err);
-}
-
-/* Both keep the bytes and only relabel the shape. */
-static enum dg_status relabel_cpu(struct dg_kernel_ctx *c,
-				  enum dg_status (*plan)(const json_t *, const struct dg_shape *,
-							 struct dg_shape *, struct dg_err *))
-{
-	struct dg_shape os;
-	enum dg_status st = plan(c->attrs, &c->in[0]->shape, &os, c->err);
-
-	if (st != DG_OK)
-		return st;
-	if (!cpu_out(c, 0, c->in[0]->dtype, &os))
-		return c->err ? c->err->code : DG_ENOMEM;
-	copy_whole(c->out[0], c->in[0]);
-	return DG_OK;
 }
 
 static enum dg_status expand_dims_cpu(struct dg_kernel_ctx *c)

@@ -48,15 +48,21 @@ static enum dg_status const_type(const json_t *attrs, struct dg_ttype *out, stru
 		return st;
 	if (json_is_object(value) && json_object_get(value, "shape") &&
 	    !json_is_array(json_object_get(value, "value"))) {
+		/* Every key but "shape", so an unknown key fails here as it would in
+		 * the kernel (a graph that validates must not fail on its Const). */
 		json_t *scalar = json_object();
-		const json_t *v = json_object_get(value, "value");
-		const json_t *d = json_object_get(value, "dtype");
+		const char *key;
+		json_t *v;
 		if (!scalar)
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
-		if (v)
-			json_object_set(scalar, "value", (json_t *)v);
-		if (d)
-			json_object_set(scalar, "dtype", (json_t *)d);
+		json_object_foreach((json_t *)value, key, v) {
+			if (strcmp(key, "shape") == 0)
+				continue;
+			if (json_object_set(scalar, key, v) != 0) {
+				json_decref(scalar);
+				return dg_err_set(err, DG_ENOMEM, "out of memory");
+			}
+		}
 		t = dg_json_to_tensor(scalar, have_dt ? &dt : NULL, err);
 		json_decref(scalar);
 		if (!t)

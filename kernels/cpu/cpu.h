@@ -24,9 +24,28 @@ struct dg_tensor *cpu_out(struct dg_kernel_ctx *c, int i, enum dg_dtype dt,
 struct dg_tensor *cpu_out_zero(struct dg_kernel_ctx *c, int i, enum dg_dtype dt,
 			       const struct dg_shape *shape);
 
+/* The type of an actual tensor, for the checks a kernel shares with its
+ * op's inference (which sees possibly partial types). */
+static inline struct dg_ttype cpu_ttype(const struct dg_tensor *t)
+{
+	struct dg_ttype tt = { .dtype = t->dtype, .shape = t->shape };
+
+	return tt;
+}
+
 /* Normalise axis (negative counts from the end) for a rank-ndim value.
  * DG_EINVAL naming the axis and rank when out of range. */
 enum dg_status cpu_axis(int64_t axis, int ndim, int *out, struct dg_err *err);
+
+/* Sum and maximum of a contiguous run x[0..n), shared by the reductions
+ * (reduce.c) and the softmax family (nn.c). The float sums run independent
+ * lanes over blocks of 1024 elements and add each block into double lanes, so
+ * the rounding error stays that of one block however long the run; n may be 0
+ * (sum 0). The maxima need n >= 1 and are NaN when any element is NaN. */
+float cpu_sum_f32(const float *x, int64_t n);
+double cpu_sum_f64(const double *x, int64_t n);
+float cpu_max_f32(const float *x, int64_t n);
+double cpu_max_f64(const double *x, int64_t n);
 
 /* One Philox4x32-10 block (Salmon et al. 2011): out = bijection_key(ctr). The
  * counter-based generator behind the random ops (random.c); exposed so tests

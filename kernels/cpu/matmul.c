@@ -130,6 +130,36 @@ static enum dg_status out_status(const struct dg_kernel_ctx *c)
 	return c->err && c->err->code != DG_OK ? c->err->code : DG_ENOMEM;
 }
 
+/* The checks every product makes, over (possibly partial) types, so that
+ * inference and kernels refuse the same inputs: the transpose flags, float
+ * dtypes, ranks (2 for MatMul, at least 2 for BatchMatMul; -1 unknown passes)
+ * and equal inner dims where both are known. d gets M, K (of each side) and
+ * N of op(a) @ op(b), -1 where unknown. */
+static enum dg_status product_check(const json_t *attrs, const struct names *nm,
+				    const struct dg_ttype *a, const struct dg_ttype *b, bool *ta,
+				    bool *tb, struct mnk *d, struct dg_err *err)
+{
+	const struct dg_shape *sa = &a->shape, *sb = &b->shape;
+	bool batched = nm == &bmm_names;
+	enum dg_status st = read_flags(attrs, nm, ta, tb, err);
+
+	if (st == DG_OK)
+		st = check_dtypes(a->dtype, b->dtype, err);
+	if (st != DG_OK)
+		return st;
+	if ((sa->ndim != -1 && (batched ? sa->ndim < 2 : sa->ndim != 2)) ||
+	    (sb->ndim != -1 && (batched ? sb->ndim < 2 : sb->ndim != 2)))
+		return rank_error(sa, sb, nm, err);
+	d->m = d->k_a = d->k_b = d->n = -1;
+	if (sa->ndim != -1)
+		mat_dims(sa, *ta, &d->m, &d->k_a);
+	if (sb->ndim != -1)
+		mat_dims(sb, *tb, &d->k_b, &d->n);
+	if (d->k_a >= 0 && d->k_b >= 0 && d->k_a != d->k_b)
+		return inner_error(sa, sb, d, *ta, *tb, nm, err);
+	return DG_OK;
+}
+
 /* One product out[M,N] = op(a) @ op(b) with BLAS: op(a) is a[M,K] (lda = K) or
  * a[K,M]^T (lda = M); op(b) is b[K,N] (ldb = N) or b[N,K]^T (ldb = K). All of
  * m, n, k are in 1..INT_MAX (checked by the callers). */
@@ -152,24 +182,13 @@ static void gemm(const struct dg_blas *bl, enum dg_dtype dt, bool ta, bool tb, i
 
 static enum dg_status matmul_infer(struct dg_infer_ctx *c)
 {
-	const struct dg_shape *a = &c->in[0].shape, *b = &c->in[1].shape;
-	struct mnk d = { -1, -1, -1, -1 };
-	enum dg_status st;
+	struct mnk d;
 	bool ta, tb;
+	enum dg_status st = product_check(c->attrs, &mm_names, &c->in[0], &c->in[1], &ta, &tb,
+					  &d, c->err);
 
-	st = read_flags(c->attrs, &mm_names, &ta, &tb, c->err);
-	if (st == DG_OK)
-		st = check_dtypes(c->in[0].dtype, c->in[1].dtype, c->err);
 	if (st != DG_OK)
 		return st;
-	if ((a->ndim != -1 && a->ndim != 2) || (b->ndim != -1 && b->ndim != 2))
-		return rank_error(a, b, &mm_names, c->err);
-	if (a->ndim == 2)
-		mat_dims(a, ta, &d.m, &d.k_a);
-	if (b->ndim == 2)
-		mat_dims(b, tb, &d.k_b, &d.n);
-	if (d.k_a >= 0 && d.k_b >= 0 && d.k_a != d.k_b)
-		return inner_error(a, b, &d, ta, tb, &mm_names, c->err);
 	c->out[0].dtype = c->in[0].dtype;
 	c->out[0].shape.ndim = 2;
 	c->out[0].shape.dim[0] = d.m;
@@ -181,25 +200,16 @@ static enum dg_status matmul_infer(struct dg_infer_ctx *c)
 static enum dg_status matmul_cpu(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *a = c->in[0], *b = c->in[1];
+	struct dg_ttype at = cpu_ttype(a), bt = cpu_ttype(b);
 	const struct dg_blas *bl;
 	struct dg_shape os = { .ndim = 2 };
 	int64_t numel;
 	struct mnk d;
-	enum dg_status st;
 	bool ta, tb;
+	enum dg_status st = product_check(c->attrs, &mm_names, &at, &bt, &ta, &tb, &d, c->err);
 
-	st = read_flags(c->attrs, &mm_names, &ta, &tb, c->err);
 	if (st == DG_OK)
-		st = check_dtypes(a->dtype, b->dtype, c->err);
-	if (st != DG_OK)
-		return st;
-	if (a->shape.ndim != 2 || b->shape.ndim != 2)
-		return rank_error(&a->shape, &b->shape, &mm_names, c->err);
-	mat_dims(&a->shape, ta, &d.m, &d.k_a);
-	mat_dims(&b->shape, tb, &d.k_b, &d.n);
-	if (d.k_a != d.k_b)
-		return inner_error(&a->shape, &b->shape, &d, ta, tb, &mm_names, c->err);
-	st = check_blas_limits(&d, c->err);
+		st = check_blas_limits(&d, c->err);
 	if (st != DG_OK)
 		return st;
 	os.dim[0] = d.m;
@@ -251,24 +261,14 @@ static enum dg_status bmm_infer(struct dg_infer_ctx *c)
 {
 	const struct dg_shape *x = &c->in[0].shape, *y = &c->in[1].shape;
 	struct dg_shape *os = &c->out[0].shape;
-	struct mnk d = { -1, -1, -1, -1 };
-	enum dg_status st;
+	struct mnk d;
 	bool ta, tb;
+	enum dg_status st = product_check(c->attrs, &bmm_names, &c->in[0], &c->in[1], &ta, &tb,
+					  &d, c->err);
 
-	st = read_flags(c->attrs, &bmm_names, &ta, &tb, c->err);
-	if (st == DG_OK)
-		st = check_dtypes(c->in[0].dtype, c->in[1].dtype, c->err);
 	if (st != DG_OK)
 		return st;
-	if ((x->ndim != -1 && x->ndim < 2) || (y->ndim != -1 && y->ndim < 2))
-		return rank_error(x, y, &bmm_names, c->err);
 	c->out[0].dtype = c->in[0].dtype;
-	if (x->ndim != -1)
-		mat_dims(x, ta, &d.m, &d.k_a);
-	if (y->ndim != -1)
-		mat_dims(y, tb, &d.k_b, &d.n);
-	if (d.k_a >= 0 && d.k_b >= 0 && d.k_a != d.k_b)
-		return inner_error(x, y, &d, ta, tb, &bmm_names, c->err);
 	/* Without both ranks the output rank (batch broadcast) is unknown. */
 	if (x->ndim == -1 || y->ndim == -1) {
 		os->ndim = -1;
@@ -335,25 +335,16 @@ static void bmm_loop(const struct dg_blas *bl, const struct dg_tensor *x,
 static enum dg_status bmm_cpu(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *x = c->in[0], *y = c->in[1];
+	struct dg_ttype xt = cpu_ttype(x), yt = cpu_ttype(y);
 	const struct dg_blas *bl;
 	struct dg_shape bo, os;
 	int64_t numel, nb, nby;
 	struct mnk d;
-	enum dg_status st;
 	bool ta, tb;
+	enum dg_status st = product_check(c->attrs, &bmm_names, &xt, &yt, &ta, &tb, &d, c->err);
 
-	st = read_flags(c->attrs, &bmm_names, &ta, &tb, c->err);
 	if (st == DG_OK)
-		st = check_dtypes(x->dtype, y->dtype, c->err);
-	if (st != DG_OK)
-		return st;
-	if (x->shape.ndim < 2 || y->shape.ndim < 2)
-		return rank_error(&x->shape, &y->shape, &bmm_names, c->err);
-	mat_dims(&x->shape, ta, &d.m, &d.k_a);
-	mat_dims(&y->shape, tb, &d.k_b, &d.n);
-	if (d.k_a != d.k_b)
-		return inner_error(&x->shape, &y->shape, &d, ta, tb, &bmm_names, c->err);
-	st = batch_broadcast(&x->shape, &y->shape, &bo, c->err);
+		st = batch_broadcast(&x->shape, &y->shape, &bo, c->err);
 	if (st == DG_OK)
 		st = check_blas_limits(&d, c->err);
 	if (st != DG_OK)

@@ -51,75 +51,23 @@ static inline float exp_neg_f32(float x)
 	return p * scale * 5.42101086242752217e-20f;    /* * 2^-64 */
 }
 
-#define LANES_F32 16
-#define LANES_F64 8
-
-/* Row max with independent lanes; NaN is sticky, so any NaN gives NaN. n >= 1. */
-#define DEF_ROW_MAX(T, SUF, LANES)                                                         \
-	static T row_max_##SUF(const T *restrict x, int64_t n)                             \
-	{                                                                                  \
-		T acc[LANES];                                                              \
-		int64_t i = 0;                                                             \
-		for (int l = 0; l < (LANES); l++)                                          \
-			acc[l] = x[0];                                                     \
-		/* Kept as a loop (not unrolled) so GCC if-converts and vectorises it. */  \
-		for (; i + (LANES) <= n; i += (LANES))                                     \
-			_Pragma("GCC unroll 1")                                            \
-			for (int l = 0; l < (LANES); l++) {                                \
-				T v = x[i + l];                                            \
-				acc[l] = ((v > acc[l]) | (v != v)) ? v : acc[l];           \
-			}                                                                  \
-		T m = acc[0];                                                              \
-		for (int l = 1; l < (LANES); l++)                                          \
-			m = ((acc[l] > m) | (acc[l] != acc[l])) ? acc[l] : m;              \
-		for (; i < n; i++)                                                         \
-			m = ((x[i] > m) | (x[i] != x[i])) ? x[i] : m;                      \
-		return m;                                                                  \
-	}
-
-/* Sum of a contiguous run: independent lanes over blocks of 1024 elements, each
- * block's lanes added into double lanes, so the error stays that of one block
- * however long the row (softmax sums are in [1, n] and divide every output). */
-#define DEF_ROW_SUM(T, SUF, LANES)                                                         \
-	static T row_sum_##SUF(const T *restrict x, int64_t n)                             \
-	{                                                                                  \
-		double dacc[LANES] = { 0 }, total = 0;                                     \
-		int64_t i = 0;                                                             \
-		while (n - i >= (LANES)) {                                                 \
-			T acc[LANES] = { 0 };                                              \
-			int64_t left = n - i;                                              \
-			int64_t end = i + (left >= 1024 ? 1024 : left / (LANES) * (LANES)); \
-			for (; i < end; i += (LANES))                                      \
-				for (int l = 0; l < (LANES); l++)                          \
-					acc[l] += x[i + l];                                \
-			for (int l = 0; l < (LANES); l++)                                  \
-				dacc[l] += (double)acc[l];                                 \
-		}                                                                          \
-		for (int l = 0; l < (LANES); l++)                                          \
-			total += dacc[l];                                                  \
-		for (; i < n; i++)                                                         \
-			total += (double)x[i];                                             \
-		return (T)total;                                                           \
-	}
-
-DEF_ROW_MAX(float, f32, LANES_F32)
-DEF_ROW_MAX(double, f64, LANES_F64)
-DEF_ROW_SUM(float, f32, LANES_F32)
-DEF_ROW_SUM(double, f64, LANES_F64)
+/* Row sums and maxima come from reduce.c (cpu_sum_*, cpu_max_*): the same
+ * blocked lanes, so softmax sums (in [1, n], dividing every output) keep the
+ * error of one block however long the row, and any NaN makes the max NaN. */
 
 /* y[i] = e^(x[i] - m) for a finite m; returns the sum of the y. */
 static float exp_store_f32(const float *restrict x, float *restrict y, int64_t n, float m)
 {
 	for (int64_t i = 0; i < n; i++)
 		y[i] = exp_neg_f32(x[i] - m);
-	return row_sum_f32(y, n);
+	return cpu_sum_f32(y, n);
 }
 
 static double exp_store_f64(const double *restrict x, double *restrict y, int64_t n, double m)
 {
 	for (int64_t i = 0; i < n; i++)
 		y[i] = exp(x[i] - m);
-	return row_sum_f64(y, n);
+	return cpu_sum_f64(y, n);
 }
 
 /* One contiguous row of n >= 1 classes. A row whose max is not finite (it holds a
@@ -129,7 +77,7 @@ static double exp_store_f64(const double *restrict x, double *restrict y, int64_
 	static void softmax_row_##SUF(const T *restrict x, T *restrict y, int64_t n,       \
 				      bool log_form)                                       \
 	{                                                                                  \
-		T m = row_max_##SUF(x, n);                                                 \
+		T m = cpu_max_##SUF(x, n);                                                 \
 		if (!isfinite(m)) {                                                        \
 			for (int64_t i = 0; i < n; i++)                                    \
 				y[i] = (T)NAN;                                             \
@@ -194,7 +142,7 @@ DEF_SOFTMAX_COLS(double, f64, exp, log)
  * finite. Used by the losses, which then subtract the labelled logits. */
 static double row_lse_f32(const float *restrict x, int64_t n)
 {
-	float m = row_max_f32(x, n);
+	float m = cpu_max_f32(x, n);
 	float buf[256];     /* exps land here a chunk at a time, so the exp loop vectorises */
 	double s = 0;
 
@@ -209,7 +157,7 @@ static double row_lse_f32(const float *restrict x, int64_t n)
 
 static double row_lse_f64(const double *restrict x, int64_t n)
 {
-	double m = row_max_f64(x, n), s = 0;
+	double m = cpu_max_f64(x, n), s = 0;
 
 	if (!isfinite(m))
 		return NAN;
@@ -384,29 +332,65 @@ static struct dg_shape drop_last(const struct dg_shape *s)
 	return o;
 }
 
+/* The checks both losses make, over (possibly partial) types, so inference
+ * and the kernels refuse exactly the same inputs: float logits with a class
+ * axis, and labels of the logits' dtype and shape (dense) or int32/int64
+ * class indices shaped like the logits without the class axis (sparse). */
+static enum dg_status xent_check(const struct dg_ttype *x, const struct dg_ttype *l, bool sparse,
+				 struct dg_err *err)
+{
+	const char *op = sparse ? "SparseSoftmaxCrossEntropyWithLogits"
+				: "SoftmaxCrossEntropyWithLogits";
+	struct dg_shape want;
+
+	if (need_float(op, "logits", x->dtype, err) != DG_OK)
+		return DG_EDTYPE;
+	if (sparse && l->dtype != DG_I32 && l->dtype != DG_I64) {
+		dg_err_set(err, DG_EDTYPE, "%s needs int32 or int64 labels, got %s", op,
+			   dg_dtype_name(l->dtype));
+		dg_err_hint(err, "labels are class indices; Cast them to int32");
+		return DG_EDTYPE;
+	}
+	if (!sparse && l->dtype != x->dtype) {
+		return dg_err_set(err, DG_EDTYPE, "%s: labels are %s but logits are %s", op,
+				  dg_dtype_name(l->dtype), dg_dtype_name(x->dtype));
+	}
+	if (x->shape.ndim == 0 || (!sparse && l->shape.ndim == 0))
+		return shape_mismatch("logits need a class axis", &x->shape, &l->shape,
+				      sparse ? "pass logits shaped [batch, classes]"
+					     : "pass logits and labels shaped [batch, classes]",
+				      err);
+	if (!sparse && !shapes_compatible(&x->shape, &l->shape))
+		return shape_mismatch("labels must have the logits' shape", &x->shape,
+				      &l->shape, "labels are per-class probabilities, "
+				      "shaped like the logits", err);
+	want = drop_last(&x->shape);
+	if (sparse && !shapes_compatible(&want, &l->shape))
+		return shape_mismatch("labels must have the logits' shape without the class "
+				      "axis", &x->shape, &l->shape,
+				      "logits [N, C] take labels [N]", err);
+	return DG_OK;
+}
+
+/* a with its unknown rank or dims taken from b (the two are compatible). */
+static struct dg_shape merge_known(const struct dg_shape *a, const struct dg_shape *b)
+{
+	struct dg_shape s = a->ndim >= 0 ? *a : *b;
+
+	for (int i = 0; s.ndim >= 0 && b->ndim >= 0 && i < s.ndim; i++)
+		if (s.dim[i] < 0)
+			s.dim[i] = b->dim[i];
+	return s;
+}
+
 static enum dg_status infer_xent(struct dg_infer_ctx *c)
 {
 	const struct dg_ttype *x = &c->in[0], *l = &c->in[1];
-	const char *op = "SoftmaxCrossEntropyWithLogits";
+	enum dg_status st = xent_check(x, l, false, c->err);
 
-	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
-		return DG_EDTYPE;
-	if (l->dtype != x->dtype) {
-		return dg_err_set(c->err, DG_EDTYPE, "%s: labels are %s but logits are %s", op,
-				  dg_dtype_name(l->dtype), dg_dtype_name(x->dtype));
-	}
-	if (x->shape.ndim == 0 || l->shape.ndim == 0)
-		return shape_mismatch("logits need a class axis", &x->shape, &l->shape,
-				      "pass logits and labels shaped [batch, classes]", c->err);
-	if (!shapes_compatible(&x->shape, &l->shape))
-		return shape_mismatch("labels must have the logits' shape", &x->shape,
-				      &l->shape, "labels are per-class probabilities, "
-				      "shaped like the logits", c->err);
-	/* Take each dim from whichever side knows it. */
-	struct dg_shape s = x->shape.ndim >= 0 ? x->shape : l->shape;
-	for (int i = 0; s.ndim >= 0 && l->shape.ndim >= 0 && i < s.ndim; i++)
-		if (s.dim[i] < 0)
-			s.dim[i] = l->shape.dim[i];
+	if (st != DG_OK)
+		return st;
+	struct dg_shape s = merge_known(&x->shape, &l->shape);
 	c->out[0].dtype = x->dtype;
 	c->out[0].shape = drop_last(&s);
 	return DG_OK;
@@ -415,31 +399,13 @@ static enum dg_status infer_xent(struct dg_infer_ctx *c)
 static enum dg_status infer_sparse_xent(struct dg_infer_ctx *c)
 {
 	const struct dg_ttype *x = &c->in[0], *l = &c->in[1];
-	const char *op = "SparseSoftmaxCrossEntropyWithLogits";
-	struct dg_shape want;
+	enum dg_status st = xent_check(x, l, true, c->err);
 
-	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
-		return DG_EDTYPE;
-	if (l->dtype != DG_I32 && l->dtype != DG_I64) {
-		dg_err_set(c->err, DG_EDTYPE, "%s needs int32 or int64 labels, got %s", op,
-			   dg_dtype_name(l->dtype));
-		dg_err_hint(c->err, "labels are class indices; Cast them to int32");
-		return DG_EDTYPE;
-	}
-	if (x->shape.ndim == 0)
-		return shape_mismatch("logits need a class axis", &x->shape, &l->shape,
-				      "pass logits shaped [batch, classes]", c->err);
-	want = drop_last(&x->shape);
-	if (!shapes_compatible(&want, &l->shape))
-		return shape_mismatch("labels must have the logits' shape without the class "
-				      "axis", &x->shape, &l->shape,
-				      "logits [N, C] take labels [N]", c->err);
-	struct dg_shape s = want.ndim >= 0 ? want : l->shape;
-	for (int i = 0; s.ndim >= 0 && l->shape.ndim >= 0 && i < s.ndim; i++)
-		if (s.dim[i] < 0)
-			s.dim[i] = l->shape.dim[i];
+	if (st != DG_OK)
+		return st;
+	struct dg_shape want = drop_last(&x->shape);
 	c->out[0].dtype = x->dtype;
-	c->out[0].shape = s;
+	c->out[0].shape = merge_known(&want, &l->shape);
 	return DG_OK;
 }
 
@@ -470,23 +436,14 @@ DEF_XENT(double, f64)
 static enum dg_status k_xent(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *x = c->in[0], *l = c->in[1];
-	const char *op = "SoftmaxCrossEntropyWithLogits";
+	struct dg_ttype xt = cpu_ttype(x), lt = cpu_ttype(l);
 	struct dg_shape os;
 	struct dg_tensor *y;
 	int64_t n;
+	enum dg_status st = xent_check(&xt, &lt, false, c->err);
 
-	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
-		return DG_EDTYPE;
-	if (l->dtype != x->dtype)
-		return dg_err_set(c->err, DG_EDTYPE, "%s: labels are %s but logits are %s", op,
-				  dg_dtype_name(l->dtype), dg_dtype_name(x->dtype));
-	if (x->shape.ndim == 0)
-		return shape_mismatch("logits need a class axis", &x->shape, &l->shape,
-				      "pass logits and labels shaped [batch, classes]", c->err);
-	if (!dg_shape_eq(&x->shape, &l->shape))
-		return shape_mismatch("labels must have the logits' shape", &x->shape,
-				      &l->shape, "labels are per-class probabilities, "
-				      "shaped like the logits", c->err);
+	if (st != DG_OK)
+		return st;
 	os = drop_last(&x->shape);
 	n = x->shape.dim[x->shape.ndim - 1];
 	y = cpu_out(c, 0, x->dtype, &os);
@@ -510,27 +467,15 @@ static int64_t label_at(const struct dg_tensor *l, int64_t i)
 static enum dg_status k_sparse_xent(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *x = c->in[0], *l = c->in[1];
-	const char *op = "SparseSoftmaxCrossEntropyWithLogits";
+	struct dg_ttype xt = cpu_ttype(x), lt = cpu_ttype(l);
 	struct dg_shape os;
 	struct dg_tensor *y;
 	int64_t n;
+	enum dg_status st = xent_check(&xt, &lt, true, c->err);
 
-	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
-		return DG_EDTYPE;
-	if (l->dtype != DG_I32 && l->dtype != DG_I64) {
-		dg_err_set(c->err, DG_EDTYPE, "%s needs int32 or int64 labels, got %s", op,
-			   dg_dtype_name(l->dtype));
-		dg_err_hint(c->err, "labels are class indices; Cast them to int32");
-		return DG_EDTYPE;
-	}
-	if (x->shape.ndim == 0)
-		return shape_mismatch("logits need a class axis", &x->shape, &l->shape,
-				      "pass logits shaped [batch, classes]", c->err);
+	if (st != DG_OK)
+		return st;
 	os = drop_last(&x->shape);
-	if (!dg_shape_eq(&os, &l->shape))
-		return shape_mismatch("labels must have the logits' shape without the class "
-				      "axis", &x->shape, &l->shape,
-				      "logits [N, C] take labels [N]", c->err);
 	n = x->shape.dim[x->shape.ndim - 1];
 	/* Check every label before computing anything. */
 	for (int64_t i = 0; i < l->numel; i++) {

@@ -151,6 +151,27 @@ DEF_BEST(min, BETTER_MIN, int32_t, i32, 16)
 DEF_BEST(min, BETTER_MIN, int64_t, i64, 8)
 DEF_BEST(min, BETTER_MIN, uint8_t, u8, 32)
 
+/* The row forms other families use (cpu.h): softmax sums and maxima. */
+float cpu_sum_f32(const float *x, int64_t n)
+{
+	return sum_row_f32(x, n);
+}
+
+double cpu_sum_f64(const double *x, int64_t n)
+{
+	return sum_row_f64(x, n);
+}
+
+float cpu_max_f32(const float *x, int64_t n)
+{
+	return max_row_f32(x, n);
+}
+
+double cpu_max_f64(const double *x, int64_t n)
+{
+	return max_row_f64(x, n);
+}
+
 /* [outer, n, inner] -> [outer, inner]: rows when inner == 1 (this is also the
  * all-axes flat case with outer == 1), column accumulation otherwise. */
 #define DEF_REDUCE3(OP, T, SUF)                                                            \
@@ -390,6 +411,18 @@ static bool needs_elements(enum rkind k, enum dg_dtype dt)
 	return k == RK_MAX || k == RK_MIN || (k == RK_MEAN && dg_dtype_is_int(dt));
 }
 
+/* The dtype and the attrs as written, checked alike by inference and kernel
+ * (the axes are normalised once the rank is known). */
+static enum dg_status reduce_args(enum rkind k, enum dg_dtype dt, const json_t *attrs,
+				  struct axes_attr *a, bool *keep, struct dg_err *err)
+{
+	if (!reduce_dtype_ok(dt))
+		return bad_dtype(rk_name[k], dt, err);
+	if (read_axes(attrs, a, err) != DG_OK || read_keepdims(attrs, keep, err) != DG_OK)
+		return DG_EINVAL;
+	return DG_OK;
+}
+
 static enum dg_status infer_reduce(struct dg_infer_ctx *c, enum rkind k)
 {
 	const struct dg_ttype *x = &c->in[0];
@@ -397,11 +430,10 @@ static enum dg_status infer_reduce(struct dg_infer_ctx *c, enum rkind k)
 	bool keep;
 	unsigned mask;
 	int64_t count;
+	enum dg_status st = reduce_args(k, x->dtype, c->attrs, &a, &keep, c->err);
 
-	if (!reduce_dtype_ok(x->dtype))
-		return bad_dtype(rk_name[k], x->dtype, c->err);
-	if (read_axes(c->attrs, &a, c->err) != DG_OK || read_keepdims(c->attrs, &keep, c->err))
-		return DG_EINVAL;
+	if (st != DG_OK)
+		return st;
 	c->out[0].dtype = x->dtype;
 	if (x->shape.ndim < 0) {
 		/* Unknown rank: only "all axes, dropped" has a known (scalar) result; a
@@ -529,11 +561,11 @@ static enum dg_status reduce_kernel(struct dg_kernel_ctx *c, enum rkind k)
 	bool keep;
 	unsigned mask;
 	int64_t count;
+	enum dg_status st = reduce_args(k, x->dtype, c->attrs, &a, &keep, c->err);
 
-	if (!reduce_dtype_ok(x->dtype))
-		return bad_dtype(rk_name[k], x->dtype, c->err);
-	if (read_axes(c->attrs, &a, c->err) != DG_OK || read_keepdims(c->attrs, &keep, c->err) ||
-	    axes_mask(&a, x->shape.ndim, &mask, c->err) != DG_OK)
+	if (st != DG_OK)
+		return st;
+	if (axes_mask(&a, x->shape.ndim, &mask, c->err) != DG_OK)
 		return DG_EINVAL;
 	oshape = reduced_shape(&x->shape, mask, keep, &count);
 	y = cpu_out(c, 0, x->dtype, &oshape);

@@ -432,6 +432,26 @@ Test(array, strided_slice_infers_unknown_dims_and_rank)
 			    &out, &err), DG_EINVAL);
 }
 
+/* A step larger than the dim leaves one element, whatever its size: the
+ * kernel must not multiply 2^62 by the row stride (signed overflow, which
+ * UBSan reports). */
+Test(array, strided_slice_with_a_huge_step_takes_one_element)
+{
+	struct dg_tensor *x = iota(DG_F32, SH(4, 4));
+	struct dg_tensor *y = run1("StridedSlice", "{\"begin\":[0,0],\"end\":[4,4],"
+				   "\"strides\":[4611686018427387904,1]}", x);
+
+	expect_shape(y, SH(1, 4));
+	expect_vals(y, VALS(0, 1, 2, 3));
+	dg_tensor_free(y);
+	y = run1("StridedSlice", "{\"begin\":[3,1],\"end\":[0,4],\"end_mask\":1,"
+		 "\"strides\":[-9223372036854775807,9223372036854775807]}", x);
+	expect_shape(y, SH(1, 1));
+	expect_vals(y, VALS(13));
+	dg_tensor_free(y);
+	dg_tensor_free(x);
+}
+
 /* --- Concat ---------------------------------------------------------------- */
 
 Test(array, concat_joins_float32_matrices_on_either_axis)
@@ -888,6 +908,26 @@ Test(array, transpose_infers_dims_and_rank_from_perm)
 	expect_tshape(&out, SH(-1, -1));
 	cr_assert_eq(infer1("Transpose", NULL, &in, &out, &err), DG_OK);
 	cr_assert_eq(out.shape.ndim, -1);
+}
+
+/* A refused perm holds arbitrary indices; inference must stop at the error
+ * instead of reading the input dims they name (the input is on the heap, as
+ * in graph validation, so ASan sees a stray read). */
+Test(array, transpose_infer_refuses_a_bad_perm_without_using_it)
+{
+	struct dg_ttype *in = malloc(sizeof *in), out;
+	struct dg_err err = { 0 };
+
+	cr_assert_not_null(in);
+	*in = tt(DG_F32, SH(2, 3));
+	cr_assert_eq(infer1("Transpose", "{\"perm\":[0,1,1099511627776]}", in, &out, &err),
+		     DG_EINVAL);
+	cr_assert(strstr(err.msg, "has 3 entries but the input has rank 2"), "%s", err.msg);
+	cr_assert_eq(infer1("Transpose", "{\"perm\":[-3,0]}", in, &out, &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "not a permutation"), "%s", err.msg);
+	cr_assert_eq(infer1("Transpose", "{\"perm\":[1,1099511627776]}", in, &out, &err),
+		     DG_EINVAL);
+	free(in);
 }
 
 /* --- ExpandDims, Squeeze --------------------------------------------------- */

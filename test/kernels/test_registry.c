@@ -7,6 +7,8 @@
 #include "dg/gpu.h"
 #include "dg/kernels.h"
 
+#include "cpu.h"
+
 static const char *const required_ops[] = {
 	"Const", "Placeholder", "Identity", "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Square",
 	"Sqrt", "Exp", "Log", "Pow", "Maximum", "Minimum", "Relu", "Sigmoid", "Tanh", "MatMul",
@@ -51,6 +53,23 @@ Test(registry, entries_are_complete_sorted_and_unique)
 	}
 	cr_assert_null(dg_op_at(n));
 	cr_assert_null(dg_op_at(-1));
+}
+
+/* The index has a fixed capacity (MAX_OPS in registry.c); an op past it
+ * would silently be missing. Every op of every family table is findable. */
+Test(registry, every_family_op_is_in_the_index)
+{
+	const struct dg_op_def *const families[] = {
+		dg_ops_basic, dg_ops_eltwise, dg_ops_reduce, dg_ops_nn,
+		dg_ops_matmul, dg_ops_array, dg_ops_random,
+	};
+	int total = 0;
+
+	for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
+		for (const struct dg_op_def *op = families[f]; op->name; op++, total++)
+			cr_assert_eq(dg_op_find(op->name), op, "%s is not in the index", op->name);
+	}
+	cr_assert_eq(dg_op_count(), total);
 }
 
 Test(registry, unknown_names_are_not_found)

@@ -133,6 +133,50 @@ Test(graph, const_shape_broadcast_and_dtype_attr_are_inferred_without_data)
 	dg_graph_free(g);
 }
 
+/* The scalar-over-a-shape form is typed without building the tensor, but it
+ * must refuse what the kernel refuses: a graph that validates must not fail
+ * on its Const at run time. */
+Test(graph, const_scalar_over_a_shape_refuses_unknown_keys_at_validation)
+{
+	expect_fail("{\"nodes\": [{\"name\": \"c\", \"op\": \"Const\", \"attrs\": "
+		    "{\"value\": {\"shape\": [2], \"value\": 1, \"bogus\": 3}}}]}",
+		    DG_EINVAL, "node 'c' (Const): attr 'value': tensor object has unknown key "
+		    "'bogus'");
+}
+
+/* Shapes with unknown dims skip the element-count check of known shapes, so
+ * a Placeholder or Slice can declare sizes near 2^63; ops adding or
+ * multiplying them in inference overflowed int64 (Concat reported its own
+ * wrapped result as "a bug in the op", Max could misjudge an axis as empty).
+ * Every inferred type is now bounded like a tensor's shape. */
+Test(graph, inferred_shapes_past_the_element_limit_are_too_large)
+{
+	expect_fail("{\"nodes\": ["
+		    "{\"name\": \"p\", \"op\": \"Placeholder\", "
+		    "\"attrs\": {\"shape\": [-1, 4611686018427387904]}},"
+		    "{\"name\": \"y\", \"op\": \"Concat\", \"inputs\": [\"p\", \"p\"], "
+		    "\"attrs\": {\"axis\": 1}}]}",
+		    DG_ETOOLARGE, "node 'p' (Placeholder): output 0 would have shape "
+		    "[?,4611686018427387904], more than 2^48 elements");
+	expect_fail("{\"nodes\": ["
+		    "{\"name\": \"p\", \"op\": \"Placeholder\", "
+		    "\"attrs\": {\"shape\": [-1, 4611686018427387904, 4]}},"
+		    "{\"name\": \"m\", \"op\": \"Max\", \"inputs\": [\"p\"], "
+		    "\"attrs\": {\"axis\": [1, 2]}}]}",
+		    DG_ETOOLARGE, "node 'p' (Placeholder)");
+	expect_fail("{\"nodes\": ["
+		    "{\"name\": \"p\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [-1]}},"
+		    "{\"name\": \"s\", \"op\": \"Slice\", \"inputs\": [\"p\"], "
+		    "\"attrs\": {\"begin\": [0], \"size\": [9223372036854775807]}}]}",
+		    DG_ETOOLARGE, "node 's' (Slice)");
+	/* Zeros and unknowns do not count, as for tensors; the bound itself is fine. */
+	struct dg_err err = { 0 };
+	struct dg_graph *g = parse("{\"nodes\": [{\"name\": \"p\", \"op\": \"Placeholder\", "
+				   "\"attrs\": {\"shape\": [-1, 0, 16777216, 16777216]}}]}", &err);
+	cr_assert_not_null(g, "%s", err.msg);
+	dg_graph_free(g);
+}
+
 Test(graph, multi_output_refs_resolve_by_index)
 {
 	struct dg_err err = { 0 };

@@ -577,6 +577,52 @@ Test(alloc, large_freed_blocks_are_reused_for_the_same_size)
 	cr_assert_eq(dg_alloc_cached_bytes(), 0);
 }
 
+/* The VmFlags line of the mapping of /proc/self/smaps that holds addr, or
+ * "" when none is found. */
+static void vm_flags_of(uintptr_t addr, char *out, size_t n)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	bool in = false;
+
+	out[0] = '\0';
+	if (!f)
+		return;
+	while (fgets(line, sizeof line, f)) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+			in = addr >= lo && addr < hi;
+		else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+			snprintf(out, n, "%s", line);
+			break;
+		}
+	}
+	fclose(f);
+}
+
+/* Blocks of 2 MiB and more are advised for transparent huge pages. The
+ * advice was given for the block itself, whose start is never page-aligned,
+ * so madvise always failed with EINVAL and the advice never took. */
+Test(alloc, large_blocks_are_advised_for_huge_pages)
+{
+	char mode[128] = "", flags[512];
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+
+	if (f) {
+		if (!fgets(mode, sizeof mode, f))
+			mode[0] = '\0';
+		fclose(f);
+	}
+	if (!mode[0] || strstr(mode, "[never]"))
+		cr_skip_test("transparent huge pages are not available here");
+	char *p = dg_alloc_aligned(8 << 20);
+	cr_assert_not_null(p);
+	vm_flags_of((uintptr_t)p + (4 << 20), flags, sizeof flags);
+	cr_assert(strstr(flags, " hg"), "the block's mapping lacks the huge page advice: %s",
+		  flags);
+	dg_free_aligned(p);
+}
+
 Test(alloc, small_blocks_are_not_cached)
 {
 	dg_alloc_trim();

@@ -26,6 +26,8 @@ enum dg_status {
 	DG_EDEVICE = 14,       /* accelerator or BLAS failure */
 	DG_EUNSUPPORTED = 15,  /* valid request that dg does not do */
 	DG_ECANCELED = 16,     /* aborted step or cancelled job */
+	DG_ESTALE = 17,        /* a sync gradient for a step already applied: dropped */
+	DG_ECLOSED = 18,       /* queue closed (and, for dequeue, too few examples left) */
 	DG_STATUS_COUNT
 };
 

@@ -1,0 +1,331 @@
+/* `dg server` and `dg ps`: run one task of a cluster. Parses the options,
+ * finds this task's address in the cluster spec (--cluster, TF_CONFIG, or
+ * where `dg up` left it), starts the parameter server (ps/server.h), prints
+ * one ready line, and on SIGTERM/SIGINT stops cleanly (final checkpoint) and
+ * exits 0. Signals are blocked before any thread starts and taken by sigwait. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "cli.h"
+#include "dg/buf.h"
+#include "dg/cluster.h"
+#include "dg/log.h"
+#include "server.h"
+
+static const char usage_text[] =
+	"usage: dg server --cluster CLUSTER.json --job NAME --task I [OPTIONS]\n"
+	"       dg ps [--cluster CLUSTER.json] [--task I] [OPTIONS]   (--job ps)\n"
+	"\n"
+	"Run task I of job NAME of a cluster: a parameter server holding variables\n"
+	"and queues behind the HTTP API of doc/http-api.md. The task listens on its\n"
+	"own address from the cluster spec; port 0 there picks a free port.\n"
+	"Stops cleanly (checkpoint, exit 0) on SIGTERM or SIGINT.\n"
+	"\n"
+	"  --cluster FILE         TensorFlow cluster spec {\"ps\": [\"host:port\"], ...};\n"
+	"                         default: TF_CONFIG (cluster and task), else\n"
+	"                         $DG_CLUSTER, else the spec `dg up` wrote\n"
+	"  --job NAME             this task's job (default: TF_CONFIG's; 'ps' for dg ps)\n"
+	"  --task I               this task's index in the job (default: TF_CONFIG's, 0)\n"
+	"  --data-dir DIR         keep variables in DIR (snapshot + write-ahead log);\n"
+	"                         without it they live in memory only\n"
+	"  --token-file F         refuse requests without 'Authorization: Bearer TOKEN'\n"
+	"                         (TOKEN: F's first line)\n"
+	"  --bind ADDR            listen on ADDR (0.0.0.0: every interface); default:\n"
+	"                         the address of the spec's host (localhost: 127.0.0.1)\n"
+	"  --checkpoint-secs N    snapshot applies at least every N s (default 5)\n"
+	"  --max-body BYTES       largest request body, suffix K, M or G (default 2G)\n"
+	"  --max-connections N    concurrent connections (default 256)\n"
+	"  --request-timeout S    idle or request time limit, seconds (default 300)\n"
+	"  --port-file F          write the bound port to F once serving (atomic)\n"
+	"  -h, --help             show this help\n"
+	"\n"
+	"Prints one line when ready: 'dg: ps/0 serving on 127.0.0.1:2222 (epoch 3, ...)'.\n"
+	"Exit status: 0 after a clean stop, 1 usage error, else the code of the\n"
+	"error (doc/errors.md), e.g. 11 when the port is taken or DIR unusable.\n";
+
+struct server_args {
+	const char *cluster, *job, *data_dir, *token_file, *bind, *port_file;
+	int task;                       /* -1: not given */
+	unsigned checkpoint_secs, max_connections, request_timeout_s;
+	size_t max_body;
+};
+
+enum {
+	OPT_CLUSTER = 256, OPT_JOB, OPT_TASK, OPT_DATA_DIR, OPT_TOKEN_FILE, OPT_BIND,
+	OPT_CHECKPOINT, OPT_MAX_BODY, OPT_MAX_CONN, OPT_REQ_TIMEOUT, OPT_PORT_FILE,
+};
+
+static const struct option long_opts[] = {
+	{ "cluster", required_argument, NULL, OPT_CLUSTER },
+	{ "job", required_argument, NULL, OPT_JOB },
+	{ "task", required_argument, NULL, OPT_TASK },
+	{ "data-dir", required_argument, NULL, OPT_DATA_DIR },
+	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
+	{ "bind", required_argument, NULL, OPT_BIND },
+	{ "checkpoint-secs", required_argument, NULL, OPT_CHECKPOINT },
+	{ "max-body", required_argument, NULL, OPT_MAX_BODY },
+	{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
+	{ "request-timeout", required_argument, NULL, OPT_REQ_TIMEOUT },
+	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* A decimal count in lo..hi, with an optional K/M/G (binary) suffix when
+ * sized. false when malformed or out of range. */
+static bool parse_count(const char *s, bool sized, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	static const char suffixes[] = "KkMmGg";     /* pairs: 2^10, 2^20, 2^30 */
+	char *end;
+	unsigned long long v;
+	unsigned shift = 0;
+
+	errno = 0;
+	if (s[0] < '0' || s[0] > '9')
+		return false;
+	v = strtoull(s, &end, 10);
+	if (sized && *end && !end[1]) {
+		const char *sfx = strchr(suffixes, *end);
+		shift = sfx ? 10u * (1u + (unsigned)(sfx - suffixes) / 2u) : 0;
+		end += shift ? 1 : 0;
+	}
+	if (errno || *end || (shift && v > (hi >> shift)))
+		return false;
+	*out = (uint64_t)v << shift;
+	return *out >= lo && *out <= hi;
+}
+
+/* optarg as a number for flag: -1 when fine, else a usage error's exit code. */
+static int num_arg(const char *cmd, const char *flag, bool sized, uint64_t lo, uint64_t hi,
+		   uint64_t *v)
+{
+	if (parse_count(optarg, sized, lo, hi, v))
+		return -1;
+	return cli_usage(cmd, "%s '%s' is not %s%" PRIu64 "..%" PRIu64, flag, optarg,
+			 sized ? "a size (suffix K, M or G allowed) in " : "", lo, hi);
+}
+
+/* Returns -1 to go on, else the exit code (help printed or usage error). */
+static int parse_args(int argc, char **argv, struct server_args *a)
+{
+	const char *cmd = argv[0];
+	uint64_t v;
+	int c, rc;
+
+	optind = 0;      /* glibc: full re-initialisation, argv[0] is the command */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_CLUSTER: a->cluster = optarg; break;
+		case OPT_JOB: a->job = optarg; break;
+		case OPT_DATA_DIR: a->data_dir = optarg; break;
+		case OPT_TOKEN_FILE: a->token_file = optarg; break;
+		case OPT_BIND: a->bind = optarg; break;
+		case OPT_PORT_FILE: a->port_file = optarg; break;
+		case OPT_TASK:
+			if ((rc = num_arg(cmd, "--task", false, 0, 1000000, &v)) >= 0)
+				return rc;
+			a->task = (int)v;
+			break;
+		case OPT_CHECKPOINT:
+			if ((rc = num_arg(cmd, "--checkpoint-secs", false, 1, 86400, &v)) >= 0)
+				return rc;
+			a->checkpoint_secs = (unsigned)v;
+			break;
+		case OPT_MAX_BODY:
+			if ((rc = num_arg(cmd, "--max-body", true, 1, (uint64_t)1 << 46, &v)) >= 0)
+				return rc;
+			a->max_body = (size_t)v;
+			break;
+		case OPT_MAX_CONN:
+			if ((rc = num_arg(cmd, "--max-connections", false, 1, 65536, &v)) >= 0)
+				return rc;
+			a->max_connections = (unsigned)v;
+			break;
+		case OPT_REQ_TIMEOUT:
+			if ((rc = num_arg(cmd, "--request-timeout", false, 1, 86400, &v)) >= 0)
+				return rc;
+			a->request_timeout_s = (unsigned)v;
+			break;
+		case 'h':
+			fputs(usage_text, stdout);
+			return 0;
+		case ':':
+			return cli_usage(cmd, "%s needs a value", argv[optind - 1]);
+		default:
+			return cli_usage(cmd, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+	return -1;
+}
+
+/* The cluster, plus the task TF_CONFIG names (*tf_job owned, or NULL). */
+static struct dg_cluster *load_cluster(const struct server_args *a, char **tf_job, int *tf_index,
+				       struct dg_err *err)
+{
+	const char *tf = getenv("TF_CONFIG");
+	struct dg_cluster *c;
+
+	*tf_job = NULL;
+	*tf_index = -1;
+	if (a->cluster || !tf || !tf[0])
+		return cli_cluster_load(a->cluster, err);
+	if (!(c = dg_cluster_from_tf_config(tf, tf_job, tf_index, err)))
+		dg_err_prefix(err, "TF_CONFIG");
+	return c;
+}
+
+/* The address to listen on when --bind is absent: the spec host's own
+ * address, numeric, IPv4 first (so "localhost" is 127.0.0.1). A loopback host
+ * keeps the task private to this machine; a spec that names another host says
+ * the task is reached there, so it listens on that address only; every
+ * interface ("0.0.0.0", "::") only when the spec or --bind says so. */
+static enum dg_status default_bind(const char *host, char *out, size_t n, struct dg_err *err)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL, *pick = NULL;
+	int rc = getaddrinfo(host, NULL, &hints, &res);
+
+	if (rc != 0) {
+		dg_err_set(err, DG_EINVAL, "cannot resolve the host '%s' of this task: %s", host,
+			   gai_strerror(rc));
+		dg_err_hint(err, "fix the cluster spec, or give --bind ADDR");
+		return DG_EINVAL;
+	}
+	for (struct addrinfo *p = res; p; p = p->ai_next) {
+		if (!pick || (p->ai_family == AF_INET && pick->ai_family != AF_INET))
+			pick = p;
+	}
+	rc = pick ? getnameinfo(pick->ai_addr, pick->ai_addrlen, out, (socklen_t)n, NULL, 0,
+				NI_NUMERICHOST) : EAI_NONAME;
+	freeaddrinfo(res);
+	if (rc != 0) {
+		dg_err_set(err, DG_EINVAL, "no address for the host '%s' of this task", host);
+		dg_err_hint(err, "give --bind ADDR");
+		return DG_EINVAL;
+	}
+	return DG_OK;
+}
+
+/* Everything the server needs from the cluster spec: job, index, bind, port. */
+struct task_place {
+	char job[128];
+	int index;
+	char bind[256];
+	int port;
+};
+
+static enum dg_status find_task(const struct server_args *a, bool is_ps, struct task_place *t,
+				struct dg_err *err)
+{
+	struct dg_cluster *c;
+	const struct dg_task_addr *ta;
+	char *tf_job = NULL, host[256];
+	int tf_index;
+	enum dg_status st = DG_OK;
+
+	if (!(c = load_cluster(a, &tf_job, &tf_index, err)))
+		return err->code;
+	snprintf(t->job, sizeof t->job, "%s",
+		 a->job ? a->job : tf_job ? tf_job : is_ps ? "ps" : "");
+	t->index = a->task >= 0 ? a->task : tf_index >= 0 ? tf_index : 0;
+	if (!t->job[0]) {
+		st = dg_err_set(err, DG_EINVAL, "which task is this? no --job and no task in "
+				"TF_CONFIG");
+		dg_err_hint(err, "e.g. dg server --cluster c.json --job ps --task 0");
+	} else if (!(ta = dg_cluster_task(c, t->job, t->index, err))) {
+		st = err->code;
+	} else if ((st = dg_split_host_port(ta->address, host, sizeof host, &t->port, err)) ==
+		   DG_OK) {
+		if (a->bind)
+			snprintf(t->bind, sizeof t->bind, "%s", a->bind);
+		else
+			st = default_bind(host, t->bind, sizeof t->bind, err);
+	}
+	free(tf_job);
+	dg_cluster_free(c);
+	return st;
+}
+
+static enum dg_status write_port_file(const char *path, int port, struct dg_err *err)
+{
+	char buf[16];
+	int n = snprintf(buf, sizeof buf, "%d\n", port);
+
+	return dg_write_file_atomic(path, buf, (size_t)n, err);
+}
+
+/* Start, announce, wait for a stop signal, stop. Returns the exit code. */
+static int serve(const struct server_args *a, const struct task_place *t, const char *token,
+		 const sigset_t *stop_set)
+{
+	struct ps_server_config cfg = {
+		.job = t->job, .task = t->index, .bind = t->bind, .port = t->port,
+		.data_dir = a->data_dir, .token = token, .checkpoint_secs = a->checkpoint_secs,
+		.max_body = a->max_body, .max_connections = a->max_connections,
+		.request_timeout_s = a->request_timeout_s,
+	};
+	struct dg_err err = { 0 };
+	struct ps_server *s = ps_server_start(&cfg, &err);
+	int64_t n_vars = 0, bytes = 0;
+	int sig = 0, port;
+
+	if (!s)
+		return cli_fail(&err);
+	port = ps_server_port(s);
+	if (a->port_file && write_port_file(a->port_file, port, &err) != DG_OK) {
+		ps_server_stop(s);
+		return cli_fail(&err);
+	}
+	ps_server_stats(s, &n_vars, &bytes);
+	fprintf(stderr, "dg: %s/%d serving on %s%s%s:%d (epoch %llu, %s%s, %lld variables)\n",
+		t->job, t->index, strchr(t->bind, ':') ? "[" : "", t->bind,
+		strchr(t->bind, ':') ? "]" : "", port, (unsigned long long)ps_server_epoch(s),
+		a->data_dir ? "data dir " : "memory only", a->data_dir ? a->data_dir : "",
+		(long long)n_vars);
+	fflush(stderr);
+	while (sigwait(stop_set, &sig) != 0)
+		;
+	dg_log(DG_LOG_INFO, "server", "%s/%d: signal %d, stopping", t->job, t->index, sig);
+	ps_server_stop(s);
+	return 0;
+}
+
+int cmd_server(int argc, char **argv)
+{
+	struct server_args a = { .task = -1 };
+	struct task_place t = { 0 };
+	struct dg_err err = { 0 };
+	sigset_t stop_set;
+	char *token = NULL;
+	int rc;
+
+	if ((rc = parse_args(argc, argv, &a)) >= 0)
+		return rc;
+	if (find_task(&a, strcmp(argv[0], "ps") == 0, &t, &err) != DG_OK)
+		return cli_fail(&err);
+	if (a.token_file && !(token = cli_token_load(a.token_file, &err)))
+		return cli_fail(&err);
+	if (!a.data_dir)
+		fprintf(stderr, "dg: warning: no --data-dir: variables live in memory only and are "
+			"lost when the server stops\n");
+	/* Before any thread exists, so that every thread inherits the mask and
+	 * only sigwait below takes SIGTERM/SIGINT. */
+	sigemptyset(&stop_set);
+	sigaddset(&stop_set, SIGTERM);
+	sigaddset(&stop_set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	dg_log_set_timestamps(1);
+	rc = serve(&a, &t, token, &stop_set);
+	free(token);
+	return rc;
+}

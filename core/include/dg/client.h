@@ -1,0 +1,133 @@
+/* The typed client of a dg server's HTTP API (doc/http-api.md): variables,
+ * update rules, queues, health. Built on dg/http.h; used by the CLI, the
+ * mount and workers. One client object per server per thread (it holds one
+ * kept-alive connection). */
+#ifndef DG_CLIENT_H
+#define DG_CLIENT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dg/buf.h"
+#include "dg/codec.h"
+#include "dg/tensor.h"
+
+#define DG_VAR_NAME_MAX 256             /* bytes */
+#define DG_QUEUE_MAX_COMPONENTS 16
+
+/* Check a variable (or queue) name: segments of [A-Za-z0-9_.-]+ joined by '/',
+ * no empty/"."/".." segment, at most DG_VAR_NAME_MAX bytes. DG_EINVAL naming
+ * the name and the rule broken. Shared by client and server. */
+enum dg_status dg_var_name_check(const char *name, struct dg_err *err);
+
+struct dg_var_info {
+	char name[DG_VAR_NAME_MAX + 1];
+	enum dg_dtype dtype;
+	struct dg_shape shape;
+	uint64_t bytes;
+	uint64_t version;
+	double mtime;                   /* seconds since the Unix epoch */
+};
+
+/* Settings of a shared queue (POST /v1/queues/NAME). */
+struct dg_queue_spec {
+	int64_t capacity;               /* examples */
+	bool shuffle;
+	int64_t min_after_dequeue;
+	uint64_t seed;
+	int n_components;
+	enum dg_dtype dtype[DG_QUEUE_MAX_COMPONENTS];
+	struct dg_shape shape[DG_QUEUE_MAX_COMPONENTS];
+};
+/* JSON <-> spec (the body format of doc/http-api.md), with validation:
+ * capacity >= 1, 0 <= min_after_dequeue < capacity, 1..16 components. */
+enum dg_status dg_queue_spec_from_json(const json_t *j, struct dg_queue_spec *out,
+				       struct dg_err *err);
+json_t *dg_queue_spec_to_json(const struct dg_queue_spec *s);
+
+struct dg_client;
+
+/* A client of the server at address ("host:port"); token may be NULL.
+ * Connects lazily. Returns owned or NULL with *err set. */
+struct dg_client *dg_client_new(const char *address, const char *token, struct dg_err *err);
+void dg_client_free(struct dg_client *c);
+/* The server's epoch seen in the last reply (0 before any). */
+uint64_t dg_client_epoch(const struct dg_client *c);
+
+/* GET /v1/health as JSON (owned reference). */
+enum dg_status dg_client_health(struct dg_client *c, json_t **out, struct dg_err *err);
+
+/* GET /v1/vars: *out is an owned array (free()) of *n entries. */
+enum dg_status dg_var_list(struct dg_client *c, const char *prefix, struct dg_var_info **out,
+			   int *n, struct dg_err *err);
+/* HEAD: dtype, shape, version, bytes (name filled). */
+enum dg_status dg_var_stat(struct dg_client *c, const char *name, struct dg_var_info *info,
+			   struct dg_err *err);
+/* GET raw -> owned tensor; info (may be NULL) gets the headers. */
+enum dg_status dg_var_get(struct dg_client *c, const char *name, struct dg_tensor **out,
+			  struct dg_var_info *info, struct dg_err *err);
+/* GET in an encoding, appended to out. */
+enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg_encoding enc,
+				  struct dg_buf *out, struct dg_var_info *info, struct dg_err *err);
+/* GET ?min_version: DG_ETIMEOUT when the version did not arrive in time. */
+enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_version,
+			   long timeout_ms, struct dg_tensor **out, struct dg_var_info *info,
+			   struct dg_err *err);
+
+struct dg_put_opts {
+	bool replace;                   /* allow another dtype/shape (?replace=1) */
+	bool create_only;               /* If-None-Match: * */
+	uint64_t if_match;              /* 0: unconditional */
+};
+/* PUT a tensor (raw). *version (may be NULL) gets the new version. */
+enum dg_status dg_var_put(struct dg_client *c, const char *name, const struct dg_tensor *t,
+			  const struct dg_put_opts *opts, uint64_t *version, struct dg_err *err);
+/* PUT an encoded body (npy/text; raw needs dtype/shape: use dg_var_put). */
+enum dg_status dg_var_put_encoded(struct dg_client *c, const char *name, enum dg_encoding enc,
+				  const void *body, size_t len, const struct dg_put_opts *opts,
+				  uint64_t *version, struct dg_err *err);
+/* PATCH raw bytes at byte offset. */
+enum dg_status dg_var_patch(struct dg_client *c, const char *name, uint64_t offset,
+			    const void *p, size_t n, uint64_t if_match, uint64_t *version,
+			    struct dg_err *err);
+enum dg_status dg_var_delete(struct dg_client *c, const char *name, uint64_t if_match,
+			     struct dg_err *err);
+
+struct dg_apply {
+	const char *rule;               /* assign, assign_add, sgd, momentum, adam */
+	double lr, momentum, beta1, beta2, eps;   /* as the rule needs; 0 = server default */
+	bool nesterov;
+	int64_t step;                   /* sync mode: >= 0; async: -1 */
+	int replicas;                   /* sync mode */
+	int backup;                     /* sync mode: apply after replicas-backup arrivals */
+	int64_t replica;                /* sync mode: this replica's id, -1 = anonymous */
+};
+struct dg_apply_result {
+	bool applied;                   /* false: accepted, waiting for other replicas */
+	uint64_t version;
+	int pending;
+	int64_t step;
+};
+/* POST /apply with grad as a raw body. DG_ESTALE when a sync gradient was dropped. */
+enum dg_status dg_var_apply(struct dg_client *c, const char *name, const struct dg_apply *a,
+			    const struct dg_tensor *grad, struct dg_apply_result *res,
+			    struct dg_err *err);
+
+/* Queues. components[i] is the [n, ...shape_i] batch of component i. */
+enum dg_status dg_queue_create(struct dg_client *c, const char *name,
+			       const struct dg_queue_spec *spec, struct dg_err *err);
+enum dg_status dg_queue_enqueue(struct dg_client *c, const char *name, int64_t n,
+				const struct dg_tensor *const *components, int n_components,
+				long timeout_ms, struct dg_err *err);
+/* *got examples dequeued into owned tensors out[0..n_components). */
+enum dg_status dg_queue_dequeue(struct dg_client *c, const char *name, int64_t n,
+				long timeout_ms, bool allow_smaller, struct dg_tensor **out,
+				int n_components, int64_t *got, struct dg_err *err);
+enum dg_status dg_queue_close(struct dg_client *c, const char *name, struct dg_err *err);
+enum dg_status dg_queue_delete(struct dg_client *c, const char *name, struct dg_err *err);
+/* GET /v1/queues/NAME state (owned JSON). */
+enum dg_status dg_queue_state(struct dg_client *c, const char *name, json_t **out,
+			      struct dg_err *err);
+
+#endif

@@ -1,0 +1,172 @@
+/* HTTP for dg: the server side (one libmicrohttpd callback, a route table,
+ * auth, limits, JSON errors, metrics of every request) and the client side
+ * (libcurl, one kept-alive connection per client object). Handlers and
+ * callers never see MHD or curl types. */
+#ifndef DG_HTTP_H
+#define DG_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dg/buf.h"
+#include "dg/status.h"
+
+/* ------------------------------------------------------------------ server */
+
+/* A request as a handler sees it. All pointers are borrowed for the duration
+ * of the handler call. */
+struct dg_http_req;
+
+const char *dg_http_method(const struct dg_http_req *r);     /* "GET" */
+const char *dg_http_path(const struct dg_http_req *r);       /* decoded, no query */
+/* A header (case-insensitive name) or NULL. */
+const char *dg_http_header(const struct dg_http_req *r, const char *name);
+/* A query argument (decoded) or NULL; "" for "?flag" without a value. */
+const char *dg_http_query(const struct dg_http_req *r, const char *key);
+/* A route parameter: the text matched by {name} or {name...} in the pattern. */
+const char *dg_http_param(const struct dg_http_req *r, const char *name);
+/* The uploaded body (complete; its length was checked against the limits).
+ * The block is 64-byte aligned, so a raw tensor body can be adopted. */
+const void *dg_http_body(const struct dg_http_req *r, size_t *len);
+/* Take ownership of the body block (free with dg_free_aligned); afterwards
+ * dg_http_body returns NULL. Lets a PUT of a raw tensor avoid a copy. */
+void *dg_http_body_take(struct dg_http_req *r, size_t *len);
+
+/* Typed query helpers: missing -> *out = def, DG_OK; malformed -> DG_EINVAL
+ * naming the parameter. */
+enum dg_status dg_http_query_int(const struct dg_http_req *r, const char *key, int64_t def,
+				 int64_t *out, struct dg_err *err);
+enum dg_status dg_http_query_double(const struct dg_http_req *r, const char *key, double def,
+				    double *out, struct dg_err *err);
+
+/* The reply a handler builds. Status defaults to 200. The body is either an
+ * owned dg_buf (body), or an external block with a release callback (e.g. a
+ * reference-counted tensor snapshot: sent without a copy). */
+struct dg_http_resp;
+
+void dg_http_set_status(struct dg_http_resp *w, int status);
+/* Add a header (copied). */
+void dg_http_add_header(struct dg_http_resp *w, const char *name, const char *value);
+/* The owned body buffer to append to; content_type is copied. */
+struct dg_buf *dg_http_body_buf(struct dg_http_resp *w, const char *content_type);
+/* Send n bytes at p; release(ud) is called once the server no longer needs
+ * them (also on error paths). No copy is made. */
+void dg_http_set_body_ref(struct dg_http_resp *w, const char *content_type, const void *p,
+			  size_t n, void (*release)(void *ud), void *ud);
+/* Convenience: a JSON body (takes ownership of the jansson value). */
+struct json_t;
+void dg_http_set_json(struct dg_http_resp *w, int status, struct json_t *v);
+
+/* A handler: parse the request, call the store, build the reply. Returning
+ * an error status with err set makes the server send the JSON error with the
+ * status's HTTP code (any body the handler started is dropped). ctx is the
+ * pointer given to dg_http_server_new. Handlers may block (long polls, queue
+ * waits): each connection has its own thread. */
+typedef enum dg_status (*dg_http_handler)(void *ctx, struct dg_http_req *r,
+					  struct dg_http_resp *w, struct dg_err *err);
+
+/* A route: method, pattern, handler, one line of documentation. Patterns are
+ * literal segments and {name} (one segment) or {name...} (one or more
+ * segments, for variable names with '/'); a literal suffix after {name...}
+ * such as "/v1/vars/{name...}/apply" is matched from the right. */
+struct dg_route {
+	const char *method;
+	const char *pattern;
+	dg_http_handler fn;
+	const char *doc;
+};
+
+struct dg_http_config {
+	const char *bind;               /* address to listen on; NULL = 127.0.0.1 */
+	int port;                       /* 0 = pick a free port (see dg_http_server_port) */
+	const char *token;              /* bearer token; NULL = no auth */
+	size_t max_body;                /* bytes; 0 = 2 GiB */
+	size_t max_header;              /* bytes; 0 = 16 KiB */
+	unsigned max_connections;       /* 0 = 256 */
+	unsigned request_timeout_s;     /* idle/request time; 0 = 300 */
+	const char *server_name;        /* for logs, e.g. "ps/0" */
+	uint64_t epoch;                 /* sent as Dg-Epoch on every response */
+};
+
+struct dg_http_server;
+
+/* Start listening and serving (threads of its own). routes must outlive the
+ * server. Returns an owned server or NULL with *err set (DG_EIO naming the
+ * address when the port is taken). */
+struct dg_http_server *dg_http_server_new(const struct dg_http_config *cfg,
+					  const struct dg_route *routes, int n_routes, void *ctx,
+					  struct dg_err *err);
+/* A route table served with its own ctx: one server can serve several faces
+ * (the ps routes and the worker routes of `dg server`). */
+struct dg_route_group {
+	const struct dg_route *routes;
+	int n_routes;
+	void *ctx;
+};
+
+/* Like dg_http_server_new with several tables: each handler gets its group's
+ * ctx. Routes are tried in group order, then table order. The tables (not the
+ * groups array) must outlive the server. Owned or NULL with *err set. */
+struct dg_http_server *dg_http_server_new_groups(const struct dg_http_config *cfg,
+						 const struct dg_route_group *groups, int n_groups,
+						 struct dg_err *err);
+/* The port actually bound. */
+int dg_http_server_port(const struct dg_http_server *s);
+/* Append the server's request metrics in Prometheus text format. */
+enum dg_status dg_http_server_metrics(struct dg_http_server *s, struct dg_buf *out,
+				      struct dg_err *err);
+/* Stop accepting, wait for handlers to finish, free. NULL is fine. */
+void dg_http_server_free(struct dg_http_server *s);
+
+/* ------------------------------------------------------------------ client */
+
+struct dg_http_client;
+
+/* A client for one server, "host:port" or "http://host:port". token may be
+ * NULL. One kept-alive connection, reused across requests; a client object
+ * is used by one thread at a time. timeout_ms bounds each request (0 = 300 s). */
+struct dg_http_client *dg_http_client_new(const char *address, const char *token,
+					  long timeout_ms, struct dg_err *err);
+void dg_http_client_free(struct dg_http_client *c);
+/* "http://127.0.0.1:2222" (for messages). */
+const char *dg_http_client_url(const struct dg_http_client *c);
+
+struct dg_http_header {
+	const char *name;
+	const char *value;
+};
+
+struct dg_http_result {
+	int status;                     /* HTTP status */
+	struct dg_buf body;             /* owned by the result */
+	char content_type[128];
+	char dg_dtype[32];              /* Dg-Dtype, "" when absent */
+	char dg_shape[160];             /* Dg-Shape */
+	uint64_t dg_version;            /* Dg-Version, 0 when absent */
+	uint64_t dg_epoch;              /* Dg-Epoch, 0 when absent */
+	char content_range[96];
+	int64_t dg_count;               /* Dg-Count, -1 when absent */
+};
+void dg_http_result_init(struct dg_http_result *r);
+void dg_http_result_deinit(struct dg_http_result *r);
+
+/* One request. path is "/v1/..." with the query (the caller percent-encodes
+ * names with dg_http_escape_path). body may be NULL. On a transport failure:
+ * DG_EUNAVAILABLE (connection refused, naming the URL) or DG_ETIMEOUT. Every
+ * HTTP status >= 400 is returned as an error with res->status set: a dg JSON
+ * error body gives its code, message and hint; other bodies a code mapped from
+ * the status and the body's first line. Statuses below 400 (200, 201, 202,
+ * 206, 304) return DG_OK and the caller reads res. Retries once on a dropped
+ * kept-alive connection for idempotent methods (libcurl itself may resend any
+ * request once when a reused connection died before any byte of the answer). */
+enum dg_status dg_http_request(struct dg_http_client *c, const char *method, const char *path,
+			       const struct dg_http_header *headers, int n_headers,
+			       const void *body, size_t body_len, struct dg_http_result *res,
+			       struct dg_err *err);
+
+/* Percent-encode a variable name for a URL path (keeps '/' and unreserved
+ * characters). Appends to out. */
+enum dg_status dg_http_escape_path(const char *name, struct dg_buf *out, struct dg_err *err);
+
+#endif

@@ -1,0 +1,572 @@
+/* The HTTP client of dg, and the only libcurl code in dg: one easy handle per
+ * client object, reused so requests share one kept-alive connection; request
+ * bodies go from the caller's memory, responses into a dg_buf sized once from
+ * Content-Length. Transport failures and dg's JSON errors come back as
+ * dg_status codes with the URL in the message. The typed client (client.c),
+ * the CLI, the mount and workers are built on it. */
+#include "dg/http.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "dg/log.h"
+
+#define CONNECT_TIMEOUT_MS 5000L
+#define DEFAULT_TIMEOUT_MS 300000L
+#define RECV_BUFFER ((long)512 << 10)   /* bytes per recv of a response body */
+#define SEND_BUFFER ((long)2 << 20)     /* bytes per send of a request body (curl's max) */
+
+struct dg_http_client {
+	CURL *h;
+	char *base;                     /* "http://host:port", no trailing '/' */
+	char *auth;                     /* "Authorization: Bearer TOKEN" or NULL */
+	long timeout_ms;
+	bool reused;                    /* the last request succeeded: a connection is open */
+	/* State of the request in flight, for the callbacks. */
+	struct dg_http_result *res;
+	bool head;
+	bool oom;                       /* a callback could not grow the body */
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc;
+
+static void global_init(void)
+{
+	global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+void dg_http_result_init(struct dg_http_result *r)
+{
+	memset(r, 0, sizeof *r);
+	dg_buf_init(&r->body);
+	r->dg_count = -1;
+}
+
+void dg_http_result_deinit(struct dg_http_result *r)
+{
+	dg_buf_deinit(&r->body);
+	dg_http_result_init(r);
+}
+
+/* Forget the previous response's headers; keep the body's memory. */
+static void result_reset(struct dg_http_result *r)
+{
+	r->status = 0;
+	r->body.len = 0;
+	if (r->body.data)
+		r->body.data[0] = '\0';
+	r->content_type[0] = '\0';
+	r->dg_dtype[0] = '\0';
+	r->dg_shape[0] = '\0';
+	r->dg_version = 0;
+	r->dg_epoch = 0;
+	r->content_range[0] = '\0';
+	r->dg_count = -1;
+}
+
+/* ------------------------------------------------------------- callbacks */
+
+static size_t on_body(char *p, size_t size, size_t n, void *ud)
+{
+	struct dg_http_client *c = ud;
+
+	if (dg_buf_append(&c->res->body, p, size * n, NULL) != DG_OK) {
+		c->oom = true;
+		return 0;       /* curl stops with CURLE_WRITE_ERROR */
+	}
+	return size * n;
+}
+
+static void copy_field(char *dst, size_t cap, const char *v, size_t n)
+{
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(dst, v, n);
+	dst[n] = '\0';
+}
+
+static bool parse_u64(const char *v, size_t n, uint64_t *out)
+{
+	char tmp[32];
+	char *end;
+
+	if (n == 0 || n >= sizeof tmp || v[0] < '0' || v[0] > '9')
+		return false;
+	memcpy(tmp, v, n);
+	tmp[n] = '\0';
+	errno = 0;
+	unsigned long long x = strtoull(tmp, &end, 10);
+	if (*end != '\0' || errno == ERANGE)
+		return false;
+	*out = x;
+	return true;
+}
+
+/* One header line "Name: value\r\n" (not NUL-terminated), or a status line. */
+static size_t on_header(char *p, size_t size, size_t n, void *ud)
+{
+	struct dg_http_client *c = ud;
+	struct dg_http_result *r = c->res;
+	size_t len = size * n;
+	uint64_t u;
+
+	/* A new status line (after a 100 Continue, say) starts a new response. */
+	if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+		result_reset(r);
+		return len;
+	}
+	const char *colon = memchr(p, ':', len);
+	if (!colon)
+		return len;
+	size_t nl = (size_t)(colon - p);
+	const char *v = colon + 1;
+	const char *e = p + len;
+	while (v < e && (*v == ' ' || *v == '\t'))
+		v++;
+	while (e > v && (e[-1] == '\r' || e[-1] == '\n' || e[-1] == ' ' || e[-1] == '\t'))
+		e--;
+	size_t vl = (size_t)(e - v);
+#define IS(name) (nl == sizeof name - 1 && strncasecmp(p, name, nl) == 0)
+	if (IS("Content-Type")) {
+		copy_field(r->content_type, sizeof r->content_type, v, vl);
+	} else if (IS("Dg-Dtype")) {
+		copy_field(r->dg_dtype, sizeof r->dg_dtype, v, vl);
+	} else if (IS("Dg-Shape")) {
+		copy_field(r->dg_shape, sizeof r->dg_shape, v, vl);
+	} else if (IS("Content-Range")) {
+		copy_field(r->content_range, sizeof r->content_range, v, vl);
+	} else if (IS("Dg-Version")) {
+		if (parse_u64(v, vl, &u))
+			r->dg_version = u;
+	} else if (IS("Dg-Epoch")) {
+		if (parse_u64(v, vl, &u))
+			r->dg_epoch = u;
+	} else if (IS("Dg-Count")) {
+		if (parse_u64(v, vl, &u) && u <= INT64_MAX)
+			r->dg_count = (int64_t)u;
+	} else if (IS("Content-Length")) {
+		/* Size the body once. A failed reservation is not an error here: the
+		 * body callback grows the buffer as data arrives (and reports OOM). */
+		if (!c->head && parse_u64(v, vl, &u) && u < SIZE_MAX / 2 &&
+		    dg_buf_reserve(&r->body, (size_t)u, NULL) == DG_OK)
+			r->body.data[r->body.len] = '\0';     /* reserve leaves it unset */
+	}
+#undef IS
+	return len;
+}
+
+/* --------------------------------------------------------------- objects */
+
+struct dg_http_client *dg_http_client_new(const char *address, const char *token,
+					  long timeout_ms, struct dg_err *err)
+{
+	struct dg_http_client *c;
+
+	pthread_once(&global_once, global_init);
+	if (global_rc != CURLE_OK) {
+		dg_err_set(err, DG_EINTERNAL, "cannot initialise libcurl: %s",
+			   curl_easy_strerror(global_rc));
+		return NULL;
+	}
+	if (!address || !*address || strpbrk(address, " \t\r\n")) {
+		dg_err_set(err, DG_EINVAL, "server address '%s' is empty or has blanks",
+			   address ? address : "");
+		dg_err_hint(err, "write it as host:port, e.g. 127.0.0.1:2222");
+		return NULL;
+	}
+	const char *rest = address;
+	const char *sep = strstr(address, "://");
+	if (sep) {
+		if ((size_t)(sep - address) != 4 || strncasecmp(address, "http", 4) != 0) {
+			dg_err_set(err, DG_EINVAL, "server address '%s': only http:// is supported",
+				   address);
+			dg_err_hint(err, "write it as host:port or http://host:port");
+			return NULL;
+		}
+		rest = sep + 3;
+	}
+	size_t n = strlen(rest);
+	while (n && rest[n - 1] == '/')
+		n--;
+	if (n == 0) {
+		dg_err_set(err, DG_EINVAL, "server address '%s' has no host", address);
+		return NULL;
+	}
+	if (token && strpbrk(token, "\r\n")) {
+		dg_err_set(err, DG_EINVAL, "the bearer token contains a line break");
+		dg_err_hint(err, "the token file should hold the token on one line");
+		return NULL;
+	}
+	c = calloc(1, sizeof *c);
+	if (!c)
+		goto oom;
+	c->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
+	c->base = malloc(n + 8);
+	if (!c->base)
+		goto oom;
+	snprintf(c->base, n + 8, "http://%.*s", (int)n, rest);
+	if (token) {
+		size_t tl = strlen(token) + 32;
+		c->auth = malloc(tl);
+		if (!c->auth)
+			goto oom;
+		snprintf(c->auth, tl, "Authorization: Bearer %s", token);
+	}
+	c->h = curl_easy_init();
+	if (!c->h)
+		goto oom;
+	/* Options that hold for every request of this handle. */
+	curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c->h, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(c->h, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c->h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+	curl_easy_setopt(c->h, CURLOPT_BUFFERSIZE, RECV_BUFFER);
+	curl_easy_setopt(c->h, CURLOPT_UPLOAD_BUFFERSIZE, SEND_BUFFER);
+	curl_easy_setopt(c->h, CURLOPT_ERRORBUFFER, c->errbuf);
+	curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
+	curl_easy_setopt(c->h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c->h, CURLOPT_HEADERDATA, c);
+	/* Send the path as given: a client testing "/v1/vars/../x" means it. */
+	curl_easy_setopt(c->h, CURLOPT_PATH_AS_IS, 1L);
+	curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 0L);
+	return c;
+oom:
+	dg_http_client_free(c);
+	dg_err_set(err, DG_ENOMEM, "out of memory creating an HTTP client for %s", address);
+	return NULL;
+}
+
+void dg_http_client_free(struct dg_http_client *c)
+{
+	if (!c)
+		return;
+	if (c->h)
+		curl_easy_cleanup(c->h);
+	free(c->base);
+	free(c->auth);
+	free(c);
+}
+
+const char *dg_http_client_url(const struct dg_http_client *c)
+{
+	return c->base;
+}
+
+/* -------------------------------------------------------------- requests */
+
+static bool is_idempotent(const char *m)
+{
+	return strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0 || strcmp(m, "PUT") == 0 ||
+	       strcmp(m, "DELETE") == 0;
+}
+
+static bool bad_header_text(const char *s)
+{
+	return strpbrk(s, "\r\n") != NULL;
+}
+
+/* The header list of one request: ours, then the caller's. */
+static enum dg_status build_headers(struct dg_http_client *c, const struct dg_http_header *hs,
+				    int n, bool has_body, struct curl_slist **out,
+				    struct dg_err *err)
+{
+	struct curl_slist *l = NULL, *t;
+	bool has_ct = false;
+	char line[1024];
+
+	/* "Expect:" removes curl's Expect: 100-continue on large bodies: a round
+	 * trip per PUT for nothing (the server answers refusals before reading). */
+	l = curl_slist_append(l, "Expect:");
+	if (l && c->auth)
+		l = (t = curl_slist_append(l, c->auth)) ? t : (curl_slist_free_all(l), NULL);
+	for (int i = 0; l && i < n; i++) {
+		const char *name = hs[i].name, *v = hs[i].value;
+		if (!name || !*name || bad_header_text(name) || strchr(name, ':') ||
+		    (v && bad_header_text(v))) {
+			curl_slist_free_all(l);
+			return dg_err_set(err, DG_EINVAL, "request header '%s' is empty or has a "
+					  "line break", name ? name : "");
+		}
+		has_ct |= strcasecmp(name, "Content-Type") == 0;
+		/* "Name;" sends an empty header, "Name:" removes one of curl's. */
+		if (!v)
+			snprintf(line, sizeof line, "%s:", name);
+		else if (!*v)
+			snprintf(line, sizeof line, "%s;", name);
+		else if ((size_t)snprintf(line, sizeof line, "%s: %s", name, v) >= sizeof line) {
+			curl_slist_free_all(l);
+			return dg_err_set(err, DG_EINVAL, "request header '%s' is longer than %zu "
+					  "bytes", name, sizeof line);
+		}
+		t = curl_slist_append(l, line);
+		if (!t)
+			curl_slist_free_all(l);
+		l = t;
+	}
+	/* curl would label a body application/x-www-form-urlencoded. */
+	if (l && has_body && !has_ct) {
+		t = curl_slist_append(l, "Content-Type: application/octet-stream");
+		if (!t)
+			curl_slist_free_all(l);
+		l = t;
+	}
+	if (!l)
+		return dg_err_set(err, DG_ENOMEM, "out of memory building request headers");
+	*out = l;
+	return DG_OK;
+}
+
+static void set_method(CURL *h, const char *method, const void *body, size_t len)
+{
+	bool head = strcmp(method, "HEAD") == 0;
+	bool with_body = body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+			 strcmp(method, "PATCH") == 0;
+
+	if (head) {
+		curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, NULL);
+		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	} else if (with_body) {
+		/* The body is sent from the caller's memory (POSTFIELDS does not copy);
+		 * the size goes first so binary data is not measured with strlen. */
+		curl_easy_setopt(h, CURLOPT_NOBODY, 0L);
+		curl_easy_setopt(h, CURLOPT_POST, 1L);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(body ? len : 0));
+		curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, strcmp(method, "POST") ? method : NULL);
+	} else {
+		curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+		curl_easy_setopt(h, CURLOPT_NOBODY, 0L);
+		curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, strcmp(method, "GET") ? method : NULL);
+	}
+}
+
+/* A transport failure as a dg error naming the URL. */
+static enum dg_status transport_error(struct dg_http_client *c, CURLcode rc, const char *method,
+				      const char *url, struct dg_err *err)
+{
+	const char *why = c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc);
+	long os_errno = 0;
+	curl_off_t connect_us = 0;
+	enum dg_status st;
+
+	curl_easy_getinfo(c->h, CURLINFO_OS_ERRNO, &os_errno);
+	curl_easy_getinfo(c->h, CURLINFO_CONNECT_TIME_T, &connect_us);
+	switch (rc) {
+	case CURLE_COULDNT_CONNECT:
+		st = dg_err_set(err, DG_EUNAVAILABLE, "cannot reach %s: %s", c->base,
+				os_errno ? strerror((int)os_errno) : why);
+		dg_err_hint(err, "is a dg server running at that address? check the cluster spec "
+			    "and start it with: dg server");
+		return st;
+	case CURLE_COULDNT_RESOLVE_HOST:
+		st = dg_err_set(err, DG_EUNAVAILABLE, "cannot reach %s: %s", c->base, why);
+		dg_err_hint(err, "check the host name in the address or the cluster spec");
+		return st;
+	case CURLE_OPERATION_TIMEDOUT:
+		if (connect_us == 0) {
+			/* Still connecting: the host is down or a firewall drops packets. */
+			st = dg_err_set(err, DG_EUNAVAILABLE, "cannot reach %s: no connection "
+					"within %ld ms", c->base, CONNECT_TIMEOUT_MS);
+			dg_err_hint(err, "is the host up and the port open?");
+			return st;
+		}
+		st = dg_err_set(err, DG_ETIMEOUT, "%s %s: no complete answer within %ld ms",
+				method, url, c->timeout_ms);
+		dg_err_hint(err, "the server is busy or stuck; retry, or allow a longer timeout");
+		return st;
+	case CURLE_WRITE_ERROR:
+		if (c->oom)
+			return dg_err_set(err, DG_ENOMEM, "%s %s: out of memory receiving the "
+					  "response", method, url);
+		break;
+	case CURLE_OUT_OF_MEMORY:
+		return dg_err_set(err, DG_ENOMEM, "%s %s: out of memory in libcurl", method, url);
+	case CURLE_URL_MALFORMAT:
+		return dg_err_set(err, DG_EINVAL, "%s %s: malformed URL: %s", method, url, why);
+	default:
+		break;
+	}
+	st = dg_err_set(err, DG_EUNAVAILABLE, "%s %s: %s", method, url, why);
+	dg_err_hint(err, "the connection to the server failed; retry, and check that the "
+		    "server is up (dg status)");
+	return st;
+}
+
+/* A status for an HTTP error whose body is not a dg JSON error. */
+static enum dg_status status_from_http(long http)
+{
+	switch (http) {
+	case 400:
+	case 416:
+		return DG_EINVAL;
+	case 401:
+	case 403:
+		return DG_EUNAUTHORIZED;
+	case 404:
+		return DG_ENOTFOUND;
+	case 405:
+	case 501:
+		return DG_EUNSUPPORTED;
+	case 408:
+	case 504:
+		return DG_ETIMEOUT;
+	case 409:
+	case 412:
+		return DG_ECONFLICT;
+	case 410:
+		return DG_ECLOSED;
+	case 413:
+	case 414:
+	case 431:
+		return DG_ETOOLARGE;
+	case 429:
+	case 502:
+	case 503:
+		return DG_EUNAVAILABLE;
+	case 507:
+		return DG_ENOMEM;
+	default:
+		return DG_EINTERNAL;
+	}
+}
+
+/* Turn an HTTP error response into err: dg's JSON error when the body is one,
+ * else a code from the HTTP status and the first line of the body. */
+static enum dg_status http_error(struct dg_http_result *res, const char *method,
+				 const char *url, struct dg_err *err)
+{
+	json_t *j = NULL;
+	const char *code = NULL, *msg = NULL, *hint = NULL;
+	enum dg_status st;
+
+	if (res->body.len)
+		j = json_loadb(res->body.data, res->body.len, 0, NULL);
+	if (j && json_unpack(json_object_get(j, "error"), "{s:s,s?s,s?s}", "code", &code,
+			     "message", &msg, "hint", &hint) == 0) {
+		st = dg_status_from_name(code);
+		if (st == DG_OK)
+			st = status_from_http(res->status);
+		/* The server's message already names the object: pass it on as is. */
+		dg_err_set(err, st, "%s", msg && *msg ? msg : code);
+		if (hint && *hint)
+			dg_err_hint(err, "%s", hint);
+		json_decref(j);
+		return st;
+	}
+	json_decref(j);
+	st = status_from_http(res->status);
+	const char *b = res->body.data ? res->body.data : "";
+	int first = 0;
+	while ((size_t)first < res->body.len && first < 160 && b[first] != '\r' &&
+	       b[first] != '\n')
+		first++;
+	if (first)
+		dg_err_set(err, st, "%s %s: HTTP %d: %.*s", method, url, res->status, first, b);
+	else
+		dg_err_set(err, st, "%s %s: HTTP %d", method, url, res->status);
+	return st;
+}
+
+enum dg_status dg_http_request(struct dg_http_client *c, const char *method, const char *path,
+			       const struct dg_http_header *headers, int n_headers,
+			       const void *body, size_t body_len, struct dg_http_result *res,
+			       struct dg_err *err)
+{
+	struct curl_slist *hl = NULL;
+	enum dg_status st;
+	CURLcode rc;
+	char *url;
+
+	if (!c || !res || !method || !*method || strpbrk(method, " \t\r\n") || !path ||
+	    path[0] != '/' || strpbrk(path, " \t\r\n") || n_headers < 0 ||
+	    (n_headers && !headers) || (body_len && !body))
+		return dg_err_set(err, DG_EINVAL, "bad HTTP request '%s %s'", method ? method : "",
+				  path ? path : "");
+	size_t ul = strlen(c->base) + strlen(path) + 1;
+	url = malloc(ul);
+	if (!url)
+		return dg_err_set(err, DG_ENOMEM, "out of memory building a URL");
+	snprintf(url, ul, "%s%s", c->base, path);
+	st = build_headers(c, headers, n_headers, body || strcmp(method, "POST") == 0 ||
+			   strcmp(method, "PUT") == 0 || strcmp(method, "PATCH") == 0, &hl, err);
+	if (st != DG_OK)
+		goto out;
+	curl_easy_setopt(c->h, CURLOPT_URL, url);
+	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+	set_method(c->h, method, body, body_len);
+	c->res = res;
+	c->head = strcmp(method, "HEAD") == 0;
+	for (int attempt = 0;; attempt++) {
+		result_reset(res);
+		c->oom = false;
+		c->errbuf[0] = '\0';
+		rc = curl_easy_perform(c->h);
+		if (rc == CURLE_OK)
+			break;
+		/* The server may close a kept-alive connection just as we reuse it
+		 * (idle timeout, restart): retry once, for methods safe to repeat.
+		 * (libcurl itself already resends once, for any method, when a reused
+		 * connection dies before any byte of the answer: then the server
+		 * cannot have seen the request. This covers resets and failed sends.) */
+		bool dropped = rc == CURLE_SEND_ERROR || rc == CURLE_RECV_ERROR ||
+			       rc == CURLE_GOT_NOTHING;
+		if (attempt == 0 && dropped && c->reused && is_idempotent(method)) {
+			dg_log(DG_LOG_DEBUG, "http", "%s %s: %s; retrying on a new connection",
+			       method, url, c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc));
+			c->reused = false;
+			continue;
+		}
+		c->reused = false;
+		st = transport_error(c, rc, method, url, err);
+		goto out;
+	}
+	c->reused = true;
+	long http = 0;
+	curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &http);
+	res->status = (int)http;
+	if (http >= 400)
+		st = http_error(res, method, url, err);
+out:
+	/* The handle keeps pointers to these: clear them before freeing. */
+	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, NULL);
+	c->res = NULL;
+	curl_slist_free_all(hl);
+	free(url);
+	return st;
+}
+
+enum dg_status dg_http_escape_path(const char *name, struct dg_buf *out, struct dg_err *err)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	enum dg_status st = DG_OK;
+
+	if (!name)
+		return dg_err_set(err, DG_EINVAL, "no name to escape");
+	for (const unsigned char *p = (const unsigned char *)name; *p && st == DG_OK; p++) {
+		unsigned char ch = *p;
+		bool keep = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+			    (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' ||
+			    ch == '~' || ch == '/';
+		if (keep) {
+			st = dg_buf_append(out, p, 1, err);
+		} else {
+			char e[3] = { '%', hex[ch >> 4], hex[ch & 15] };
+			st = dg_buf_append(out, e, 3, err);
+		}
+	}
+	return st;
+}

@@ -1,0 +1,50 @@
+/* Shared input queues held by a server (the seed's RandomShuffleQueue): many
+ * producers enqueue examples, many consumers dequeue disjoint batches, with
+ * optional seeded shuffling. In memory only. Thread-safe; enqueue and dequeue
+ * block (up to a timeout) on a full or empty queue. */
+#ifndef PS_QUEUE_H
+#define PS_QUEUE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dg/buf.h"
+#include "dg/client.h"
+
+struct ps_queues;
+
+struct ps_queues *ps_queues_new(struct dg_err *err);
+/* Wakes every waiter (they get DG_ECLOSED) and frees. NULL is fine. */
+void ps_queues_free(struct ps_queues *qs);
+
+/* Create; an existing queue with identical settings is fine (*created false),
+ * with other settings DG_EEXIST. */
+enum dg_status ps_queue_create(struct ps_queues *qs, const char *name,
+			       const struct dg_queue_spec *spec, bool *created, struct dg_err *err);
+/* n examples; body = for each component, its [n, ...shape] batch's raw bytes
+ * (length checked exactly). Blocks while there is no room for all n (up to
+ * timeout_ms: DG_ETIMEOUT); DG_ECLOSED when closed; n > capacity DG_EINVAL. */
+enum dg_status ps_queue_enqueue(struct ps_queues *qs, const char *name, int64_t n,
+				const void *body, size_t len, int64_t timeout_ms,
+				struct dg_err *err);
+/* Up to n examples appended to out in the same layout; *got = how many.
+ * Waits until n can be taken while keeping min_after_dequeue queued (ignored
+ * once closed). Closed with fewer than n left: the rest when allow_smaller
+ * (DG_ECLOSED when none left), else DG_ECLOSED. Timeout: DG_ETIMEOUT. With
+ * shuffle, each example taken is uniform among those queued (seeded). */
+enum dg_status ps_queue_dequeue(struct ps_queues *qs, const char *name, int64_t n,
+				int64_t timeout_ms, bool allow_smaller, struct dg_buf *out,
+				int64_t *got, struct dg_err *err);
+enum dg_status ps_queue_close(struct ps_queues *qs, const char *name, struct dg_err *err);
+enum dg_status ps_queue_delete(struct ps_queues *qs, const char *name, struct dg_err *err);
+/* {"name","size","capacity","closed","shuffle","min_after_dequeue","seed","components"} */
+enum dg_status ps_queue_state(struct ps_queues *qs, const char *name, json_t **out,
+			      struct dg_err *err);
+/* {"queues": [{"name","size","capacity","closed"}...]} */
+json_t *ps_queue_list(struct ps_queues *qs);
+int ps_queue_count(struct ps_queues *qs);
+/* dg_queue_size{queue="q"}, dg_queue_capacity{queue="q"} lines. */
+enum dg_status ps_queues_metrics(struct ps_queues *qs, struct dg_buf *out, struct dg_err *err);
+
+#endif

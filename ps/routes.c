@@ -1,0 +1,1120 @@
+/* The parameter server's HTTP routes (doc/http-api.md): one thin handler per
+ * route that parses the request, calls the store (store.h) or the queues
+ * (queue.h) and encodes the reply. The MHD side (auth, limits, JSON errors,
+ * Dg-Epoch, metrics of each request) is core/src/http_server.c. Raw reads are
+ * sent from the store's reference-counted block without a copy. */
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "dg/codec.h"
+#include "dg/gpu.h"
+#include "dg/kernels.h"
+#include "dg_config.h"
+#include "routes.h"
+
+#define DEFAULT_TIMEOUT_MS 30000
+#define MAX_EXAMPLES ((int64_t)1 << 31)   /* examples per enqueue/dequeue request */
+
+/* ------------------------------------------------------------ small helpers */
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static double wall_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The {name...} parameter, checked against the naming rule. what: "variable"
+ * or "queue", for the message. */
+static enum dg_status name_arg(const struct dg_http_req *r, const char *what, const char **out,
+			       struct dg_err *err)
+{
+	const char *name = dg_http_param(r, "name");
+	enum dg_status st = dg_var_name_check(name, err);
+
+	if (st != DG_OK) {
+		dg_err_prefix(err, "bad %s name in %s", what, dg_http_path(r));
+		return st;
+	}
+	*out = name;
+	return DG_OK;
+}
+
+/* An integer query parameter in lo..hi; def when absent. */
+static enum dg_status query_range(const struct dg_http_req *r, const char *key, int64_t def,
+				  int64_t lo, int64_t hi, int64_t *out, struct dg_err *err)
+{
+	enum dg_status st = dg_http_query_int(r, key, def, out, err);
+
+	if (st != DG_OK)
+		return st;
+	if (*out < lo || *out > hi) {
+		dg_err_set(err, DG_EINVAL, "query parameter %s=%" PRId64 " is outside %" PRId64
+			   "..%" PRId64, key, *out, lo, hi);
+		return DG_EINVAL;
+	}
+	return DG_OK;
+}
+
+/* A 0/1 query flag: absent = false; "?flag", "1", "true" = true; "0", "false". */
+static enum dg_status query_flag(const struct dg_http_req *r, const char *key, bool *out,
+				 struct dg_err *err)
+{
+	const char *v = dg_http_query(r, key);
+
+	*out = false;
+	if (!v || !strcmp(v, "0") || !strcasecmp(v, "false"))
+		return DG_OK;
+	if (!v[0] || !strcmp(v, "1") || !strcasecmp(v, "true")) {
+		*out = true;
+		return DG_OK;
+	}
+	dg_err_set(err, DG_EINVAL, "query parameter %s='%.40s' is not 0 or 1", key, v);
+	return DG_EINVAL;
+}
+
+/* A floating-point query parameter in [lo, hi] (finite); required ones have
+ * no default. */
+static enum dg_status query_real(const struct dg_http_req *r, const char *key, bool required,
+				 double def, double lo, double hi, double *out, struct dg_err *err)
+{
+	const char *rule = dg_http_query(r, "rule");
+	enum dg_status st;
+
+	if (required && !dg_http_query(r, key)) {
+		dg_err_set(err, DG_EINVAL, "rule %s needs the query parameter %s", rule, key);
+		dg_err_hint(err, "e.g. POST /v1/vars/NAME/apply?rule=%s&%s=0.01", rule, key);
+		return DG_EINVAL;
+	}
+	if ((st = dg_http_query_double(r, key, def, out, err)) != DG_OK)
+		return st;
+	if (!isfinite(*out) || *out < lo || *out > hi) {
+		dg_err_set(err, DG_EINVAL, "query parameter %s=%g is outside [%g, %g]", key, *out,
+			   lo, hi);
+		return DG_EINVAL;
+	}
+	return DG_OK;
+}
+
+/* Digits [0-9]+ without overflow; returns the end, or NULL. */
+static const char *scan_u64(const char *p, uint64_t *out)
+{
+	uint64_t v = 0;
+	const char *start = p;
+
+	for (; *p >= '0' && *p <= '9'; p++) {
+		unsigned d = (unsigned)(*p - '0');
+		if (v > (UINT64_MAX - d) / 10)
+			return NULL;
+		v = v * 10 + d;
+	}
+	*out = v;
+	return p == start ? NULL : p;
+}
+
+/* A version in an If-Match header: "V" or V. 0 never matches (versions start
+ * at 1), so it is a conflict rather than "unconditional". *out = 0 if absent. */
+static enum dg_status if_match_arg(const struct dg_http_req *r, uint64_t *out,
+				   struct dg_err *err)
+{
+	const char *h = dg_http_header(r, "If-Match");
+	char tmp[32];
+	const char *end;
+	size_t n;
+
+	*out = 0;
+	if (!h)
+		return DG_OK;
+	while (*h == ' ' || *h == '\t')
+		h++;
+	n = strlen(h);
+	while (n && (h[n - 1] == ' ' || h[n - 1] == '\t'))
+		n--;
+	if (n >= 2 && h[0] == '"' && h[n - 1] == '"') {
+		h++;
+		n -= 2;
+	}
+	if (n == 0 || n >= sizeof tmp)
+		goto bad;
+	memcpy(tmp, h, n);
+	tmp[n] = '\0';
+	if (!(end = scan_u64(tmp, out)) || *end)
+		goto bad;
+	if (*out == 0)
+		return dg_err_set(err, DG_ECONFLICT, "If-Match version 0 never matches");
+	return DG_OK;
+bad:
+	dg_err_set(err, DG_EINVAL, "If-Match '%.40s' is not a version",
+		   dg_http_header(r, "If-Match"));
+	dg_err_hint(err, "send the ETag of a GET, e.g. If-Match: \"7\"");
+	return DG_EINVAL;
+}
+
+/* If-None-Match: * (create only); other values are refused. */
+static enum dg_status if_none_match_arg(const struct dg_http_req *r, bool *out,
+					struct dg_err *err)
+{
+	const char *h = dg_http_header(r, "If-None-Match");
+
+	*out = false;
+	if (!h)
+		return DG_OK;
+	while (*h == ' ')
+		h++;
+	if (h[0] == '*' && (h[1] == '\0' || h[1] == ' ')) {
+		*out = true;
+		return DG_OK;
+	}
+	dg_err_set(err, DG_EINVAL, "If-None-Match '%.40s' is not supported on writes", h);
+	dg_err_hint(err, "If-None-Match: * creates only; If-Match: \"V\" is compare-and-set");
+	return DG_EINVAL;
+}
+
+/* Does the media type at s (up to ',' or ';' or the end) equal mime? */
+static bool media_is(const char *s, size_t n, const char *mime)
+{
+	while (n && (*s == ' ' || *s == '\t')) {
+		s++;
+		n--;
+	}
+	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+		n--;
+	return n == strlen(mime) && strncasecmp(s, mime, n) == 0;
+}
+
+/* The encoding named by one media type, or -1. any: accept wildcards. */
+static int media_encoding(const char *s, size_t n, bool any)
+{
+	if (media_is(s, n, "application/octet-stream"))
+		return DG_ENC_RAW;
+	if (media_is(s, n, "application/x-npy") || media_is(s, n, "application/npy"))
+		return DG_ENC_NPY;
+	if (media_is(s, n, "text/plain") || (any && media_is(s, n, "text/*")))
+		return DG_ENC_TEXT;
+	if (any && (media_is(s, n, "*/*") || media_is(s, n, "application/*")))
+		return DG_ENC_RAW;
+	return -1;
+}
+
+/* ?format= wins; else Accept (reads: the first type listed that dg speaks,
+ * raw when none is) or Content-Type (writes: absent and curl's default
+ * form type read as raw; anything else unknown is refused). */
+static enum dg_status encoding_arg(const struct dg_http_req *r, bool reading,
+				   enum dg_encoding *out, struct dg_err *err)
+{
+	const char *f = dg_http_query(r, "format"), *h, *p;
+	int e = -1;
+
+	*out = DG_ENC_RAW;
+	if (f) {
+		for (int i = DG_ENC_RAW; i <= DG_ENC_TEXT; i++)
+			if (!strcmp(f, dg_encoding_name((enum dg_encoding)i)))
+				e = i;
+		if (e < 0) {
+			dg_err_set(err, DG_EINVAL, "format='%.40s' is not an encoding", f);
+			dg_err_hint(err, "formats: raw, npy, text");
+			return DG_EINVAL;
+		}
+		*out = (enum dg_encoding)e;
+		return DG_OK;
+	}
+	h = dg_http_header(r, reading ? "Accept" : "Content-Type");
+	if (reading) {
+		for (p = h; p && *p && e < 0; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+			e = media_encoding(p, strcspn(p, ",;"), true);
+	} else if (h && !media_is(h, strcspn(h, ";"), "application/x-www-form-urlencoded")) {
+		if ((e = media_encoding(h, strcspn(h, ";"), false)) < 0) {
+			dg_err_set(err, DG_EINVAL, "Content-Type '%.60s' is not a tensor encoding",
+				   h);
+			dg_err_hint(err, "use application/octet-stream, application/x-npy or "
+				    "text/plain (or ?format=raw|npy|text)");
+			return DG_EINVAL;
+		}
+	}
+	*out = e < 0 ? DG_ENC_RAW : (enum dg_encoding)e;
+	return DG_OK;
+}
+
+/* "2,3"; "[]" for a scalar: libmicrohttpd refuses an empty header value
+ * (and an empty header reads like a missing one). */
+static void shape_csv(const struct dg_shape *s, char *buf, size_t n)
+{
+	size_t k = 0;
+
+	snprintf(buf, n, "%s", s->ndim ? "" : "[]");
+	for (int i = 0; i < s->ndim && k < n; i++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, i ? "," : "", s->dim[i]);
+}
+
+/* Dg-Version and ETag: "V". */
+static void version_headers(struct dg_http_resp *w, uint64_t version)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof buf, "%" PRIu64, version);
+	dg_http_add_header(w, "Dg-Version", buf);
+	snprintf(buf, sizeof buf, "\"%" PRIu64 "\"", version);
+	dg_http_add_header(w, "ETag", buf);
+}
+
+/* Dg-Dtype, Dg-Shape, Dg-Version, ETag and (mtime > 0) Last-Modified. */
+static void tensor_headers(struct dg_http_resp *w, enum dg_dtype dt, const struct dg_shape *s,
+			   uint64_t version, double mtime)
+{
+	char buf[200];
+	time_t secs = (time_t)mtime;
+	struct tm tm;
+
+	dg_http_add_header(w, "Dg-Dtype", dg_dtype_name(dt));
+	shape_csv(s, buf, sizeof buf);
+	dg_http_add_header(w, "Dg-Shape", buf);
+	version_headers(w, version);
+	if (mtime > 0 && gmtime_r(&secs, &tm) &&
+	    strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm) > 0)
+		dg_http_add_header(w, "Last-Modified", buf);
+}
+
+static void value_headers(struct dg_http_resp *w, const struct ps_value *v)
+{
+	tensor_headers(w, v->dtype, &v->shape, v->version, v->mtime);
+}
+
+static json_t *shape_json(const struct dg_shape *s)
+{
+	json_t *a = json_array();
+
+	for (int i = 0; a && i < s->ndim; i++)
+		json_array_append_new(a, json_integer(s->dim[i]));
+	return a;
+}
+
+/* {"name","version","dtype","shape","bytes"}: the reply of writes. */
+static json_t *var_json(const char *name, enum dg_dtype dt, const struct dg_shape *s,
+			size_t bytes, uint64_t version)
+{
+	return json_pack("{s:s, s:I, s:s, s:o, s:I}", "name", name, "version",
+			 (json_int_t)version, "dtype", dg_dtype_name(dt), "shape", shape_json(s),
+			 "bytes", (json_int_t)bytes);
+}
+
+/* Send j (owned; NULL means jansson ran out of memory). */
+static enum dg_status reply_json(struct dg_http_resp *w, int status, json_t *j, struct dg_err *err)
+{
+	if (!j)
+		return dg_err_set(err, DG_ENOMEM, "out of memory building the JSON reply");
+	dg_http_set_json(w, status, j);
+	return DG_OK;
+}
+
+/* A view of a store value as a tensor (borrowed data, for the encoders). */
+static struct dg_tensor value_tensor(const struct ps_value *v)
+{
+	struct dg_tensor t = { .dtype = v->dtype, .shape = v->shape, .nbytes = v->nbytes,
+			       .data = (void *)v->data };
+
+	t.numel = (int64_t)(v->nbytes / dg_dtype_size(v->dtype));
+	return t;
+}
+
+static void value_release(void *ud)
+{
+	ps_value_release(ud);
+}
+
+/* ---------------------------------------------------------- request bodies */
+
+/* The dtype and shape a body is read as: Dg-Dtype / Dg-Shape first, the
+ * existing variable's for what they leave out. *have_* tell what is known.
+ * must_exist: a missing variable is DG_ENOTFOUND (apply) when it is looked up. */
+static enum dg_status body_type(struct ps_ctx *c, const struct dg_http_req *r, const char *name,
+				bool must_exist, enum dg_dtype *dt, bool *have_dt,
+				struct dg_shape *shape, bool *have_shape, struct dg_err *err)
+{
+	const char *hd = dg_http_header(r, "Dg-Dtype"), *hs = dg_http_header(r, "Dg-Shape");
+	struct ps_value *v = NULL;
+	enum dg_status st;
+
+	*have_dt = hd != NULL;
+	*have_shape = hs != NULL;
+	if (hd && (st = dg_dtype_parse(hd, dt, err)) != DG_OK) {
+		dg_err_prefix(err, "Dg-Dtype header");
+		return st;
+	}
+	if (hs && (st = dg_shape_parse(hs, shape, err)) != DG_OK) {
+		dg_err_prefix(err, "Dg-Shape header '%.60s'", hs);
+		return st;
+	}
+	if (hd && hs)
+		return DG_OK;
+	st = ps_store_get(c->store, name, &v, err);
+	if (st == DG_OK) {
+		if (!hd)
+			*dt = v->dtype;
+		if (!hs)
+			*shape = v->shape;
+		*have_dt = *have_shape = true;
+		ps_value_release(v);
+	}
+	if (st == DG_ENOTFOUND && !must_exist) {
+		dg_err_clear(err);
+		st = DG_OK;
+	}
+	return st;
+}
+
+/* A raw body as a tensor of dt/shape. The body block is adopted, not copied
+ * (it is 64-byte aligned and freed with dg_free_aligned, like tensor data). */
+static struct dg_tensor *adopt_raw(struct dg_http_req *r, enum dg_dtype dt,
+				   const struct dg_shape *shape, struct dg_err *err)
+{
+	struct dg_tensor *t;
+	int64_t numel;
+	size_t len, want;
+	char sh[160];
+
+	if (dg_shape_numel(shape, &numel, err) != DG_OK)
+		return NULL;
+	want = (size_t)numel * dg_dtype_size(dt);
+	dg_http_body(r, &len);
+	if (len != want) {
+		dg_shape_format(shape, sh, sizeof sh);
+		dg_err_set(err, DG_EINVAL, "raw body is %zu bytes but a %s %s tensor has %zu",
+			   len, dg_dtype_name(dt), sh, want);
+		dg_err_hint(err, "Dg-Dtype and Dg-Shape (or the variable's own) must describe "
+			    "the body exactly");
+		return NULL;
+	}
+	if (!(t = calloc(1, sizeof *t))) {
+		dg_err_set(err, DG_ENOMEM, "out of memory adopting a %zu-byte body", len);
+		return NULL;
+	}
+	t->dtype = dt;
+	t->shape = *shape;
+	t->numel = numel;
+	t->nbytes = want;
+	t->data = dg_http_body_take(r, &len);
+	if (!t->data && want) {
+		free(t);
+		dg_err_set(err, DG_EINTERNAL, "request body of %zu bytes vanished", want);
+		return NULL;
+	}
+	return t;
+}
+
+/* The tensor in the request body, in the request's encoding (owned).
+ * must_exist: see body_type. */
+static enum dg_status body_tensor(struct ps_ctx *c, struct dg_http_req *r, const char *name,
+				  bool must_exist, struct dg_tensor **out, struct dg_err *err)
+{
+	struct dg_shape shape = { 0 };
+	enum dg_dtype dt = DG_F32;
+	bool have_dt = false, have_shape = false;
+	enum dg_encoding enc;
+	enum dg_status st;
+	const void *body;
+	size_t len;
+
+	*out = NULL;
+	if ((st = encoding_arg(r, false, &enc, err)) != DG_OK)
+		return st;
+	body = dg_http_body(r, &len);
+	if (enc != DG_ENC_NPY &&
+	    (st = body_type(c, r, name, must_exist, &dt, &have_dt, &shape, &have_shape,
+			    err)) != DG_OK)
+		return st;
+	if (enc == DG_ENC_NPY) {
+		*out = dg_npy_decode(body, len, err);
+	} else if (enc == DG_ENC_TEXT) {
+		*out = dg_text_decode(body ? body : "", len, have_dt ? &dt : NULL,
+				      have_shape ? &shape : NULL, err);
+	} else if (!have_dt || !have_shape) {
+		dg_err_set(err, DG_EINVAL, "a raw body for the new variable '%s' needs the "
+			   "Dg-Dtype and Dg-Shape headers", name);
+		dg_err_hint(err, "e.g. -H 'Dg-Dtype: float32' -H 'Dg-Shape: 2,3', or send .npy "
+			    "(Content-Type: application/x-npy)");
+		return DG_EINVAL;
+	} else {
+		*out = adopt_raw(r, dt, &shape, err);
+	}
+	if (!*out) {
+		dg_err_prefix(err, "%s body for '%s'", dg_encoding_name(enc), name);
+		return err ? err->code : DG_EINVAL;
+	}
+	return DG_OK;
+}
+
+/* ------------------------------------------------------------ long waits */
+
+/* One slice of a wait: returns DG_ETIMEOUT when nothing happened in slice_ms
+ * (and then must have had no effect). */
+typedef enum dg_status (*slice_fn)(void *arg, int64_t slice_ms, struct dg_err *err);
+
+/* Run op in slices of PS_WAIT_SLICE_MS until it returns anything but
+ * DG_ETIMEOUT, timeout_ms passes (DG_ETIMEOUT naming what) or the server is
+ * stopping (DG_EUNAVAILABLE). */
+static enum dg_status sliced_wait(struct ps_ctx *c, const char *what, int64_t timeout_ms,
+				  slice_fn op, void *arg, struct dg_err *err)
+{
+	int64_t deadline = mono_ms() + timeout_ms;
+
+	for (;;) {
+		int64_t left = deadline - mono_ms();
+		int64_t slice = left < PS_WAIT_SLICE_MS ? (left > 0 ? left : 0) : PS_WAIT_SLICE_MS;
+		enum dg_status st = op(arg, slice, err);
+
+		if (st == DG_ETIMEOUT && slice >= left) {
+			dg_err_set(err, DG_ETIMEOUT, "%s: nothing after %" PRId64 " ms", what,
+				   timeout_ms);
+			dg_err_hint(err, "retry, or give a longer ?timeout_ms= (at most %d)",
+				    PS_MAX_TIMEOUT_MS);
+		}
+		if (st != DG_ETIMEOUT || slice >= left)
+			return st;
+		if (atomic_load(&c->stopping))
+			return dg_err_set(err, DG_EUNAVAILABLE, "%s: the server is stopping", what);
+	}
+}
+
+struct var_wait {
+	struct ps_store *store;
+	const char *name;
+	uint64_t min_version;
+	struct ps_value **out;          /* the current value after a timeout */
+};
+
+static enum dg_status var_wait_slice(void *arg, int64_t slice_ms, struct dg_err *err)
+{
+	struct var_wait *a = arg;
+
+	ps_value_release(*a->out);
+	*a->out = NULL;
+	return ps_store_wait(a->store, a->name, a->min_version, slice_ms, a->out, err);
+}
+
+/* --------------------------------------------------------- variable routes */
+
+static enum dg_status h_var_list(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				 struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct dg_var_info *v = NULL;
+	json_t *list = json_array();
+	enum dg_status st;
+	int n = 0;
+
+	if (!list)
+		return dg_err_set(err, DG_ENOMEM, "out of memory listing variables");
+	st = ps_store_list(c->store, dg_http_query(r, "prefix"), &v, &n, err);
+	for (int i = 0; st == DG_OK && i < n; i++) {
+		json_t *e = var_json(v[i].name, v[i].dtype, &v[i].shape, v[i].bytes, v[i].version);
+		if (!e || json_object_set_new(e, "mtime", json_real(v[i].mtime)) ||
+		    json_array_append_new(list, e))
+			st = dg_err_set(err, DG_ENOMEM, "out of memory listing variables");
+	}
+	free(v);
+	if (st != DG_OK) {
+		json_decref(list);
+		return st;
+	}
+	return reply_json(w, 200, json_pack("{s:o}", "vars", list), err);
+}
+
+/* Answer v (takes the reference) in enc; with Range (raw only) a part. */
+static enum dg_status send_value(struct dg_http_req *r, struct dg_http_resp *w,
+				 struct ps_value *v, enum dg_encoding enc, struct dg_err *err);
+
+static enum dg_status h_var_get(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct ps_value *v = NULL;
+	const char *name;
+	enum dg_encoding enc;
+	int64_t min_version, timeout_ms;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
+	    (st = encoding_arg(r, true, &enc, err)) != DG_OK ||
+	    (st = query_range(r, "min_version", 0, 0, INT64_MAX, &min_version, err)) != DG_OK ||
+	    (st = query_range(r, "timeout_ms", DEFAULT_TIMEOUT_MS, 0, PS_MAX_TIMEOUT_MS,
+			      &timeout_ms, err)) != DG_OK)
+		return st;
+	if (min_version > 0) {
+		struct var_wait a = { c->store, name, (uint64_t)min_version, &v };
+		st = sliced_wait(c, name, timeout_ms, var_wait_slice, &a, err);
+	} else {
+		st = ps_store_get(c->store, name, &v, err);
+	}
+	if (st == DG_ETIMEOUT && v) {
+		/* The version did not come: 304 with the current version's headers. */
+		value_headers(w, v);
+		dg_http_set_status(w, 304);
+		ps_value_release(v);
+		dg_err_clear(err);
+		return DG_OK;
+	}
+	if (st != DG_OK) {
+		ps_value_release(v);
+		return st;
+	}
+	value_headers(w, v);
+	return send_value(r, w, v, enc, err);
+}
+
+/* Range: bytes=A-B | A- | -N, one range. *sat false: outside the total. */
+static enum dg_status parse_range(const char *h, uint64_t total, uint64_t *first,
+				  uint64_t *last, bool *sat, struct dg_err *err)
+{
+	uint64_t a = 0, b = UINT64_MAX;
+	const char *p = h;
+
+	if (strncasecmp(p, "bytes=", 6))
+		goto bad;
+	p += 6;
+	if (*p == '-') {                /* suffix: the last b bytes */
+		if (!(p = scan_u64(p + 1, &b)) || *p)
+			goto bad;
+		*sat = b > 0 && total > 0;
+		*first = b >= total ? 0 : total - b;
+		*last = total - 1;
+		return DG_OK;
+	}
+	if (!(p = scan_u64(p, &a)) || *p++ != '-')
+		goto bad;
+	if (*p && (!(p = scan_u64(p, &b)) || *p || b < a))
+		goto bad;
+	*sat = a < total;
+	*first = a;
+	*last = b >= total ? total - 1 : b;
+	return DG_OK;
+bad:
+	dg_err_set(err, DG_EINVAL, "Range '%.60s' is not one byte range", h);
+	dg_err_hint(err, "e.g. Range: bytes=0-1023, bytes=1024- or bytes=-16");
+	return DG_EINVAL;
+}
+
+static enum dg_status send_range(struct dg_http_resp *w, struct ps_value *v, const char *h,
+				 struct dg_err *err)
+{
+	uint64_t first, last;
+	bool sat;
+	char cr[96];
+	enum dg_status st = parse_range(h, v->nbytes, &first, &last, &sat, err);
+
+	if (st != DG_OK) {
+		ps_value_release(v);
+		return st;
+	}
+	if (!sat) {
+		snprintf(cr, sizeof cr, "bytes */%zu", v->nbytes);
+		dg_http_add_header(w, "Content-Range", cr);
+		ps_value_release(v);
+		return reply_json(w, 416, json_pack("{s:{s:s, s:s, s:s}}", "error", "code",
+						    dg_status_name(DG_EINVAL), "message",
+						    "the range is outside the variable's bytes",
+						    "hint", "see Content-Range for the size"), err);
+	}
+	snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%zu", first, last, v->nbytes);
+	dg_http_add_header(w, "Content-Range", cr);
+	dg_http_set_status(w, 206);
+	dg_http_set_body_ref(w, dg_encoding_mime(DG_ENC_RAW), (const char *)v->data + first,
+			     (size_t)(last - first + 1), value_release, v);
+	return DG_OK;
+}
+
+static enum dg_status send_value(struct dg_http_req *r, struct dg_http_resp *w,
+				 struct ps_value *v, enum dg_encoding enc, struct dg_err *err)
+{
+	const char *range = dg_http_header(r, "Range");
+	struct dg_buf *b;
+	struct dg_tensor t;
+	enum dg_status st;
+
+	if (range && enc == DG_ENC_RAW)
+		return send_range(w, v, range, err);
+	if (range) {
+		ps_value_release(v);
+		dg_err_set(err, DG_EINVAL, "Range works on the raw encoding only, not %s",
+			   dg_encoding_name(enc));
+		return DG_EINVAL;
+	}
+	if (enc == DG_ENC_RAW && v->nbytes > 0) {
+		/* No copy: the block stays alive until the server has sent it. */
+		dg_http_set_body_ref(w, dg_encoding_mime(enc), v->data, v->nbytes, value_release,
+				     v);
+		return DG_OK;
+	}
+	if (!(b = dg_http_body_buf(w, dg_encoding_mime(enc)))) {
+		ps_value_release(v);
+		return dg_err_set(err, DG_ENOMEM, "out of memory encoding a reply");
+	}
+	t = value_tensor(v);
+	if (enc == DG_ENC_NPY) {
+		st = dg_npy_encode_header(v->dtype, &v->shape, b, err);
+		if (st == DG_OK)
+			st = dg_buf_append(b, v->data, v->nbytes, err);
+	} else {
+		st = enc == DG_ENC_TEXT ? dg_text_encode(&t, b, err) : DG_OK;
+	}
+	ps_value_release(v);
+	return st;
+}
+
+static enum dg_status h_var_put(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct ps_put_opts o = { 0 };
+	struct dg_tensor *t = NULL;
+	struct dg_shape shape;
+	enum dg_dtype dt;
+	const char *name;
+	uint64_t version = 0;
+	size_t nbytes;
+	bool created = false;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
+	    (st = query_flag(r, "replace", &o.replace, err)) != DG_OK ||
+	    (st = if_match_arg(r, &o.if_match, err)) != DG_OK ||
+	    (st = if_none_match_arg(r, &o.create_only, err)) != DG_OK ||
+	    (st = body_tensor(c, r, name, false, &t, err)) != DG_OK)
+		return st;
+	dt = t->dtype;
+	shape = t->shape;
+	nbytes = t->nbytes;
+	/* The store takes t on every path; acknowledged means durable. */
+	if ((st = ps_store_put(c->store, name, t, &o, &version, &created, err)) != DG_OK)
+		return st;
+	tensor_headers(w, dt, &shape, version, wall_now());
+	return reply_json(w, created ? 201 : 200, var_json(name, dt, &shape, nbytes, version), err);
+}
+
+/* Content-Range: bytes A-B/TOTAL or bytes A-B/ * (total -1). */
+static enum dg_status parse_content_range(const char *h, uint64_t *first, uint64_t *last,
+					  int64_t *total, struct dg_err *err)
+{
+	const char *p = h;
+	uint64_t t;
+
+	if (!h) {
+		dg_err_set(err, DG_EINVAL, "PATCH needs a Content-Range header");
+		dg_err_hint(err, "e.g. Content-Range: bytes 8-15/24 (byte offsets, inclusive)");
+		return DG_EINVAL;
+	}
+	if (strncasecmp(p, "bytes ", 6) || !(p = scan_u64(p + 6, first)) || *p++ != '-' ||
+	    !(p = scan_u64(p, last)) || *p++ != '/' || *last < *first)
+		goto bad;
+	if (p[0] == '*' && p[1] == '\0') {
+		*total = -1;
+		return DG_OK;
+	}
+	if (!(p = scan_u64(p, &t)) || *p || t > INT64_MAX)
+		goto bad;
+	*total = (int64_t)t;
+	return DG_OK;
+bad:
+	dg_err_set(err, DG_EINVAL, "Content-Range '%.60s' is not 'bytes A-B/TOTAL' with A <= B", h);
+	dg_err_hint(err, "e.g. Content-Range: bytes 8-15/24 or bytes 8-15/*");
+	return DG_EINVAL;
+}
+
+/* A Content-Range total, when given, must be the variable's byte size. */
+static enum dg_status check_total(struct ps_ctx *c, const char *name, int64_t total,
+				  struct dg_err *err)
+{
+	struct ps_value *v = NULL;
+	enum dg_status st;
+
+	if (total < 0 || (st = ps_store_get(c->store, name, &v, err)) != DG_OK)
+		return total < 0 ? DG_OK : st;
+	if (v->nbytes != (uint64_t)total)
+		st = dg_err_set(err, DG_EINVAL, "Content-Range total %" PRId64 " differs from the "
+				"%zu bytes of variable '%s'", total, v->nbytes, name);
+	ps_value_release(v);
+	return st;
+}
+
+static enum dg_status h_var_patch(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				  struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	const char *name;
+	const void *body;
+	uint64_t first, last, if_match, version = 0;
+	int64_t total;
+	enum dg_encoding enc;
+	size_t len;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
+	    (st = if_match_arg(r, &if_match, err)) != DG_OK ||
+	    (st = encoding_arg(r, false, &enc, err)) != DG_OK ||
+	    (st = parse_content_range(dg_http_header(r, "Content-Range"), &first, &last, &total,
+				      err)) != DG_OK)
+		return st;
+	body = dg_http_body(r, &len);
+	if (enc != DG_ENC_RAW)
+		return dg_err_set(err, DG_EINVAL, "a PATCH body is raw bytes, not %s",
+				  dg_encoding_name(enc));
+	if (len == 0 || len - 1 != last - first)
+		return dg_err_set(err, DG_EINVAL, "PATCH body is %zu bytes but Content-Range "
+				  "covers %" PRIu64, len, last - first + 1);
+	if ((st = check_total(c, name, total, err)) != DG_OK ||
+	    (st = ps_store_patch(c->store, name, first, body, len, if_match, &version, err)) !=
+		    DG_OK)
+		return st;
+	version_headers(w, version);
+	return reply_json(w, 200, json_pack("{s:s, s:I}", "name", name, "version",
+					    (json_int_t)version), err);
+}
+
+static enum dg_status h_var_delete(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				   struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	const char *name;
+	uint64_t if_match;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
+	    (st = if_match_arg(r, &if_match, err)) != DG_OK ||
+	    (st = ps_store_delete(c->store, name, if_match, err)) != DG_OK)
+		return st;
+	return reply_json(w, 200, json_pack("{s:s, s:b}", "name", name, "deleted", 1), err);
+}
+
+/* The rule and its hyper-parameters (doc/http-api.md, POST /apply). sgd and
+ * momentum need lr, momentum needs momentum; adam has TensorFlow's defaults. */
+static enum dg_status apply_rule_args(const struct dg_http_req *r, struct ps_apply_args *a,
+				      struct dg_err *err)
+{
+	const char *rule = dg_http_query(r, "rule");
+	const double below_one = nextafter(1.0, 0.0);
+	enum dg_status st;
+
+	if (!rule) {
+		dg_err_set(err, DG_EINVAL, "apply needs the query parameter rule");
+		dg_err_hint(err, "rules: assign, assign_add, sgd, momentum, adam");
+		return DG_EINVAL;
+	}
+	if ((st = ps_rule_parse(rule, &a->rule, err)) != DG_OK ||
+	    (st = query_real(r, "lr", a->rule == PS_SGD || a->rule == PS_MOMENTUM, 0.001,
+			     -DBL_MAX, DBL_MAX, &a->lr, err)) != DG_OK ||
+	    (st = query_real(r, "momentum", a->rule == PS_MOMENTUM, 0, -DBL_MAX, DBL_MAX,
+			     &a->momentum, err)) != DG_OK ||
+	    (st = query_flag(r, "nesterov", &a->nesterov, err)) != DG_OK ||
+	    (st = query_real(r, "beta1", false, 0.9, 0, below_one, &a->beta1, err)) != DG_OK ||
+	    (st = query_real(r, "beta2", false, 0.999, 0, below_one, &a->beta2, err)) != DG_OK ||
+	    (st = query_real(r, "eps", false, 1e-8, DBL_MIN, DBL_MAX, &a->eps, err)) != DG_OK)
+		return st;
+	return DG_OK;
+}
+
+/* Synchronous mode: step=S&replicas=N[&backup=K][&replica=R]; async: step -1. */
+static enum dg_status apply_sync_args(const struct dg_http_req *r, struct ps_apply_args *a,
+				      struct dg_err *err)
+{
+	int64_t n, k;
+	enum dg_status st;
+
+	if ((st = query_range(r, "step", -1, -1, INT64_MAX, &a->step, err)) != DG_OK ||
+	    (st = query_range(r, "replicas", 0, 0, 65536, &n, err)) != DG_OK ||
+	    (st = query_range(r, "backup", 0, 0, 65535, &k, err)) != DG_OK ||
+	    (st = query_range(r, "replica", -1, -1, INT64_MAX, &a->replica, err)) != DG_OK)
+		return st;
+	a->replicas = (int)n;
+	a->backup = (int)k;
+	if (a->step < 0 && (dg_http_query(r, "replicas") || dg_http_query(r, "backup") ||
+			    dg_http_query(r, "replica"))) {
+		dg_err_set(err, DG_EINVAL, "replicas, backup and replica need step=S");
+		dg_err_hint(err, "synchronous mode: ?step=S&replicas=N[&backup=K][&replica=R]");
+		return DG_EINVAL;
+	}
+	if (a->step >= 0 && (n < 1 || k >= n))
+		return dg_err_set(err, DG_EINVAL, "synchronous apply needs replicas=N >= 1 and "
+				  "backup=K < N (got N=%" PRId64 ", K=%" PRId64 ")", n, k);
+	return DG_OK;
+}
+
+static enum dg_status h_var_apply(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				  struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct ps_apply_args a = { 0 };
+	struct ps_apply_result res = { 0 };
+	struct dg_tensor *g = NULL;
+	const char *name;
+	json_t *j;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
+	    (st = apply_rule_args(r, &a, err)) != DG_OK ||
+	    (st = apply_sync_args(r, &a, err)) != DG_OK ||
+	    (st = body_tensor(c, r, name, true, &g, err)) != DG_OK)
+		return st;
+	st = ps_store_apply(c->store, name, &a, g, &res, err);
+	dg_tensor_free(g);
+	if (st != DG_OK)
+		return st;
+	if (res.applied)
+		version_headers(w, res.version);
+	if (a.step < 0)
+		j = json_pack("{s:b, s:I}", "applied", res.applied, "version",
+			      (json_int_t)res.version);
+	else if (res.applied)
+		j = json_pack("{s:b, s:I, s:I}", "applied", 1, "version", (json_int_t)res.version,
+			      "step", (json_int_t)res.step);
+	else
+		j = json_pack("{s:b, s:i, s:I}", "applied", 0, "pending", res.pending, "step",
+			      (json_int_t)res.step);
+	return reply_json(w, res.applied ? 200 : 202, j, err);
+}
+
+/* ------------------------------------------------------------ queue routes */
+
+/* The arguments of one blocking queue call, run in slices by sliced_wait. */
+struct queue_op {
+	struct ps_queues *qs;
+	const char *name;
+	int64_t n;
+	const void *body;               /* enqueue */
+	size_t len;
+	bool allow_smaller;             /* dequeue */
+	struct dg_buf *out;             /* dequeue */
+	int64_t got;
+};
+
+static enum dg_status enqueue_slice(void *arg, int64_t slice_ms, struct dg_err *err)
+{
+	struct queue_op *q = arg;
+
+	return ps_queue_enqueue(q->qs, q->name, q->n, q->body, q->len, slice_ms, err);
+}
+
+static enum dg_status dequeue_slice(void *arg, int64_t slice_ms, struct dg_err *err)
+{
+	struct queue_op *q = arg;
+
+	return ps_queue_dequeue(q->qs, q->name, q->n, slice_ms, q->allow_smaller, q->out, &q->got,
+				err);
+}
+
+/* name, n and timeout_ms of an enqueue or dequeue. */
+static enum dg_status queue_op_args(const struct dg_http_req *r, struct queue_op *q,
+				    int64_t *timeout_ms, struct dg_err *err)
+{
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &q->name, err)) != DG_OK ||
+	    (st = query_range(r, "n", 1, 1, MAX_EXAMPLES, &q->n, err)) != DG_OK ||
+	    (st = query_range(r, "timeout_ms", DEFAULT_TIMEOUT_MS, 0, PS_MAX_TIMEOUT_MS,
+			      timeout_ms, err)) != DG_OK)
+		return st;
+	return DG_OK;
+}
+
+static enum dg_status h_queue_list(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				   struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+
+	return reply_json(w, 200, ps_queue_list(c->queues), err);
+}
+
+static enum dg_status h_queue_create(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				     struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct dg_queue_spec spec;
+	json_error_t jerr;
+	json_t *j, *state = NULL;
+	const char *name;
+	const void *body;
+	size_t len;
+	bool created = false;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &name, err)) != DG_OK)
+		return st;
+	body = dg_http_body(r, &len);
+	if (!(j = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &jerr))) {
+		dg_err_set(err, DG_EINVAL, "settings of queue '%s': bad JSON at line %d: %s",
+			   name, jerr.line, jerr.text);
+		dg_err_hint(err, "e.g. {\"capacity\":100,\"components\":[{\"dtype\":\"float32\","
+			    "\"shape\":[784]}]}");
+		return DG_EINVAL;
+	}
+	st = dg_queue_spec_from_json(j, &spec, err);
+	json_decref(j);
+	if (st == DG_OK)
+		st = ps_queue_create(c->queues, name, &spec, &created, err);
+	if (st == DG_OK)
+		st = ps_queue_state(c->queues, name, &state, err);
+	if (st != DG_OK)
+		return st;
+	return reply_json(w, created ? 201 : 200, state, err);
+}
+
+static enum dg_status h_queue_state(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				    struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	json_t *state = NULL;
+	const char *name;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &name, err)) != DG_OK ||
+	    (st = ps_queue_state(c->queues, name, &state, err)) != DG_OK)
+		return st;
+	return reply_json(w, 200, state, err);
+}
+
+static enum dg_status h_queue_enqueue(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				      struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct queue_op q = { .qs = c->queues };
+	int64_t timeout_ms;
+	char what[320];
+	enum dg_status st;
+
+	if ((st = queue_op_args(r, &q, &timeout_ms, err)) != DG_OK)
+		return st;
+	q.body = dg_http_body(r, &q.len);
+	snprintf(what, sizeof what, "queue '%s': enqueue of %" PRId64 " examples", q.name, q.n);
+	if ((st = sliced_wait(c, what, timeout_ms, enqueue_slice, &q, err)) != DG_OK)
+		return st;
+	return reply_json(w, 200, json_pack("{s:s, s:I}", "name", q.name, "enqueued",
+					    (json_int_t)q.n), err);
+}
+
+static enum dg_status h_queue_dequeue(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				      struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct queue_op q = { .qs = c->queues };
+	int64_t timeout_ms;
+	char what[320], count[24];
+	enum dg_status st;
+
+	if ((st = queue_op_args(r, &q, &timeout_ms, err)) != DG_OK ||
+	    (st = query_flag(r, "allow_smaller", &q.allow_smaller, err)) != DG_OK)
+		return st;
+	if (!(q.out = dg_http_body_buf(w, dg_encoding_mime(DG_ENC_RAW))))
+		return dg_err_set(err, DG_ENOMEM, "out of memory for a dequeue reply");
+	snprintf(what, sizeof what, "queue '%s': dequeue of %" PRId64 " examples", q.name, q.n);
+	if ((st = sliced_wait(c, what, timeout_ms, dequeue_slice, &q, err)) != DG_OK)
+		return st;
+	snprintf(count, sizeof count, "%" PRId64, q.got);
+	dg_http_add_header(w, "Dg-Count", count);
+	return DG_OK;
+}
+
+static enum dg_status h_queue_close(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				    struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	const char *name;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &name, err)) != DG_OK ||
+	    (st = ps_queue_close(c->queues, name, err)) != DG_OK)
+		return st;
+	return reply_json(w, 200, json_pack("{s:s, s:b}", "name", name, "closed", 1), err);
+}
+
+static enum dg_status h_queue_delete(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				     struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	const char *name;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &name, err)) != DG_OK ||
+	    (st = ps_queue_delete(c->queues, name, err)) != DG_OK)
+		return st;
+	return reply_json(w, 200, json_pack("{s:s, s:b}", "name", name, "deleted", 1), err);
+}
+
+/* ------------------------------------------------------- health, metrics */
+
+static enum dg_status h_health(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+			       struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	int64_t n_vars = 0, bytes = 0;
+	struct timespec ts;
+
+	ps_store_stats(c->store, &n_vars, &bytes);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return reply_json(w, 200, json_pack(
+		"{s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:i, s:f, s:s, s:s, s:[s,s*]}",
+		"status", atomic_load(&c->stopping) ? "stopping" : "ok", "job", c->job,
+		"task", c->task, "epoch", (json_int_t)ps_store_epoch(c->store),
+		"version", DG_VERSION, "vars", (json_int_t)n_vars, "bytes", (json_int_t)bytes,
+		"queues", ps_queue_count(c->queues),
+		"uptime_s", (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - c->started,
+		"blas", dg_blas_describe(), "gpu", dg_gpu_describe(),
+		"faces", "ps", c->worker_face ? "worker" : NULL), err);
+}
+
+static enum dg_status h_metrics(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct dg_http_server *http = atomic_load(&c->http);
+	struct dg_buf *b = dg_http_body_buf(w, "text/plain; version=0.0.4; charset=utf-8");
+	enum dg_status st = DG_OK;
+
+	if (!b)
+		return dg_err_set(err, DG_ENOMEM, "out of memory for the metrics");
+	if (http)
+		st = dg_http_server_metrics(http, b, err);
+	if (st == DG_OK)
+		st = ps_store_metrics(c->store, b, err);
+	if (st == DG_OK)
+		st = ps_queues_metrics(c->queues, b, err);
+	return st;
+}
+
+/* ---------------------------------------------------------- route table */
+
+/* Most specific first: the {name...} routes with a literal suffix come before
+ * the bare {name...} ones. doc/http-api.md documents each row (test_routes
+ * checks that it does). */
+const struct dg_route ps_routes[] = {
+	{ "GET", "/v1/health", h_health, "server status as JSON" },
+	{ "GET", "/v1/metrics", h_metrics, "Prometheus text metrics" },
+	{ "GET", "/v1/vars", h_var_list, "list variables (?prefix=P)" },
+	{ "POST", "/v1/vars/{name...}/apply", h_var_apply, "apply an update rule" },
+	{ "GET", "/v1/vars/{name...}", h_var_get, "read a variable (Range, ?min_version)" },
+	{ "HEAD", "/v1/vars/{name...}", h_var_get, "a variable's tensor headers" },
+	{ "PUT", "/v1/vars/{name...}", h_var_put, "create or replace a variable" },
+	{ "PATCH", "/v1/vars/{name...}", h_var_patch, "write part of a variable" },
+	{ "DELETE", "/v1/vars/{name...}", h_var_delete, "delete a variable and its slots" },
+	{ "GET", "/v1/queues", h_queue_list, "list queues" },
+	{ "POST", "/v1/queues/{name...}/enqueue", h_queue_enqueue, "enqueue examples" },
+	{ "POST", "/v1/queues/{name...}/dequeue", h_queue_dequeue, "dequeue a batch" },
+	{ "POST", "/v1/queues/{name...}/close", h_queue_close, "close a queue" },
+	{ "POST", "/v1/queues/{name...}", h_queue_create, "create a queue" },
+	{ "GET", "/v1/queues/{name...}", h_queue_state, "a queue's state" },
+	{ "DELETE", "/v1/queues/{name...}", h_queue_delete, "delete a queue" },
+};
+
+const int ps_n_routes = (int)(sizeof ps_routes / sizeof ps_routes[0]);

@@ -1,0 +1,41 @@
+/* The parameter-server face of `dg server`: a store, queues and an HTTP
+ * server with the routes of doc/http-api.md. The CLI (cli/cmd_server.c) and
+ * the integration tests start it through these three functions. */
+#ifndef PS_SERVER_H
+#define PS_SERVER_H
+
+#include <stddef.h>
+
+#include "dg/http.h"
+#include "dg/status.h"
+
+struct ps_server_config {
+	const char *job;                /* "ps" */
+	int task;
+	const char *bind;               /* NULL = 127.0.0.1 */
+	int port;                       /* 0 = pick a free one */
+	const char *data_dir;           /* NULL = memory only */
+	const char *token;              /* NULL = no auth */
+	unsigned checkpoint_secs;       /* 0 = 5 */
+	size_t max_body;                /* 0 = 2 GiB */
+	unsigned max_connections;       /* 0 = 256 */
+	unsigned request_timeout_s;     /* 0 = 300 */
+	/* More route tables served by the same HTTP server after the ps routes
+	 * (the worker and master faces of `dg server`); borrowed, may be NULL. */
+	const struct dg_route_group *extra_groups;
+	int n_extra_groups;
+};
+
+struct ps_server;
+
+/* Open the store (recovering data_dir), start serving. Owned or NULL. */
+struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_err *err);
+int ps_server_port(const struct ps_server *s);
+/* The store's restart counter (Dg-Epoch). */
+uint64_t ps_server_epoch(const struct ps_server *s);
+/* Number of variables and their bytes (slots included). */
+void ps_server_stats(const struct ps_server *s, int64_t *n_vars, int64_t *bytes);
+/* Stop serving, checkpoint, free. NULL is fine. */
+void ps_server_stop(struct ps_server *s);
+
+#endif

@@ -1,0 +1,1607 @@
+/* The variable store: a hash map of named variables, each holding a
+ * reference-counted immutable value block, with store-wide versions, slots
+ * for the update rules, synchronous accumulation, long-poll waits, and the
+ * logging/checkpointing decisions of durability. HTTP routes (routes.c) call
+ * it; apply.c computes the rules; persist.c owns the files. */
+#include "store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dg/log.h"
+#include "persist.h"
+#include "store_internal.h"
+
+/* Versions are reserved in blocks of this size by a logged, fsync'ed
+ * RESERVE record: one fsync per million changes keeps versions above every
+ * one handed out before a crash, applies included (they are not logged). */
+#define VERSION_BLOCK ((uint64_t)1 << 20)
+#define MAX_LOCKED (1 + PS_MAX_SLOTS)
+
+/* --- value blocks ------------------------------------------------------------------- */
+
+/* The public view first, so a struct ps_value * is a struct block *. The
+ * bytes never change while anyone but the store holds a reference: the store
+ * updates in place only when refs == 1, under the variable's lock (where
+ * new references are taken), and writes a new block otherwise. */
+struct block {
+	struct ps_value v;
+	atomic_int refs;
+	void *mem;                      /* dg_alloc_aligned; v.data == mem */
+};
+
+/* A block of dt/shape: adopts mem when given (a dg_alloc_aligned block of
+ * nbytes), else allocates one (zeroed when zero). NULL when out of memory
+ * (mem is then freed: ownership passes in every case). */
+static struct block *block_new(enum dg_dtype dt, const struct dg_shape *shape, size_t nbytes,
+			       void *mem, bool zero)
+{
+	struct block *b = malloc(sizeof *b);
+
+	if (!mem) {
+		mem = dg_alloc_aligned(nbytes);
+		if (mem && zero)
+			memset(mem, 0, nbytes);
+	}
+	if (!b || !mem) {
+		free(b);
+		dg_free_aligned(mem);
+		return NULL;
+	}
+	b->v = (struct ps_value){ .dtype = dt, .shape = *shape, .nbytes = nbytes, .data = mem };
+	atomic_init(&b->refs, 1);
+	b->mem = mem;
+	return b;
+}
+
+static struct block *block_copy(const struct block *src)
+{
+	struct block *b = block_new(src->v.dtype, &src->v.shape, src->v.nbytes, NULL, false);
+
+	if (b && src->v.nbytes)
+		memcpy(b->mem, src->mem, src->v.nbytes);
+	return b;
+}
+
+static struct block *block_ref(struct block *b)
+{
+	atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+	return b;
+}
+
+void ps_value_release(struct ps_value *v)
+{
+	struct block *b = (struct block *)v;
+
+	if (!b || atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	dg_free_aligned(b->mem);
+	free(b);
+}
+
+static void block_release(struct block *b)
+{
+	ps_value_release(b ? &b->v : NULL);
+}
+
+/* Only the store holds it: it may change in place. Caller holds the var lock. */
+static bool block_is_private(struct block *b)
+{
+	return atomic_load_explicit(&b->refs, memory_order_acquire) == 1;
+}
+
+/* --- variables ------------------------------------------------------------------------ */
+
+/* Pending gradients of a variable's current sync step. */
+struct sync_acc {
+	int count;                      /* arrivals so far; 0: empty */
+	int replicas, backup;           /* fixed by the first arrival of the step */
+	int64_t *seen;                  /* replica ids that reported (count of them <= count) */
+	int n_seen, cap_seen;
+	void *sum;                      /* numel 8-byte sums (ps_acc_add), NULL until needed */
+};
+
+struct var {
+	struct var *next;               /* hash chain */
+	uint64_t hash;
+	atomic_int refs;                /* the map's one + waiters' and checkpoint's */
+	pthread_mutex_t mu;             /* guards everything below */
+	pthread_cond_t cv;              /* version moved or variable deleted */
+	struct block *val;              /* current value; NULL once deleted */
+	bool deleted;
+	int64_t sync_step;
+	struct sync_acc acc;
+	atomic_uint_fast64_t applies[PS_RULE_COUNT];
+	char name[];
+};
+
+struct ps_store {
+	char *dir;                      /* NULL: memory only */
+	unsigned ckpt_secs;
+	int lock_fd;
+	uint64_t epoch;
+	pthread_condattr_t cattr;       /* CLOCK_MONOTONIC for every wait */
+
+	/* The map, and the gate of consistency for snapshots: every change to
+	 * a variable happens with this held for reading (or writing, to add or
+	 * remove names); a checkpoint takes it for writing to cut. */
+	pthread_rwlock_t map;
+	struct var **buckets;
+	size_t n_buckets, n_vars;
+
+	atomic_int_fast64_t stat_vars, stat_bytes;
+	atomic_uint_fast64_t next_version;
+	atomic_uint_fast64_t ceiling;   /* versions <= ceiling may be handed out */
+	pthread_mutex_t ver_mu;         /* raising the ceiling */
+	struct ps_wal *wal;             /* NULL: memory only */
+
+	pthread_mutex_t ckpt_mu;        /* one checkpoint at a time */
+	atomic_uint_fast64_t changes;   /* bumped by every change */
+	atomic_uint_fast64_t ckpt_changes;   /* value of changes at the last snapshot's cut */
+	atomic_uint_fast64_t checkpoints;
+
+	pthread_mutex_t thr_mu;
+	pthread_cond_t thr_cv;
+	bool stopping;
+	bool thr_started;
+	pthread_t thr;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t hash_name(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+static struct var *var_new(struct ps_store *s, const char *name)
+{
+	size_t n = strlen(name);
+	struct var *v = calloc(1, sizeof *v + n + 1);
+
+	if (!v)
+		return NULL;
+	memcpy(v->name, name, n + 1);
+	v->hash = hash_name(name);
+	atomic_init(&v->refs, 1);
+	pthread_mutex_init(&v->mu, NULL);
+	pthread_cond_init(&v->cv, &s->cattr);
+	return v;
+}
+
+static void acc_reset(struct sync_acc *a)
+{
+	free(a->seen);
+	dg_free_aligned(a->sum);
+	*a = (struct sync_acc){ 0 };
+}
+
+static void var_unref(struct var *v)
+{
+	if (atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	block_release(v->val);
+	acc_reset(&v->acc);
+	pthread_cond_destroy(&v->cv);
+	pthread_mutex_destroy(&v->mu);
+	free(v);
+}
+
+/* Caller holds the map lock (either mode). */
+static struct var *map_find(struct ps_store *s, const char *name)
+{
+	uint64_t h = hash_name(name);
+
+	for (struct var *v = s->buckets[h & (s->n_buckets - 1)]; v; v = v->next)
+		if (v->hash == h && strcmp(v->name, name) == 0)
+			return v;
+	return NULL;
+}
+
+/* Caller holds the map lock for writing. Keeps the load factor below 1. */
+static enum dg_status map_insert(struct ps_store *s, struct var *v, struct dg_err *err)
+{
+	if (s->n_vars + 1 > s->n_buckets) {
+		size_t nb = s->n_buckets * 2;
+		struct var **b = calloc(nb, sizeof *b);
+		if (!b)
+			return dg_err_set(err, DG_ENOMEM, "out of memory adding variable '%s'",
+					  v->name);
+		for (size_t i = 0; i < s->n_buckets; i++) {
+			for (struct var *x = s->buckets[i], *nx; x; x = nx) {
+				nx = x->next;
+				x->next = b[x->hash & (nb - 1)];
+				b[x->hash & (nb - 1)] = x;
+			}
+		}
+		free(s->buckets);
+		s->buckets = b;
+		s->n_buckets = nb;
+	}
+	struct var **head = &s->buckets[v->hash & (s->n_buckets - 1)];
+	v->next = *head;
+	*head = v;
+	s->n_vars++;
+	return DG_OK;
+}
+
+/* Caller holds the map lock for writing. The map's reference passes to the caller. */
+static void map_remove(struct ps_store *s, struct var *v)
+{
+	for (struct var **p = &s->buckets[v->hash & (s->n_buckets - 1)]; *p; p = &(*p)->next) {
+		if (*p == v) {
+			*p = v->next;
+			v->next = NULL;
+			s->n_vars--;
+			return;
+		}
+	}
+}
+
+static void stat_add(struct ps_store *s, int64_t vars, int64_t bytes)
+{
+	atomic_fetch_add(&s->stat_vars, vars);
+	atomic_fetch_add(&s->stat_bytes, bytes);
+}
+
+/* Replace v's value with b (caller holds v->mu), keeping the byte count. */
+static void var_set_value(struct ps_store *s, struct var *v, struct block *b)
+{
+	int64_t old = v->val ? (int64_t)v->val->v.nbytes : 0;
+
+	if (v->val != b) {
+		block_release(v->val);
+		v->val = b;
+	}
+	stat_add(s, 0, (int64_t)b->v.nbytes - old);
+	pthread_cond_broadcast(&v->cv);
+}
+
+/* --- versions ------------------------------------------------------------------------------ */
+
+/* Raise the ceiling above x with a durable RESERVE record. */
+static enum dg_status version_reserve(struct ps_store *s, uint64_t x, struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	pthread_mutex_lock(&s->ver_mu);
+	while (st == DG_OK && atomic_load(&s->ceiling) < x) {
+		uint64_t c = atomic_load(&s->ceiling) + VERSION_BLOCK;
+		if (c < x)
+			c = x + VERSION_BLOCK - 1;
+		struct ps_wal_rec r = { .type = PS_WAL_RESERVE, .ceiling = c, .mtime = now_s() };
+		uint64_t lsn;
+		st = ps_wal_append(s->wal, &r, &lsn, err);
+		if (st == DG_OK)
+			st = ps_wal_sync(s->wal, lsn, err);
+		if (st == DG_OK)
+			atomic_store(&s->ceiling, c);
+	}
+	pthread_mutex_unlock(&s->ver_mu);
+	return st;
+}
+
+/* The next store-wide version. Caller holds the map lock and the lock of the
+ * variable it is for, so a variable's versions increase in the order of its
+ * changes (its log records carry them in that order). */
+static enum dg_status version_next(struct ps_store *s, uint64_t *out, struct dg_err *err)
+{
+	uint64_t x = atomic_fetch_add(&s->next_version, 1);
+
+	if (x > atomic_load(&s->ceiling)) {
+		enum dg_status st = version_reserve(s, x, err);
+		if (st != DG_OK)
+			return st;
+	}
+	*out = x;
+	return DG_OK;
+}
+
+/* --- open / close ----------------------------------------------------------------------------- */
+
+static void *ckpt_main(void *arg);
+
+/* Recovery callbacks: single-threaded (no request runs yet), so no locks. */
+struct recover_ctx {
+	struct ps_store *s;
+	uint64_t max_version;
+};
+
+static enum dg_status rc_add(struct recover_ctx *c, const char *name, struct block *b,
+			     int64_t sync_step, struct dg_err *err)
+{
+	struct var *v = var_new(c->s, name);
+
+	if (!v) {
+		block_release(b);
+		return dg_err_set(err, DG_ENOMEM, "out of memory loading '%s'", name);
+	}
+	v->val = b;
+	v->sync_step = sync_step;
+	enum dg_status st = map_insert(c->s, v, err);
+	if (st != DG_OK) {
+		var_unref(v);
+		return st;
+	}
+	stat_add(c->s, 1, (int64_t)b->v.nbytes);
+	return DG_OK;
+}
+
+static enum dg_status rc_var(void *ud, const struct ps_snap_var *sv, void *data,
+			     struct dg_err *err)
+{
+	struct recover_ctx *c = ud;
+	struct block *b;
+
+	if (map_find(c->s, sv->name)) {
+		dg_free_aligned(data);
+		return dg_err_set(err, DG_EIO, "variable '%s' appears twice", sv->name);
+	}
+	b = block_new(sv->dtype, &sv->shape, sv->nbytes, data, false);
+	if (!b)
+		return dg_err_set(err, DG_ENOMEM, "out of memory loading '%s'", sv->name);
+	b->v.version = sv->version;
+	b->v.mtime = sv->mtime;
+	if (sv->version > c->max_version)
+		c->max_version = sv->version;
+	return rc_add(c, sv->name, b, sv->sync_step, err);
+}
+
+static enum dg_status rc_rec(void *ud, const struct ps_wal_rec *r, void *data, struct dg_err *err)
+{
+	struct recover_ctx *c = ud;
+	struct var *v = map_find(c->s, r->name);
+	struct block *b = NULL;
+
+	if (r->version > c->max_version)
+		c->max_version = r->version;
+	if (r->type == PS_WAL_PUT || r->type == PS_WAL_ASSIGN || r->type == PS_WAL_CREATE) {
+		if (r->type == PS_WAL_ASSIGN &&
+		    (!v || v->val->v.dtype != r->dtype ||
+		     !dg_shape_eq(&v->val->v.shape, &r->shape))) {
+			dg_free_aligned(data);
+			return dg_err_set(err, DG_EIO, "the log assigns '%s', which %s", r->name,
+					  v ? "has another dtype or shape" : "does not exist");
+		}
+		/* CREATE: data is NULL and a zeroed block is made */
+		b = block_new(r->dtype, &r->shape, r->nbytes, data, r->type == PS_WAL_CREATE);
+		if (!b)
+			return dg_err_set(err, DG_ENOMEM, "out of memory loading '%s'", r->name);
+		b->v.version = r->version;
+		b->v.mtime = r->mtime;
+		if (!v)
+			return rc_add(c, r->name, b, 0, err);
+		var_set_value(c->s, v, b);
+		return DG_OK;
+	}
+	if (r->type == PS_WAL_PATCH) {
+		if (!v || r->offset > v->val->v.nbytes || r->nbytes > v->val->v.nbytes - r->offset)
+			return dg_err_set(err, DG_EIO, "the log patches bytes %" PRIu64
+					  "+%zu of '%s', which %s", r->offset, r->nbytes, r->name,
+					  v ? "is smaller" : "does not exist");
+		memcpy((char *)v->val->mem + r->offset, r->data, r->nbytes);
+		v->val->v.version = r->version;
+		v->val->v.mtime = r->mtime;
+		return DG_OK;
+	}
+	if (r->type == PS_WAL_DELETE && v) {
+		map_remove(c->s, v);
+		stat_add(c->s, -1, -(int64_t)v->val->v.nbytes);
+		var_unref(v);
+	}
+	return DG_OK;
+}
+
+static void store_free(struct ps_store *s)
+{
+	for (size_t i = 0; s->buckets && i < s->n_buckets; i++) {
+		for (struct var *v = s->buckets[i], *nx; v; v = nx) {
+			nx = v->next;
+			var_unref(v);
+		}
+	}
+	free(s->buckets);
+	ps_wal_close(s->wal);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
+	pthread_rwlock_destroy(&s->map);
+	pthread_mutex_destroy(&s->ver_mu);
+	pthread_mutex_destroy(&s->ckpt_mu);
+	pthread_mutex_destroy(&s->thr_mu);
+	pthread_cond_destroy(&s->thr_cv);
+	pthread_condattr_destroy(&s->cattr);
+	free(s->dir);
+	free(s);
+}
+
+static struct ps_store *store_alloc(const struct ps_store_config *cfg, struct dg_err *err)
+{
+	struct ps_store *s = calloc(1, sizeof *s);
+	pthread_rwlockattr_t ra;
+
+	if (!s) {
+		dg_err_set(err, DG_ENOMEM, "out of memory opening the store");
+		return NULL;
+	}
+	s->lock_fd = -1;
+	s->ckpt_secs = cfg && cfg->checkpoint_secs ? cfg->checkpoint_secs : 5;
+	pthread_condattr_init(&s->cattr);
+	pthread_condattr_setclock(&s->cattr, CLOCK_MONOTONIC);
+	/* Writer preference: a checkpoint's cut is not starved by a stream of
+	 * updates (no thread ever takes the read lock twice). */
+	pthread_rwlockattr_init(&ra);
+	pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&s->map, &ra);
+	pthread_rwlockattr_destroy(&ra);
+	pthread_mutex_init(&s->ver_mu, NULL);
+	pthread_mutex_init(&s->ckpt_mu, NULL);
+	pthread_mutex_init(&s->thr_mu, NULL);
+	pthread_cond_init(&s->thr_cv, &s->cattr);
+	s->n_buckets = 1024;
+	s->buckets = calloc(s->n_buckets, sizeof *s->buckets);
+	if (cfg && cfg->data_dir)
+		s->dir = strdup(cfg->data_dir);
+	if (!s->buckets || (cfg && cfg->data_dir && !s->dir)) {
+		dg_err_set(err, DG_ENOMEM, "out of memory opening the store");
+		store_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* Recover the data directory and start logging into a new segment. */
+static enum dg_status store_recover(struct ps_store *s, struct dg_err *err)
+{
+	struct recover_ctx c = { .s = s };
+	struct ps_recover_ops ops = { .ud = &c, .var = rc_var, .rec = rc_rec };
+	struct ps_recover_info info;
+	enum dg_status st;
+
+	st = ps_dir_lock(s->dir, &s->lock_fd, err);
+	if (st == DG_OK)
+		st = ps_persist_recover(s->dir, &ops, &info, err);
+	if (st == DG_OK)
+		st = ps_epoch_bump(s->dir, &s->epoch, err);
+	if (st != DG_OK)
+		return st;
+	s->wal = ps_wal_open(s->dir, info.next_seq, err);
+	if (!s->wal)
+		return err ? err->code : DG_EIO;
+	/* Continue above every version that can have been handed out: those
+	 * below the highest reserved ceiling (applies included). */
+	uint64_t base = info.ceiling > c.max_version ? info.ceiling : c.max_version;
+	atomic_store(&s->ceiling, base);
+	atomic_store(&s->next_version, base + 1);
+	st = version_reserve(s, base + 1, err);
+	if (st != DG_OK)
+		return st;
+	/* A log to fold into a snapshot, or no snapshot yet: checkpoint soon. */
+	atomic_store(&s->changes, info.n_records || !info.had_snapshot ? 1 : 0);
+	if (info.torn_bytes)
+		dg_log(DG_LOG_WARN, "ps", "cut %" PRIu64 " bytes of unacknowledged log tail "
+		       "in '%s'", info.torn_bytes, s->dir);
+	dg_log(DG_LOG_INFO, "ps", "recovered %" PRId64 " variables from '%s' (%" PRIu64
+	       " log records), epoch %" PRIu64, (int64_t)atomic_load(&s->stat_vars), s->dir,
+	       info.n_records, s->epoch);
+	return DG_OK;
+}
+
+struct ps_store *ps_store_open(const struct ps_store_config *cfg, struct dg_err *err)
+{
+	struct ps_store *s = store_alloc(cfg, err);
+
+	if (!s)
+		return NULL;
+	if (!s->dir) {
+		s->epoch = 1;
+		atomic_store(&s->next_version, 1);
+		atomic_store(&s->ceiling, UINT64_MAX);
+		return s;
+	}
+	if (store_recover(s, err) != DG_OK) {
+		store_free(s);
+		return NULL;
+	}
+	if (pthread_create(&s->thr, NULL, ckpt_main, s) != 0) {
+		dg_err_set(err, DG_ENOMEM, "cannot start the checkpoint thread of '%s'", s->dir);
+		store_free(s);
+		return NULL;
+	}
+	s->thr_started = true;
+	return s;
+}
+
+void ps_store_close(struct ps_store *s)
+{
+	struct dg_err err = { 0 };
+
+	if (!s)
+		return;
+	if (s->thr_started) {
+		pthread_mutex_lock(&s->thr_mu);
+		s->stopping = true;
+		pthread_cond_broadcast(&s->thr_cv);
+		pthread_mutex_unlock(&s->thr_mu);
+		pthread_join(s->thr, NULL);
+	}
+	if (s->wal && atomic_load(&s->changes) != atomic_load(&s->ckpt_changes) &&
+	    ps_store_checkpoint(s, &err) != DG_OK)
+		dg_log(DG_LOG_ERROR, "ps", "final checkpoint failed: %s (the log still holds "
+		       "acknowledged writes; applies since the last snapshot are lost)", err.msg);
+	store_free(s);
+}
+
+uint64_t ps_store_epoch(const struct ps_store *s)
+{
+	return s->epoch;
+}
+
+/* --- checkpoints ------------------------------------------------------------------------------ */
+
+static int cmp_item(const void *a, const void *b)
+{
+	const struct ps_snap_item *x = a, *y = b;
+
+	return strcmp(x->name, y->name);
+}
+
+/* Under the map's write lock: no change is in progress, so the references
+ * taken here and the log position form one consistent cut. */
+static enum dg_status ckpt_cut(struct ps_store *s, int fd, uint64_t seq,
+			       struct ps_snap_item **items_out, struct var ***vars_out,
+			       size_t *n_out, uint64_t *ceiling, uint64_t *mark, struct dg_err *err)
+{
+	size_t n = 0, cap = s->n_vars;
+	struct ps_snap_item *items = calloc(cap ? cap : 1, sizeof *items);
+	struct var **vars = calloc(cap ? cap : 1, sizeof *vars);
+
+	if (!items || !vars) {
+		free(items);
+		free(vars);
+		close(fd);
+		ps_wal_segment_discard(s->dir, seq);
+		return dg_err_set(err, DG_ENOMEM, "out of memory for a checkpoint of %zu variables",
+				  cap);
+	}
+	for (size_t i = 0; i < s->n_buckets; i++) {
+		for (struct var *v = s->buckets[i]; v; v = v->next) {
+			atomic_fetch_add(&v->refs, 1);
+			pthread_mutex_lock(&v->mu);
+			items[n] = (struct ps_snap_item){ .name = v->name,
+							  .value = &block_ref(v->val)->v,
+							  .sync_step = v->sync_step };
+			pthread_mutex_unlock(&v->mu);
+			vars[n++] = v;
+		}
+	}
+	*mark = atomic_load(&s->changes);
+	*ceiling = atomic_load(&s->ceiling);
+	*items_out = items;
+	*vars_out = vars;
+	*n_out = n;
+	return ps_wal_switch(s->wal, fd, seq, err);
+}
+
+enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err)
+{
+	struct ps_snap_item *items = NULL;
+	struct var **vars = NULL;
+	uint64_t seq, ceiling = 0, mark = 0;
+	size_t n = 0;
+	enum dg_status st;
+	int fd;
+
+	if (!s->wal)
+		return DG_OK;   /* memory only: nothing to write */
+	pthread_mutex_lock(&s->ckpt_mu);
+	seq = ps_wal_seq(s->wal) + 1;
+	/* the slow part of starting a segment happens before the cut */
+	st = ps_wal_segment_create(s->dir, seq, &fd, err);
+	if (st == DG_OK) {
+		pthread_rwlock_wrlock(&s->map);
+		st = ckpt_cut(s, fd, seq, &items, &vars, &n, &ceiling, &mark, err);
+		pthread_rwlock_unlock(&s->map);
+	}
+	if (st == DG_OK) {
+		qsort(items, n, sizeof *items, cmp_item);
+		st = ps_snapshot_write(s->dir, seq, ceiling, items, n, err);
+	}
+	if (st == DG_OK) {
+		ps_wal_remove_before(s->dir, seq);
+		atomic_store(&s->ckpt_changes, mark);
+		atomic_fetch_add(&s->checkpoints, 1);
+	}
+	for (size_t i = 0; i < n; i++)
+		ps_value_release((struct ps_value *)items[i].value);
+	for (size_t i = 0; vars && i < n; i++)
+		var_unref(vars[i]);
+	free(items);
+	free(vars);
+	pthread_mutex_unlock(&s->ckpt_mu);
+	if (st != DG_OK)
+		dg_err_prefix(err, "checkpoint of '%s'", s->dir);
+	return st;
+}
+
+/* Every ckpt_secs: a snapshot when anything changed since the last one. */
+static void *ckpt_main(void *arg)
+{
+	struct ps_store *s = arg;
+	struct timespec dl;
+
+	pthread_mutex_lock(&s->thr_mu);
+	while (!s->stopping) {
+		clock_gettime(CLOCK_MONOTONIC, &dl);
+		dl.tv_sec += s->ckpt_secs;
+		while (!s->stopping &&
+		       pthread_cond_timedwait(&s->thr_cv, &s->thr_mu, &dl) != ETIMEDOUT)
+			;
+		if (s->stopping)
+			break;
+		pthread_mutex_unlock(&s->thr_mu);
+		if (atomic_load(&s->changes) != atomic_load(&s->ckpt_changes)) {
+			struct dg_err err = { 0 };
+			if (ps_store_checkpoint(s, &err) != DG_OK)
+				dg_log(DG_LOG_ERROR, "ps", "%s", err.msg);
+		}
+		pthread_mutex_lock(&s->thr_mu);
+	}
+	pthread_mutex_unlock(&s->thr_mu);
+	return NULL;
+}
+
+/* --- reads ---------------------------------------------------------------------------------- */
+
+static enum dg_status not_found(struct dg_err *err, const char *name)
+{
+	dg_err_set(err, DG_ENOTFOUND, "variable '%.200s' not found", name);
+	dg_err_hint(err, "list variables with: dg var ls");
+	return DG_ENOTFOUND;
+}
+
+enum dg_status ps_store_get(struct ps_store *s, const char *name, struct ps_value **out,
+			    struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+	struct var *v;
+
+	*out = NULL;
+	if (!name)
+		return not_found(err, "(null)");
+	pthread_rwlock_rdlock(&s->map);
+	v = map_find(s, name);
+	if (v) {
+		pthread_mutex_lock(&v->mu);
+		*out = &block_ref(v->val)->v;
+		pthread_mutex_unlock(&v->mu);
+	} else {
+		st = not_found(err, name);
+	}
+	pthread_rwlock_unlock(&s->map);
+	return st;
+}
+
+enum dg_status ps_store_wait(struct ps_store *s, const char *name, uint64_t min_version,
+			     int64_t timeout_ms, struct ps_value **out, struct dg_err *err)
+{
+	struct timespec dl;
+	enum dg_status st = DG_OK;
+	struct var *v;
+
+	*out = NULL;
+	if (!name)
+		return not_found(err, "(null)");
+	pthread_rwlock_rdlock(&s->map);
+	v = map_find(s, name);
+	if (v)
+		atomic_fetch_add(&v->refs, 1);   /* outlives the map lock while waiting */
+	pthread_rwlock_unlock(&s->map);
+	if (!v)
+		return not_found(err, name);
+	if (timeout_ms < 0)
+		timeout_ms = 0;
+	clock_gettime(CLOCK_MONOTONIC, &dl);
+	dl.tv_sec += (time_t)(timeout_ms / 1000);
+	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&v->mu);
+	while (!v->deleted && v->val->v.version < min_version) {
+		if (pthread_cond_timedwait(&v->cv, &v->mu, &dl) == ETIMEDOUT)
+			break;
+	}
+	if (v->deleted) {
+		st = dg_err_set(err, DG_ENOTFOUND, "variable '%.200s' was deleted while waiting "
+				"for version %" PRIu64, name, min_version);
+	} else {
+		*out = &block_ref(v->val)->v;
+		if (v->val->v.version < min_version) {
+			st = dg_err_set(err, DG_ETIMEOUT, "variable '%.200s' is at version %" PRIu64
+					", not %" PRIu64 " after %" PRId64 " ms", name,
+					v->val->v.version, min_version, timeout_ms);
+			dg_err_hint(err, "wait longer, or check that the updates it waits for "
+				    "are sent");
+		}
+	}
+	pthread_mutex_unlock(&v->mu);
+	var_unref(v);
+	return st;
+}
+
+static int cmp_var(const void *a, const void *b)
+{
+	return strcmp((*(struct var *const *)a)->name, (*(struct var *const *)b)->name);
+}
+
+enum dg_status ps_store_list(struct ps_store *s, const char *prefix, struct dg_var_info **out,
+			     int *n, struct dg_err *err)
+{
+	size_t plen = prefix ? strlen(prefix) : 0, cnt = 0, kept = 0;
+	struct var **vs = NULL;
+	struct dg_var_info *info = NULL;
+	enum dg_status st = DG_OK;
+
+	*out = NULL;
+	*n = 0;
+	/* Under the map lock only collect references (cheap), so a long listing
+	 * does not hold up a checkpoint, which would hold up every update. */
+	pthread_rwlock_rdlock(&s->map);
+	vs = malloc((s->n_vars ? s->n_vars : 1) * sizeof *vs);
+	for (size_t i = 0; vs && i < s->n_buckets; i++) {
+		for (struct var *v = s->buckets[i]; v; v = v->next) {
+			if (strncmp(v->name, prefix ? prefix : "", plen) == 0) {
+				atomic_fetch_add(&v->refs, 1);
+				vs[cnt++] = v;
+			}
+		}
+	}
+	pthread_rwlock_unlock(&s->map);
+	if (!vs)
+		return dg_err_set(err, DG_ENOMEM, "out of memory listing variables");
+	if (cnt > INT32_MAX)
+		st = dg_err_set(err, DG_ETOOLARGE, "%zu variables match '%s'", cnt, prefix);
+	if (st == DG_OK && !(info = calloc(cnt ? cnt : 1, sizeof *info)))
+		st = dg_err_set(err, DG_ENOMEM, "out of memory listing %zu variables", cnt);
+	if (st == DG_OK && cnt > 1)
+		qsort(vs, cnt, sizeof *vs, cmp_var);
+	for (size_t i = 0; st == DG_OK && i < cnt; i++) {
+		struct var *v = vs[i];
+		pthread_mutex_lock(&v->mu);
+		if (!v->deleted) {   /* deleted since it was collected: not listed */
+			struct dg_var_info *d = &info[kept++];
+			size_t len = strlen(v->name);
+			memcpy(d->name, v->name, len + 1);
+			d->dtype = v->val->v.dtype;
+			d->shape = v->val->v.shape;
+			d->bytes = v->val->v.nbytes;
+			d->version = v->val->v.version;
+			d->mtime = v->val->v.mtime;
+		}
+		pthread_mutex_unlock(&v->mu);
+	}
+	for (size_t i = 0; i < cnt; i++)
+		var_unref(vs[i]);
+	free(vs);
+	if (st != DG_OK) {
+		free(info);
+		return st;
+	}
+	*out = info;
+	*n = (int)kept;
+	return DG_OK;
+}
+
+/* --- writes ---------------------------------------------------------------------------------- */
+
+static enum dg_status if_match_check(const struct var *v, uint64_t if_match, struct dg_err *err)
+{
+	if (!if_match || v->val->v.version == if_match)
+		return DG_OK;
+	dg_err_set(err, DG_ECONFLICT, "variable '%s' is at version %" PRIu64 ", not %" PRIu64
+		   " (If-Match)", v->name, v->val->v.version, if_match);
+	dg_err_hint(err, "read it again and retry with its current version");
+	return DG_ECONFLICT;
+}
+
+/* The checks of a put against the existing variable (caller holds v->mu). */
+static enum dg_status put_check(const struct var *v, const struct block *nb,
+				const struct ps_put_opts *o, struct dg_err *err)
+{
+	const struct ps_value *cur = &v->val->v;
+	char a[160], b[160];
+
+	if (o->create_only) {
+		dg_err_set(err, DG_ECONFLICT, "variable '%s' exists (version %" PRIu64 ")", v->name,
+			   cur->version);
+		dg_err_hint(err, "drop create-only (If-None-Match: *) to replace it");
+		return DG_ECONFLICT;
+	}
+	enum dg_status st = if_match_check(v, o->if_match, err);
+	if (st != DG_OK || o->replace)
+		return st;
+	dg_shape_format(&cur->shape, a, sizeof a);
+	dg_shape_format(&nb->v.shape, b, sizeof b);
+	if (cur->dtype != nb->v.dtype) {
+		dg_err_set(err, DG_EDTYPE, "variable '%s' is %s %s; the new value is %s %s",
+			   v->name, dg_dtype_name(cur->dtype), a, dg_dtype_name(nb->v.dtype), b);
+		dg_err_hint(err, "pass replace (?replace=1) to change its dtype or shape");
+		return DG_EDTYPE;
+	}
+	if (!dg_shape_eq(&cur->shape, &nb->v.shape)) {
+		dg_err_set(err, DG_ESHAPE, "variable '%s' has shape %s; the new value has %s",
+			   v->name, a, b);
+		dg_err_hint(err, "pass replace (?replace=1) to change its dtype or shape");
+		return DG_ESHAPE;
+	}
+	return DG_OK;
+}
+
+/* Log that name now holds zeros of b's dtype/shape (a slot made or reset by
+ * an apply). Applies are not logged, but this change of existence or shape
+ * is: acknowledged writes of the slot logged later must replay onto it. No
+ * wait for durability: any later record that needs it is synced after it. */
+static enum dg_status log_create(struct ps_store *s, const char *name, const struct block *b,
+				 struct dg_err *err)
+{
+	struct ps_wal_rec r = { .type = PS_WAL_CREATE, .name = name, .dtype = b->v.dtype,
+				.shape = b->v.shape, .version = b->v.version, .mtime = b->v.mtime,
+				.nbytes = b->v.nbytes };
+	uint64_t lsn;
+
+	return s->wal ? ps_wal_append(s->wal, &r, &lsn, err) : DG_OK;
+}
+
+/* Log a whole value (PUT or ASSIGN) of b under version/mtime. */
+static enum dg_status log_value(struct ps_store *s, enum ps_wal_type type, const char *name,
+				const struct block *b, uint32_t crc, uint64_t *lsn,
+				struct dg_err *err)
+{
+	struct ps_wal_rec r = {
+		.type = type, .name = name, .dtype = b->v.dtype, .shape = b->v.shape,
+		.version = b->v.version, .mtime = b->v.mtime, .data = b->mem,
+		.nbytes = b->v.nbytes, .data_crc = crc,
+	};
+
+	return s->wal ? ps_wal_append(s->wal, &r, lsn, err) : DG_OK;
+}
+
+/* Put nb into the existing v (caller holds the map lock). */
+static enum dg_status put_existing(struct ps_store *s, struct var *v, struct block *nb,
+				   const struct ps_put_opts *o, uint32_t crc, uint64_t *lsn,
+				   uint64_t *ver, struct dg_err *err)
+{
+	enum dg_status st;
+
+	pthread_mutex_lock(&v->mu);
+	st = put_check(v, nb, o, err);
+	if (st == DG_OK)
+		st = version_next(s, &nb->v.version, err);
+	nb->v.mtime = now_s();
+	if (st == DG_OK)
+		st = log_value(s, PS_WAL_PUT, v->name, nb, crc, lsn, err);
+	if (st == DG_OK) {
+		/* pending sync gradients of another dtype/shape can never be applied */
+		if (v->val->v.dtype != nb->v.dtype || !dg_shape_eq(&v->val->v.shape, &nb->v.shape))
+			acc_reset(&v->acc);
+		var_set_value(s, v, nb);
+		atomic_fetch_add(&s->changes, 1);
+		*ver = nb->v.version;   /* nb may change in place once v->mu is released */
+	}
+	pthread_mutex_unlock(&v->mu);
+	return st;
+}
+
+/* Create name with nb (caller holds the map lock for writing). */
+static enum dg_status put_new(struct ps_store *s, const char *name, struct block *nb,
+			      const struct ps_put_opts *o, uint32_t crc, uint64_t *lsn,
+			      uint64_t *ver, struct dg_err *err)
+{
+	struct var *v;
+	enum dg_status st;
+
+	if (o->if_match) {
+		dg_err_set(err, DG_ECONFLICT, "variable '%s' does not exist (If-Match: %" PRIu64
+			   ")", name, o->if_match);
+		dg_err_hint(err, "drop If-Match to create it");
+		return DG_ECONFLICT;
+	}
+	v = var_new(s, name);
+	if (!v)
+		return dg_err_set(err, DG_ENOMEM, "out of memory creating '%s'", name);
+	pthread_mutex_lock(&v->mu);
+	st = version_next(s, &nb->v.version, err);
+	nb->v.mtime = now_s();
+	if (st == DG_OK)
+		st = log_value(s, PS_WAL_PUT, name, nb, crc, lsn, err);
+	if (st == DG_OK)
+		st = map_insert(s, v, err);
+	if (st == DG_OK) {
+		v->val = nb;
+		stat_add(s, 1, (int64_t)nb->v.nbytes);
+		atomic_fetch_add(&s->changes, 1);
+		*ver = nb->v.version;
+	}
+	pthread_mutex_unlock(&v->mu);
+	if (st != DG_OK)
+		var_unref(v);
+	return st;
+}
+
+/* Check a tensor handed to the store (it may come from any decoder). */
+static enum dg_status tensor_check(const struct dg_tensor *t, const char *what, const char *name,
+				   struct dg_err *err)
+{
+	int64_t numel;
+
+	if (!t)
+		return dg_err_set(err, DG_EINVAL, "no %s for '%s'", what, name);
+	if ((unsigned)t->dtype >= DG_DTYPE_COUNT || t->shape.ndim < 0 ||
+	    t->shape.ndim > DG_MAX_DIMS || !dg_shape_is_known(&t->shape) ||
+	    dg_shape_numel(&t->shape, &numel, NULL) != DG_OK || numel != t->numel ||
+	    (size_t)numel * dg_dtype_size(t->dtype) != t->nbytes || (t->nbytes && !t->data))
+		return dg_err_set(err, DG_EINVAL, "malformed %s tensor for '%s'", what, name);
+	return DG_OK;
+}
+
+enum dg_status ps_store_put(struct ps_store *s, const char *name, struct dg_tensor *t,
+			    const struct ps_put_opts *opts, uint64_t *version, bool *created,
+			    struct dg_err *err)
+{
+	static const struct ps_put_opts none = { 0 };
+	const struct ps_put_opts *o = opts ? opts : &none;
+	struct block *nb = NULL;
+	uint64_t lsn = 0, ver = 0;
+	uint32_t crc = 0;
+	bool made = false;
+	enum dg_status st;
+
+	st = dg_var_name_check(name, err);
+	if (st == DG_OK)
+		st = tensor_check(t, "value", name, err);
+	if (st != DG_OK) {
+		dg_tensor_free(t);
+		return st;
+	}
+	/* The tensor's bytes become the value block: no copy. */
+	nb = block_new(t->dtype, &t->shape, t->nbytes, t->data, false);
+	t->data = NULL;
+	dg_tensor_free(t);
+	if (!nb)
+		return dg_err_set(err, DG_ENOMEM, "out of memory storing '%s'", name);
+	if (s->wal)
+		crc = ps_crc32(0, nb->mem, nb->v.nbytes);   /* outside every lock */
+	pthread_rwlock_rdlock(&s->map);
+	struct var *v = map_find(s, name);
+	if (!v) {
+		pthread_rwlock_unlock(&s->map);
+		pthread_rwlock_wrlock(&s->map);
+		v = map_find(s, name);
+	}
+	if (v) {
+		st = put_existing(s, v, nb, o, crc, &lsn, &ver, err);
+	} else {
+		st = put_new(s, name, nb, o, crc, &lsn, &ver, err);
+		made = st == DG_OK;
+	}
+	pthread_rwlock_unlock(&s->map);
+	if (st != DG_OK) {
+		block_release(nb);
+		return st;
+	}
+	if (s->wal)
+		st = ps_wal_sync(s->wal, lsn, err);
+	if (st == DG_OK) {
+		if (version)
+			*version = ver;
+		if (created)
+			*created = made;
+	}
+	return st;
+}
+
+/* Check a patch of n bytes at offset against b. */
+static enum dg_status patch_check(const struct var *v, uint64_t offset, size_t n,
+				  struct dg_err *err)
+{
+	const struct ps_value *cur = &v->val->v;
+	size_t esz = dg_dtype_size(cur->dtype);
+
+	if (n == 0 || offset % esz || n % esz || offset > cur->nbytes ||
+	    n > cur->nbytes - offset) {
+		dg_err_set(err, DG_EINVAL, "cannot write bytes [%" PRIu64 ", %" PRIu64 ") of '%s': "
+			   "it has %zu bytes of %s (%zu each)", offset, offset + (uint64_t)n,
+			   v->name, cur->nbytes, dg_dtype_name(cur->dtype), esz);
+		dg_err_hint(err, "a partial write covers whole elements inside the tensor");
+		return DG_EINVAL;
+	}
+	return DG_OK;
+}
+
+enum dg_status ps_store_patch(struct ps_store *s, const char *name, uint64_t offset,
+			      const void *p, size_t n, uint64_t if_match, uint64_t *version,
+			      struct dg_err *err)
+{
+	uint32_t crc = 0;
+	uint64_t lsn = 0, ver = 0;
+	enum dg_status st;
+	struct var *v;
+
+	st = dg_var_name_check(name, err);
+	if (st != DG_OK)
+		return st;
+	if (n && !p)
+		return dg_err_set(err, DG_EINVAL, "no data to write into '%s'", name);
+	if (s->wal && n)
+		crc = ps_crc32(0, p, n);
+	pthread_rwlock_rdlock(&s->map);
+	v = map_find(s, name);
+	if (!v) {
+		pthread_rwlock_unlock(&s->map);
+		return not_found(err, name);
+	}
+	pthread_mutex_lock(&v->mu);
+	st = if_match_check(v, if_match, err);
+	if (st == DG_OK)
+		st = patch_check(v, offset, n, err);
+	/* Someone holds the current bytes: write a new block (copy-on-write). */
+	struct block *b = v->val;
+	if (st == DG_OK && !block_is_private(b) && !(b = block_copy(v->val)))
+		st = dg_err_set(err, DG_ENOMEM, "out of memory writing into '%s'", name);
+	if (st == DG_OK)
+		st = version_next(s, &ver, err);
+	double now = now_s();
+	if (st == DG_OK && s->wal) {
+		struct ps_wal_rec r = { .type = PS_WAL_PATCH, .name = name, .version = ver,
+					.mtime = now, .offset = offset, .data = p, .nbytes = n,
+					.data_crc = crc };
+		st = ps_wal_append(s->wal, &r, &lsn, err);
+	}
+	if (st == DG_OK) {
+		memcpy((char *)b->mem + offset, p, n);
+		b->v.version = ver;
+		b->v.mtime = now;
+		var_set_value(s, v, b);
+		atomic_fetch_add(&s->changes, 1);
+	} else if (b && b != v->val) {
+		block_release(b);
+	}
+	pthread_mutex_unlock(&v->mu);
+	pthread_rwlock_unlock(&s->map);
+	if (st == DG_OK && s->wal)
+		st = ps_wal_sync(s->wal, lsn, err);
+	if (st == DG_OK && version)
+		*version = ver;
+	return st;
+}
+
+/* dst (DG_VAR_NAME_MAX + 16 bytes) = name + suffix; the caller checked the
+ * length of name (<= DG_VAR_NAME_MAX) and suffixes are short. */
+static void slot_name_make(char *dst, const char *name, const char *suffix)
+{
+	size_t a = strlen(name), b = strlen(suffix);
+
+	if (a + b >= DG_VAR_NAME_MAX + 16)
+		b = 0;   /* cannot happen with the static suffixes; keeps dst bounded */
+	memcpy(dst, name, a);
+	memcpy(dst + a, suffix, b);
+	dst[a + b] = '\0';
+}
+
+/* Remove v from the map and log it (caller holds the map lock for writing). */
+static enum dg_status delete_one(struct ps_store *s, struct var *v, uint64_t *lsn,
+				 struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	pthread_mutex_lock(&v->mu);
+	if (s->wal) {
+		struct ps_wal_rec r = { .type = PS_WAL_DELETE, .name = v->name, .mtime = now_s() };
+		st = version_next(s, &r.version, err);
+		if (st == DG_OK)
+			st = ps_wal_append(s->wal, &r, lsn, err);
+	}
+	if (st == DG_OK) {
+		map_remove(s, v);
+		stat_add(s, -1, -(int64_t)v->val->v.nbytes);
+		v->deleted = true;
+		block_release(v->val);
+		v->val = NULL;
+		acc_reset(&v->acc);
+		pthread_cond_broadcast(&v->cv);
+		atomic_fetch_add(&s->changes, 1);
+	}
+	pthread_mutex_unlock(&v->mu);
+	if (st == DG_OK)
+		var_unref(v);   /* the map's reference */
+	return st;
+}
+
+enum dg_status ps_store_delete(struct ps_store *s, const char *name, uint64_t if_match,
+			       struct dg_err *err)
+{
+	static const char *const slots[] = { ".momentum", ".adam_m", ".adam_v", ".adam_t" };
+	char sname[DG_VAR_NAME_MAX + 16];
+	uint64_t lsn = 0;
+	enum dg_status st;
+	struct var *v;
+
+	st = dg_var_name_check(name, err);
+	if (st != DG_OK)
+		return st;
+	pthread_rwlock_wrlock(&s->map);
+	v = map_find(s, name);
+	if (!v) {
+		st = not_found(err, name);
+		goto out;
+	}
+	pthread_mutex_lock(&v->mu);
+	st = if_match_check(v, if_match, err);
+	pthread_mutex_unlock(&v->mu);
+	/* Slots first: a failure part-way leaves the variable (whose slots are
+	 * recreated with zeros), never slots without their variable. */
+	for (size_t i = 0; st == DG_OK && i < sizeof slots / sizeof slots[0]; i++) {
+		slot_name_make(sname, name, slots[i]);
+		struct var *sv = map_find(s, sname);
+		if (sv)
+			st = delete_one(s, sv, &lsn, err);
+	}
+	if (st == DG_OK)
+		st = delete_one(s, v, &lsn, err);
+out:
+	pthread_rwlock_unlock(&s->map);
+	if (st == DG_OK && s->wal && lsn)
+		st = ps_wal_sync(s->wal, lsn, err);
+	return st;
+}
+
+/* --- apply ----------------------------------------------------------------------------------- */
+
+/* One apply's working set: the variable, its slots, and the blocks the
+ * update writes (the current ones when private, copies otherwise). */
+struct apply_ctx {
+	const char *name;
+	const struct ps_apply_args *a;
+	const struct dg_tensor *g;
+	int n_slots;
+	char slot_name[PS_MAX_SLOTS][DG_VAR_NAME_MAX + 16];
+	struct var *v, *slot[PS_MAX_SLOTS];
+	struct block *out[1 + PS_MAX_SLOTS];     /* [0]: variable, [1+i]: slot i */
+	bool reset;                              /* slots did not fit: out[1..] are zeros */
+	void *mean;                              /* sync: the mean gradient (var dtype) */
+	uint32_t crc;                            /* assign: CRC of the logged value */
+};
+
+static void lock_sorted(struct var **vs, int n)
+{
+	/* by name: every multi-variable lock in the store follows this order */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && strcmp(vs[j - 1]->name, vs[j]->name) > 0; j--) {
+			struct var *t = vs[j];
+			vs[j] = vs[j - 1];
+			vs[j - 1] = t;
+		}
+	for (int i = 0; i < n; i++)
+		pthread_mutex_lock(&vs[i]->mu);
+}
+
+/* Does slot i hold what the rule expects next to a variable of value w? */
+static bool slot_fits(const struct apply_ctx *c, int i, const struct ps_value *w)
+{
+	const struct ps_value *sv = &c->slot[i]->val->v;
+
+	if (ps_rule_slot_is_counter(c->a->rule, i))
+		return sv->dtype == DG_I64 && sv->shape.ndim == 0;
+	return sv->dtype == w->dtype && dg_shape_eq(&sv->shape, &w->shape);
+}
+
+static struct block *slot_zero(const struct apply_ctx *c, int i, const struct ps_value *w)
+{
+	static const struct dg_shape scalar = { 0 };
+
+	if (ps_rule_slot_is_counter(c->a->rule, i))
+		return block_new(DG_I64, &scalar, 8, NULL, true);
+	return block_new(w->dtype, &w->shape, w->nbytes, NULL, true);
+}
+
+/* Find the slots; create missing ones (zeros) when the map is held for
+ * writing. *missing tells the caller to come back with the write lock. */
+static enum dg_status find_slots(struct ps_store *s, struct apply_ctx *c, bool wr, bool *missing,
+				 struct dg_err *err)
+{
+	*missing = false;
+	for (int i = 0; i < c->n_slots; i++) {
+		c->slot[i] = map_find(s, c->slot_name[i]);
+		if (c->slot[i])
+			continue;
+		if (!wr) {
+			*missing = true;
+			return DG_OK;
+		}
+		struct var *sv = var_new(s, c->slot_name[i]);
+		if (!sv)
+			return dg_err_set(err, DG_ENOMEM, "out of memory creating '%s'",
+					  c->slot_name[i]);
+		pthread_mutex_lock(&c->v->mu);
+		struct block *b = slot_zero(c, i, &c->v->val->v);
+		sv->val = b;   /* var_unref(sv) releases it on failure */
+		enum dg_status st = b ? version_next(s, &b->v.version, err)
+				      : dg_err_set(err, DG_ENOMEM, "out of memory creating '%s'",
+						   c->slot_name[i]);
+		pthread_mutex_unlock(&c->v->mu);
+		if (st == DG_OK) {
+			b->v.mtime = now_s();
+			st = log_create(s, sv->name, b, err);
+		}
+		if (st == DG_OK)
+			st = map_insert(s, sv, err);
+		if (st != DG_OK) {
+			var_unref(sv);
+			return st;
+		}
+		stat_add(s, 1, (int64_t)b->v.nbytes);
+		atomic_fetch_add(&s->changes, 1);
+		c->slot[i] = sv;
+	}
+	return DG_OK;
+}
+
+/* Gradient against the variable: same dtype and shape. */
+static enum dg_status grad_check(const struct apply_ctx *c, struct dg_err *err)
+{
+	const struct ps_value *w = &c->v->val->v;
+	const struct dg_tensor *g = c->g;
+	char a[160], b[160];
+
+	dg_shape_format(&g->shape, a, sizeof a);
+	dg_shape_format(&w->shape, b, sizeof b);
+	if (g->dtype != w->dtype) {
+		dg_err_set(err, DG_EDTYPE, "%s of '%s': the gradient is %s %s, the variable %s %s",
+			   ps_rule_name(c->a->rule), c->name, dg_dtype_name(g->dtype), a,
+			   dg_dtype_name(w->dtype), b);
+		dg_err_hint(err, "send the update in the variable's dtype");
+		return DG_EDTYPE;
+	}
+	if (!dg_shape_eq(&g->shape, &w->shape)) {
+		dg_err_set(err, DG_ESHAPE, "%s of '%s': the gradient has shape %s, the variable %s",
+			   ps_rule_name(c->a->rule), c->name, a, b);
+		dg_err_hint(err, "send an update of the variable's shape");
+		return DG_ESHAPE;
+	}
+	return DG_OK;
+}
+
+/* Sync mode: check the step and the replica, then either accumulate (*apply
+ * false) or compute the mean into c->mean (*apply true). Caller holds the locks. */
+static enum dg_status sync_arrive(struct apply_ctx *c, struct ps_apply_result *res, bool *apply,
+				  struct dg_err *err)
+{
+	const struct ps_apply_args *a = c->a;
+	struct var *v = c->v;
+	struct sync_acc *acc = &v->acc;
+	int64_t numel = c->g->numel;
+
+	*apply = false;
+	if (a->step != v->sync_step) {
+		bool past = a->step < v->sync_step;
+		dg_err_set(err, DG_ESTALE, past ? "gradient for step %lld of '%s' is stale: the "
+			   "variable is at step %lld; dropped" : "gradient for step %lld of '%s' "
+			   "is ahead of the variable, which is at step %lld; dropped",
+			   (long long)a->step, c->name, (long long)v->sync_step);
+		dg_err_hint(err, past ? "read the variable again and compute the next step"
+				      : "wait for the variable's step (GET with min_version)");
+		return DG_ESTALE;
+	}
+	if (acc->count && (acc->replicas != a->replicas || acc->backup != a->backup)) {
+		dg_err_set(err, DG_EINVAL, "step %lld of '%s' collects replicas=%d backup=%d; this "
+			   "gradient says replicas=%d backup=%d", (long long)a->step, c->name,
+			   acc->replicas, acc->backup, a->replicas, a->backup);
+		dg_err_hint(err, "every replica of a step must send the same replicas and backup");
+		return DG_EINVAL;
+	}
+	for (int i = 0; a->replica >= 0 && i < acc->n_seen; i++) {
+		if (acc->seen[i] == a->replica) {
+			dg_err_set(err, DG_ESTALE, "replica %lld already sent a gradient for step "
+				   "%lld of '%s'; dropped", (long long)a->replica,
+				   (long long)a->step, c->name);
+			dg_err_hint(err, "each replica sends one gradient per step");
+			return DG_ESTALE;
+		}
+	}
+	if (acc->count + 1 >= a->replicas - a->backup) {
+		/* the last arrival: mean of the sum so far and this gradient,
+		 * leaving the accumulator untouched until the apply succeeds */
+		size_t nb = c->g->nbytes;
+		c->mean = dg_alloc_aligned(nb);
+		if (!c->mean)
+			return dg_err_set(err, DG_ENOMEM, "out of memory for the mean of '%s'",
+					  c->name);
+		if (acc->count)
+			ps_acc_mean(c->g->dtype, numel, acc->sum, c->g->data, acc->count + 1,
+				    c->mean);
+		else if (nb)
+			memcpy(c->mean, c->g->data, nb);
+		*apply = true;
+		return DG_OK;
+	}
+	if (!acc->sum) {
+		acc->sum = dg_alloc_aligned((size_t)numel * 8);
+		if (!acc->sum)
+			return dg_err_set(err, DG_ENOMEM, "out of memory accumulating '%s'",
+					  c->name);
+		memset(acc->sum, 0, (size_t)numel * 8);
+	}
+	if (a->replica >= 0 && acc->n_seen == acc->cap_seen) {
+		int nc = acc->cap_seen ? 2 * acc->cap_seen : 4;
+		int64_t *ns = realloc(acc->seen, (size_t)nc * sizeof *ns);
+		if (!ns)
+			return dg_err_set(err, DG_ENOMEM, "out of memory accumulating '%s'",
+					  c->name);
+		acc->seen = ns;
+		acc->cap_seen = nc;
+	}
+	ps_acc_add(c->g->dtype, numel, acc->sum, c->g->data);
+	if (a->replica >= 0)
+		acc->seen[acc->n_seen++] = a->replica;
+	acc->count++;
+	acc->replicas = a->replicas;
+	acc->backup = a->backup;
+	res->pending = acc->count;
+	return DG_OK;
+}
+
+/* Blocks to write: the current ones when private, copies (or zeros for a
+ * slot that does not fit) otherwise. */
+static enum dg_status apply_prepare(struct apply_ctx *c, struct dg_err *err)
+{
+	const struct ps_value *w = &c->v->val->v;
+	bool reset = false;
+
+	for (int i = 0; i < c->n_slots; i++)
+		reset = reset || !slot_fits(c, i, w);
+	c->reset = reset;
+	for (int i = 0; i <= c->n_slots; i++) {
+		struct block *cur = i ? c->slot[i - 1]->val : c->v->val;
+		if (i && reset)
+			c->out[i] = slot_zero(c, i - 1, w);
+		else
+			c->out[i] = block_is_private(cur) ? cur : block_copy(cur);
+		if (!c->out[i])
+			return dg_err_set(err, DG_ENOMEM, "out of memory updating '%s'", c->name);
+	}
+	if (reset)
+		dg_log(DG_LOG_INFO, "ps", "slots of '%s' did not fit its dtype/shape: reset to "
+		       "zeros", c->name);
+	return DG_OK;
+}
+
+static void apply_abort(struct apply_ctx *c)
+{
+	for (int i = 0; i <= c->n_slots; i++) {
+		struct block *cur = !c->out[i] ? NULL : i ? c->slot[i - 1]->val : c->v->val;
+		if (c->out[i] && c->out[i] != cur)
+			block_release(c->out[i]);
+		c->out[i] = NULL;
+	}
+}
+
+/* Versions, log (assign), compute, commit. Caller holds the locks. */
+static enum dg_status apply_commit(struct ps_store *s, struct apply_ctx *c, uint64_t *lsn,
+				   struct dg_err *err)
+{
+	const void *g = c->mean ? c->mean : c->g->data;
+	void *slots[PS_MAX_SLOTS] = { 0 };
+	uint64_t ver[1 + PS_MAX_SLOTS];
+	double now = now_s();
+	enum dg_status st = DG_OK;
+
+	for (int i = 0; i <= c->n_slots && st == DG_OK; i++)
+		st = version_next(s, &ver[i], err);
+	for (int i = 1; c->reset && i <= c->n_slots && st == DG_OK; i++) {
+		c->out[i]->v.version = ver[i];
+		c->out[i]->v.mtime = now;
+		st = log_create(s, c->slot[i - 1]->name, c->out[i], err);
+	}
+	if (st == DG_OK && c->a->rule == PS_ASSIGN && s->wal) {
+		struct ps_wal_rec r = {
+			.type = PS_WAL_ASSIGN, .name = c->name, .dtype = c->g->dtype,
+			.shape = c->g->shape, .version = ver[0], .mtime = now, .data = g,
+			.nbytes = c->g->nbytes,
+			.data_crc = c->mean ? ps_crc32(0, g, c->g->nbytes) : c->crc,
+		};
+		st = ps_wal_append(s->wal, &r, lsn, err);
+	}
+	if (st != DG_OK)
+		return st;
+	for (int i = 0; i < c->n_slots; i++)
+		slots[i] = c->out[1 + i]->mem;
+	ps_apply_rule(c->a, c->g->dtype, c->g->numel, c->out[0]->mem, g, slots);
+	for (int i = 0; i <= c->n_slots; i++) {
+		c->out[i]->v.version = ver[i];
+		c->out[i]->v.mtime = now;
+		var_set_value(s, i ? c->slot[i - 1] : c->v, c->out[i]);
+	}
+	atomic_fetch_add(&s->changes, 1);
+	atomic_fetch_add(&c->v->applies[c->a->rule], 1);
+	return DG_OK;
+}
+
+/* The apply proper, with the map lock held and the working set locked. */
+static enum dg_status apply_locked(struct ps_store *s, struct apply_ctx *c,
+				   struct ps_apply_result *res, uint64_t *lsn, struct dg_err *err)
+{
+	bool apply = true;
+	enum dg_status st = grad_check(c, err);
+
+	if (st == DG_OK)
+		st = ps_apply_check_dtype(c->a, c->v->val->v.dtype, c->name, err);
+	if (st == DG_OK && c->a->step >= 0)
+		st = sync_arrive(c, res, &apply, err);
+	if (st == DG_OK && apply) {
+		st = apply_prepare(c, err);
+		if (st == DG_OK)
+			st = apply_commit(s, c, lsn, err);
+		if (st != DG_OK) {
+			apply_abort(c);
+		} else if (c->a->step >= 0) {
+			acc_reset(&c->v->acc);
+			c->v->sync_step++;
+		}
+	}
+	res->applied = st == DG_OK && apply;
+	res->version = c->v->val->v.version;
+	res->step = c->v->sync_step;
+	return st;
+}
+
+enum dg_status ps_store_apply(struct ps_store *s, const char *name,
+			      const struct ps_apply_args *a, const struct dg_tensor *g,
+			      struct ps_apply_result *res, struct dg_err *err)
+{
+	struct apply_ctx c = { .name = name, .a = a, .g = g };
+	struct ps_apply_result dummy;
+	const char *const *suffix;
+	struct var *locked[MAX_LOCKED];
+	enum dg_status st;
+	uint64_t lsn = 0;
+	bool wr = false, missing;
+
+	if (!res)
+		res = &dummy;
+	*res = (struct ps_apply_result){ 0 };
+	if (!a)
+		return dg_err_set(err, DG_EINVAL, "no update rule for '%s'", name ? name : "");
+	st = dg_var_name_check(name, err);
+	if (st == DG_OK)
+		st = ps_apply_check_args(a, name, err);
+	if (st == DG_OK)
+		st = tensor_check(g, "update", name, err);
+	if (st != DG_OK)
+		return st;
+	c.n_slots = ps_rule_slots(a->rule, &suffix);
+	for (int i = 0; i < c.n_slots; i++) {
+		if (strlen(name) + strlen(suffix[i]) > DG_VAR_NAME_MAX) {
+			dg_err_set(err, DG_EINVAL, "%s of '%.80s...': the slot name would "
+				   "exceed %d bytes", ps_rule_name(a->rule), name, DG_VAR_NAME_MAX);
+			dg_err_hint(err, "use a shorter variable name");
+			return DG_EINVAL;
+		}
+		slot_name_make(c.slot_name[i], name, suffix[i]);
+	}
+	if (s->wal && a->rule == PS_ASSIGN && a->step < 0)
+		c.crc = ps_crc32(0, g->data, g->nbytes);   /* outside every lock */
+	pthread_rwlock_rdlock(&s->map);
+	for (;;) {
+		c.v = map_find(s, name);
+		if (!c.v) {
+			st = not_found(err, name);
+			break;
+		}
+		st = find_slots(s, &c, wr, &missing, err);
+		if (st != DG_OK || !missing)
+			break;
+		/* an apply that will be refused must not leave new slots behind */
+		pthread_mutex_lock(&c.v->mu);
+		st = grad_check(&c, err);
+		if (st == DG_OK)
+			st = ps_apply_check_dtype(a, c.v->val->v.dtype, name, err);
+		pthread_mutex_unlock(&c.v->mu);
+		if (st != DG_OK)
+			break;
+		/* first use of the slots: come back with the write lock to add them */
+		pthread_rwlock_unlock(&s->map);
+		pthread_rwlock_wrlock(&s->map);
+		wr = true;
+	}
+	if (st == DG_OK) {
+		locked[0] = c.v;
+		for (int i = 0; i < c.n_slots; i++)
+			locked[1 + i] = c.slot[i];
+		lock_sorted(locked, 1 + c.n_slots);
+		st = apply_locked(s, &c, res, &lsn, err);
+		for (int i = c.n_slots; i >= 0; i--)
+			pthread_mutex_unlock(&locked[i]->mu);
+	}
+	pthread_rwlock_unlock(&s->map);
+	dg_free_aligned(c.mean);
+	if (st == DG_OK && lsn)
+		st = ps_wal_sync(s->wal, lsn, err);
+	return st;
+}
+
+/* --- stats and metrics ----------------------------------------------------------------------- */
+
+void ps_store_stats(struct ps_store *s, int64_t *n_vars, int64_t *bytes)
+{
+	if (n_vars)
+		*n_vars = atomic_load(&s->stat_vars);
+	if (bytes)
+		*bytes = atomic_load(&s->stat_bytes);
+}
+
+static enum dg_status metrics_applies(struct ps_store *s, struct dg_buf *out, struct dg_err *err)
+{
+	enum dg_status st = dg_buf_printf(out, err, "# HELP dg_ps_applies_total Update rules "
+					  "applied to a variable (sync: once per step).\n"
+					  "# TYPE dg_ps_applies_total counter\n");
+
+	pthread_rwlock_rdlock(&s->map);
+	for (size_t i = 0; st == DG_OK && i < s->n_buckets; i++) {
+		for (struct var *v = s->buckets[i]; st == DG_OK && v; v = v->next) {
+			for (int r = 0; st == DG_OK && r < PS_RULE_COUNT; r++) {
+				uint64_t n = atomic_load(&v->applies[r]);
+				if (!n)
+					continue;
+				st = dg_buf_printf(out, err, "dg_ps_applies_total{var=\"%s\","
+						   "rule=\"%s\"} %" PRIu64 "\n", v->name,
+						   ps_rule_name((enum ps_rule)r), n);
+			}
+		}
+	}
+	pthread_rwlock_unlock(&s->map);
+	return st;
+}
+
+enum dg_status ps_store_metrics(struct ps_store *s, struct dg_buf *out, struct dg_err *err)
+{
+	int64_t n, bytes;
+	enum dg_status st;
+
+	ps_store_stats(s, &n, &bytes);
+	st = dg_buf_printf(out, err,
+			   "# HELP dg_ps_vars Variables held, slots included.\n"
+			   "# TYPE dg_ps_vars gauge\ndg_ps_vars %" PRId64 "\n"
+			   "# HELP dg_ps_bytes Bytes of variable values held.\n"
+			   "# TYPE dg_ps_bytes gauge\ndg_ps_bytes %" PRId64 "\n"
+			   "# HELP dg_ps_checkpoints_total Snapshots written.\n"
+			   "# TYPE dg_ps_checkpoints_total counter\n"
+			   "dg_ps_checkpoints_total %" PRIu64 "\n"
+			   "# HELP dg_ps_epoch Restart counter of the data directory.\n"
+			   "# TYPE dg_ps_epoch gauge\ndg_ps_epoch %" PRIu64 "\n"
+			   "# HELP dg_ps_wal_fsyncs_total fdatasync calls on the write-ahead log.\n"
+			   "# TYPE dg_ps_wal_fsyncs_total counter\ndg_ps_wal_fsyncs_total %" PRIu64
+			   "\n", n, bytes, (uint64_t)atomic_load(&s->checkpoints), s->epoch,
+			   s->wal ? ps_wal_fsyncs(s->wal) : 0);
+	if (st == DG_OK)
+		st = metrics_applies(s, out, err);
+	return st;
+}

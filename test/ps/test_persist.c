@@ -1,0 +1,833 @@
+/* Durability of the store (ps/persist.c, ps/store.c): close and reopen, crashes
+ * simulated by child processes that _exit() or are SIGKILLed mid-stream, torn
+ * and corrupt logs, corrupt snapshots, the epoch, versions that never go
+ * backwards, the checkpoint thread, and group commit. Each test works in its
+ * own temporary data directory. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dg/buf.h"
+#include "dg/log.h"
+#include "persist.h"
+#include "store.h"
+
+static char dir[64];
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void make_dir(void)
+{
+	snprintf(dir, sizeof dir, "/tmp/dg-persist-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+}
+
+static void remove_dir(void)
+{
+	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+TestSuite(persist, .init = make_dir, .fini = remove_dir, .timeout = 120);
+
+static struct ps_store *open_dir(unsigned secs, struct dg_err *err)
+{
+	struct ps_store_config cfg = { .data_dir = dir, .checkpoint_secs = secs };
+
+	return ps_store_open(&cfg, err);
+}
+
+static struct ps_store *reopen(void)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_dir(60, &err);
+
+	cr_assert_not_null(s, "open %s: %s", dir, err.msg);
+	return s;
+}
+
+static struct dg_tensor *vec(enum dg_dtype dt, int n, double v)
+{
+	struct dg_shape sh = dg_shape_make(1, (int64_t[]){ n });
+	struct dg_tensor *t = dg_tensor_new(dt, &sh, NULL);
+
+	for (int i = 0; i < n; i++)
+		dg_tensor_set_f64(t, i, v + i);
+	return t;
+}
+
+/* Element i of a variable as double; NAN when the variable is missing. */
+static double at(struct ps_store *s, const char *name, int i)
+{
+	struct ps_value *v;
+	struct dg_tensor t;
+
+	if (ps_store_get(s, name, &v, NULL) != DG_OK)
+		return NAN;
+	t = (struct dg_tensor){ .dtype = v->dtype, .data = (void *)v->data };
+	double x = dg_tensor_get_f64(&t, i);
+	ps_value_release(v);
+	return x;
+}
+
+static uint64_t version_of(struct ps_store *s, const char *name)
+{
+	struct ps_value *v;
+
+	cr_assert_eq(ps_store_get(s, name, &v, NULL), DG_OK, "%s missing", name);
+	uint64_t ver = v->version;
+	ps_value_release(v);
+	return ver;
+}
+
+static uint64_t put(struct ps_store *s, const char *name, struct dg_tensor *t)
+{
+	struct dg_err err = { 0 };
+	uint64_t ver = 0;
+
+	cr_assert_eq(ps_store_put(s, name, t, NULL, &ver, NULL, &err), DG_OK, "%s", err.msg);
+	return ver;
+}
+
+static struct ps_apply_args rule(enum ps_rule r)
+{
+	return (struct ps_apply_args){ .rule = r, .lr = 0.5, .momentum = 0.9, .beta1 = 0.9,
+				       .beta2 = 0.999, .eps = 1e-8, .step = -1, .replica = -1 };
+}
+
+static void apply(struct ps_store *s, const char *name, struct ps_apply_args a, struct dg_tensor *g)
+{
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(ps_store_apply(s, name, &a, g, NULL, &err), DG_OK, "%s", err.msg);
+	dg_tensor_free(g);
+}
+
+static uint64_t metric(struct ps_store *s, const char *name)
+{
+	struct dg_buf b = { 0 };
+	char key[80];
+
+	cr_assert_eq(ps_store_metrics(s, &b, NULL), DG_OK);
+	snprintf(key, sizeof key, "\n%s ", name);
+	const char *p = strstr(b.data, key);
+	cr_assert_not_null(p, "no %s in metrics", name);
+	uint64_t v = strtoull(p + strlen(key), NULL, 10);
+	dg_buf_deinit(&b);
+	return v;
+}
+
+/* Path of the newest log segment (static buffer). */
+static const char *newest_segment(void)
+{
+	static char path[128];
+	unsigned long best = 0;
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	cr_assert_not_null(d);
+	while ((de = readdir(d))) {
+		unsigned long n;
+		if (sscanf(de->d_name, "wal.%lu.log", &n) == 1 && n > best)
+			best = n;
+	}
+	closedir(d);
+	cr_assert_gt(best, 0, "no log segment in %s", dir);
+	snprintf(path, sizeof path, "%s/wal.%08lu.log", dir, best);
+	return path;
+}
+
+static int count_segments(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	int n = 0;
+
+	while ((de = readdir(d))) {
+		unsigned long k;
+		n += sscanf(de->d_name, "wal.%lu.log", &k) == 1;
+	}
+	closedir(d);
+	return n;
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat sb;
+
+	cr_assert_eq(stat(path, &sb), 0, "stat %s", path);
+	return sb.st_size;
+}
+
+/* Flip one byte of a file at off. */
+static void flip_byte(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	unsigned char b;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, &b, 1, off), 1);
+	b ^= 0x5a;
+	cr_assert_eq(pwrite(fd, &b, 1, off), 1);
+	close(fd);
+}
+
+/* Offset of the first occurrence of pattern in a file, -1 when absent. */
+static off_t find_in_file(const char *path, const void *pat, size_t n)
+{
+	struct dg_buf b = { 0 };
+	off_t at_off = -1;
+
+	cr_assert_eq(dg_buf_read_file(&b, path, 1 << 28, NULL), DG_OK);
+	for (size_t i = 0; i + n <= b.len; i++)
+		if (memcmp(b.data + i, pat, n) == 0) {
+			at_off = (off_t)i;
+			break;
+		}
+	dg_buf_deinit(&b);
+	return at_off;
+}
+
+/* Run fn in a child that "crashes": _exit without closing the store. *rfd
+ * gets the read end of a pipe the child writes its acknowledgements to. */
+static pid_t in_crashing_child(void (*fn)(int fd), int *rfd)
+{
+	int p[2];
+
+	cr_assert_eq(pipe(p), 0);
+	pid_t pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		close(p[0]);
+		fn(p[1]);
+		_exit(0);
+	}
+	close(p[1]);
+	*rfd = p[0];
+	return pid;
+}
+
+static int wait_child(void)
+{
+	int status = 0;
+
+	while (wait(&status) < 0 && errno == EINTR)
+		;
+	return status;
+}
+
+/* --- basics ---------------------------------------------------------------------------------- */
+
+Test(persist, crc32_gives_the_values_of_zlib)
+{
+	cr_assert_eq(ps_crc32(0, "123456789", 9), 0xCBF43926u);
+	cr_assert_eq(ps_crc32(0, "", 0), 0u);
+	/* incremental = one shot, across the 8-byte fast path */
+	const char *text = "The quick brown fox jumps over the lazy dog";
+	uint32_t c = ps_crc32(ps_crc32(0, text, 11), text + 11, strlen(text) - 11);
+	cr_assert_eq(c, 0x414FA339u);
+	cr_assert_eq(ps_crc32(0, text, strlen(text)), 0x414FA339u);
+}
+
+Test(persist, the_epoch_counts_opens_of_a_data_directory)
+{
+	for (uint64_t e = 1; e <= 3; e++) {
+		struct ps_store *s = reopen();
+		cr_assert_eq(ps_store_epoch(s), e);
+		cr_assert_eq(metric(s, "dg_ps_epoch"), e);
+		ps_store_close(s);
+	}
+	char path[128];
+	struct dg_buf b = { 0 };
+	snprintf(path, sizeof path, "%s/epoch", dir);
+	cr_assert_eq(dg_buf_read_file(&b, path, 64, NULL), DG_OK);
+	cr_assert_str_eq(b.data, "3\n");
+	dg_buf_deinit(&b);
+	/* a damaged epoch file stops the start rather than restarting the counter */
+	cr_assert_eq(dg_write_file_atomic(path, "x7\n", 3, NULL), DG_OK);
+	struct dg_err err = { 0 };
+	cr_assert_null(open_dir(60, &err));
+	cr_assert_eq(err.code, DG_EIO, "%s", err.msg);
+	cr_assert_not_null(strstr(err.msg, "epoch"), "%s", err.msg);
+}
+
+Test(persist, a_data_directory_in_use_is_refused)
+{
+	struct ps_store *s = reopen();
+	struct dg_err err = { 0 };
+
+	cr_assert_null(open_dir(60, &err));
+	cr_assert_eq(err.code, DG_EUNAVAILABLE, "%s", err.msg);
+	cr_assert_not_null(strstr(err.msg, dir), "%s", err.msg);
+	ps_store_close(s);
+	s = reopen();
+	ps_store_close(s);
+}
+
+/* --- close and reopen ------------------------------------------------------------------------ */
+
+/* Writes of every logged kind plus applies, slots and a sync step. */
+static void write_everything(struct ps_store *s)
+{
+	struct dg_err err = { 0 };
+	float patch[2] = { -7, -8 };
+
+	put(s, "a", vec(DG_F32, 4, 1));                              /* 1 2 3 4 */
+	cr_assert_eq(ps_store_patch(s, "a", 4, patch, 8, 0, NULL, &err), DG_OK);   /* 1 -7 -8 4 */
+	put(s, "gone", vec(DG_I64, 2, 5));
+	cr_assert_eq(ps_store_delete(s, "gone", 0, &err), DG_OK);
+	put(s, "ints", vec(DG_I32, 3, 0));
+	apply(s, "ints", rule(PS_ASSIGN), vec(DG_I32, 3, 40));       /* 40 41 42 */
+	struct ps_put_opts rep = { .replace = true };
+	cr_assert_eq(ps_store_put(s, "r", vec(DG_F64, 2, 0), NULL, NULL, NULL, &err), DG_OK);
+	cr_assert_eq(ps_store_put(s, "r", vec(DG_U8, 5, 9), &rep, NULL, NULL, &err), DG_OK);
+}
+
+static void check_everything(struct ps_store *s)
+{
+	cr_assert_eq(at(s, "a", 0), 1.0);
+	cr_assert_eq(at(s, "a", 1), -7.0);
+	cr_assert_eq(at(s, "a", 2), -8.0);
+	cr_assert_eq(at(s, "a", 3), 4.0);
+	cr_assert(isnan(at(s, "gone", 0)), "deleted variable came back");
+	cr_assert_eq(at(s, "ints", 2), 42.0);
+	struct ps_value *v;
+	cr_assert_eq(ps_store_get(s, "r", &v, NULL), DG_OK);
+	cr_assert_eq(v->dtype, DG_U8);
+	cr_assert_eq(v->shape.dim[0], 5);
+	cr_assert_eq(((const uint8_t *)v->data)[4], 13);
+	ps_value_release(v);
+}
+
+Test(persist, put_patch_delete_and_assign_survive_close_and_reopen)
+{
+	struct ps_store *s = reopen();
+	uint64_t va, vi;
+
+	write_everything(s);
+	va = version_of(s, "a");
+	vi = version_of(s, "ints");
+	ps_store_close(s);
+	s = reopen();
+	check_everything(s);
+	cr_assert_eq(version_of(s, "a"), va, "a version is kept across a restart");
+	cr_assert_eq(version_of(s, "ints"), vi);
+	ps_store_close(s);
+}
+
+static void child_write_everything(int fd)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_dir(60, &err);
+
+	if (!s)
+		_exit(2);
+	write_everything(s);
+	char ok = 1;
+	if (write(fd, &ok, 1) != 1)
+		_exit(3);
+	/* no close: the log is all there is */
+}
+
+Test(persist, acknowledged_writes_survive_a_crash_through_the_log)
+{
+	int rfd;
+	char ok = 0;
+
+	in_crashing_child(child_write_everything, &rfd);
+	cr_assert_eq(read(rfd, &ok, 1), 1);
+	close(rfd);
+	cr_assert_eq(WEXITSTATUS(wait_child()), 0);
+	struct ps_store *s = reopen();
+	check_everything(s);
+	ps_store_close(s);
+	/* and once more from the snapshot that close wrote */
+	s = reopen();
+	check_everything(s);
+	ps_store_close(s);
+}
+
+Test(persist, slots_and_sync_steps_survive_a_restart)
+{
+	struct ps_store *s = reopen();
+	struct dg_err err = { 0 };
+	struct ps_apply_result res;
+
+	put(s, "w", vec(DG_F64, 2, 1));
+	apply(s, "w", rule(PS_ADAM), vec(DG_F64, 2, 1));
+	struct ps_apply_args a = rule(PS_SGD);
+	a.step = 0;
+	a.replicas = 1;
+	apply(s, "w", a, vec(DG_F64, 2, 1));
+	double m = at(s, "w.adam_m", 1), w = at(s, "w", 0);
+	ps_store_close(s);
+
+	s = reopen();
+	cr_assert_eq(at(s, "w.adam_m", 1), m);
+	cr_assert_eq(at(s, "w.adam_t", 0), 1.0);
+	cr_assert_eq(at(s, "w", 0), w);
+	struct dg_tensor *g = vec(DG_F64, 2, 0);
+	cr_assert_eq(ps_store_apply(s, "w", &a, g, &res, &err), DG_ESTALE, "step 0 was applied");
+	a.step = 1;
+	cr_assert_eq(ps_store_apply(s, "w", &a, g, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(res.step, 2);
+	dg_tensor_free(g);
+	ps_store_close(s);
+}
+
+static void child_slot_writes(int fd)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_dir(60, &err);
+	struct ps_put_opts rep = { .replace = true };
+	float x = 42;
+
+	if (!s)
+		_exit(2);
+	struct ps_apply_args a = rule(PS_MOMENTUM);
+	struct dg_tensor *g4 = vec(DG_F32, 4, 1), *g8 = vec(DG_F32, 8, 1);
+	/* a slot made after the snapshot, then written: the write must replay */
+	if (ps_store_put(s, "w", vec(DG_F32, 4, 0), NULL, NULL, NULL, &err) != DG_OK ||
+	    ps_store_apply(s, "w", &a, g4, NULL, &err) != DG_OK ||
+	    ps_store_patch(s, "w.momentum", 12, &x, 4, 0, NULL, &err) != DG_OK)
+		_exit(3);
+	/* a slot reset to a larger shape, then written past the old size */
+	if (ps_store_put(s, "w", vec(DG_F32, 8, 0), &rep, NULL, NULL, &err) != DG_OK ||
+	    ps_store_apply(s, "w", &a, g8, NULL, &err) != DG_OK ||
+	    ps_store_patch(s, "w.momentum", 28, &x, 4, 0, NULL, &err) != DG_OK)
+		_exit(4);
+	dg_tensor_free(g4);
+	dg_tensor_free(g8);
+	if (write(fd, "k", 1) != 1)
+		_exit(5);
+}
+
+Test(persist, writes_to_slots_made_by_unlogged_applies_replay_after_a_crash)
+{
+	char ok;
+	int rfd;
+
+	in_crashing_child(child_slot_writes, &rfd);
+	cr_assert_eq(read(rfd, &ok, 1), 1);
+	close(rfd);
+	cr_assert_eq(WEXITSTATUS(wait_child()), 0);
+	struct ps_store *s = reopen();
+	struct ps_value *v;
+	cr_assert_eq(ps_store_get(s, "w.momentum", &v, NULL), DG_OK);
+	cr_assert_eq(v->shape.dim[0], 8);
+	/* the applies are lost (zeros where they wrote), the acknowledged patch is not */
+	cr_assert_eq(((const float *)v->data)[0], 0.0f);
+	cr_assert_eq(((const float *)v->data)[7], 42.0f);
+	ps_value_release(v);
+	cr_assert_eq(at(s, "w", 7), 7.0);
+	ps_store_close(s);
+}
+
+/* --- crashes --------------------------------------------------------------------------------- */
+
+static void child_put_forever(int fd)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_dir(1, &err);
+
+	if (!s)
+		_exit(2);
+	for (int32_t i = 0; i < 1000000; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "k/%d", i);
+		if (ps_store_put(s, name, vec(DG_F64, 2, i), NULL, NULL, NULL, &err) != DG_OK)
+			_exit(4);
+		struct ps_apply_args a = rule(PS_ASSIGN);
+		struct dg_tensor *g = vec(DG_I64, 1, i);
+		if (ps_store_apply(s, "last", &a, g, NULL, &err) != DG_OK)
+			_exit(5);
+		dg_tensor_free(g);
+		if (write(fd, &i, sizeof i) != sizeof i)   /* acknowledged: tell the parent */
+			_exit(6);
+	}
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+Test(persist, every_acknowledged_write_is_there_after_a_sigkill_mid_stream)
+{
+	struct ps_store *s = reopen();
+	int32_t i, acked = -1;
+	int rfd;
+
+	put(s, "last", vec(DG_I64, 1, -1));
+	ps_store_close(s);
+	pid_t pid = in_crashing_child(child_put_forever, &rfd);
+	/* run across a checkpoint (every 1 s) so that snapshot and log both matter */
+	double t0 = mono_s();
+	while (read(rfd, &i, sizeof i) == sizeof i) {
+		acked = i;
+		if (acked >= 200 && mono_s() - t0 > 1.5)
+			break;
+	}
+	cr_assert_geq(acked, 200, "the child stopped early");
+	kill(pid, SIGKILL);
+	/* acknowledgements written before the kill still count */
+	while (read(rfd, &i, sizeof i) == sizeof i)
+		acked = i;
+	close(rfd);
+	int status = wait_child();
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %d", status);
+
+	s = reopen();
+	for (int32_t k = 0; k <= acked; k++) {
+		char name[32];
+		snprintf(name, sizeof name, "k/%d", k);
+		cr_assert_eq(at(s, name, 0), (double)k, "acknowledged %s lost (acked %d)", name,
+			     acked);
+		cr_assert_eq(at(s, name, 1), (double)k + 1);
+	}
+	/* the write in flight at the kill may or may not be there; none after it */
+	double last = at(s, "last", 0);
+	cr_assert(last == acked || last == acked + 1, "last %g, acked %d", last, acked);
+	char name[32];
+	snprintf(name, sizeof name, "k/%d", acked + 2);
+	cr_assert(isnan(at(s, name, 0)));
+	ps_store_close(s);
+}
+
+static void child_five_puts(int fd)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_dir(60, &err);
+
+	if (!s)
+		_exit(2);
+	for (int i = 0; i < 5; i++) {
+		char name[8];
+		snprintf(name, sizeof name, "t%d", i);
+		/* 1234.5 + i*1000 marks each record's data in the file */
+		if (ps_store_put(s, name, vec(DG_F32, 16, 1234.5 + i * 1000), NULL, NULL, NULL,
+				 &err) != DG_OK)
+			_exit(3);
+	}
+	if (write(fd, "k", 1) != 1)
+		_exit(4);
+}
+
+static void crash_after_five_puts(void)
+{
+	char ok;
+	int rfd;
+
+	in_crashing_child(child_five_puts, &rfd);
+	cr_assert_eq(read(rfd, &ok, 1), 1);
+	close(rfd);
+	cr_assert_eq(WEXITSTATUS(wait_child()), 0);
+}
+
+static char logged[512];
+
+static void capture(enum dg_log_level level, const char *component, const char *line, void *ud)
+{
+	(void)ud;
+	if (level >= DG_LOG_WARN)
+		snprintf(logged, sizeof logged, "%s: %s", component, line);
+}
+
+Test(persist, a_torn_record_at_the_end_of_the_log_is_ignored)
+{
+	crash_after_five_puts();
+	const char *seg = newest_segment();
+	off_t size = file_size(seg);
+	/* tear the last record (a crash inside its write), then add junk */
+	cr_assert_eq(truncate(seg, size - 7), 0);
+	int fd = open(seg, O_WRONLY | O_APPEND);
+	cr_assert_eq(write(fd, "\0\0\0\0junk", 8), 8);
+	close(fd);
+
+	dg_log_set_sink(capture, NULL);
+	struct ps_store *s = reopen();
+	dg_log_set_sink(NULL, NULL);
+	cr_assert_not_null(strstr(logged, "unacknowledged log tail"), "logged: '%s'", logged);
+	for (int i = 0; i < 4; i++) {
+		char name[8];
+		snprintf(name, sizeof name, "t%d", i);
+		cr_assert_eq(at(s, name, 0), 1234.5 + i * 1000);
+	}
+	cr_assert(isnan(at(s, "t4", 0)), "the torn record was never acknowledged");
+	put(s, "after", vec(DG_F32, 1, 3));
+	ps_store_close(s);
+	s = reopen();
+	cr_assert_eq(at(s, "after", 0), 3.0);
+	cr_assert_eq(at(s, "t3", 15), 1234.5 + 3000 + 15);
+	ps_store_close(s);
+}
+
+Test(persist, a_corrupt_record_in_the_middle_of_the_log_is_refused)
+{
+	crash_after_five_puts();
+	const char *seg = newest_segment();
+	float mark = 2234.5f;   /* first element of t1 */
+	off_t off = find_in_file(seg, &mark, sizeof mark);
+	cr_assert_gt(off, 0);
+	flip_byte(seg, off + 2);
+
+	struct dg_err err = { 0 };
+	cr_assert_null(open_dir(60, &err));
+	cr_assert_eq(err.code, DG_EIO, "%s", err.msg);
+	cr_assert_not_null(strstr(err.msg, "offset"), "%s", err.msg);
+	cr_assert_not_null(strstr(err.msg, "wal."), "%s", err.msg);
+	cr_assert_neq(err.hint[0], '\0');
+	/* the refusal changed nothing: undo the damage and everything is there */
+	flip_byte(seg, off + 2);
+	struct ps_store *s = reopen();
+	cr_assert_eq(at(s, "t4", 1), 1234.5 + 4000 + 1);
+	ps_store_close(s);
+}
+
+Test(persist, a_corrupt_or_truncated_snapshot_is_refused)
+{
+	struct ps_store *s = reopen();
+	char snap[128];
+	struct dg_err err = { 0 };
+	float mark = 777.25f;
+
+	put(s, "w", vec(DG_F32, 64, 777.25));
+	put(s, "v", vec(DG_F64, 8, 1));
+	ps_store_close(s);   /* writes the snapshot */
+	snprintf(snap, sizeof snap, "%s/snapshot.dgs", dir);
+	off_t off = find_in_file(snap, &mark, sizeof mark);
+	cr_assert_gt(off, 0);
+	flip_byte(snap, off + 40);
+	cr_assert_null(open_dir(60, &err));
+	cr_assert_eq(err.code, DG_EIO, "%s", err.msg);
+	cr_assert_not_null(strstr(err.msg, "snapshot.dgs"), "%s", err.msg);
+	cr_assert_not_null(strstr(err.msg, "offset"), "%s", err.msg);
+	flip_byte(snap, off + 40);
+
+	off_t size = file_size(snap);
+	cr_assert_eq(truncate(snap, size - 10), 0);
+	cr_assert_null(open_dir(60, &err));
+	cr_assert_eq(err.code, DG_EIO, "%s", err.msg);
+	cr_assert_eq(truncate(snap, 5), 0);
+	cr_assert_null(open_dir(60, &err));
+	cr_assert_eq(err.code, DG_EIO, "%s", err.msg);
+}
+
+Test(persist, a_missing_snapshot_with_later_log_segments_is_refused)
+{
+	struct ps_store *s = reopen();
+	char snap[128];
+	struct dg_err err = { 0 };
+
+	put(s, "w", vec(DG_F32, 4, 1));
+	cr_assert_eq(ps_store_checkpoint(s, &err), DG_OK, "%s", err.msg);
+	ps_store_close(s);
+	snprintf(snap, sizeof snap, "%s/snapshot.dgs", dir);
+	cr_assert_eq(unlink(snap), 0);
+	cr_assert_null(open_dir(60, &err));
+	cr_assert_eq(err.code, DG_EIO, "%s", err.msg);
+	cr_assert_not_null(strstr(err.msg, "missing"), "%s", err.msg);
+}
+
+Test(persist, leftovers_of_a_crashed_checkpoint_are_cleaned_up)
+{
+	struct ps_store *s = reopen();
+	char path[160];
+
+	put(s, "w", vec(DG_F32, 4, 1));
+	ps_store_close(s);
+	crash_after_five_puts();
+	/* a half-written snapshot and a segment whose header never made it */
+	snprintf(path, sizeof path, "%s/snapshot.dgs.tmp", dir);
+	cr_assert_eq(dg_write_file_atomic(path, "partial", 7, NULL), DG_OK);
+	const char *seg = newest_segment();
+	unsigned long n;
+	cr_assert_eq(sscanf(strrchr(seg, '/') + 1, "wal.%lu.log", &n), 1);
+	snprintf(path, sizeof path, "%s/wal.%08lu.log", dir, n + 1);
+	cr_assert_eq(dg_write_file_atomic(path, "DGW", 3, NULL), DG_OK);
+
+	s = reopen();
+	cr_assert_eq(at(s, "w", 3), 4.0);
+	cr_assert_eq(at(s, "t4", 0), 1234.5 + 4000);
+	ps_store_close(s);
+	snprintf(path, sizeof path, "%s/snapshot.dgs.tmp", dir);
+	cr_assert_neq(access(path, F_OK), 0);
+}
+
+/* --- versions across restarts ---------------------------------------------------------------- */
+
+static void child_applies(int fd)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_dir(60, &err);
+	struct ps_apply_result res = { 0 };
+
+	if (!s)
+		_exit(2);
+	struct dg_tensor *g = vec(DG_F32, 4, 0.25);
+	if (ps_store_put(s, "w", vec(DG_F32, 4, 0), NULL, NULL, NULL, &err) != DG_OK)
+		_exit(3);
+	for (int i = 0; i < 3000; i++) {
+		struct ps_apply_args a = rule(PS_SGD);
+		if (ps_store_apply(s, "w", &a, g, &res, &err) != DG_OK)
+			_exit(4);
+	}
+	dg_tensor_free(g);
+	if (write(fd, &res.version, sizeof res.version) != sizeof res.version)
+		_exit(5);
+}
+
+Test(persist, versions_after_a_restart_are_above_every_version_handed_out_before)
+{
+	struct ps_store *s = reopen();
+	uint64_t before = put(s, "a", vec(DG_F32, 1, 1));
+	ps_store_close(s);
+	s = reopen();
+	uint64_t after = put(s, "a", vec(DG_F32, 1, 2));
+	cr_assert_gt(after, before);
+	ps_store_close(s);
+
+	/* a crash with 3000 applies that were never checkpointed */
+	int rfd;
+	uint64_t last = 0;
+	in_crashing_child(child_applies, &rfd);
+	cr_assert_eq(read(rfd, &last, sizeof last), (ssize_t)sizeof last);
+	close(rfd);
+	cr_assert_eq(WEXITSTATUS(wait_child()), 0);
+	cr_assert_gt(last, after + 3000);
+	s = reopen();
+	/* the applies are lost (not logged, not checkpointed); the put is not */
+	cr_assert_eq(at(s, "w", 2), 2.0);   /* as put: [0 1 2 3] */
+	uint64_t v = put(s, "b", vec(DG_F32, 1, 0));
+	cr_assert_gt(v, last, "version %llu after a crash, %llu handed out before",
+		     (unsigned long long)v, (unsigned long long)last);
+	ps_store_close(s);
+}
+
+/* --- checkpoints ----------------------------------------------------------------------------- */
+
+static void child_apply_then_wait(int fd)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_dir(1, &err);
+
+	if (!s)
+		_exit(2);
+	if (ps_store_put(s, "w", vec(DG_F64, 3, 0), NULL, NULL, NULL, &err) != DG_OK)
+		_exit(3);
+	struct ps_apply_args a = rule(PS_ASSIGN_ADD);
+	struct dg_tensor *g = vec(DG_F64, 3, 5);
+	if (ps_store_apply(s, "w", &a, g, NULL, &err) != DG_OK)
+		_exit(4);
+	dg_tensor_free(g);
+	usleep(2300 * 1000);   /* more than one checkpoint period */
+	if (write(fd, "k", 1) != 1)
+		_exit(5);
+}
+
+Test(persist, the_checkpoint_thread_saves_applies_within_checkpoint_secs)
+{
+	char ok;
+	int rfd;
+
+	in_crashing_child(child_apply_then_wait, &rfd);
+	cr_assert_eq(read(rfd, &ok, 1), 1);
+	close(rfd);
+	cr_assert_eq(WEXITSTATUS(wait_child()), 0);
+	struct ps_store *s = reopen();
+	cr_assert_eq(at(s, "w", 0), 5.0);   /* [0 1 2] + [5 6 7] */
+	cr_assert_eq(at(s, "w", 2), 9.0);
+	ps_store_close(s);
+}
+
+Test(persist, a_checkpoint_folds_the_log_into_the_snapshot)
+{
+	struct ps_store *s = reopen();
+	struct dg_err err = { 0 };
+
+	for (int i = 0; i < 50; i++)
+		put(s, "w", vec(DG_F32, 1024, i));
+	off_t big = file_size(newest_segment());
+	cr_assert_gt(big, 50 * 4096);
+	cr_assert_eq(ps_store_checkpoint(s, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(metric(s, "dg_ps_checkpoints_total"), 1);
+	cr_assert_eq(count_segments(), 1);
+	cr_assert_lt(file_size(newest_segment()), 256);
+	put(s, "x", vec(DG_F32, 2, 8));
+	ps_store_close(s);
+	s = reopen();
+	cr_assert_eq(at(s, "w", 1023), 49.0 + 1023);
+	cr_assert_eq(at(s, "x", 1), 9.0);
+	ps_store_close(s);
+}
+
+/* --- group commit ---------------------------------------------------------------------------- */
+
+struct writer {
+	struct ps_store *s;
+	int id;
+	int fails;
+};
+
+static void *writer_main(void *arg)
+{
+	struct writer *w = arg;
+	struct dg_err err = { 0 };
+	char name[16];
+
+	snprintf(name, sizeof name, "g%d", w->id);
+	for (int i = 0; i < 200; i++)
+		w->fails += ps_store_put(w->s, name, vec(DG_F32, 256, i), NULL, NULL, NULL, &err) !=
+			    DG_OK;
+	return NULL;
+}
+
+Test(persist, eight_writers_share_fsyncs_through_group_commit)
+{
+	struct ps_store *s = reopen();
+	struct writer w[8];
+	pthread_t th[8];
+
+	uint64_t f0 = metric(s, "dg_ps_wal_fsyncs_total");
+	for (int i = 0; i < 8; i++) {
+		w[i] = (struct writer){ .s = s, .id = i };
+		pthread_create(&th[i], NULL, writer_main, &w[i]);
+	}
+	for (int i = 0; i < 8; i++) {
+		pthread_join(th[i], NULL);
+		cr_assert_eq(w[i].fails, 0);
+	}
+	uint64_t fsyncs = metric(s, "dg_ps_wal_fsyncs_total") - f0;
+	cr_assert_lt(fsyncs, 1600 / 2, "%llu fsyncs for 1600 acknowledged puts",
+		     (unsigned long long)fsyncs);
+	cr_assert_gt(fsyncs, 0);
+	ps_store_close(s);
+	s = reopen();
+	for (int i = 0; i < 8; i++) {
+		char name[16];
+		snprintf(name, sizeof name, "g%d", i);
+		cr_assert_eq(at(s, name, 255), 199.0 + 255);
+	}
+	ps_store_close(s);
+}
