@@ -11,6 +11,14 @@ int cmd_eval(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
 int cmd_server(int argc, char **argv);   /* cmd_server.c: dg server, dg ps */
 int cmd_var(int argc, char **argv);      /* cmd_var.c: dg var ls|get|put|create|rm */
+int cmd_submit(int argc, char **argv);   /* cmd_submit.c: dg submit GRAPH.json */
+int cmd_mount(int argc, char **argv);    /* cmd_mount.c: dg mount MOUNTPOINT */
+int cmd_up(int argc, char **argv);       /* cmd_up.c: dg up, dg down, dg status */
+int cmd_down(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+/* Whether this dg has the subcommand name (main.c's table): e.g. `mount` is
+ * absent from a build without FUSE. Thread-safe (reads a constant table). */
+bool cli_command_exists(const char *name);
 
 /* The cluster a client command talks to: --cluster FILE when given, else
  * $DG_CLUSTER, else the cluster.json of the last `dg up` (later issue). Owned
@@ -36,5 +44,14 @@ int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(print
  * on error both are NULL and *err names the flag. */
 enum dg_status cli_feed_parse(const struct dg_graph *g, const char *arg, char **ref,
 			      struct dg_tensor **value, struct dg_err *err);
+
+/* Print fetched values (output.c, shared by eval and submit): with out_dir
+ * NULL, each value as text (a "NAME:" line first when n > 1; header adds the
+ * "# dtype [shape]" line); else DIR/NAME.npy files ('/' and ':' become '_',
+ * DIR created) and one "wrote ..." line each. names and vals are borrowed. */
+enum dg_status cli_write_values(const char *out_dir, bool header, char **names,
+				struct dg_tensor **vals, int n, struct dg_err *err);
+/* DG_EINVAL when two names would be written to the same .npy file. */
+enum dg_status cli_check_out_names(char **names, int n, struct dg_err *err);
 
 #endif

@@ -16,16 +16,19 @@
 #include "cli.h"
 #include "dg/buf.h"
 #include "dg/cluster.h"
+#include "dg/executor.h"
 #include "dg/log.h"
+#include "dg/master.h"
 #include "server.h"
 
 static const char usage_text[] =
 	"usage: dg server --cluster CLUSTER.json --job NAME --task I [OPTIONS]\n"
 	"       dg ps [--cluster CLUSTER.json] [--task I] [OPTIONS]   (--job ps)\n"
 	"\n"
-	"Run task I of job NAME of a cluster: a parameter server holding variables\n"
-	"and queues behind the HTTP API of doc/http-api.md. The task listens on its\n"
-	"own address from the cluster spec; port 0 there picks a free port.\n"
+	"Run task I of job NAME of a cluster. Every task serves both faces on its\n"
+	"own address from the cluster spec (port 0 there picks a free port): a\n"
+	"parameter server holding variables and queues (doc/http-api.md), and a\n"
+	"worker that runs graph fragments (POST /v1/fragments, /v1/steps/...).\n"
 	"Stops cleanly (checkpoint, exit 0) on SIGTERM or SIGINT.\n"
 	"\n"
 	"  --cluster FILE         TensorFlow cluster spec {\"ps\": [\"host:port\"], ...};\n"
@@ -44,6 +47,7 @@ static const char usage_text[] =
 	"  --max-connections N    concurrent connections (default 256)\n"
 	"  --request-timeout S    idle or request time limit, seconds (default 300)\n"
 	"  --port-file F          write the bound port to F once serving (atomic)\n"
+	"  --soft-placement       run ops placed on a missing device (gpu) on the CPU\n"
 	"  -h, --help             show this help\n"
 	"\n"
 	"Prints one line when ready: 'dg: ps/0 serving on 127.0.0.1:2222 (epoch 3, ...)'.\n"
@@ -55,11 +59,13 @@ struct server_args {
 	int task;                       /* -1: not given */
 	unsigned checkpoint_secs, max_connections, request_timeout_s;
 	size_t max_body;
+	bool soft_placement;
 };
 
 enum {
 	OPT_CLUSTER = 256, OPT_JOB, OPT_TASK, OPT_DATA_DIR, OPT_TOKEN_FILE, OPT_BIND,
 	OPT_CHECKPOINT, OPT_MAX_BODY, OPT_MAX_CONN, OPT_REQ_TIMEOUT, OPT_PORT_FILE,
+	OPT_SOFT_PLACEMENT,
 };
 
 static const struct option long_opts[] = {
@@ -74,6 +80,7 @@ static const struct option long_opts[] = {
 	{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
 	{ "request-timeout", required_argument, NULL, OPT_REQ_TIMEOUT },
 	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
+	{ "soft-placement", no_argument, NULL, OPT_SOFT_PLACEMENT },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -129,6 +136,7 @@ static int parse_args(int argc, char **argv, struct server_args *a)
 		case OPT_TOKEN_FILE: a->token_file = optarg; break;
 		case OPT_BIND: a->bind = optarg; break;
 		case OPT_PORT_FILE: a->port_file = optarg; break;
+		case OPT_SOFT_PLACEMENT: a->soft_placement = true; break;
 		case OPT_TASK:
 			if ((rc = num_arg(cmd, "--task", false, 0, 1000000, &v)) >= 0)
 				return rc;
@@ -215,12 +223,15 @@ static enum dg_status default_bind(const char *host, char *out, size_t n, struct
 	return DG_OK;
 }
 
-/* Everything the server needs from the cluster spec: job, index, bind, port. */
+/* Everything the server needs from the cluster spec: job, index, bind, port,
+ * the host others reach it at, and the spec itself (owned, for the worker). */
 struct task_place {
 	char job[128];
 	int index;
 	char bind[256];
+	char host[256];
 	int port;
+	struct dg_cluster *cluster;
 };
 
 static enum dg_status find_task(const struct server_args *a, bool is_ps, struct task_place *t,
@@ -228,7 +239,7 @@ static enum dg_status find_task(const struct server_args *a, bool is_ps, struct 
 {
 	struct dg_cluster *c;
 	const struct dg_task_addr *ta;
-	char *tf_job = NULL, host[256];
+	char *tf_job = NULL, *host = t->host;
 	int tf_index;
 	enum dg_status st = DG_OK;
 
@@ -243,7 +254,7 @@ static enum dg_status find_task(const struct server_args *a, bool is_ps, struct 
 		dg_err_hint(err, "e.g. dg server --cluster c.json --job ps --task 0");
 	} else if (!(ta = dg_cluster_task(c, t->job, t->index, err))) {
 		st = err->code;
-	} else if ((st = dg_split_host_port(ta->address, host, sizeof host, &t->port, err)) ==
+	} else if ((st = dg_split_host_port(ta->address, host, sizeof t->host, &t->port, err)) ==
 		   DG_OK) {
 		if (a->bind)
 			snprintf(t->bind, sizeof t->bind, "%s", a->bind);
@@ -251,7 +262,10 @@ static enum dg_status find_task(const struct server_args *a, bool is_ps, struct 
 			st = default_bind(host, t->bind, sizeof t->bind, err);
 	}
 	free(tf_job);
-	dg_cluster_free(c);
+	if (st == DG_OK)
+		t->cluster = c;
+	else
+		dg_cluster_free(c);
 	return st;
 }
 
@@ -263,26 +277,67 @@ static enum dg_status write_port_file(const char *path, int port, struct dg_err 
 	return dg_write_file_atomic(path, buf, (size_t)n, err);
 }
 
+/* Stop in order: running jobs and steps first (so that no handler sits in a
+ * wait), then the HTTP server and the store, then the master and worker state. */
+static void stop_all(struct ps_server *s, struct master *ms, struct worker *wk)
+{
+	master_cancel_all(ms);
+	worker_stop(wk);
+	ps_server_stop(s);
+	master_free(ms);
+	worker_free(wk);
+}
+
 /* Start, announce, wait for a stop signal, stop. Returns the exit code. */
 static int serve(const struct server_args *a, const struct task_place *t, const char *token,
 		 const sigset_t *stop_set)
 {
+	struct worker_config wc = {
+		.cluster = t->cluster, .job = t->job, .task = t->index, .token = token,
+		.soft_placement = a->soft_placement,
+	};
 	struct ps_server_config cfg = {
 		.job = t->job, .task = t->index, .bind = t->bind, .port = t->port,
 		.data_dir = a->data_dir, .token = token, .checkpoint_secs = a->checkpoint_secs,
 		.max_body = a->max_body, .max_connections = a->max_connections,
 		.request_timeout_s = a->request_timeout_s,
 	};
+	struct master_config mc = {
+		.cluster = t->cluster, .job = t->job, .task = t->index, .token = token,
+		.soft_placement = a->soft_placement,
+	};
 	struct dg_err err = { 0 };
-	struct ps_server *s = ps_server_start(&cfg, &err);
+	struct worker *wk = worker_new(&wc, &err);
+	struct master *ms = NULL;
+	struct ps_server *s = NULL;
+	struct dg_route_group groups[2];
 	int64_t n_vars = 0, bytes = 0;
 	int sig = 0, port;
+	char self[300];
 
-	if (!s)
+	if (!wk)
 		return cli_fail(&err);
+	if (!(ms = master_new(&mc, wk, &err))) {
+		worker_free(wk);
+		return cli_fail(&err);
+	}
+	groups[0] = *worker_route_group(wk);
+	groups[1] = *master_route_group(ms);
+	cfg.extra_groups = groups;
+	cfg.n_extra_groups = 2;
+	cfg.extra_metrics = worker_metrics;
+	cfg.extra_metrics_ud = wk;
+	if (!(s = ps_server_start(&cfg, &err))) {
+		master_free(ms);
+		worker_free(wk);
+		return cli_fail(&err);
+	}
 	port = ps_server_port(s);
+	snprintf(self, sizeof self, "%s%s%s:%d", strchr(t->host, ':') ? "[" : "", t->host,
+		 strchr(t->host, ':') ? "]" : "", port);
+	worker_set_address(wk, self);
 	if (a->port_file && write_port_file(a->port_file, port, &err) != DG_OK) {
-		ps_server_stop(s);
+		stop_all(s, ms, wk);
 		return cli_fail(&err);
 	}
 	ps_server_stats(s, &n_vars, &bytes);
@@ -295,7 +350,7 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 	while (sigwait(stop_set, &sig) != 0)
 		;
 	dg_log(DG_LOG_INFO, "server", "%s/%d: signal %d, stopping", t->job, t->index, sig);
-	ps_server_stop(s);
+	stop_all(s, ms, wk);
 	return 0;
 }
 
@@ -312,8 +367,10 @@ int cmd_server(int argc, char **argv)
 		return rc;
 	if (find_task(&a, strcmp(argv[0], "ps") == 0, &t, &err) != DG_OK)
 		return cli_fail(&err);
-	if (a.token_file && !(token = cli_token_load(a.token_file, &err)))
+	if (a.token_file && !(token = cli_token_load(a.token_file, &err))) {
+		dg_cluster_free(t.cluster);
 		return cli_fail(&err);
+	}
 	if (!a.data_dir)
 		fprintf(stderr, "dg: warning: no --data-dir: variables live in memory only and are "
 			"lost when the server stops\n");
@@ -327,5 +384,6 @@ int cmd_server(int argc, char **argv)
 	dg_log_set_timestamps(1);
 	rc = serve(&a, &t, token, &stop_set);
 	free(token);
+	dg_cluster_free(t.cluster);
 	return rc;
 }

@@ -22,6 +22,11 @@ static const struct cli_cmd {
 	{ "server", cmd_server, "run a server (parameter server) of a cluster" },
 	{ "ps", cmd_server, "short for 'dg server --job ps'" },
 	{ "var", cmd_var, "list, read, write, create and delete variables" },
+	{ "submit", cmd_submit, "run a graph on the cluster and print what it fetches" },
+	{ "mount", cmd_mount, "mount the cluster's variables as files" },
+	{ "up", cmd_up, "start a local cluster in the background (ps and worker tasks)" },
+	{ "down", cmd_down, "stop the cluster 'dg up' started" },
+	{ "status", cmd_status, "health of every task of the cluster" },
 	{ "help", cmd_help, "show this list; 'dg help CMD' shows a command's options" },
 };
 
@@ -64,6 +69,11 @@ static const struct cli_cmd *find_cmd(const char *name)
 		if (strcmp(cmds[i].name, name) == 0)
 			return &cmds[i];
 	return NULL;
+}
+
+bool cli_command_exists(const char *name)
+{
+	return find_cmd(name) != NULL;
 }
 
 /* dg help [CMD]: the table, or CMD's own --help. */

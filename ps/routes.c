@@ -1090,6 +1090,8 @@ static enum dg_status h_metrics(void *vc, struct dg_http_req *r, struct dg_http_
 		st = ps_store_metrics(c->store, b, err);
 	if (st == DG_OK)
 		st = ps_queues_metrics(c->queues, b, err);
+	if (st == DG_OK && c->extra_metrics)
+		st = c->extra_metrics(c->extra_metrics_ud, b, err);
 	return st;
 }
 

@@ -33,6 +33,8 @@ struct ps_ctx {
 	double started;                 /* CLOCK_MONOTONIC seconds at start (uptime) */
 	atomic_bool stopping;           /* set by ps_server_stop before the HTTP stop */
 	bool worker_face;               /* worker routes served too: health says so */
+	enum dg_status (*extra_metrics)(void *ud, struct dg_buf *out, struct dg_err *err);
+	void *extra_metrics_ud;         /* both from ps_server_config */
 };
 
 /* The routes, most specific first (doc/http-api.md lists each). */

@@ -73,6 +73,8 @@ struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_
 	for (int i = 0; i < cfg->n_extra_groups; i++)
 		groups[1 + i] = cfg->extra_groups[i];
 	s->ctx.worker_face = cfg->n_extra_groups > 0;
+	s->ctx.extra_metrics = cfg->extra_metrics;
+	s->ctx.extra_metrics_ud = cfg->extra_metrics_ud;
 	if (!(s->http = dg_http_server_new_groups(&hc, groups, 1 + cfg->n_extra_groups, err)))
 		goto fail;
 	atomic_store(&s->ctx.http, s->http);

@@ -24,6 +24,10 @@ struct ps_server_config {
 	 * (the worker and master faces of `dg server`); borrowed, may be NULL. */
 	const struct dg_route_group *extra_groups;
 	int n_extra_groups;
+	/* Appends more Prometheus text to GET /v1/metrics (the worker's); NULL =
+	 * none. Called from handler threads: must be thread-safe. */
+	enum dg_status (*extra_metrics)(void *ud, struct dg_buf *out, struct dg_err *err);
+	void *extra_metrics_ud;
 };
 
 struct ps_server;

@@ -179,6 +179,45 @@ static void release(struct run *r, int v)
 	}
 }
 
+enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
+			      struct dg_tensor **outs, uint64_t step, struct dg_err *err)
+{
+	enum dg_status st;
+
+	memset(outs, 0, (size_t)n->n_out * sizeof *outs);
+	if (!n->op->cpu) {
+		st = dg_err_set(err, DG_EUNSUPPORTED, "op has no CPU kernel");
+	} else {
+		struct dg_kernel_ctx c = {
+			.attrs = n->attrs, .n_in = n->n_in, .in = ins, .n_out = n->n_out,
+			.out = outs, .step = step, .err = err,
+		};
+		st = n->op->cpu(&c);
+		if (st != DG_OK && err->code == DG_OK)
+			dg_err_set(err, st, "kernel failed");
+	}
+	/* A kernel that disagrees with its own inference would mislead every
+	 * consumer's checks: report it as the bug it is. */
+	for (int o = 0; st == DG_OK && o < n->n_out; o++) {
+		if (!outs[o]) {
+			st = dg_err_set(err, DG_EINTERNAL, "kernel produced no output %d (a bug "
+					"in the op)", o);
+		} else if (!dg_exec_type_ok(&n->out[o], outs[o], err)) {
+			dg_err_prefix(err, "output %d disagrees with inference (a bug in the "
+				      "op)", o);
+			st = err->code = DG_EINTERNAL;
+		}
+	}
+	if (st != DG_OK) {
+		for (int o = 0; o < n->n_out; o++) {
+			dg_tensor_free(outs[o]);
+			outs[o] = NULL;
+		}
+		dg_err_prefix(err, "node '%s' (%s)", n->name, n->op->name);
+	}
+	return st;
+}
+
 /* Run node v's kernel: gather inputs, call it, check and store its outputs. */
 static enum dg_status run_node(struct run *r, int v, const struct dg_tensor **ins,
 			       struct dg_tensor **outs, uint64_t step)
@@ -190,36 +229,9 @@ static enum dg_status run_node(struct run *r, int v, const struct dg_tensor **in
 		int iv = value_of(r, n->in[k]);
 		ins[k] = r->fed[iv] ? r->fed[iv] : r->val[iv];
 	}
-	memset(outs, 0, (size_t)n->n_out * sizeof *outs);
-	if (!n->op->cpu) {
-		st = dg_err_set(r->err, DG_EUNSUPPORTED, "op has no CPU kernel");
-	} else {
-		struct dg_kernel_ctx c = {
-			.attrs = n->attrs, .n_in = n->n_in, .in = ins, .n_out = n->n_out,
-			.out = outs, .step = step, .err = r->err,
-		};
-		st = n->op->cpu(&c);
-		if (st != DG_OK && r->err->code == DG_OK)
-			dg_err_set(r->err, st, "kernel failed");
-	}
-	/* A kernel that disagrees with its own inference would mislead every
-	 * consumer's checks: report it as the bug it is. */
-	for (int o = 0; st == DG_OK && o < n->n_out; o++) {
-		if (!outs[o]) {
-			st = dg_err_set(r->err, DG_EINTERNAL, "kernel produced no output %d (a bug "
-					"in the op)", o);
-		} else if (!dg_exec_type_ok(&n->out[o], outs[o], r->err)) {
-			dg_err_prefix(r->err, "output %d disagrees with inference (a bug in the "
-				      "op)", o);
-			st = r->err->code = DG_EINTERNAL;
-		}
-	}
-	if (st != DG_OK) {
-		for (int o = 0; o < n->n_out; o++)
-			dg_tensor_free(outs[o]);
-		dg_err_prefix(r->err, "node '%s' (%s)", n->name, n->op->name);
+	st = dg_exec_kernel(n, ins, outs, step, r->err);
+	if (st != DG_OK)
 		return st;
-	}
 	for (int o = 0; o < n->n_out; o++) {
 		int ov = r->base[v] + o;
 		if (r->fed[ov] || r->uses[ov] == 0)

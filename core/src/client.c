@@ -72,6 +72,11 @@ void dg_client_free(struct dg_client *c)
 	free(c);
 }
 
+void dg_client_set_timeout(struct dg_client *c, long timeout_ms)
+{
+	dg_http_client_set_timeout(c->http, timeout_ms);
+}
+
 uint64_t dg_client_epoch(const struct dg_client *c)
 {
 	return c ? c->epoch : 0;
@@ -450,6 +455,58 @@ enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg
 	}
 	if (st == DG_OK && info)
 		*info = v;
+	res_end(c);
+	return st;
+}
+
+/* dg_var_get_stream's adapter: decodes the headers before the first byte. */
+struct stream {
+	struct dg_client *c;
+	const char *name;
+	bool (*sink)(void *ud, const struct dg_var_info *info, uint64_t offset, const void *p,
+		     size_t n);
+	void *ud;
+	bool have_info;
+	struct dg_var_info info;
+};
+
+static bool stream_body(void *ud, uint64_t offset, const void *p, size_t n)
+{
+	struct stream *s = ud;
+
+	if (!s->have_info) {
+		if (info_from_headers(s->c, s->name, &s->c->res, &s->info, NULL) != DG_OK)
+			return false;
+		s->have_info = true;
+	}
+	return s->sink(s->ud, &s->info, offset, p, n);
+}
+
+enum dg_status dg_var_get_stream(struct dg_client *c, const char *name, enum dg_encoding enc,
+				 bool (*sink)(void *ud, const struct dg_var_info *info,
+					      uint64_t offset, const void *p, size_t n),
+				 void *ud, struct dg_var_info *info, struct dg_err *err)
+{
+	struct dg_http_header h = { "Accept", NULL };
+	struct stream s = { .c = c, .name = name, .sink = sink, .ud = ud };
+	struct dg_http_result *res;
+	enum dg_status st;
+
+	if ((unsigned)enc > DG_ENC_TEXT)
+		return dg_err_set(err, DG_EINVAL, "unknown encoding %d", (int)enc);
+	h.value = dg_encoding_mime(enc);
+	res = res_begin(c);
+	res->sink = stream_body;
+	res->sink_ud = &s;
+	st = path_set(c, "/v1/vars/", name, "", err);
+	if (st == DG_OK)
+		st = send_req(c, "GET", &h, 1, NULL, 0, res, err);
+	if (st == DG_OK && res->status != 200)
+		st = unexpected(c, "GET", res, err);
+	if (st == DG_OK && info)
+		st = info_from_headers(c, name, res, info, err);
+	res->sink = NULL;
+	res->sink_ud = NULL;
 	res_end(c);
 	return st;
 }

@@ -71,6 +71,7 @@ static void result_reset(struct dg_http_result *r)
 	r->dg_epoch = 0;
 	r->content_range[0] = '\0';
 	r->dg_count = -1;
+	r->sink_off = 0;
 }
 
 /* ------------------------------------------------------------- callbacks */
@@ -78,6 +79,17 @@ static void result_reset(struct dg_http_result *r)
 static size_t on_body(char *p, size_t size, size_t n, void *ud)
 {
 	struct dg_http_client *c = ud;
+
+	if (c->res->sink) {
+		long code = 0;
+		curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &code);
+		if (code >= 200 && code < 300) {
+			if (!c->res->sink(c->res->sink_ud, c->res->sink_off, p, size * n))
+				return 0;       /* curl stops with CURLE_WRITE_ERROR */
+			c->res->sink_off += size * n;
+			return size * n;
+		}
+	}
 
 	if (dg_buf_append(&c->res->body, p, size * n, NULL) != DG_OK) {
 		c->oom = true;
@@ -261,6 +273,11 @@ void dg_http_client_free(struct dg_http_client *c)
 const char *dg_http_client_url(const struct dg_http_client *c)
 {
 	return c->base;
+}
+
+void dg_http_client_set_timeout(struct dg_http_client *c, long timeout_ms)
+{
+	c->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
 }
 
 /* -------------------------------------------------------------- requests */

@@ -4,6 +4,7 @@
  * a byte copy or a fill, so loops dispatch on the element size (1, 4, 8 bytes)
  * rather than the dtype. registry.c collects the table dg_ops_array. */
 #include "cpu.h"
+#include "grad.h"
 
 #include <float.h>
 #include <math.h>
@@ -1585,23 +1586,24 @@ static enum dg_status ones_like_cpu(struct dg_kernel_ctx *c)
 /* --- the table ---------------------------------------------------------- */
 
 const struct dg_op_def dg_ops_array[] = {
-	{ "Slice", 1, 1, 1, NULL, slice_attrs, slice_infer, slice_cpu, NULL, NULL, 0,
+	{ "Slice", 1, 1, 1, NULL, slice_attrs, slice_infer, slice_cpu, NULL, cpu_grad_slice, 0,
 	  "x[begin : begin + size] per dimension" },
 	{ "StridedSlice", 1, 1, 1, NULL, strided_slice_attrs, strided_slice_infer,
 	  strided_slice_cpu, NULL, NULL, 0,
 	  "NumPy basic indexing x[b:e:s, ..., i, newaxis] with TensorFlow's masks" },
-	{ "Concat", 1, -1, 1, NULL, concat_attrs, concat_infer, concat_cpu, NULL, NULL, 0,
-	  "join the inputs along axis" },
-	{ "Split", 1, 1, 0, split_num_outputs, split_attrs, split_infer, split_cpu, NULL, NULL,
-	  0, "cut x along axis into num_split equal parts or parts of size_splits" },
-	{ "Reshape", 1, 1, 1, NULL, reshape_attrs, reshape_infer, reshape_cpu, NULL, NULL, 0,
-	  "same elements in C order, new shape" },
+	{ "Concat", 1, -1, 1, NULL, concat_attrs, concat_infer, concat_cpu, NULL,
+	  cpu_grad_concat, 0, "join the inputs along axis" },
+	{ "Split", 1, 1, 0, split_num_outputs, split_attrs, split_infer, split_cpu, NULL,
+	  cpu_grad_split, 0,
+	  "cut x along axis into num_split equal parts or parts of size_splits" },
+	{ "Reshape", 1, 1, 1, NULL, reshape_attrs, reshape_infer, reshape_cpu, NULL,
+	  cpu_grad_reshape_like, 0, "same elements in C order, new shape" },
 	{ "Transpose", 1, 1, 1, NULL, transpose_attrs, transpose_infer, transpose_cpu, NULL,
-	  NULL, 0, "permute the dimensions: out dim i = in dim perm[i]" },
+	  cpu_grad_transpose, 0, "permute the dimensions: out dim i = in dim perm[i]" },
 	{ "ExpandDims", 1, 1, 1, NULL, expand_dims_attrs, expand_dims_infer, expand_dims_cpu,
-	  NULL, NULL, 0, "insert a size-1 dimension at axis" },
-	{ "Squeeze", 1, 1, 1, NULL, squeeze_attrs, squeeze_infer, squeeze_cpu, NULL, NULL, 0,
-	  "remove size-1 dimensions" },
+	  NULL, cpu_grad_reshape_like, 0, "insert a size-1 dimension at axis" },
+	{ "Squeeze", 1, 1, 1, NULL, squeeze_attrs, squeeze_infer, squeeze_cpu, NULL,
+	  cpu_grad_reshape_like, 0, "remove size-1 dimensions" },
 	{ "Size", 1, 1, 1, NULL, out_type_attrs, size_infer, size_cpu, NULL, NULL, 0,
 	  "number of elements of x, as a scalar" },
 	{ "Shape", 1, 1, 1, NULL, out_type_attrs, shape_infer, shape_cpu, NULL, NULL, 0,

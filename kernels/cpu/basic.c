@@ -2,6 +2,7 @@
  * Placeholder (a value fed at run time; worker/exec.c substitutes the feed and
  * never runs its kernel) and Identity. registry.c collects dg_ops_basic. */
 #include "cpu.h"
+#include "grad.h"
 
 #include <string.h>
 
@@ -176,6 +177,7 @@ const struct dg_op_def dg_ops_basic[] = {
 	  .flags = DG_OPF_SOURCE, .doc = "a constant tensor given as a JSON literal" },
 	{ .name = "Identity", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = no_attrs, .infer = identity_infer, .cpu = identity_cpu,
+	  .grad = cpu_grad_identity,
 	  .doc = "returns a copy of its input (any dtype)" },
 	{ .name = "Placeholder", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
 	  .attrs = placeholder_attrs, .infer = placeholder_infer, .cpu = placeholder_cpu,

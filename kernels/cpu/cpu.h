@@ -15,6 +15,8 @@ extern const struct dg_op_def dg_ops_nn[];       /* Softmax, LogSoftmax, cross-e
 extern const struct dg_op_def dg_ops_matmul[];   /* MatMul, BatchMatMul */
 extern const struct dg_op_def dg_ops_array[];    /* Slice .. Squeeze, Size, Shape, Fill, ... */
 extern const struct dg_op_def dg_ops_random[];   /* seeded initialisers */
+extern const struct dg_op_def dg_ops_grad[];     /* gradient helpers (grad.c) */
+extern const struct dg_op_def dg_ops_data[];     /* IdxReader, NpyReader (data.c) */
 
 /* Allocate output i of the kernel (uninitialised contents); on failure sets
  * c->err and returns NULL. The tensor is stored in c->out[i]. */

@@ -4,6 +4,7 @@
  * and no per-element call; broadcasting runs a collapsed N-d iterator whose
  * innermost dimension is one of those tight loops. Registered via dg_ops_eltwise. */
 #include "cpu.h"
+#include "grad.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -837,10 +838,33 @@ BINARY_FNS(le)
 BINARY_FNS(gt)
 BINARY_FNS(ge)
 
+/* Gradient functions (grad.c) by op; comparisons have none (bool results). */
+#define GRAD_neg cpu_grad_neg
+#define GRAD_abs cpu_grad_abs
+#define GRAD_square cpu_grad_square
+#define GRAD_sqrt cpu_grad_sqrt
+#define GRAD_exp cpu_grad_exp
+#define GRAD_log cpu_grad_log
+#define GRAD_relu cpu_grad_relu
+#define GRAD_sigmoid cpu_grad_sigmoid
+#define GRAD_tanh cpu_grad_tanh
+#define GRAD_add cpu_grad_add
+#define GRAD_sub cpu_grad_sub
+#define GRAD_mul cpu_grad_mul
+#define GRAD_div cpu_grad_div
+#define GRAD_pow cpu_grad_pow
+#define GRAD_max cpu_grad_maximum
+#define GRAD_min cpu_grad_minimum
+#define GRAD_eq NULL
+#define GRAD_ne NULL
+#define GRAD_lt NULL
+#define GRAD_le NULL
+#define GRAD_gt NULL
+#define GRAD_ge NULL
 #define UNARY(name, op, doc) \
-	{ name, 1, 1, 1, NULL, no_attrs, infer_##op, k_##op, NULL, NULL, 0, doc }
+	{ name, 1, 1, 1, NULL, no_attrs, infer_##op, k_##op, NULL, GRAD_##op, 0, doc }
 #define BINARY(name, op, doc) \
-	{ name, 2, 2, 1, NULL, no_attrs, infer_##op, k_##op, NULL, NULL, 0, doc }
+	{ name, 2, 2, 1, NULL, no_attrs, infer_##op, k_##op, NULL, GRAD_##op, 0, doc }
 
 const struct dg_op_def dg_ops_eltwise[] = {
 	UNARY("Neg", neg, "-x; signed integers wrap (Neg(INT_MIN) = INT_MIN)"),
@@ -867,9 +891,9 @@ const struct dg_op_def dg_ops_eltwise[] = {
 	BINARY("LessEqual", le, "x <= y with broadcasting, bool result"),
 	BINARY("Greater", gt, "x > y with broadcasting, bool result"),
 	BINARY("GreaterEqual", ge, "x >= y with broadcasting, bool result"),
-	{ "Where", 3, 3, 1, NULL, no_attrs, infer_where, k_where, NULL, NULL, 0,
+	{ "Where", 3, 3, 1, NULL, no_attrs, infer_where, k_where, NULL, cpu_grad_where, 0,
 	  "cond ? x : y elementwise, all three broadcast together; cond is bool" },
-	{ "Cast", 1, 1, 1, NULL, cast_attrs, infer_cast, k_cast, NULL, NULL, 0,
+	{ "Cast", 1, 1, 1, NULL, cast_attrs, infer_cast, k_cast, NULL, cpu_grad_cast, 0,
 	  "convert to attr dtype: float->int truncates toward zero (NaN, Inf, out of range: "
 	  "error), int->int wraps (two's complement), x->bool is x != 0, bool->number 0/1" },
 	{ 0 },

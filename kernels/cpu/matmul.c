@@ -8,6 +8,7 @@
 
 #include "blas.h"
 #include "cpu.h"
+#include "grad.h"
 
 static const struct dg_attr_spec matmul_attrs[] = {
 	{ "transpose_a", DG_ATTR_BOOL, false, "multiply by a's transpose (a is [K,M])" },
@@ -380,11 +381,13 @@ const struct dg_op_def dg_ops_matmul[] = {
 	{
 		.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
 		.attrs = matmul_attrs, .infer = matmul_infer, .cpu = matmul_cpu,
+		.grad = cpu_grad_matmul,
 		.doc = "matrix product of two rank-2 float tensors (OpenBLAS gemm)",
 	},
 	{
 		.name = "BatchMatMul", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
 		.attrs = bmm_attrs, .infer = bmm_infer, .cpu = bmm_cpu,
+		.grad = cpu_grad_batch_matmul,
 		.doc = "batched matrix product with numpy broadcasting of batch dims",
 	},
 	{ 0 },

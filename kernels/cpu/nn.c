@@ -4,6 +4,7 @@
  * uses a vectorisable exp (exp_neg_f32 below); float64 uses libm's exp. Table
  * dg_ops_nn -> registry.c. */
 #include "cpu.h"
+#include "grad.h"
 
 #include <math.h>
 #include <string.h>
@@ -512,16 +513,20 @@ static const struct dg_attr_spec no_attrs[] = { { NULL } };
 const struct dg_op_def dg_ops_nn[] = {
 	{ .name = "Softmax", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = softmax_attrs, .infer = infer_softmax, .cpu = k_softmax,
+	  .grad = cpu_grad_softmax,
 	  .doc = "e^x / sum(e^x) along an axis, max-subtracted; rows with NaN/+inf or all "
 		 "-inf give NaN" },
 	{ .name = "LogSoftmax", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = softmax_attrs, .infer = infer_log_softmax, .cpu = k_log_softmax,
+	  .grad = cpu_grad_log_softmax,
 	  .doc = "x - log(sum(e^x)) along an axis, max-subtracted" },
 	{ .name = "SoftmaxCrossEntropyWithLogits", .min_inputs = 2, .max_inputs = 2,
 	  .n_outputs = 1, .attrs = no_attrs, .infer = infer_xent, .cpu = k_xent,
+	  .grad = cpu_grad_xent,
 	  .doc = "loss[...] = -sum(labels * log_softmax(logits)) over the last axis" },
 	{ .name = "SparseSoftmaxCrossEntropyWithLogits", .min_inputs = 2, .max_inputs = 2,
 	  .n_outputs = 1, .attrs = no_attrs, .infer = infer_sparse_xent, .cpu = k_sparse_xent,
+	  .grad = cpu_grad_sparse_xent,
 	  .doc = "loss[...] = -log_softmax(logits)[..., label] for int class labels" },
 	{ 0 },
 };

@@ -4,6 +4,7 @@
  * stays split after that (axes 0 and 2 of a 3-d tensor) runs as successive
  * single-segment reductions, innermost first. Table dg_ops_reduce -> registry.c. */
 #include "cpu.h"
+#include "grad.h"
 
 #include <math.h>
 #include <string.h>
@@ -786,16 +787,20 @@ static const struct dg_attr_spec argmax_attrs_spec[] = {
 const struct dg_op_def dg_ops_reduce[] = {
 	{ .name = "Sum", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = reduce_attrs, .infer = infer_sum, .cpu = k_sum,
+	  .grad = cpu_grad_sum,
 	  .doc = "sum over axes; integers wrap around; the sum of nothing is 0" },
 	{ .name = "Mean", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = reduce_attrs, .infer = infer_mean, .cpu = k_mean,
+	  .grad = cpu_grad_mean,
 	  .doc = "mean over axes; integers: wrapped sum / count, truncated; empty: NaN "
 		 "(floats) or an error (integers)" },
 	{ .name = "Max", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = reduce_attrs, .infer = infer_max, .cpu = k_max,
+	  .grad = cpu_grad_max,
 	  .doc = "maximum over axes; any NaN gives NaN; an empty axis is an error" },
 	{ .name = "Min", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = reduce_attrs, .infer = infer_min, .cpu = k_min,
+	  .grad = cpu_grad_max,
 	  .doc = "minimum over axes; any NaN gives NaN; an empty axis is an error" },
 	{ .name = "ArgMax", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = argmax_attrs_spec, .infer = infer_argmax, .cpu = k_argmax,

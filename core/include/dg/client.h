@@ -52,6 +52,9 @@ struct dg_client;
  * Connects lazily. Returns owned or NULL with *err set. */
 struct dg_client *dg_client_new(const char *address, const char *token, struct dg_err *err);
 void dg_client_free(struct dg_client *c);
+/* Bound each later request to timeout_ms (0 = 300 s; default 330 s): the
+ * mount's --timeout. Not thread-safe with requests on the same client. */
+void dg_client_set_timeout(struct dg_client *c, long timeout_ms);
 /* The server's epoch seen in the last reply (0 before any). */
 uint64_t dg_client_epoch(const struct dg_client *c);
 
@@ -70,6 +73,15 @@ enum dg_status dg_var_get(struct dg_client *c, const char *name, struct dg_tenso
 /* GET in an encoding, appended to out. */
 enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg_encoding enc,
 				  struct dg_buf *out, struct dg_var_info *info, struct dg_err *err);
+/* GET in an encoding, streamed: sink receives the body as it arrives, all of
+ * one version, with the reply's headers decoded in info (the same for every
+ * call; offset restarts at 0 if the request is retried). A sink that returns
+ * false aborts the transfer (an error status). sink runs on the caller's
+ * thread; *info (may be NULL) gets the headers at the end. */
+enum dg_status dg_var_get_stream(struct dg_client *c, const char *name, enum dg_encoding enc,
+				 bool (*sink)(void *ud, const struct dg_var_info *info,
+					      uint64_t offset, const void *p, size_t n),
+				 void *ud, struct dg_var_info *info, struct dg_err *err);
 /* GET ?min_version: DG_ETIMEOUT when the version did not arrive in time. */
 enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_version,
 			   long timeout_ms, struct dg_tensor **out, struct dg_var_info *info,

@@ -131,6 +131,9 @@ struct dg_http_client *dg_http_client_new(const char *address, const char *token
 void dg_http_client_free(struct dg_http_client *c);
 /* "http://127.0.0.1:2222" (for messages). */
 const char *dg_http_client_url(const struct dg_http_client *c);
+/* Bound each later request to timeout_ms (0 = 300 s); the connect timeout
+ * stays 5 s. Same threading rule as the client itself. */
+void dg_http_client_set_timeout(struct dg_http_client *c, long timeout_ms);
 
 struct dg_http_header {
 	const char *name;
@@ -147,6 +150,13 @@ struct dg_http_result {
 	uint64_t dg_epoch;              /* Dg-Epoch, 0 when absent */
 	char content_range[96];
 	int64_t dg_count;               /* Dg-Count, -1 when absent */
+	/* When sink is set, a 2xx body goes to sink(sink_ud, offset, p, n) as it
+	 * arrives instead of into body (offset restarts at 0 when the request is
+	 * retried); sink returns false to abort the transfer. Error bodies still
+	 * go to body. */
+	bool (*sink)(void *ud, uint64_t offset, const void *p, size_t n);
+	void *sink_ud;
+	uint64_t sink_off;              /* bytes given to sink in this attempt */
 };
 void dg_http_result_init(struct dg_http_result *r);
 void dg_http_result_deinit(struct dg_http_result *r);

@@ -48,9 +48,30 @@ struct dg_kernel_ctx {
 };
 typedef enum dg_status (*dg_kernel_fn)(struct dg_kernel_ctx *c);
 
-/* Gradient construction (filled by the training work): builds the nodes that
- * compute d(loss)/d(input i) from d(loss)/d(outputs). Opaque until then. */
-struct dg_grad_ctx;
+/* Gradient construction (worker/autodiff.c drives it): a gradient function
+ * ADDS NODES through c->add that compute d(loss)/d(input i) from the refs of
+ * d(loss)/d(output k), and stores their refs in din[i] (NULL: no gradient).
+ * Refs are "node" or "node:k" strings owned by the builder. A gradient for
+ * input i must have the input's shape (reduce broadcasts back). */
+struct dg_grad_ctx {
+	const char *node;                 /* forward node's name, for messages */
+	const json_t *attrs;              /* forward node's attrs (an object) */
+	int n_in;
+	const char *const *in;            /* refs of the forward inputs */
+	const struct dg_ttype *in_type;   /* their inferred types */
+	const bool *need;                 /* need[i]: a gradient for input i is wanted */
+	int n_out;
+	const char *const *out;           /* refs of the forward outputs */
+	const struct dg_ttype *out_type;
+	const char *const *dout;          /* d(loss)/d(output k); NULL: none reaches it */
+	const char **din;                 /* filled by the gradient function */
+	/* Append node op(in[0..n_in)) with attrs (ownership taken; NULL = {}) and
+	 * return the ref of its output 0, or NULL with *err set. */
+	const char *(*add)(struct dg_grad_ctx *c, const char *op, const char *const *in,
+			   int n_in, json_t *attrs);
+	void *builder;                    /* the builder's state */
+	struct dg_err *err;
+};
 typedef enum dg_status (*dg_grad_fn)(struct dg_grad_ctx *c);
 
 /* Number of outputs of a node whose count depends on attrs (Split). Returns

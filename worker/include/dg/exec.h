@@ -45,6 +45,13 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
 			   const char *const *fetch, int n_fetch, struct dg_tensor **out,
 			   const struct dg_exec_opts *opts, struct dg_err *err);
 
+/* Run node n's CPU kernel once: ins[0..n->n_in) borrowed, outs[0..n->n_out)
+ * receives owned tensors, each checked against n's inferred output types. On
+ * error outs[] is all NULL and *err (not NULL) is prefixed "node 'y' (Add): ".
+ * Shared by dg_exec_run and the worker's fragment executor. Thread-safe. */
+enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
+			      struct dg_tensor **outs, uint64_t step, struct dg_err *err);
+
 /* True when the tensor t may be fed for a value of inferred type want: same
  * dtype, same rank when the rank is known, equal sizes where known. On false,
  * *err (DG_EDTYPE or DG_ESHAPE) says why, without naming the node. */

@@ -1,0 +1,229 @@
+/* bench_cuda: dg's CUDA kernels (dg_cuda_run on device tensors, output
+ * allocation from the caching allocator included) against baselines measured
+ * in the same run on the same GPU: cublasSgemm called directly for MatMul, and
+ * cudaMemcpy device-to-device bandwidth for Add and Sum. The one file outside
+ * kernels/cuda that includes CUDA headers: its baselines must call CUDA
+ * directly. Prints medians and ratios; exits 0 with "skipped" without a GPU.
+ * Usage: bench_cuda [--quick] */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "dg/cuda.h"
+#include "dg/gpu.h"
+#include "dg/kernels.h"
+
+static int failures;
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof v[0], cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void die(const char *what, const char *msg)
+{
+	fprintf(stderr, "bench_cuda: %s: %s\n", what, msg);
+	exit(2);
+}
+
+static void cuda_ok(cudaError_t e, const char *what)
+{
+	if (e != cudaSuccess)
+		die(what, cudaGetErrorString(e));
+}
+
+static void blas_ok(cublasStatus_t e, const char *what)
+{
+	if (e != CUBLAS_STATUS_SUCCESS)
+		die(what, cublasGetStatusString(e));
+}
+
+/* A device tensor of uniform values in [-1, 1) (deterministic). */
+static struct dg_cuda_tensor *dev_f32(struct dg_cuda_stream *s, int ndim, const int64_t *dims,
+				      unsigned seed)
+{
+	struct dg_shape sh = dg_shape_make(ndim, dims);
+	struct dg_err err = { 0 };
+	struct dg_tensor *h = dg_tensor_new_uninit(DG_F32, &sh, &err);
+	struct dg_cuda_tensor *d;
+
+	if (!h)
+		die("host tensor", err.msg);
+	for (int64_t i = 0; i < h->numel; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		((float *)h->data)[i] = (float)(seed >> 8) / (float)(1u << 23) - 1.0f;
+	}
+	d = dg_cuda_upload(s, h, &err);
+	dg_tensor_free(h);
+	if (!d)
+		die("upload", err.msg);
+	return d;
+}
+
+/* Seconds per run of dg's op (median over reps of batches of `batch` runs). */
+static double time_dg(struct dg_cuda_stream *s, const char *opname, const char *js,
+		      const struct dg_cuda_tensor *const *in, int n_in, int reps, int batch)
+{
+	const struct dg_op_def *op = dg_op_find(opname);
+	json_t *attrs = json_loads(js, 0, NULL);
+	double t[32];
+	struct dg_err err = { 0 };
+
+	for (int r = -1; r < reps; r++) {   /* r = -1: warm-up */
+		double t0 = now_s();
+		for (int b = 0; b < batch; b++) {
+			struct dg_cuda_tensor *o = NULL;
+			if (dg_cuda_run(s, op, attrs, in, n_in, &o, 1, 0, &err) != DG_OK)
+				die(opname, err.msg);
+			dg_cuda_tensor_free(o);   /* reuse is ordered on the same stream */
+		}
+		if (dg_cuda_stream_sync(s, &err) != DG_OK)
+			die(opname, err.msg);
+		if (r >= 0)
+			t[r] = (now_s() - t0) / batch;
+	}
+	json_decref(attrs);
+	return median(t, reps);
+}
+
+static void bench_matmul(struct dg_cuda_stream *s, cublasHandle_t h, cudaStream_t cs, int64_t n,
+			 int reps)
+{
+	int64_t dims[2] = { n, n };
+	struct dg_cuda_tensor *a = dev_f32(s, 2, dims, 1), *b = dev_f32(s, 2, dims, 2);
+	const struct dg_cuda_tensor *in[2] = { a, b };
+	const float one = 1.0f, zero = 0.0f;
+	double t[32], tdg, tref, flop = 2.0 * (double)n * (double)n * (double)n;
+	int batch = n <= 1024 ? 20 : 1;
+	void *c;
+
+	cuda_ok(cudaMalloc(&c, (size_t)(n * n) * 4), "cudaMalloc");
+	tdg = time_dg(s, "MatMul", "{}", in, 2, reps, batch);
+	for (int r = -1; r < reps; r++) {
+		double t0 = now_s();
+		for (int k = 0; k < batch; k++)
+			blas_ok(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)n, (int)n,
+					    &one, b->data, (int)n, a->data, (int)n, &zero, c,
+					    (int)n),
+				"cublasSgemm");
+		cuda_ok(cudaStreamSynchronize(cs), "sync");
+		if (r >= 0)
+			t[r] = (now_s() - t0) / batch;
+	}
+	tref = median(t, reps);
+	printf("MatMul %5lld^3 f32   dg %8.3f ms %8.1f GFLOP/s | cuBLAS direct %8.3f ms %8.1f "
+	       "GFLOP/s | ratio %.3f%s\n", (long long)n, tdg * 1e3, flop / tdg * 1e-9, tref * 1e3,
+	       flop / tref * 1e-9, tref / tdg, tref / tdg < 0.9 ? "  (below 0.9)" : "");
+	if (tref / tdg < 0.9)
+		failures++;
+	cudaFree(c);
+	dg_cuda_tensor_free(a);
+	dg_cuda_tensor_free(b);
+}
+
+/* Device-to-device copy of `bytes`: seconds per copy (the bandwidth baseline:
+ * one read and one write of every byte). */
+static double time_copy(cudaStream_t cs, void *dst, const void *src, size_t bytes, int reps)
+{
+	double t[32];
+
+	for (int r = -1; r < reps; r++) {
+		double t0 = now_s();
+		for (int k = 0; k < 10; k++)
+			cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cs),
+				"cudaMemcpyAsync");
+		cuda_ok(cudaStreamSynchronize(cs), "sync");
+		if (r >= 0)
+			t[r] = (now_s() - t0) / 10;
+	}
+	return median(t, reps);
+}
+
+static void bench_bandwidth(struct dg_cuda_stream *s, cudaStream_t cs, int64_t n, int reps)
+{
+	int64_t dims[1] = { n }, dims2[2] = { 8192, n / 8192 };
+	struct dg_cuda_tensor *a = dev_f32(s, 1, dims, 3), *b = dev_f32(s, 1, dims, 4);
+	struct dg_cuda_tensor *m = dev_f32(s, 2, dims2, 5);
+	const struct dg_cuda_tensor *ab[2] = { a, b }, *one[1] = { a }, *mm[1] = { m };
+	size_t bytes = (size_t)n * 4;
+	double tcopy = time_copy(cs, b->data, a->data, bytes, reps);
+	double bw_copy = 2.0 * (double)bytes / tcopy;   /* read + write */
+	double tadd = time_dg(s, "Add", "{}", ab, 2, reps, 10);
+	double bw_add = 3.0 * (double)bytes / tadd;     /* two reads, one write */
+	static const char *const sums[][2] = {
+		{ "{}", "all" }, { "{\"axis\":1}", "rows [8192,N/8192] axis 1" },
+		{ "{\"axis\":0}", "cols [8192,N/8192] axis 0" },
+	};
+
+	printf("copy D2D  %lld f32       %8.3f ms  %7.1f GB/s (read+write)\n", (long long)n,
+	       tcopy * 1e3, bw_copy * 1e-9);
+	printf("Add       %lld f32       %8.3f ms  %7.1f GB/s | ratio to copy %.3f%s\n",
+	       (long long)n, tadd * 1e3, bw_add * 1e-9, bw_add / bw_copy,
+	       bw_add / bw_copy < 0.7 ? "  (below 0.7)" : "");
+	if (bw_add / bw_copy < 0.7)
+		failures++;
+	for (int i = 0; i < 3; i++) {
+		double ts = time_dg(s, "Sum", sums[i][0], i ? mm : one, 1, reps, 10);
+		double bw = (double)bytes / ts;               /* one read */
+		printf("Sum %-30s %8.3f ms  %7.1f GB/s | ratio to copy %.3f\n", sums[i][1],
+		       ts * 1e3, bw * 1e-9, bw / bw_copy);
+	}
+	dg_cuda_tensor_free(a);
+	dg_cuda_tensor_free(b);
+	dg_cuda_tensor_free(m);
+}
+
+int main(int argc, char **argv)
+{
+	bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+	struct dg_cuda_stream *s = NULL;
+	struct dg_err err = { 0 };
+	cublasHandle_t h;
+	cudaStream_t cs;
+	static const int64_t sizes[] = { 1024, 4096, 8192 };
+
+	if (!dg_cuda_available()) {
+		printf("skipped: no CUDA device (%s)\n", dg_gpu_describe());
+		return 0;
+	}
+	printf("%s\n", dg_gpu_describe());
+	if (dg_cuda_stream_new(0, &s, &err) != DG_OK)
+		die("stream", err.msg);
+	cuda_ok(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate");
+	blas_ok(cublasCreate(&h), "cublasCreate");
+	blas_ok(cublasSetStream(h, cs), "cublasSetStream");
+	for (int i = 0; i < 3; i++)
+		if (!(quick && sizes[i] == 8192))
+			bench_matmul(s, h, cs, sizes[i], quick ? 3 : 7);
+	bench_bandwidth(s, cs, (int64_t)1 << (quick ? 24 : 26), quick ? 3 : 7);
+	printf("device memory: %.1f MiB in use, %.1f MiB cached by dg's allocator\n",
+	       (double)dg_cuda_mem_used_bytes(0) / (1 << 20),
+	       (double)dg_cuda_mem_cached_bytes(0) / (1 << 20));
+	cublasDestroy(h);
+	cudaStreamDestroy(cs);
+	dg_cuda_stream_free(s);
+	printf("%s\n", failures ? "some targets missed (see above)" : "all targets met");
+	return 0;
+}

@@ -1,0 +1,441 @@
+/* `dg submit GRAPH.json`: send a graph to a master (task 0 of the cluster's
+ * worker job by default), upload the feeds, follow the job's event stream
+ * (a progress bar on a terminal, plain lines otherwise) and print the fetched
+ * values as `dg eval` does (output.c), or write .npy files with --out. The
+ * jobs API it speaks is in doc/http-api.md ("Executor and master"). */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "dg/cluster.h"
+#include "dg/codec.h"
+#include "dg/http.h"
+#include "dg/place.h"
+
+static const char usage_text[] =
+	"usage: dg submit GRAPH.json [--cluster FILE | --master HOST:PORT] [--feed NAME=VALUE]...\n"
+	"                 [--fetch NAME]... [--out DIR] [--steps N] [--explain]\n"
+	"                 [--soft-placement] [--token-file FILE] [--header]\n"
+	"\n"
+	"Run a graph on the cluster: the master places its nodes on the tasks\n"
+	"(devices such as /job:worker/task:1 first), cuts it into one fragment per\n"
+	"task, and runs it; the fetched values are printed as text, one row of the\n"
+	"last dimension per line (as dg eval does).\n"
+	"\n"
+	"  --cluster FILE     the cluster spec (default: $DG_CLUSTER, then the last 'dg up')\n"
+	"  --master HOST:PORT the server to submit to (default: task 0 of job 'worker')\n"
+	"  --feed NAME=VALUE  feed NAME: FILE.npy, FILE.txt or a JSON literal (2, [1,2])\n"
+	"  --fetch NAME       fetch NAME (repeatable; default: the graph's \"fetch\")\n"
+	"  -o, --out DIR      write DIR/NAME.npy for each fetch instead of printing it\n"
+	"  --steps N          run N steps (default 1); values of the last step are fetched\n"
+	"  --explain          print the placement and the fragments first\n"
+	"  --soft-placement   run nodes placed on a missing GPU on the CPU instead of failing\n"
+	"  --timeout-ms T     how long a task waits for a tensor from another (default 30000)\n"
+	"  --token-file FILE  bearer token for servers started with one\n"
+	"  --header           print the \"# dtype [shape]\" line before each value\n"
+	"  -h, --help         show this help\n"
+	"\n"
+	"Exit status: 0 success, 1 usage error, otherwise the error's code (doc/errors.md):\n"
+	"2 invalid graph or placement, 3 not found, 10 a task is unreachable, ...\n";
+
+struct submit_args {
+	const char *graph, *cluster, *master, *out_dir, *token_file;
+	const char **feeds, **fetch;     /* borrowed from argv */
+	int n_feeds, n_fetch;
+	long long steps, timeout_ms;
+	bool explain, soft, header;
+};
+
+enum { OPT_FEED = 256, OPT_FETCH, OPT_CLUSTER, OPT_MASTER, OPT_STEPS, OPT_EXPLAIN, OPT_SOFT,
+       OPT_TOKEN, OPT_HEADER, OPT_TIMEOUT };
+
+static const struct option long_opts[] = {
+	{ "feed", required_argument, NULL, OPT_FEED },
+	{ "fetch", required_argument, NULL, OPT_FETCH },
+	{ "cluster", required_argument, NULL, OPT_CLUSTER },
+	{ "master", required_argument, NULL, OPT_MASTER },
+	{ "out", required_argument, NULL, 'o' },
+	{ "steps", required_argument, NULL, OPT_STEPS },
+	{ "explain", no_argument, NULL, OPT_EXPLAIN },
+	{ "soft-placement", no_argument, NULL, OPT_SOFT },
+	{ "token-file", required_argument, NULL, OPT_TOKEN },
+	{ "header", no_argument, NULL, OPT_HEADER },
+	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static bool parse_count(const char *s, long long max, long long *out)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+
+	if (!*s || *end || v < 1 || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* Returns -1 to go on, else the exit code (help printed or usage error). */
+static int parse_args(int argc, char **argv, struct submit_args *a)
+{
+	int c;
+
+	a->feeds = calloc((size_t)argc + 1, sizeof *a->feeds);
+	a->fetch = calloc((size_t)argc + 1, sizeof *a->fetch);
+	a->steps = 1;
+	a->timeout_ms = 30000;
+	if (!a->feeds || !a->fetch) {
+		fprintf(stderr, "dg: out of memory\n");
+		return dg_status_to_exit(DG_ENOMEM);
+	}
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":ho:", long_opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_FEED:
+			if (!strchr(optarg, '=') || optarg[0] == '=')
+				return cli_usage("submit", "--feed '%s' is not NAME=VALUE", optarg);
+			a->feeds[a->n_feeds++] = optarg;
+			break;
+		case OPT_FETCH:
+			if (!optarg[0])
+				return cli_usage("submit", "--fetch needs a node name");
+			a->fetch[a->n_fetch++] = optarg;
+			break;
+		case OPT_CLUSTER: a->cluster = optarg; break;
+		case OPT_MASTER: a->master = optarg; break;
+		case 'o': a->out_dir = optarg; break;
+		case OPT_STEPS:
+			if (!parse_count(optarg, 1000000000LL, &a->steps))
+				return cli_usage("submit", "--steps '%s' is not a count from 1 to "
+						 "1000000000", optarg);
+			break;
+		case OPT_TIMEOUT:
+			if (!parse_count(optarg, 3600000LL, &a->timeout_ms))
+				return cli_usage("submit", "--timeout-ms '%s' is not from 1 "
+						 "to 3600000", optarg);
+			break;
+		case OPT_EXPLAIN: a->explain = true; break;
+		case OPT_SOFT: a->soft = true; break;
+		case OPT_TOKEN: a->token_file = optarg; break;
+		case OPT_HEADER: a->header = true; break;
+		case 'h': fputs(usage_text, stdout); return 0;
+		case ':': return cli_usage("submit", "option '%s' needs a value", argv[optind - 1]);
+		default: return cli_usage("submit", "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind >= argc)
+		return cli_usage("submit", "missing GRAPH.json");
+	a->graph = argv[optind++];
+	if (optind < argc)
+		return cli_usage("submit", "unexpected argument '%s'", argv[optind]);
+	if (a->cluster && a->master)
+		return cli_usage("submit", "give --cluster or --master, not both");
+	return -1;
+}
+
+/* The master's address: --master, else task 0 of job "worker" (else of the
+ * first job that is not "ps", else the first task) of the cluster. Owned. */
+static char *pick_master(const struct submit_args *a, struct dg_err *err)
+{
+	struct dg_cluster *c;
+	const struct dg_task_addr *pick = NULL;
+	char *addr;
+
+	if (a->master)
+		return strdup(a->master);
+	if (!(c = cli_cluster_load(a->cluster, err)))
+		return NULL;
+	for (int i = 0; i < c->n_tasks && !pick; i++)
+		if (strcmp(c->tasks[i].job, "worker") == 0 && c->tasks[i].index == 0)
+			pick = &c->tasks[i];
+	for (int i = 0; i < c->n_tasks && !pick; i++)
+		if (strcmp(c->tasks[i].job, "ps") != 0)
+			pick = &c->tasks[i];
+	if (!pick && c->n_tasks > 0)
+		pick = &c->tasks[0];
+	addr = pick ? strdup(pick->address) : NULL;
+	if (!pick)
+		dg_err_set(err, DG_EINVAL, "the cluster spec has no tasks");
+	dg_cluster_free(c);
+	return addr;
+}
+
+struct session {
+	struct dg_http_client *c;
+	char id[32];
+	const struct submit_args *a;
+};
+
+/* One request; on an error answer, *err carries the server's message. */
+static enum dg_status call(struct session *s, const char *method, const char *path,
+			   const struct dg_http_header *h, int nh, const void *body, size_t len,
+			   struct dg_http_result *res, struct dg_err *err)
+{
+	dg_http_result_init(res);
+	return dg_http_request(s->c, method, path, h, nh, body, len, res, err);
+}
+
+static json_t *res_json(const struct dg_http_result *res)
+{
+	return json_loadb(res->body.data ? res->body.data : "", res->body.len, 0, NULL);
+}
+
+/* POST /v1/jobs; prints --explain; upload feeds; start. */
+static enum dg_status create_job(struct session *s, const struct dg_graph *g, char **refs,
+				 struct dg_tensor **vals, struct dg_err *err)
+{
+	const struct submit_args *a = s->a;
+	json_t *body = json_pack("{s:O, s:I, s:I, s:b, s:b}", "graph", g->doc, "steps",
+				 (json_int_t)a->steps, "timeout_ms", (json_int_t)a->timeout_ms,
+				 "soft_placement", a->soft, "start", a->n_feeds == 0);
+	json_t *fetch = json_array(), *up = json_array(), *st_json = NULL;
+	struct dg_http_header jh[] = { { "Content-Type", "application/json" } };
+	struct dg_http_result res;
+	enum dg_status st = DG_OK;
+	char *text = NULL, path[512];
+
+	for (int i = 0; i < a->n_fetch; i++)
+		json_array_append_new(fetch, json_string(a->fetch[i]));
+	for (int i = 0; i < a->n_feeds; i++)
+		json_array_append_new(up, json_string(refs[i]));
+	if (a->n_fetch)
+		json_object_set(body, "fetch", fetch);
+	if (a->n_feeds)
+		json_object_set(body, "upload", up);
+	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(fetch);
+	json_decref(up);
+	json_decref(body);
+	if (!text)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	st = call(s, "POST", "/v1/jobs", jh, 1, text, strlen(text), &res, err);
+	free(text);
+	if (st == DG_OK && (st_json = res_json(&res)) == NULL)
+		st = dg_err_set(err, DG_EINVAL, "%s answered POST /v1/jobs without JSON",
+				dg_http_client_url(s->c));
+	dg_http_result_deinit(&res);
+	if (st != DG_OK)
+		return st;
+	snprintf(s->id, sizeof s->id, "%s", json_string_value(json_object_get(st_json, "id")) ?
+		 json_string_value(json_object_get(st_json, "id")) : "");
+	if (a->explain)
+		fputs(json_string_value(json_object_get(st_json, "explain")) ?
+		      json_string_value(json_object_get(st_json, "explain")) : "", stdout);
+	json_decref(st_json);
+	for (int i = 0; st == DG_OK && i < a->n_feeds; i++) {
+		struct dg_buf npy = { 0 };
+		struct dg_http_header nh[] = { { "Content-Type", "application/x-npy" } };
+		st = dg_npy_encode(vals[i], &npy, err);
+		snprintf(path, sizeof path, "/v1/jobs/%s/feeds/%s", s->id, refs[i]);
+		if (st == DG_OK)
+			st = call(s, "PUT", path, nh, 1, npy.data, npy.len, &res, err);
+		if (st == DG_OK)
+			dg_http_result_deinit(&res);
+		dg_buf_deinit(&npy);
+		if (st != DG_OK)
+			dg_err_prefix(err, "uploading feed '%s'", refs[i]);
+	}
+	if (st == DG_OK && a->n_feeds) {
+		snprintf(path, sizeof path, "/v1/jobs/%s/start", s->id);
+		st = call(s, "POST", path, NULL, 0, NULL, 0, &res, err);
+		if (st == DG_OK)
+			dg_http_result_deinit(&res);
+	}
+	return st;
+}
+
+static void progress(const struct submit_args *a, json_t *ev, bool tty)
+{
+	int64_t k = json_integer_value(json_object_get(ev, "step"));
+	double ms = json_real_value(json_object_get(ev, "ms"));
+	int width = 30, done = (int)((double)width * (double)k / (double)a->steps);
+
+	if (a->steps <= 1)
+		return;
+	if (!tty) {
+		fprintf(stderr, "dg: step %" PRId64 "/%lld (%.3f ms)\n", k, a->steps, ms);
+		return;
+	}
+	fputs("\r[", stderr);
+	for (int i = 0; i < width; i++)
+		fputc(i < done ? '#' : '.', stderr);
+	fprintf(stderr, "] %" PRId64 "/%lld  %.3f ms/step", k, a->steps, ms);
+	if (k == a->steps)
+		fputc('\n', stderr);
+	fflush(stderr);
+}
+
+/* Follow the events until the job is over. DG_OK when it is done; else the
+ * job's error (code from its name). */
+static enum dg_status follow(struct session *s, struct dg_err *err)
+{
+	bool tty = isatty(2), over = false;
+	int64_t from = 0;
+	char path[128];
+	enum dg_status st = DG_OK;
+
+	while (st == DG_OK && !over) {
+		struct dg_http_result res;
+		snprintf(path, sizeof path, "/v1/jobs/%s/events?from=%" PRId64 "&timeout_ms=10000",
+			 s->id, from);
+		if ((st = call(s, "GET", path, NULL, 0, NULL, 0, &res, err)) != DG_OK)
+			break;
+		if (res.dg_count >= 0)
+			from = res.dg_count;
+		for (char *line = res.body.data, *nl; line && *line; line = nl + 1) {
+			json_t *ev;
+			const char *kind;
+			if (!(nl = strchr(line, '\n')))
+				break;
+			ev = json_loadb(line, (size_t)(nl - line), 0, NULL);
+			kind = json_string_value(json_object_get(ev, "event"));
+			if (kind && strcmp(kind, "step") == 0) {
+				progress(s->a, ev, tty);
+			} else if (kind && (strcmp(kind, "failed") == 0 ||
+					    strcmp(kind, "canceled") == 0)) {
+				json_t *e = json_object_get(ev, "error");
+				enum dg_status code = dg_status_from_name(
+					json_string_value(json_object_get(e, "code")));
+				dg_err_set(err, code, "job %s %s: %s", s->id, kind,
+					   json_string_value(json_object_get(e, "message")));
+				if (json_string_length(json_object_get(e, "hint")))
+					dg_err_hint(err, "%s",
+						    json_string_value(json_object_get(e, "hint")));
+				st = code;
+				over = true;
+			} else if (kind && strcmp(kind, "done") == 0) {
+				over = true;
+			}
+			json_decref(ev);
+		}
+		dg_http_result_deinit(&res);
+	}
+	return st;
+}
+
+/* Say which nodes soft placement moved to the CPU. */
+static enum dg_status report_soft(struct session *s, json_t **fetch, struct dg_err *err)
+{
+	struct dg_http_result res;
+	char path[128];
+	enum dg_status st;
+	json_t *o, *v;
+	size_t i;
+
+	snprintf(path, sizeof path, "/v1/jobs/%s", s->id);
+	if ((st = call(s, "GET", path, NULL, 0, NULL, 0, &res, err)) != DG_OK)
+		return st;
+	o = res_json(&res);
+	dg_http_result_deinit(&res);
+	json_array_foreach(json_object_get(o, "soft"), i, v)
+		fprintf(stderr, "dg: node '%s' is placed on %s, but there is no GPU there: it ran "
+			"on the CPU (soft placement)\n",
+			json_string_value(json_object_get(v, "node")),
+			json_string_value(json_object_get(v, "device")));
+	*fetch = json_incref(json_object_get(o, "fetch"));
+	json_decref(o);
+	return *fetch ? DG_OK : dg_err_set(err, DG_EINTERNAL, "job status without \"fetch\"");
+}
+
+static enum dg_status get_results(struct session *s, json_t *fetch, struct dg_err *err)
+{
+	int n = (int)json_array_size(fetch);
+	char **names = calloc((size_t)n + 1, sizeof *names);
+	struct dg_tensor **vals = calloc((size_t)n + 1, sizeof *vals);
+	struct dg_http_header acc[] = { { "Accept", "application/x-npy" } };
+	enum dg_status st = names && vals ? DG_OK : dg_err_set(err, DG_ENOMEM, "out of memory");
+	struct dg_buf path = { 0 };
+
+	for (int i = 0; st == DG_OK && i < n; i++) {
+		struct dg_http_result res;
+		names[i] = (char *)json_string_value(json_array_get(fetch, (size_t)i));
+		path.len = 0;
+		st = dg_buf_printf(&path, err, "/v1/jobs/%s/results/", s->id);
+		if (st == DG_OK)
+			st = dg_http_escape_path(names[i], &path, err);
+		if (st == DG_OK)
+			st = call(s, "GET", path.data, acc, 1, NULL, 0, &res, err);
+		if (st != DG_OK)
+			break;
+		vals[i] = dg_npy_decode(res.body.data ? res.body.data : "", res.body.len, err);
+		if (!vals[i])
+			st = err->code;
+		dg_http_result_deinit(&res);
+	}
+	if (st == DG_OK && s->a->out_dir)
+		st = cli_check_out_names(names, n, err);
+	if (st == DG_OK)
+		st = cli_write_values(s->a->out_dir, s->a->header, names, vals, n, err);
+	for (int i = 0; vals && i < n; i++)
+		dg_tensor_free(vals[i]);
+	free(vals);
+	free(names);
+	dg_buf_deinit(&path);
+	return st;
+}
+
+static int run_submit(const struct submit_args *a)
+{
+	struct dg_err err = { 0 };
+	struct session s = { .a = a };
+	struct dg_graph *g = NULL;
+	char **refs = calloc((size_t)a->n_feeds + 1, sizeof *refs), *master = NULL, *token = NULL;
+	struct dg_tensor **vals = calloc((size_t)a->n_feeds + 1, sizeof *vals);
+	json_t *fetch = NULL;
+	enum dg_status st = DG_OK;
+
+	if (!refs || !vals)
+		st = dg_err_set(&err, DG_ENOMEM, "out of memory");
+	/* Validate here first: errors come back at once, and --feed values are
+	 * read with the dtypes the graph declares. */
+	if (st == DG_OK && !(g = dg_graph_load(a->graph, master_op_find, &err)))
+		st = err.code;
+	for (int i = 0; st == DG_OK && i < a->n_feeds; i++)
+		st = cli_feed_parse(g, a->feeds[i], &refs[i], &vals[i], &err);
+	if (st == DG_OK && a->token_file && !(token = cli_token_load(a->token_file, &err)))
+		st = err.code;
+	if (st == DG_OK && !(master = pick_master(a, &err)))
+		st = err.code ? err.code : dg_err_set(&err, DG_ENOMEM, "out of memory");
+	if (st == DG_OK && !(s.c = dg_http_client_new(master, token, a->timeout_ms + 60000, &err)))
+		st = err.code;
+	if (st == DG_OK)
+		st = create_job(&s, g, refs, vals, &err);
+	if (st == DG_OK)
+		st = follow(&s, &err);
+	if (st == DG_OK)
+		st = report_soft(&s, &fetch, &err);
+	if (st == DG_OK)
+		st = get_results(&s, fetch, &err);
+	for (int i = 0; i < a->n_feeds; i++) {
+		if (refs)
+			free(refs[i]);
+		if (vals)
+			dg_tensor_free(vals[i]);
+	}
+	free(refs);
+	free(vals);
+	free(master);
+	free(token);
+	json_decref(fetch);
+	dg_http_client_free(s.c);
+	dg_graph_free(g);
+	return st == DG_OK ? 0 : cli_fail(&err);
+}
+
+int cmd_submit(int argc, char **argv)
+{
+	struct submit_args a = { 0 };
+	int rc = parse_args(argc, argv, &a);
+
+	if (rc < 0)
+		rc = run_submit(&a);
+	free(a.feeds);
+	free(a.fetch);
+	return rc;
+}

@@ -1,0 +1,1288 @@
+/* `dg up`, `dg down` and `dg status`: a whole local cluster on free loopback
+ * ports. `up` writes DIR/cluster.json, starts one detached `dg server` per task
+ * (pid, port file and log in DIR), waits for each to answer /v1/health and
+ * links the spec where cli_cluster_load (common.c) finds it; `down` stops what
+ * the pid files name; `status` asks every task of a cluster for its health. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "dg/buf.h"
+#include "dg/client.h"
+#include "dg/cluster.h"
+#include "dg/http.h"
+
+#define MAX_TASKS 64
+#define READY_WAIT_MS 20000     /* a server recovering a big data dir may take a while */
+#define STOP_WAIT_MS 15000      /* SIGTERM -> exit includes the final checkpoint */
+#define KILL_WAIT_MS 3000
+#define MOUNT_WAIT_MS 10000
+#define STATUS_TIMEOUT_MS 5000  /* per request of dg status: a hung task must not hang it */
+#define START_ATTEMPTS 3        /* a picked port taken before its server bound it: retry */
+
+struct task {
+	const char *job;        /* "ps" or "worker" (static strings) */
+	int index;
+	int port;
+	pid_t pid;              /* 0: not started */
+};
+
+/* ------------------------------------------------------------- small helpers */
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/* path = a/b with a bounds check (paths longer than PATH_MAX are refused). */
+static enum dg_status join(char *out, const char *a, const char *b, struct dg_err *err)
+{
+	int n = snprintf(out, PATH_MAX, "%s/%s", a, b);
+
+	if (n < 0 || n >= PATH_MAX)
+		return dg_err_set(err, DG_EINVAL, "path too long: %s/%s", a, b);
+	return DG_OK;
+}
+
+/* mkdir -p with mode 0700 for the parts it creates (the state is private). */
+static enum dg_status mkdir_p(const char *path, struct dg_err *err)
+{
+	char tmp[PATH_MAX];
+
+	if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
+		return dg_err_set(err, DG_EINVAL, "path too long: %s", path);
+	for (char *p = tmp + 1; ; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdir(tmp, 0700) != 0 && errno != EEXIST) {
+			dg_err_set(err, DG_EIO, "cannot create directory %s: %s", tmp,
+				   strerror(errno));
+			return DG_EIO;
+		}
+		*p = c;
+		if (!c)
+			break;
+	}
+	return DG_OK;
+}
+
+/* Where `dg up` links the spec of the cluster it started: the first place
+ * cli_cluster_load looks after --cluster and $DG_CLUSTER. */
+static enum dg_status pointer_path(char *out, struct dg_err *err)
+{
+	const char *run = getenv("XDG_RUNTIME_DIR"), *home = getenv("HOME");
+
+	if (run && run[0])
+		return join(out, run, "dg/cluster.json", err);
+	if (home && home[0])
+		return join(out, home, ".dg/cluster.json", err);
+	dg_err_set(err, DG_EINVAL, "neither $XDG_RUNTIME_DIR nor $HOME is set");
+	dg_err_hint(err, "set HOME, or pass --dir DIR");
+	return DG_EINVAL;
+}
+
+/* The default state directory, next to the pointer. */
+static enum dg_status default_dir(char *out, struct dg_err *err)
+{
+	const char *run = getenv("XDG_RUNTIME_DIR"), *home = getenv("HOME");
+
+	if (run && run[0])
+		return join(out, run, "dg/cluster", err);
+	if (home && home[0])
+		return join(out, home, ".dg/cluster", err);
+	dg_err_set(err, DG_EINVAL, "no --dir, and neither $XDG_RUNTIME_DIR nor $HOME is set");
+	dg_err_hint(err, "pass --dir DIR");
+	return DG_EINVAL;
+}
+
+/* Read a small text file (pid, port, path): first line, trimmed, into out.
+ * false when absent or empty. */
+static bool read_line(const char *path, char *out, size_t n)
+{
+	FILE *f = fopen(path, "r");
+	bool ok;
+
+	if (!f)
+		return false;
+	ok = fgets(out, (int)n, f) != NULL;
+	fclose(f);
+	if (ok)
+		out[strcspn(out, "\r\n")] = '\0';
+	return ok && out[0];
+}
+
+static enum dg_status write_text(const char *path, const char *text, struct dg_err *err)
+{
+	return dg_write_file_atomic(path, text, strlen(text), err);
+}
+
+/* ------------------------------------------------------------------ processes */
+
+/* Alive and not a zombie. Our detached servers are reparented when `dg up`
+ * exits; a reaper that is slow (or absent, in some containers) leaves zombies
+ * behind that kill(pid, 0) would still report. */
+static bool pid_alive(pid_t pid)
+{
+	char path[64], buf[512], *rp;
+	FILE *f;
+	size_t n;
+
+	if (pid <= 0)
+		return false;
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return access("/proc/self/stat", F_OK) != 0 &&
+		       (kill(pid, 0) == 0 || errno == EPERM);   /* no /proc */
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	rp = strrchr(buf, ')');      /* the command name may hold spaces and parens */
+	return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+}
+
+/* Whether pid is alive and its command line has the argument arg (the task's
+ * data dir, or the mount point): a pid file outliving its process must not
+ * make us signal whatever process got the number since. */
+static bool pid_runs_with(pid_t pid, const char *arg)
+{
+	char path[64], buf[8192];
+	FILE *f;
+	size_t n;
+
+	if (!pid_alive(pid))
+		return false;
+	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return true;            /* no /proc: trust the pid */
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
+		if (strcmp(buf + i, arg) == 0)
+			return true;
+	return false;
+}
+
+/* Reap pid when it is our child (the failure paths of `dg up`); harmless
+ * otherwise. Returns true when it was reaped. */
+static bool reap(pid_t pid, int *wstatus)
+{
+	int ws = 0;
+
+	if (waitpid(pid, &ws, WNOHANG) == pid) {
+		if (wstatus)
+			*wstatus = ws;
+		return true;
+	}
+	return false;
+}
+
+/* SIGTERM, wait up to STOP_WAIT_MS, then SIGKILL with a warning. */
+static void stop_pid(pid_t pid, const char *label)
+{
+	long deadline = now_ms() + STOP_WAIT_MS;
+
+	if (kill(pid, SIGTERM) != 0)
+		return;
+	while (now_ms() < deadline) {
+		if (reap(pid, NULL) || !pid_alive(pid))
+			return;
+		sleep_ms(20);
+	}
+	fprintf(stderr, "dg: warning: %s (pid %d) did not stop within %d s of SIGTERM; killing "
+		"it (its last checkpoint may be older)\n", label, (int)pid, STOP_WAIT_MS / 1000);
+	kill(pid, SIGKILL);
+	deadline = now_ms() + KILL_WAIT_MS;
+	while (now_ms() < deadline && !reap(pid, NULL) && pid_alive(pid))
+		sleep_ms(20);
+}
+
+/* Start argv detached: its own session (a ^C at the terminal does not reach
+ * it), stdin /dev/null, stdout+stderr appended to log, no other fd of ours,
+ * no blocked signal. *pid gets the child. An exec failure is written to the
+ * log and the child exits 127, which the readiness wait reports. */
+static enum dg_status spawn(char *const argv[], const char *log, pid_t *pid, struct dg_err *err)
+{
+	int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	sigset_t none;
+	pid_t p;
+
+	if (fd < 0)
+		return dg_err_set(err, DG_EIO, "cannot open log %s: %s", log, strerror(errno));
+	fflush(NULL);
+	p = fork();
+	if (p < 0) {
+		close(fd);
+		return dg_err_set(err, DG_EIO, "cannot start %s: fork: %s", argv[1],
+				  strerror(errno));
+	}
+	if (p == 0) {
+		int null = open("/dev/null", O_RDONLY);
+		setsid();
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		if (null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+			_exit(127);
+		closefrom(3);
+		execv(argv[0], argv);
+		dprintf(2, "dg: cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(fd);
+	*pid = p;
+	return DG_OK;
+}
+
+/* This executable, so the servers run the same dg as `dg up`. */
+static enum dg_status self_exe(char *out, struct dg_err *err)
+{
+	ssize_t n = readlink("/proc/self/exe", out, PATH_MAX - 1);
+
+	if (n <= 0)
+		return dg_err_set(err, DG_EIO, "cannot find the dg executable (/proc/self/exe): %s",
+				  strerror(errno));
+	out[n] = '\0';
+	return DG_OK;
+}
+
+/* ------------------------------------------------------------ cluster state */
+
+/* A running task found from DIR's pid files. */
+struct live {
+	char name[64];          /* "ps-0" */
+	pid_t pid;
+};
+
+/* The tasks of DIR whose pid file names a live server of that task (its data
+ * dir on the command line). Returns the count (<= max). */
+static int find_live(const char *dir, struct live *out, int max)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d)) && n < max) {
+		size_t len = strlen(e->d_name);
+		char path[PATH_MAX], data[PATH_MAX], line[32];
+		pid_t pid;
+
+		if (len < 5 || len >= sizeof out->name + 4 || strcmp(e->d_name + len - 4, ".pid") ||
+		    strcmp(e->d_name, "mount.pid") == 0)
+			continue;
+		snprintf(out[n].name, sizeof out[n].name, "%.*s", (int)(len - 4), e->d_name);
+		if (join(path, dir, e->d_name, NULL) || join(data, dir, out[n].name, NULL) ||
+		    !read_line(path, line, sizeof line))
+			continue;
+		pid = (pid_t)strtol(line, NULL, 10);
+		if (pid_runs_with(pid, data))
+			out[n++].pid = pid;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Pick n distinct free loopback ports: all sockets are bound at once so the
+ * kernel cannot hand out one port twice, then closed for the servers to take.
+ * Another process may grab one in between; start_all retries then. */
+static enum dg_status pick_ports(struct task *t, int n, struct dg_err *err)
+{
+	int fds[MAX_TASKS], i;
+	enum dg_status st = DG_OK;
+
+	for (i = 0; i < n; i++) {
+		struct sockaddr_in a = { .sin_family = AF_INET,
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t al = sizeof a;
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
+		    getsockname(fds[i], (struct sockaddr *)&a, &al) != 0) {
+			st = dg_err_set(err, DG_EIO, "cannot pick a free loopback port: %s",
+					strerror(errno));
+			if (fds[i] >= 0)
+				close(fds[i]);
+			break;
+		}
+		t[i].port = ntohs(a.sin_port);
+	}
+	while (i-- > 0)
+		close(fds[i]);
+	return st;
+}
+
+/* DIR/cluster.json: {"ps": ["127.0.0.1:P", ...], "worker": [...]}. */
+static enum dg_status write_spec(const char *path, const struct task *t, int n,
+				 struct dg_err *err)
+{
+	json_t *root = json_object(), *ps = json_array(), *wk = json_array();
+	enum dg_status st = DG_ENOMEM;
+	char *text = NULL, addr[32];
+	size_t len;
+
+	if (!root || !ps || !wk)
+		goto out;
+	for (int i = 0; i < n; i++) {
+		snprintf(addr, sizeof addr, "127.0.0.1:%d", t[i].port);
+		if (json_array_append_new(strcmp(t[i].job, "ps") ? wk : ps, json_string(addr)))
+			goto out;
+	}
+	/* --workers 0: no "worker" job at all (a spec's job needs a task). */
+	if (json_object_set(root, "ps", ps) ||
+	    (json_array_size(wk) && json_object_set(root, "worker", wk)) ||
+	    !(text = json_dumps(root, JSON_INDENT(2))))
+		goto out;
+	len = strlen(text);
+	text[len] = '\n';      /* over the NUL: the length is passed, not the string */
+	st = dg_write_file_atomic(path, text, len + 1, err);
+out:
+	if (st == DG_ENOMEM)
+		dg_err_set(err, DG_ENOMEM, "out of memory writing %s", path);
+	free(text);
+	json_decref(root);
+	json_decref(ps);
+	json_decref(wk);
+	return st;
+}
+
+/* --------------------------------------------------------------------- dg up */
+
+static volatile sig_atomic_t interrupted;      /* SIGINT/SIGTERM while dg up starts */
+
+static void on_interrupt(int sig)
+{
+	interrupted = sig;
+}
+
+/* DG_ECANCELED when dg up was interrupted (a wait loop then gives up). */
+static enum dg_status check_interrupt(struct dg_err *err)
+{
+	if (!interrupted)
+		return DG_OK;
+	return dg_err_set(err, DG_ECANCELED, "interrupted by signal %d; stopping the tasks "
+			  "started so far", (int)interrupted);
+}
+
+struct up_args {
+	int n_ps, n_workers;
+	const char *dir, *mount, *token_file;
+	bool foreground;
+};
+
+static const char up_usage[] =
+	"usage: dg up [--ps N] [--workers M] [--dir DIR] [--mount DIR] [--token-file F]\n"
+	"             [--foreground]\n"
+	"\n"
+	"Start a whole local cluster on free loopback ports: N parameter-server tasks\n"
+	"(job ps) and M worker tasks (job worker), each a `dg server` running in the\n"
+	"background with its data dir, log, pid and port files in DIR. The spec is\n"
+	"written to DIR/cluster.json and becomes the default cluster of every dg\n"
+	"command ($XDG_RUNTIME_DIR/dg/cluster.json, else ~/.dg/cluster.json, links\n"
+	"to it) until `dg down`. Variables survive a `dg down` and the next `dg up`\n"
+	"of the same DIR.\n"
+	"\n"
+	"  --ps N            parameter-server tasks (default 1)\n"
+	"  --workers M       worker tasks (default 2)\n"
+	"  --dir DIR         state directory (default $XDG_RUNTIME_DIR/dg/cluster,\n"
+	"                    else ~/.dg/cluster)\n"
+	"  --mount DIR       also mount the variables at DIR (`dg mount`)\n"
+	"  --token-file F    every task requires the bearer token in F\n"
+	"  --foreground      stay in the foreground; ^C (or SIGTERM) takes the cluster\n"
+	"                    down, and so does a task that exits\n"
+	"  -h, --help        show this help\n"
+	"\n"
+	"Exit status: 0 when every task answers, 4 when DIR already has a running\n"
+	"cluster, 10 when a task failed to start (its log is named), 16 when --mount\n"
+	"is asked of a dg without the mount command.\n";
+
+/* Returns -1 to go on, else the exit code. */
+static int up_parse(int argc, char **argv, struct up_args *a)
+{
+	static const struct option opts[] = {
+		{ "ps", required_argument, NULL, 'p' },
+		{ "workers", required_argument, NULL, 'w' },
+		{ "dir", required_argument, NULL, 'd' },
+		{ "mount", required_argument, NULL, 'm' },
+		{ "token-file", required_argument, NULL, 'T' },
+		{ "foreground", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+	char *end;
+	long v;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+		case 'w':
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || *end || optarg[0] < '0' || optarg[0] > '9' ||
+			    v < (c == 'p' ? 1 : 0) || v > MAX_TASKS / 2)
+				return cli_usage(argv[0], "%s '%s' is not a count in %d..%d",
+						 c == 'p' ? "--ps" : "--workers", optarg,
+						 c == 'p' ? 1 : 0, MAX_TASKS / 2);
+			*(c == 'p' ? &a->n_ps : &a->n_workers) = (int)v;
+			break;
+		case 'd': a->dir = optarg; break;
+		case 'm': a->mount = optarg; break;
+		case 'T': a->token_file = optarg; break;
+		case 'f': a->foreground = true; break;
+		case 'h': fputs(up_usage, stdout); return 0;
+		case ':': return cli_usage(argv[0], "%s needs a value", argv[optind - 1]);
+		default: return cli_usage(argv[0], "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
+	return -1;
+}
+
+/* Everything `dg up` works with. */
+struct up_ctx {
+	char dir[PATH_MAX];             /* absolute */
+	char spec[PATH_MAX];            /* DIR/cluster.json */
+	char exe[PATH_MAX];
+	char token_file[PATH_MAX];      /* absolute, "" when none */
+	char *token;                    /* owned */
+	struct task t[MAX_TASKS];
+	int n;
+	pid_t mount_pid;
+	char mnt[PATH_MAX];             /* the mount point, "" without --mount */
+};
+
+/* DIR/JOB-I plus suffix. up_run refuses a DIR too long for these. */
+static void task_file(const struct up_ctx *u, const struct task *t, const char *suffix,
+		      char *out)
+{
+	int n = snprintf(out, PATH_MAX, "%s/%s-%d%s", u->dir, t->job, t->index, suffix);
+
+	if (n < 0 || n >= PATH_MAX)
+		out[0] = '\0';
+}
+
+static enum dg_status start_task(struct up_ctx *u, struct task *t, struct dg_err *err)
+{
+	char data[PATH_MAX], port[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], idx[16], line[32];
+	char *argv[16];
+	int k = 0;
+	enum dg_status st;
+
+	task_file(u, t, "", data);
+	task_file(u, t, ".port", port);
+	task_file(u, t, ".log", log);
+	task_file(u, t, ".pid", pidf);
+	snprintf(idx, sizeof idx, "%d", t->index);
+	unlink(port);           /* a stale one would not say this start is serving */
+	argv[k++] = u->exe;
+	argv[k++] = (char *)"server";
+	argv[k++] = (char *)"--cluster";
+	argv[k++] = u->spec;
+	argv[k++] = (char *)"--job";
+	argv[k++] = (char *)t->job;
+	argv[k++] = (char *)"--task";
+	argv[k++] = idx;
+	argv[k++] = (char *)"--data-dir";
+	argv[k++] = data;
+	argv[k++] = (char *)"--port-file";
+	argv[k++] = port;
+	if (u->token_file[0]) {
+		argv[k++] = (char *)"--token-file";
+		argv[k++] = u->token_file;
+	}
+	argv[k] = NULL;
+	if ((st = spawn(argv, log, &t->pid, err)) != DG_OK)
+		return st;
+	snprintf(line, sizeof line, "%d\n", (int)t->pid);
+	if ((st = write_text(pidf, line, err)) != DG_OK) {
+		stop_pid(t->pid, "a new server");
+		t->pid = 0;
+	}
+	return st;
+}
+
+/* Stop the tasks we started (failure paths, --foreground) and remove their
+ * pid and port files. */
+static void stop_started(struct up_ctx *u)
+{
+	char path[PATH_MAX], label[64];
+
+	for (int i = 0; i < u->n; i++) {
+		snprintf(label, sizeof label, "%s/%d", u->t[i].job, u->t[i].index);
+		if (u->t[i].pid)
+			stop_pid(u->t[i].pid, label);
+		u->t[i].pid = 0;        /* the files also of a task that exited by itself */
+		task_file(u, &u->t[i], ".pid", path);
+		unlink(path);
+		task_file(u, &u->t[i], ".port", path);
+		unlink(path);
+	}
+}
+
+/* Whether the log of a task that exited says its port was taken. */
+static bool log_says_port_taken(const struct up_ctx *u, const struct task *t)
+{
+	char path[PATH_MAX];
+	struct dg_buf b = { 0 };
+	bool taken = false;
+
+	task_file(u, t, ".log", path);
+	if (dg_buf_read_file(&b, path, 1 << 20, NULL) == DG_OK &&
+	    dg_buf_append(&b, "", 1, NULL) == DG_OK)
+		taken = strstr(b.data, "Address already in use") != NULL;
+	dg_buf_deinit(&b);
+	return taken;
+}
+
+/* Poll /v1/health of task t until it answers as that task. *port_taken says a
+ * retry with other ports may help. */
+static enum dg_status wait_ready(struct up_ctx *u, struct task *t, long deadline,
+				 bool *port_taken, struct dg_err *err)
+{
+	char addr[32], log[PATH_MAX];
+	struct dg_client *c;
+	enum dg_status st = DG_OK;
+	int ws;
+
+	snprintf(addr, sizeof addr, "127.0.0.1:%d", t->port);
+	task_file(u, t, ".log", log);
+	if (!(c = dg_client_new(addr, u->token, err)))
+		return err->code;
+	for (;;) {
+		json_t *h = NULL;
+		struct dg_err herr = { 0 };
+		if (dg_client_health(c, &h, &herr) == DG_OK) {
+			const char *job = json_string_value(json_object_get(h, "job"));
+			bool same = job && strcmp(job, t->job) == 0 &&
+				    json_integer_value(json_object_get(h, "task")) == t->index;
+			json_decref(h);
+			if (same)
+				break;
+		}
+		if (reap(t->pid, &ws)) {
+			t->pid = 0;
+			*port_taken = log_says_port_taken(u, t);
+			st = dg_err_set(err, DG_EUNAVAILABLE, "%s/%d exited with %s %d before it "
+					"was ready", t->job, t->index,
+					WIFEXITED(ws) ? "code" : "signal",
+					WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+			dg_err_hint(err, "see its log: %s", log);
+			break;
+		}
+		if ((st = check_interrupt(err)) != DG_OK)
+			break;
+		if (now_ms() > deadline) {
+			st = dg_err_set(err, DG_EUNAVAILABLE, "%s/%d (pid %d) did not answer on %s "
+					"within %d s: %s", t->job, t->index, (int)t->pid, addr,
+					READY_WAIT_MS / 1000, herr.msg);
+			dg_err_hint(err, "see its log: %s", log);
+			break;
+		}
+		sleep_ms(25);
+	}
+	dg_client_free(c);
+	return st;
+}
+
+/* Pick ports, write the spec, start every task, wait for all; on a port
+ * race, start over with new ports. On failure nothing is left running. */
+static enum dg_status start_all(struct up_ctx *u, struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	for (int attempt = 1; attempt <= START_ATTEMPTS; attempt++) {
+		bool port_taken = false;
+		long deadline;
+
+		if ((st = pick_ports(u->t, u->n, err)) != DG_OK ||
+		    (st = write_spec(u->spec, u->t, u->n, err)) != DG_OK)
+			return st;
+		for (int i = 0; i < u->n && st == DG_OK; i++)
+			st = start_task(u, &u->t[i], err);
+		deadline = now_ms() + READY_WAIT_MS;
+		for (int i = 0; i < u->n && st == DG_OK; i++)
+			st = wait_ready(u, &u->t[i], deadline, &port_taken, err);
+		if (st == DG_OK)
+			return DG_OK;
+		stop_started(u);
+		if (!port_taken)
+			break;
+		fprintf(stderr, "dg: a picked port was taken before its server bound it; "
+			"retrying with new ports\n");
+	}
+	return st;
+}
+
+/* Link the pointer (where cli_cluster_load looks) to DIR/cluster.json,
+ * atomically replacing an older one. */
+static enum dg_status link_pointer(const struct up_ctx *u, struct dg_err *err)
+{
+	char ptr[PATH_MAX], tmp[PATH_MAX + 32], parent[PATH_MAX];
+	enum dg_status st;
+
+	if ((st = pointer_path(ptr, err)) != DG_OK)
+		return st;
+	snprintf(parent, sizeof parent, "%s", ptr);
+	*strrchr(parent, '/') = '\0';
+	if ((st = mkdir_p(parent, err)) != DG_OK)
+		return st;
+	snprintf(tmp, sizeof tmp, "%s.tmp.%d", ptr, (int)getpid());
+	unlink(tmp);
+	if (symlink(u->spec, tmp) != 0 || rename(tmp, ptr) != 0) {
+		st = dg_err_set(err, DG_EIO, "cannot link %s to %s: %s", ptr, u->spec,
+				strerror(errno));
+		unlink(tmp);
+	}
+	return st;
+}
+
+/* Whether path is a mount point (another device than its parent). */
+static bool is_mounted(const char *path)
+{
+	char parent[PATH_MAX + 4];
+	struct stat a, b;
+
+	snprintf(parent, sizeof parent, "%s/..", path);
+	return stat(path, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
+}
+
+/* --mount needs the `mount` command, which a dg built without FUSE lacks. */
+static enum dg_status check_mount_cmd(struct dg_err *err)
+{
+	if (cli_command_exists("mount"))
+		return DG_OK;
+	dg_err_set(err, DG_EUNSUPPORTED, "--mount: this dg has no 'mount' command (built without "
+		   "FUSE, or older than the mount)");
+	dg_err_hint(err, "run without --mount, or rebuild dg with FUSE (libfuse3-dev)");
+	return DG_EUNSUPPORTED;
+}
+
+/* `dg mount DIR --cluster SPEC` in the background, waiting for the mount to
+ * appear. A mount that daemonises itself (exit 0, mounted) leaves no pid. */
+static enum dg_status start_mount(struct up_ctx *u, const char *mnt_arg, struct dg_err *err)
+{
+	char mnt[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], pathf[PATH_MAX], line[32];
+	char *argv[10];
+	int k = 0, ws;
+	long deadline = now_ms() + MOUNT_WAIT_MS;
+	enum dg_status st;
+
+	if (!realpath(mnt_arg, mnt))
+		return dg_err_set(err, DG_ENOTFOUND, "--mount %s: %s", mnt_arg, strerror(errno));
+	if ((st = join(log, u->dir, "mount.log", err)) ||
+	    (st = join(pidf, u->dir, "mount.pid", err)) ||
+	    (st = join(pathf, u->dir, "mount.path", err)))
+		return st;
+	argv[k++] = u->exe;
+	argv[k++] = (char *)"mount";
+	argv[k++] = mnt;
+	argv[k++] = (char *)"--foreground";     /* its pid is the one to wait for */
+	argv[k++] = (char *)"--cluster";
+	argv[k++] = u->spec;
+	if (u->token_file[0]) {
+		argv[k++] = (char *)"--token-file";
+		argv[k++] = u->token_file;
+	}
+	argv[k] = NULL;
+	/* The path first: `dg down` unmounts it even if we die right after. */
+	if ((st = dg_write_file_atomic(pathf, mnt, strlen(mnt), err)) != DG_OK ||
+	    (st = spawn(argv, log, &u->mount_pid, err)) != DG_OK)
+		return st;
+	snprintf(line, sizeof line, "%d\n", (int)u->mount_pid);
+	if ((st = write_text(pidf, line, err)) != DG_OK)
+		return st;
+	while (!is_mounted(mnt)) {
+		if (reap(u->mount_pid, &ws)) {
+			u->mount_pid = 0;
+			unlink(pidf);
+			if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0 && is_mounted(mnt))
+				break;
+			dg_err_set(err, DG_EUNAVAILABLE, "dg mount %s exited with %s %d", mnt,
+				   WIFEXITED(ws) ? "code" : "signal",
+				   WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+			dg_err_hint(err, "see its log: %s", log);
+			return DG_EUNAVAILABLE;
+		}
+		if ((st = check_interrupt(err)) != DG_OK)
+			return st;
+		if (now_ms() > deadline) {
+			dg_err_set(err, DG_ETIMEOUT, "dg mount %s did not mount within %d s", mnt,
+				   MOUNT_WAIT_MS / 1000);
+			dg_err_hint(err, "see its log: %s", log);
+			return DG_ETIMEOUT;
+		}
+		sleep_ms(25);
+	}
+	snprintf(u->mnt, sizeof u->mnt, "%s", mnt);
+	return DG_OK;
+}
+
+static void print_up(const struct up_ctx *u)
+{
+	printf("cluster up in %s (%d tasks):\n", u->dir, u->n);
+	for (int i = 0; i < u->n; i++) {
+		char name[48];
+		snprintf(name, sizeof name, "%s/%d", u->t[i].job, u->t[i].index);
+		printf("  %-10s 127.0.0.1:%-6d pid %-8d log %s/%s-%d.log\n", name, u->t[i].port,
+		       (int)u->t[i].pid, u->dir, u->t[i].job, u->t[i].index);
+	}
+	if (u->mnt[0])
+		printf("  variables mounted at %s (log %s/mount.log)\n", u->mnt, u->dir);
+	printf("spec: %s (the default cluster of dg commands until 'dg down')\n"
+	       "next:\n"
+	       "  dg status                                  tasks, health, variables\n"
+	       "  dg var create w --shape 2,3 --init ones    then: dg var ls, dg var get w\n"
+	       "  dg submit examples/seed_sum.json           run a graph on the cluster\n"
+	       "  dg down                                    stop it (data stays in DIR)\n",
+	       u->spec);
+	fflush(stdout);
+}
+
+static int down_dir(const char *dir, bool quiet);
+
+/* --foreground: wait for ^C / SIGTERM, or a task exiting; then take it down. */
+static int foreground(struct up_ctx *u)
+{
+	sigset_t set;
+	int sig = 0, rc = 0;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &set, NULL);     /* from now on taken by sigwait */
+	printf("in the foreground: ^C stops the cluster\n");
+	fflush(stdout);
+	while (!interrupted) {
+		bool gone = false;
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (sig != SIGCHLD)
+			break;
+		for (int i = 0; i < u->n; i++) {
+			int ws;
+			if (u->t[i].pid && reap(u->t[i].pid, &ws)) {
+				fprintf(stderr, "dg: %s/%d exited (%s %d); stopping the cluster\n"
+					"dg: hint: see its log: %s/%s-%d.log\n", u->t[i].job,
+					u->t[i].index, WIFEXITED(ws) ? "code" : "signal",
+					WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws), u->dir,
+					u->t[i].job, u->t[i].index);
+				u->t[i].pid = 0;
+				gone = true;
+			}
+		}
+		if (u->mount_pid && reap(u->mount_pid, NULL)) {
+			fprintf(stderr, "dg: the mount exited; stopping the cluster\n");
+			u->mount_pid = 0;
+			gone = true;
+		}
+		if (gone) {
+			rc = dg_status_to_exit(DG_EUNAVAILABLE);
+			break;
+		}
+	}
+	int drc = down_dir(u->dir, false);
+	return rc ? rc : drc;
+}
+
+static int up_run(struct up_ctx *u, const struct up_args *a)
+{
+	struct dg_err err = { 0 };
+	struct live live[MAX_TASKS];
+	int n_live, rc;
+
+	if (strlen(u->dir) > PATH_MAX - 64)
+		return cli_usage("up", "--dir %s: path too long", u->dir);
+	if (mkdir_p(u->dir, &err) != DG_OK || self_exe(u->exe, &err) != DG_OK ||
+	    join(u->spec, u->dir, "cluster.json", &err) != DG_OK)
+		return cli_fail(&err);
+	if ((n_live = find_live(u->dir, live, MAX_TASKS)) > 0) {
+		dg_err_set(&err, DG_EEXIST, "a cluster is already running in %s (%s, pid %d%s)",
+			   u->dir, live[0].name, (int)live[0].pid, n_live > 1 ? ", ..." : "");
+		dg_err_hint(&err, "stop it with 'dg down --dir %s', or choose another --dir",
+			    u->dir);
+		return cli_fail(&err);
+	}
+	if (a->mount && check_mount_cmd(&err) != DG_OK)
+		return cli_fail(&err);
+	for (int i = 0; i < a->n_ps + a->n_workers; i++) {
+		u->t[i].job = i < a->n_ps ? "ps" : "worker";
+		u->t[i].index = i < a->n_ps ? i : i - a->n_ps;
+	}
+	u->n = a->n_ps + a->n_workers;
+	if (start_all(u, &err) != DG_OK)
+		return cli_fail(&err);
+	if (link_pointer(u, &err) != DG_OK ||
+	    (a->mount && start_mount(u, a->mount, &err) != DG_OK)) {
+		rc = cli_fail(&err);
+		down_dir(u->dir, true);
+		return rc;
+	}
+	if (check_interrupt(&err) != DG_OK) {     /* a ^C while linking or printing */
+		rc = cli_fail(&err);
+		down_dir(u->dir, true);
+		return rc;
+	}
+	print_up(u);
+	return a->foreground ? foreground(u) : 0;
+}
+
+int cmd_up(int argc, char **argv)
+{
+	struct up_args a = { .n_ps = 1, .n_workers = 2 };
+	struct dg_err err = { 0 };
+	struct up_ctx *u;
+	char dflt[PATH_MAX];
+	sigset_t set;
+	int rc;
+
+	if ((rc = up_parse(argc, argv, &a)) >= 0)
+		return rc;
+	if (!(u = calloc(1, sizeof *u))) {
+		dg_err_set(&err, DG_ENOMEM, "out of memory");
+		return cli_fail(&err);
+	}
+	rc = -1;
+	/* The absolute, resolved DIR: the servers' command lines carry it, and
+	 * `dg down` recognises its tasks by it. */
+	if (!a.dir && default_dir(dflt, &err) != DG_OK)
+		rc = cli_fail(&err);
+	else if (mkdir_p(a.dir ? a.dir : dflt, &err) != DG_OK)
+		rc = cli_fail(&err);
+	else if (!realpath(a.dir ? a.dir : dflt, u->dir))
+		rc = cli_usage(argv[0], "--dir %s: %s", a.dir ? a.dir : dflt, strerror(errno));
+	if (rc < 0 && a.token_file) {
+		if (!realpath(a.token_file, u->token_file))
+			rc = cli_usage(argv[0], "--token-file %s: %s", a.token_file,
+				       strerror(errno));
+		else if (!(u->token = cli_token_load(u->token_file, &err)))
+			rc = cli_fail(&err);
+	}
+	if (rc < 0) {
+		/* A ^C during the start sets a flag the waits check, so that the
+		 * tasks started so far are stopped rather than left half a cluster.
+		 * SIGCHLD is blocked before any child exists so that --foreground's
+		 * sigwait sees a task that died at any time (children unblock it). */
+		struct sigaction sa = { .sa_handler = on_interrupt };
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGTERM, &sa, NULL);
+		sigemptyset(&set);
+		sigaddset(&set, SIGCHLD);
+		sigprocmask(SIG_BLOCK, &set, NULL);
+		rc = up_run(u, &a);
+	}
+	free(u->token);
+	free(u);
+	return rc;
+}
+
+/* ------------------------------------------------------------------- dg down */
+
+/* Unmount what `dg up --mount` mounted and wait for its process. */
+static void down_mount(const char *dir)
+{
+	char pathf[PATH_MAX], pidf[PATH_MAX], mnt[PATH_MAX], line[32];
+	pid_t pid = 0;
+
+	if (join(pathf, dir, "mount.path", NULL) || join(pidf, dir, "mount.pid", NULL) ||
+	    !read_line(pathf, mnt, sizeof mnt))
+		return;
+	if (read_line(pidf, line, sizeof line))
+		pid = (pid_t)strtol(line, NULL, 10);
+	if (is_mounted(mnt)) {
+		char *argv[] = { (char *)"fusermount3", (char *)"-u", mnt, NULL };
+		pid_t p = fork();
+		int ws = 0;
+		if (p == 0) {
+			execvp(argv[0], argv);
+			argv[0] = (char *)"fusermount";
+			execvp(argv[0], argv);
+			_exit(127);
+		}
+		if (p < 0 || waitpid(p, &ws, 0) != p || !WIFEXITED(ws) || WEXITSTATUS(ws))
+			fprintf(stderr, "dg: warning: fusermount3 -u %s failed; unmount it by hand "
+				"(is a process using it?)\n", mnt);
+		else
+			printf("unmounted %s\n", mnt);
+	}
+	if (pid > 0 && pid_runs_with(pid, mnt)) {
+		long deadline = now_ms() + STOP_WAIT_MS;
+		while (now_ms() < deadline && pid_alive(pid))
+			sleep_ms(20);
+		if (pid_alive(pid))
+			stop_pid(pid, "dg mount");
+	}
+	unlink(pidf);
+	unlink(pathf);
+}
+
+/* Remove the pointer if it links to (or is a copy of) this cluster's spec. */
+static void down_pointer(const char *dir)
+{
+	char ptr[PATH_MAX], spec[PATH_MAX], target[PATH_MAX];
+	ssize_t n;
+
+	if (pointer_path(ptr, NULL) != DG_OK || join(spec, dir, "cluster.json", NULL))
+		return;
+	n = readlink(ptr, target, sizeof target - 1);
+	if (n > 0) {
+		target[n] = '\0';
+		if (strcmp(target, spec) == 0)
+			unlink(ptr);
+	}
+}
+
+/* Stop the cluster of dir. quiet: a failed `dg up` cleaning up after itself. */
+static int down_dir(const char *dir, bool quiet)
+{
+	struct live live[MAX_TASKS];
+	char path[PATH_MAX];
+	int n;
+
+	down_mount(dir);
+	n = find_live(dir, live, MAX_TASKS);
+	for (int i = 0; i < n; i++)
+		kill(live[i].pid, SIGTERM);     /* all at once: they checkpoint in parallel */
+	for (int i = 0; i < n; i++) {
+		char label[80];
+		snprintf(label, sizeof label, "task %.60s", live[i].name);
+		stop_pid(live[i].pid, label);
+	}
+	/* Every pid and port file, also those of tasks that died on their own. */
+	DIR *d = opendir(dir);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		size_t len = strlen(e->d_name);
+		if ((len > 4 && !strcmp(e->d_name + len - 4, ".pid")) ||
+		    (len > 5 && !strcmp(e->d_name + len - 5, ".port")))
+			if (!join(path, dir, e->d_name, NULL))
+				unlink(path);
+	}
+	if (d)
+		closedir(d);
+	down_pointer(dir);
+	if (!quiet) {
+		if (n)
+			printf("stopped %d task%s of %s (data and logs kept there)\n", n,
+			       n == 1 ? "" : "s", dir);
+		else
+			printf("no cluster running in %s\n", dir);
+	}
+	return 0;
+}
+
+static const char down_usage[] =
+	"usage: dg down [--dir DIR]\n"
+	"\n"
+	"Stop the cluster `dg up` started in DIR (default: the one the last `dg up`\n"
+	"linked, else $XDG_RUNTIME_DIR/dg/cluster or ~/.dg/cluster): SIGTERM to each\n"
+	"task (each writes a checkpoint and exits), SIGKILL after 15 s; unmount a\n"
+	"mount `dg up --mount` made; remove the pid and port files, keeping the data\n"
+	"dirs and logs. Nothing running is not an error.\n";
+
+int cmd_down(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "dir", required_argument, NULL, 'd' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char dir[PATH_MAX], ptr[PATH_MAX], target[PATH_MAX];
+	const char *flag = NULL;
+	struct dg_err err = { 0 };
+	ssize_t n;
+	int c;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': flag = optarg; break;
+		case 'h': fputs(down_usage, stdout); return 0;
+		case ':': return cli_usage(argv[0], "%s needs a value", argv[optind - 1]);
+		default: return cli_usage(argv[0], "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
+	if (flag) {
+		if (!realpath(flag, dir)) {
+			printf("no cluster running in %s (%s)\n", flag, strerror(errno));
+			return 0;
+		}
+	} else if (pointer_path(ptr, NULL) == DG_OK &&
+		   (n = readlink(ptr, target, sizeof target - 1)) > 0 && target[0] == '/') {
+		target[n] = '\0';
+		*strrchr(target, '/') = '\0';   /* the DIR of DIR/cluster.json */
+		snprintf(dir, sizeof dir, "%s", target);
+	} else if (default_dir(ptr, &err) != DG_OK) {
+		return cli_fail(&err);
+	} else if (!realpath(ptr, dir)) {
+		printf("no cluster running in %s\n", ptr);
+		return 0;
+	}
+	return down_dir(dir, false);
+}
+
+/* ----------------------------------------------------------------- dg status */
+
+/* What one task said. */
+struct task_status {
+	char name[96];
+	const char *address;    /* borrowed from the cluster */
+	bool up;
+	bool refused;           /* answered 401: up, but we lack the token */
+	char why[256];          /* when !up */
+	json_t *health;         /* owned */
+	json_t *jobs;           /* owned, NULL when the task has no jobs API */
+};
+
+static void probe(struct task_status *s, const char *token)
+{
+	struct dg_err err = { 0 };
+	struct dg_http_client *c = dg_http_client_new(s->address, token, STATUS_TIMEOUT_MS, &err);
+	struct dg_http_result res;
+
+	dg_http_result_init(&res);
+	if (c && dg_http_request(c, "GET", "/v1/health", NULL, 0, NULL, 0, &res, &err) == DG_OK) {
+		s->health = json_loadb(res.body.data, res.body.len, 0, NULL);
+		s->up = s->health != NULL;
+		if (!s->up)
+			snprintf(s->why, sizeof s->why, "/v1/health is not JSON");
+	} else {
+		s->refused = err.code == DG_EUNAUTHORIZED;
+		snprintf(s->why, sizeof s->why, "%s", err.msg);
+	}
+	dg_http_result_deinit(&res);
+	/* The master's job list; a task without it (404 until the master lands,
+	 * 401/403 stay errors of health) is simply not listed. */
+	dg_http_result_init(&res);
+	if (s->up && dg_http_request(c, "GET", "/v1/jobs", NULL, 0, NULL, 0, &res, NULL) == DG_OK)
+		s->jobs = json_loadb(res.body.data, res.body.len, 0, NULL);
+	dg_http_result_deinit(&res);
+	dg_http_client_free(c);
+}
+
+static void fmt_bytes(char *out, size_t n, double b)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	int u = 0;
+
+	while (b >= 1024 && u < 4) {
+		b /= 1024;
+		u++;
+	}
+	snprintf(out, n, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+}
+
+static void fmt_uptime(char *out, size_t n, double s)
+{
+	long t = (long)s;
+
+	if (t < 60)
+		snprintf(out, n, "%lds", t);
+	else if (t < 3600)
+		snprintf(out, n, "%ldm%02lds", t / 60, t % 60);
+	else
+		snprintf(out, n, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+}
+
+static void print_jobs(const struct task_status *s)
+{
+	json_t *list = json_is_array(s->jobs) ? s->jobs : json_object_get(s->jobs, "jobs");
+	size_t i;
+	json_t *j;
+
+	if (!json_is_array(list) || json_array_size(list) == 0)
+		return;
+	printf("jobs on %s:\n", s->name);
+	json_array_foreach(list, i, j) {
+		const char *id = json_string_value(json_object_get(j, "id"));
+		const char *state = json_string_value(json_object_get(j, "state"));
+		json_t *steps = json_object_get(j, "steps"), *done = json_object_get(j, "steps_done");
+
+		printf("  %-20s %-10s", id ? id : "?", state ? state : "?");
+		if (json_is_integer(steps) && json_is_integer(done))
+			printf(" step %lld/%lld", json_integer_value(done), json_integer_value(steps));
+		printf("\n");
+	}
+}
+
+static void print_table(const struct task_status *s, int n)
+{
+	printf("%-12s %-22s %-4s %6s %6s %10s %6s %8s\n", "TASK", "ADDRESS", "UP", "EPOCH",
+	       "VARS", "BYTES", "QUEUES", "UPTIME");
+	for (int i = 0; i < n; i++) {
+		char bytes[32] = "-", up[32] = "-";
+		if (!s[i].up) {
+			printf("%-12s %-22s %-4s %6s %6s %10s %6s %8s\n", s[i].name, s[i].address,
+			       s[i].refused ? "401" : "no", "-", "-", "-", "-", "-");
+			continue;
+		}
+		fmt_bytes(bytes, sizeof bytes,
+			  json_number_value(json_object_get(s[i].health, "bytes")));
+		fmt_uptime(up, sizeof up,
+			   json_number_value(json_object_get(s[i].health, "uptime_s")));
+		printf("%-12s %-22s %-4s %6lld %6lld %10s %6lld %8s\n", s[i].name, s[i].address,
+		       "yes", json_integer_value(json_object_get(s[i].health, "epoch")),
+		       json_integer_value(json_object_get(s[i].health, "vars")), bytes,
+		       json_integer_value(json_object_get(s[i].health, "queues")), up);
+	}
+	for (int i = 0; i < n; i++)
+		print_jobs(&s[i]);
+}
+
+static int print_json(const struct task_status *s, int n, int n_up)
+{
+	json_t *arr = json_array(), *root;
+	char *text;
+
+	for (int i = 0; i < n; i++) {
+		json_t *o = json_pack("{s:s, s:s, s:b, s:b}", "task", s[i].name, "address",
+				      s[i].address, "reachable", s[i].up, "unauthorized",
+				      s[i].refused);
+		if (o && s[i].up)
+			json_object_set(o, "health", s[i].health);
+		else if (o)
+			json_object_set_new(o, "error", json_string(s[i].why));
+		if (o && s[i].jobs)
+			json_object_set(o, "jobs", s[i].jobs);
+		json_array_append_new(arr, o);
+	}
+	root = json_pack("{s:o, s:i, s:i}", "tasks", arr, "reachable", n_up, "total", n);
+	text = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
+	json_decref(root);
+	if (!text) {
+		fprintf(stderr, "dg: out of memory\n");
+		return dg_status_to_exit(DG_ENOMEM);
+	}
+	printf("%s\n", text);
+	free(text);
+	return 0;
+}
+
+static const char status_usage[] =
+	"usage: dg status [--cluster FILE] [--token-file F] [--json]\n"
+	"\n"
+	"Ask every task of the cluster (--cluster, else $DG_CLUSTER, else the last\n"
+	"`dg up`) for its health: address, reachable, epoch, variables, bytes,\n"
+	"queues, uptime, and the jobs of tasks that run a master. --json prints\n"
+	"{\"tasks\": [...], \"reachable\": N, \"total\": M}.\n"
+	"Exit status: 0 when every task answers, 10 when one is unreachable (named\n"
+	"on stderr), 9 when all run but some refuse without a token.\n";
+
+int cmd_status(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "cluster", required_argument, NULL, 'c' },
+		{ "token-file", required_argument, NULL, 'T' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *cluster = NULL, *token_file = NULL;
+	struct dg_err err = { 0 };
+	struct dg_cluster *cl;
+	struct task_status *s;
+	struct dg_buf down = { 0 };
+	char *token = NULL;
+	bool json = false;
+	int c, n_up = 0, n_refused = 0, rc = 0;
+
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c': cluster = optarg; break;
+		case 'T': token_file = optarg; break;
+		case 'j': json = true; break;
+		case 'h': fputs(status_usage, stdout); return 0;
+		case ':': return cli_usage(argv[0], "%s needs a value", argv[optind - 1]);
+		default: return cli_usage(argv[0], "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
+	if (token_file && !(token = cli_token_load(token_file, &err)))
+		return cli_fail(&err);
+	if (!(cl = cli_cluster_load(cluster, &err))) {
+		free(token);
+		return cli_fail(&err);
+	}
+	if (!(s = calloc((size_t)cl->n_tasks + 1, sizeof *s))) {
+		dg_err_set(&err, DG_ENOMEM, "out of memory");
+		rc = cli_fail(&err);
+		goto out;
+	}
+	for (int i = 0; i < cl->n_tasks; i++) {
+		snprintf(s[i].name, sizeof s[i].name, "%s/%d", cl->tasks[i].job,
+			 cl->tasks[i].index);
+		s[i].address = cl->tasks[i].address;
+		probe(&s[i], token);
+		if (s[i].up)
+			n_up++;
+		else if (s[i].refused)
+			n_refused++;
+		else
+			dg_buf_printf(&down, NULL, "%s%s (%s)", down.len ? ", " : "", s[i].name,
+				      s[i].address);
+	}
+	rc = json ? print_json(s, cl->n_tasks, n_up) : (print_table(s, cl->n_tasks), 0);
+	if (rc == 0 && n_up + n_refused < cl->n_tasks) {
+		dg_err_set(&err, DG_EUNAVAILABLE, "%d of %d tasks unreachable: %s",
+			   cl->n_tasks - n_up - n_refused, cl->n_tasks, down.data ? down.data : "");
+		for (int i = 0; i < cl->n_tasks; i++)
+			if (!s[i].up && !s[i].refused) {
+				dg_err_hint(&err, "%s: %s", s[i].name, s[i].why);
+				break;
+			}
+		rc = cli_fail(&err);
+	} else if (rc == 0 && n_refused) {
+		/* Running, but they want a token: not the same problem as a dead task. */
+		dg_err_set(&err, DG_EUNAUTHORIZED, "%d of %d tasks refused the request without a "
+			   "valid token", n_refused, cl->n_tasks);
+		dg_err_hint(&err, "pass --token-file F (the file given to dg up --token-file)");
+		rc = cli_fail(&err);
+	}
+	for (int i = 0; i < cl->n_tasks; i++) {
+		json_decref(s[i].health);
+		json_decref(s[i].jobs);
+	}
+	free(s);
+out:
+	dg_buf_deinit(&down);
+	dg_cluster_free(cl);
+	free(token);
+	return rc;
+}

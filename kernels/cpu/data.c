@@ -1,0 +1,593 @@
+/* Data reader ops: IdxReader (the IDX format of MNIST and Fashion-MNIST, plain
+ * or gzip-compressed, read with zlib) and NpyReader (a .npy file through the
+ * codec of core/). Both are source ops that output a whole dataset as one
+ * tensor; shapes are read from the file's header at validation when the file
+ * is there. Every header field is checked against the bytes actually present
+ * before anything large is allocated. Registered via dg_ops_data. */
+#include "cpu.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "dg/codec.h"
+
+#define IDX_TYPE_U8 0x08
+#define IDX_MAX_HEADER (4 + 4 * DG_MAX_DIMS)
+/* Largest dataset accepted: far above Fashion-MNIST (47 MB), far below what
+ * a lying header could make us try to hold. */
+#define IDX_MAX_BYTES ((int64_t)1 << 36)
+
+struct idx_header {
+	int ndim;
+	int64_t dim[DG_MAX_DIMS];
+	int64_t numel;
+};
+
+static const char *idx_type_name(int t)
+{
+	switch (t) {
+	case 0x08: return "uint8";
+	case 0x09: return "int8";
+	case 0x0B: return "int16";
+	case 0x0C: return "int32";
+	case 0x0D: return "float32";
+	case 0x0E: return "float64";
+	default: return "unknown";
+	}
+}
+
+static gzFile idx_open(const char *path, struct dg_err *err)
+{
+	gzFile f = gzopen(path, "rb");
+
+	if (!f) {
+		dg_err_set(err, errno == ENOENT ? DG_ENOTFOUND : DG_EIO,
+			   "cannot open IDX file '%s': %s", path,
+			   errno ? strerror(errno) : "out of memory");
+		if (errno == ENOENT)
+			dg_err_hint(err, "Fashion-MNIST is in /usr/share/datasets/fashion-mnist "
+				    "(Debian package dataset-fashion-mnist)");
+	}
+	return f;
+}
+
+/* Read up to n bytes; returns the count, or -1 with *err set on a zlib error
+ * (a corrupt gzip stream). */
+static int64_t idx_read(gzFile f, const char *path, void *buf, int64_t n, struct dg_err *err)
+{
+	int64_t got = 0;
+
+	while (got < n) {
+		unsigned chunk = n - got > (1 << 30) ? 1u << 30 : (unsigned)(n - got);
+		int r = gzread(f, (char *)buf + got, chunk);
+		if (r < 0) {
+			int zerr;
+			const char *msg = gzerror(f, &zerr);
+			dg_err_set(err, zerr == Z_ERRNO ? DG_EIO : DG_EINVAL,
+				   "IDX file '%s' is not a valid gzip stream: %s", path,
+				   zerr == Z_ERRNO ? strerror(errno) : msg);
+			dg_err_hint(err, "download the file again (gzip -t FILE checks it)");
+			return -1;
+		}
+		if (r == 0)
+			break;
+		got += r;
+	}
+	return got;
+}
+
+/* Parse and check the header: magic 0x0000TTNN, type uint8 only, 1..8 dims,
+ * the element count within IDX_MAX_BYTES. */
+static enum dg_status idx_header_read(gzFile f, const char *path, struct idx_header *h,
+				      struct dg_err *err)
+{
+	unsigned char b[IDX_MAX_HEADER];
+	int64_t got = idx_read(f, path, b, 4, err);
+
+	if (got < 0)
+		return err ? err->code : DG_EINVAL;
+	if (got < 4 || b[0] != 0 || b[1] != 0) {
+		dg_err_set(err, DG_EINVAL, "'%s' is not an IDX file: magic %02x%02x%02x%02x, "
+			   "want 00000801 (labels) or 00000803 (images)", path,
+			   got > 0 ? b[0] : 0, got > 1 ? b[1] : 0, got > 2 ? b[2] : 0,
+			   got > 3 ? b[3] : 0);
+		return DG_EINVAL;
+	}
+	if (b[2] != IDX_TYPE_U8) {
+		dg_err_set(err, DG_EDTYPE, "IDX file '%s' holds type 0x%02X (%s); IdxReader reads "
+			   "0x08 (uint8) only", path, b[2], idx_type_name(b[2]));
+		dg_err_hint(err, "convert it to .npy and use NpyReader");
+		return DG_EDTYPE;
+	}
+	h->ndim = b[3];
+	if (h->ndim < 1 || h->ndim > DG_MAX_DIMS)
+		return dg_err_set(err, DG_EINVAL, "IDX file '%s' declares %d dims; 1..%d are "
+				  "supported", path, h->ndim, DG_MAX_DIMS);
+	got = idx_read(f, path, b + 4, 4 * h->ndim, err);
+	if (got < 0)
+		return err ? err->code : DG_EINVAL;
+	if (got < 4 * h->ndim)
+		return dg_err_set(err, DG_EINVAL, "truncated: IDX file '%s' ends inside its "
+				  "header (%d dims need %d bytes)", path, h->ndim, 4 + 4 * h->ndim);
+	h->numel = 1;
+	for (int i = 0; i < h->ndim; i++) {
+		const unsigned char *p = b + 4 + 4 * i;
+		h->dim[i] = (int64_t)p[0] << 24 | (int64_t)p[1] << 16 | (int64_t)p[2] << 8 | p[3];
+		/* Divide before multiplying: the product of two 32-bit dims and the
+		 * running count could pass int64. */
+		if (h->dim[i] > 0 && h->numel > IDX_MAX_BYTES / h->dim[i]) {
+			dg_err_set(err, DG_ETOOLARGE, "IDX file '%s' declares more than %lld "
+				   "elements (dim %d is %lld)", path, (long long)IDX_MAX_BYTES, i,
+				   (long long)h->dim[i]);
+			dg_err_hint(err, "the header is corrupt or the file is not a dataset");
+			return DG_ETOOLARGE;
+		}
+		h->numel *= h->dim[i];
+	}
+	return DG_OK;
+}
+
+/* "60000 images of 28x28" / "10000 labels" / "5 items of 2x3x4". */
+static void idx_describe(const struct idx_header *h, char *buf, size_t n)
+{
+	int len = snprintf(buf, n, "%lld %s", (long long)h->dim[0],
+			   h->ndim == 1 ? "labels" : h->ndim == 3 ? "images of " : "items of ");
+	for (int i = 1; i < h->ndim && len > 0 && (size_t)len < n; i++)
+		len += snprintf(buf + len, n - (size_t)len, i > 1 ? "x%lld" : "%lld",
+				(long long)h->dim[i]);
+}
+
+/* Read the whole payload (exactly h->numel bytes, checked both ways) into an
+ * owned buffer. The buffer grows as data arrives, so a lying header costs no
+ * more memory than the file really holds. */
+static enum dg_status idx_payload(gzFile f, const char *path, const struct idx_header *h,
+				  uint8_t **out, struct dg_err *err)
+{
+	int64_t cap = h->numel < (1 << 20) ? h->numel : (1 << 20), have = 0;
+	uint8_t *buf = malloc((size_t)(cap > 0 ? cap : 1)), *nb;
+	char what[160], extra;
+	enum dg_status st = DG_OK;
+
+	while (buf && have < h->numel) {
+		if (have == cap) {
+			cap = cap * 2 < h->numel ? cap * 2 : h->numel;
+			nb = realloc(buf, (size_t)cap);
+			if (!nb)
+				break;
+			buf = nb;
+		}
+		int64_t got = idx_read(f, path, buf + have, cap - have, err);
+		if (got < 0) {
+			free(buf);
+			return err ? err->code : DG_EINVAL;
+		}
+		if (got == 0)
+			break;
+		have += got;
+	}
+	if (!buf || (have < h->numel && have == cap)) {
+		free(buf);
+		return dg_err_set(err, DG_ENOMEM, "out of memory reading %lld bytes of '%s'",
+				  (long long)h->numel, path);
+	}
+	idx_describe(h, what, sizeof what);
+	if (have < h->numel) {
+		st = dg_err_set(err, DG_EINVAL, "truncated: header of '%s' says %s (%lld bytes), "
+				"file has %lld", path, what, (long long)h->numel, (long long)have);
+	} else {
+		int64_t more = idx_read(f, path, &extra, 1, err);
+		if (more < 0)
+			st = err ? err->code : DG_EINVAL;
+		else if (more > 0)
+			st = dg_err_set(err, DG_EINVAL, "IDX file '%s' has more data than its "
+					"header says (%s, %lld bytes)", path, what,
+					(long long)h->numel);
+	}
+	if (st != DG_OK) {
+		dg_err_hint(err, "the file is damaged or its counts are wrong; download it again");
+		free(buf);
+		return st;
+	}
+	*out = buf;
+	return DG_OK;
+}
+
+static const struct dg_attr_spec idx_attrs[] = {
+	{ "path", DG_ATTR_STRING, true, "IDX file, plain or gzip-compressed (.gz)" },
+	{ "scale", DG_ATTR_BOOL, false, "uint8 -> float in [0,1] (x / 255); default false" },
+	{ "one_hot", DG_ATTR_INT, false, "labels -> one-hot rows of this many classes; 0 (default) "
+					 "keeps class indices" },
+	{ "flatten", DG_ATTR_BOOL, false, "images [N,28,28] -> [N,784]; default false" },
+	{ "dtype", DG_ATTR_DTYPE, false, "output dtype; default float32 with scale or one_hot, "
+					 "else int32 for labels and uint8 for images" },
+	{ NULL },
+};
+
+struct idx_opts {
+	const char *path;
+	bool scale, flatten;
+	int64_t one_hot;
+	bool has_dtype;
+	enum dg_dtype dtype;
+};
+
+static enum dg_status idx_opts_read(const json_t *attrs, struct idx_opts *o, struct dg_err *err)
+{
+	bool no = false;
+	int64_t zero = 0;
+	enum dg_status st = dg_attr_string(attrs, "path", NULL, &o->path, err);
+
+	if (st == DG_OK)
+		st = dg_attr_bool(attrs, "scale", &no, &o->scale, err);
+	if (st == DG_OK)
+		st = dg_attr_bool(attrs, "flatten", &no, &o->flatten, err);
+	if (st == DG_OK)
+		st = dg_attr_int(attrs, "one_hot", &zero, &o->one_hot, err);
+	if (st != DG_OK)
+		return st;
+	if (o->one_hot < 0 || o->one_hot > 1000000)
+		return dg_err_set(err, DG_EINVAL, "attr 'one_hot' is %lld; use 0 (off) or a class "
+				  "count up to 1000000", (long long)o->one_hot);
+	o->has_dtype = json_object_get(attrs, "dtype") != NULL;
+	if (o->has_dtype)
+		return dg_attr_dtype(attrs, "dtype", NULL, &o->dtype, err);
+	return DG_OK;
+}
+
+/* Output dtype and shape from the options and the file's header. */
+static enum dg_status idx_out_type(const struct idx_opts *o, const struct idx_header *h,
+				   struct dg_ttype *t, struct dg_err *err)
+{
+	if (o->one_hot && h->ndim != 1)
+		return dg_err_set(err, DG_EINVAL, "attr 'one_hot' applies to label files (1 dim); "
+				  "'%s' has %d dims", o->path, h->ndim);
+	t->dtype = o->has_dtype ? o->dtype
+		 : o->scale || o->one_hot ? DG_F32 : h->ndim == 1 ? DG_I32 : DG_U8;
+	if (o->scale && !dg_dtype_is_float(t->dtype))
+		return dg_err_set(err, DG_EDTYPE, "attr 'scale' needs a float dtype, got %s",
+				  dg_dtype_name(t->dtype));
+	if (t->dtype == DG_BOOL)
+		return dg_err_set(err, DG_EDTYPE, "IdxReader cannot output bool");
+	t->shape.ndim = h->ndim;
+	memcpy(t->shape.dim, h->dim, sizeof(int64_t) * (size_t)h->ndim);
+	if (o->one_hot) {
+		t->shape.ndim = 2;
+		t->shape.dim[1] = o->one_hot;
+	} else if (o->flatten && h->ndim > 2) {
+		t->shape.ndim = 2;
+		t->shape.dim[1] = 1;
+		for (int i = 1; i < h->ndim; i++)
+			t->shape.dim[1] *= h->dim[i];
+	}
+	return DG_OK;
+}
+
+/* At validation the header gives the shape; a file that is not there (yet)
+ * leaves the shape unknown so graphs still validate on another machine. */
+static enum dg_status idx_infer(struct dg_infer_ctx *c)
+{
+	struct idx_opts o;
+	struct idx_header h;
+	enum dg_status st = idx_opts_read(c->attrs, &o, c->err);
+	gzFile f;
+
+	if (st != DG_OK)
+		return st;
+	f = gzopen(o.path, "rb");
+	if (!f) {
+		c->out[0].dtype = o.has_dtype ? o.dtype : o.scale || o.one_hot ? DG_F32 : DG_U8;
+		c->out[0].shape.ndim = -1;
+		return DG_OK;
+	}
+	st = idx_header_read(f, o.path, &h, c->err);
+	gzclose(f);
+	if (st != DG_OK)
+		return st;
+	return idx_out_type(&o, &h, &c->out[0], c->err);
+}
+
+static enum dg_status idx_fill(const struct idx_opts *o, const uint8_t *raw,
+			       const struct idx_header *h, struct dg_tensor *t, struct dg_err *err)
+{
+	if (!o->one_hot) {
+		double k = o->scale ? 1.0 / 255.0 : 1.0;
+		if (t->dtype == DG_F32) {
+			float *p = t->data;
+			for (int64_t i = 0; i < h->numel; i++)
+				p[i] = (float)(raw[i] * k);
+		} else if (t->dtype == DG_U8) {
+			memcpy(t->data, raw, (size_t)h->numel);
+		} else {
+			for (int64_t i = 0; i < h->numel; i++)
+				dg_tensor_set_f64(t, i, raw[i] * k);
+		}
+		return DG_OK;
+	}
+	for (int64_t i = 0; i < h->numel; i++) {
+		if (raw[i] >= o->one_hot) {
+			dg_err_set(err, DG_EINVAL, "label %d (item %lld of '%s') is not below "
+				   "one_hot = %lld", raw[i], (long long)i, o->path,
+				   (long long)o->one_hot);
+			dg_err_hint(err, "set attr 'one_hot' to the number of classes");
+			return DG_EINVAL;
+		}
+		dg_tensor_set_f64(t, i * o->one_hot + raw[i], 1.0);
+	}
+	return DG_OK;
+}
+
+static enum dg_status idx_cpu(struct dg_kernel_ctx *c)
+{
+	struct idx_opts o;
+	struct idx_header h;
+	struct dg_ttype tt;
+	uint8_t *raw = NULL;
+	gzFile f = NULL;
+	struct dg_tensor *t;
+	enum dg_status st = idx_opts_read(c->attrs, &o, c->err);
+
+	if (st != DG_OK)
+		return st;
+	f = idx_open(o.path, c->err);
+	if (!f)
+		return c->err ? c->err->code : DG_EIO;
+	st = idx_header_read(f, o.path, &h, c->err);
+	if (st == DG_OK)
+		st = idx_out_type(&o, &h, &tt, c->err);
+	if (st == DG_OK)
+		st = idx_payload(f, o.path, &h, &raw, c->err);
+	gzclose(f);
+	if (st != DG_OK)
+		return st;
+	t = cpu_out_zero(c, 0, tt.dtype, &tt.shape);
+	st = t ? idx_fill(&o, raw, &h, t, c->err) : (c->err ? c->err->code : DG_ENOMEM);
+	free(raw);
+	return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* NpyReader                                                                   */
+
+static const struct dg_attr_spec npy_attrs[] = {
+	{ "path", DG_ATTR_STRING, true, ".npy file (little-endian, C order)" },
+	{ "dtype", DG_ATTR_DTYPE, false, "the file's dtype; checked at run time; needed only "
+					 "when the file is absent at validation" },
+	{ NULL },
+};
+
+/* Read the header only: the first 64 KiB always hold it. */
+static enum dg_status npy_peek(const char *path, struct dg_ttype *t, struct dg_err *err)
+{
+	static const size_t max = 65536;
+	char *buf = malloc(max);
+	FILE *f;
+	size_t n, off;
+	enum dg_status st;
+
+	if (!buf)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	f = fopen(path, "rb");
+	if (!f) {
+		free(buf);
+		return dg_err_set(err, errno == ENOENT ? DG_ENOTFOUND : DG_EIO,
+				  "cannot open '%s': %s", path, strerror(errno));
+	}
+	n = fread(buf, 1, max, f);
+	fclose(f);
+	st = dg_npy_parse_header(buf, n, &t->dtype, &t->shape, &off, err);
+	free(buf);
+	if (st != DG_OK)
+		dg_err_prefix(err, "'%s'", path);
+	return st;
+}
+
+static enum dg_status npy_infer(struct dg_infer_ctx *c)
+{
+	const char *path;
+	enum dg_status st = dg_attr_string(c->attrs, "path", NULL, &path, c->err);
+	bool has_dt = json_object_get(c->attrs, "dtype") != NULL;
+
+	if (st == DG_OK && has_dt)
+		st = dg_attr_dtype(c->attrs, "dtype", NULL, &c->out[0].dtype, c->err);
+	if (st != DG_OK)
+		return st;
+	if (has_dt) {
+		struct dg_ttype t;
+		struct dg_err ignore = { 0 };
+		c->out[0].shape.ndim = -1;
+		if (npy_peek(path, &t, &ignore) == DG_OK && t.dtype == c->out[0].dtype)
+			c->out[0].shape = t.shape;
+		return DG_OK;
+	}
+	st = npy_peek(path, &c->out[0], c->err);
+	if (st != DG_OK)
+		dg_err_hint(c->err, "give attr 'dtype' when the file only exists where the "
+			    "graph runs");
+	return st;
+}
+
+static enum dg_status npy_cpu(struct dg_kernel_ctx *c)
+{
+	const char *path;
+	enum dg_status st = dg_attr_string(c->attrs, "path", NULL, &path, c->err);
+	struct dg_tensor *t;
+
+	if (st != DG_OK)
+		return st;
+	t = dg_npy_read_file(path, c->err);
+	if (!t)
+		return c->err ? c->err->code : DG_EIO;
+	if (json_object_get(c->attrs, "dtype")) {
+		enum dg_dtype want;
+		st = dg_attr_dtype(c->attrs, "dtype", NULL, &want, c->err);
+		if (st == DG_OK && want != t->dtype)
+			st = dg_err_set(c->err, DG_EDTYPE, "'%s' holds %s, attr 'dtype' says %s",
+					path, dg_dtype_name(t->dtype), dg_dtype_name(want));
+		if (st != DG_OK) {
+			dg_tensor_free(t);
+			return st;
+		}
+	}
+	c->out[0] = t;
+	return DG_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* ShardBatch                                                                  */
+
+/* Stateless batching: the batch of a step is a pure function of (step, seed,
+ * shard), so every worker can compute its own without coordination and a
+ * restarted step reads the same examples. Shard k of n owns the examples
+ * i with i % n == k; each epoch visits them in a fresh order (Fisher-Yates
+ * driven by Philox from (seed, epoch, shard)); the last partial batch of an
+ * epoch is dropped. */
+static const struct dg_attr_spec shard_attrs[] = {
+	{ "batch", DG_ATTR_INT, true, "examples per batch" },
+	{ "shard", DG_ATTR_INT, false, "this worker's shard, 0..num_shards-1 (default 0)" },
+	{ "num_shards", DG_ATTR_INT, false, "number of shards (workers); default 1" },
+	{ "seed", DG_ATTR_INT, false, "shuffle seed; each epoch reshuffles from it (default 0)" },
+	{ "shuffle", DG_ATTR_BOOL, false, "shuffle every epoch (default true); false keeps file "
+					  "order" },
+	{ NULL },
+};
+
+struct shard_opts {
+	int64_t batch, shard, num_shards, seed;
+	bool shuffle;
+};
+
+static enum dg_status shard_opts_read(const json_t *attrs, struct shard_opts *o,
+				      struct dg_err *err)
+{
+	int64_t zero = 0, one = 1;
+	bool yes = true;
+	enum dg_status st = dg_attr_int(attrs, "batch", NULL, &o->batch, err);
+
+	if (st == DG_OK)
+		st = dg_attr_int(attrs, "shard", &zero, &o->shard, err);
+	if (st == DG_OK)
+		st = dg_attr_int(attrs, "num_shards", &one, &o->num_shards, err);
+	if (st == DG_OK)
+		st = dg_attr_int(attrs, "seed", &zero, &o->seed, err);
+	if (st == DG_OK)
+		st = dg_attr_bool(attrs, "shuffle", &yes, &o->shuffle, err);
+	if (st != DG_OK)
+		return st;
+	if (o->batch < 1)
+		return dg_err_set(err, DG_EINVAL, "attr 'batch' is %lld; it must be >= 1",
+				  (long long)o->batch);
+	if (o->num_shards < 1 || o->shard < 0 || o->shard >= o->num_shards)
+		return dg_err_set(err, DG_EINVAL, "shard %lld of %lld: need 0 <= shard < "
+				  "num_shards", (long long)o->shard, (long long)o->num_shards);
+	return DG_OK;
+}
+
+static enum dg_status shard_infer(struct dg_infer_ctx *c)
+{
+	struct shard_opts o;
+	enum dg_status st = shard_opts_read(c->attrs, &o, c->err);
+
+	if (st != DG_OK)
+		return st;
+	for (int i = 0; i < 2; i++) {
+		c->out[i] = c->in[i];
+		if (c->in[i].shape.ndim == 0)
+			return dg_err_set(c->err, DG_ESHAPE, "input %d is a scalar; ShardBatch "
+					  "batches along dim 0", i);
+		if (c->out[i].shape.ndim > 0)
+			c->out[i].shape.dim[0] = o.batch;
+	}
+	if (c->in[0].shape.ndim > 0 && c->in[1].shape.ndim > 0 && c->in[0].shape.dim[0] >= 0 &&
+	    c->in[1].shape.dim[0] >= 0 && c->in[0].shape.dim[0] != c->in[1].shape.dim[0])
+		return dg_err_set(c->err, DG_ESHAPE, "examples (%lld) and labels (%lld) differ in "
+				  "dim 0", (long long)c->in[0].shape.dim[0],
+				  (long long)c->in[1].shape.dim[0]);
+	return DG_OK;
+}
+
+/* The shard's example order for one epoch: perm[j] indexes the shard. */
+static void shard_perm(const struct shard_opts *o, uint64_t epoch, int64_t *perm, int64_t n)
+{
+	uint32_t key[2] = { (uint32_t)o->seed, (uint32_t)((uint64_t)o->seed >> 32) };
+
+	for (int64_t j = 0; j < n; j++)
+		perm[j] = j;
+	for (int64_t j = n - 1; o->shuffle && j > 0; j--) {
+		uint32_t ctr[4] = { (uint32_t)j, (uint32_t)((uint64_t)j >> 32), (uint32_t)epoch,
+				    (uint32_t)o->shard }, r[4];
+		cpu_philox4x32_10(ctr, key, r);
+		int64_t k = (int64_t)((((uint64_t)r[1] << 32) | r[0]) % (uint64_t)(j + 1));
+		int64_t t = perm[j];
+		perm[j] = perm[k];
+		perm[k] = t;
+	}
+}
+
+static enum dg_status shard_cpu(struct dg_kernel_ctx *c)
+{
+	struct shard_opts o;
+	enum dg_status st = shard_opts_read(c->attrs, &o, c->err);
+	int64_t n, n_shard, per_epoch, *perm;
+
+	if (st != DG_OK)
+		return st;
+	if (c->n_in != 2 || c->n_out != 2 || !c->in[0] || !c->in[1])
+		return dg_err_set(c->err, DG_EINVAL, "ShardBatch takes 2 inputs and 2 outputs");
+	for (int i = 0; i < 2; i++)
+		if (c->in[i]->shape.ndim == 0)
+			return dg_err_set(c->err, DG_ESHAPE, "input %d is a scalar", i);
+	n = c->in[0]->shape.dim[0];
+	if (c->in[1]->shape.dim[0] != n)
+		return dg_err_set(c->err, DG_ESHAPE, "examples (%lld) and labels (%lld) differ in "
+				  "dim 0", (long long)n, (long long)c->in[1]->shape.dim[0]);
+	n_shard = n > o.shard ? (n - o.shard + o.num_shards - 1) / o.num_shards : 0;
+	per_epoch = n_shard / o.batch;
+	if (per_epoch == 0) {
+		dg_err_set(c->err, DG_EINVAL, "shard %lld of %lld holds %lld examples, fewer than "
+			   "one batch of %lld", (long long)o.shard, (long long)o.num_shards,
+			   (long long)n_shard, (long long)o.batch);
+		dg_err_hint(c->err, "use a smaller batch or fewer shards");
+		return DG_EINVAL;
+	}
+	perm = malloc((size_t)n_shard * sizeof *perm);
+	if (!perm)
+		return dg_err_set(c->err, DG_ENOMEM, "out of memory for %lld indices",
+				  (long long)n_shard);
+	shard_perm(&o, c->step / (uint64_t)per_epoch, perm, n_shard);
+	int64_t first = (int64_t)(c->step % (uint64_t)per_epoch) * o.batch;
+	for (int i = 0; i < 2 && st == DG_OK; i++) {
+		const struct dg_tensor *x = c->in[i];
+		struct dg_shape s = x->shape;
+		s.dim[0] = o.batch;
+		struct dg_tensor *y = cpu_out(c, i, x->dtype, &s);
+		if (!y) {
+			st = c->err ? c->err->code : DG_ENOMEM;
+			break;
+		}
+		size_t row = n > 0 ? x->nbytes / (size_t)n : 0;
+		for (int64_t b = 0; b < o.batch; b++) {
+			int64_t ex = o.shard + o.num_shards * perm[first + b];
+			memcpy((char *)y->data + (size_t)b * row, (const char *)x->data + (size_t)ex * row,
+			       row);
+		}
+	}
+	free(perm);
+	return st;
+}
+
+const struct dg_op_def dg_ops_data[] = {
+	{ .name = "ShardBatch", .min_inputs = 2, .max_inputs = 2, .n_outputs = 2,
+	  .attrs = shard_attrs, .infer = shard_infer, .cpu = shard_cpu, .flags = DG_OPF_STATEFUL,
+	  .doc = "batch number `step` of this worker's shard of (examples, labels), reshuffled "
+		 "every epoch from seed; a pure function of the step" },
+	{ .name = "IdxReader", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
+	  .attrs = idx_attrs, .infer = idx_infer, .cpu = idx_cpu, .flags = DG_OPF_SOURCE,
+	  .doc = "a whole IDX dataset (MNIST format, uint8, gzip or plain): images [N,28,28] "
+		 "or labels [N], optionally scaled, flattened or one-hot" },
+	{ .name = "NpyReader", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
+	  .attrs = npy_attrs, .infer = npy_infer, .cpu = npy_cpu, .flags = DG_OPF_SOURCE,
+	  .doc = "the tensor stored in a .npy file" },
+	{ 0 },
+};

@@ -1,0 +1,106 @@
+/* The host launchers of the .cu files, callable from C (dispatch.c) and
+ * defined in C++ (eltwise.cu, reduce.cu, nn.cu, array.cu, random.cu). Plain
+ * types only: the C glue checks shapes and attrs and turns the returned
+ * cudaError_t into DG_EDEVICE (DG_CUDA_TRY in cuda_internal.h). Every launcher
+ * queues work on stream s and returns without waiting. */
+#ifndef DG_CUDA_LAUNCH_H
+#define DG_CUDA_LAUNCH_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DGC_MAX_DIMS 8
+
+/* dtype codes: the numbers of enum dg_dtype (dg/tensor.h). */
+enum { DGC_F32 = 0, DGC_F64 = 1, DGC_I32 = 2, DGC_I64 = 3, DGC_U8 = 4, DGC_BOOL = 5 };
+
+/* An N-d walk over a C-order output of dims dim[0..nd), reading up to three
+ * operands with element strides st[k][..] (0 on broadcast dims). nd >= 1. */
+struct dgc_walk {
+	int nd;
+	int64_t dim[DGC_MAX_DIMS];
+	int64_t st[3][DGC_MAX_DIMS];
+};
+
+enum dgc_unary { DGC_NEG, DGC_ABS, DGC_SQUARE, DGC_RELU, DGC_SQRT, DGC_EXP, DGC_LOG,
+		 DGC_SIGMOID, DGC_TANH };
+enum dgc_binary { DGC_ADD, DGC_SUB, DGC_MUL, DGC_DIV, DGC_POW, DGC_MAX, DGC_MIN,
+		  DGC_EQ, DGC_NE, DGC_LT, DGC_LE, DGC_GT, DGC_GE };
+
+/* y[i] = f(x[i]) for n elements. Returns cudaErrorInvalidValue for a pair
+ * (op, dt) without a kernel (the glue checks the table first). */
+cudaError_t dgc_unary(int op, int dt, const void *x, void *y, int64_t n, cudaStream_t s);
+/* o = a op b; w == NULL: same shapes, n elements flat; else w walks o (st[0] for
+ * a, st[1] for b). Comparisons write bool bytes. */
+cudaError_t dgc_binary(int op, int dt, const void *a, const void *b, void *o, int64_t n,
+		       const struct dgc_walk *w, cudaStream_t s);
+/* Which (op, dtype) pairs dgc_unary/dgc_binary implement. */
+int dgc_unary_has(int op, int dt);
+int dgc_binary_has(int op, int dt);
+/* o = k ? x : y over walk w (st[0] cond, st[1] x, st[2] y); esz = 1, 4 or 8. */
+cudaError_t dgc_where(const uint8_t *k, const void *x, const void *y, void *o, int64_t n,
+		      const struct dgc_walk *w, int esz, cudaStream_t s);
+/* Convert n elements from dtype `from` to `to` (the CPU's rules). Float-to-int
+ * values without a target value (NaN, Inf, out of range) store 0 and lower
+ * *bad (device memory, preset to UINT64_MAX by the caller) to their index. */
+cudaError_t dgc_cast(int from, int to, const void *x, void *y, int64_t n,
+		     unsigned long long *bad, cudaStream_t s);
+
+/* General strided copy of esz-byte elements: for each index of dims dim[0..nd)
+ * (C order), dst[dst_off + sum idx*st[0]] = src[src_off + sum idx*st[1]], in
+ * elements. n = product of dims. Slice, Transpose, Concat and broadcasts. */
+cudaError_t dgc_copy(void *dst, int64_t dst_off, const void *src, int64_t src_off,
+		     const struct dgc_walk *w, int64_t n, int esz, cudaStream_t s);
+
+enum dgc_reduce { DGC_RSUM, DGC_RMEAN, DGC_RMAX, DGC_RMIN };
+/* y[o] = reduce over r of x[koff(o) + roff(r)], o < n_out, r < count: kept
+ * describes the output dims with their input strides (st[0]), red the reduced
+ * dims with theirs (st[0]). cols != 0 picks the column form (one thread per
+ * output; for kept dims whose innermost stride is 1), else one block per output.
+ * Float dtypes only; sums and means accumulate in double. scratch: device memory
+ * of at least dgc_reduce_scratch(n_out, count, cols) bytes (may be NULL when
+ * that is 0). count >= 1. */
+cudaError_t dgc_reduce(int op, int dt, const void *x, void *y, int64_t n_out, int64_t count,
+		       const struct dgc_walk *kept, const struct dgc_walk *red, int cols,
+		       void *scratch, cudaStream_t s);
+size_t dgc_reduce_scratch(int64_t n_out, int64_t count, int cols);
+/* ArgMax of x viewed [outer, n, inner] into y[outer, inner] (int32 when ot ==
+ * DGC_I32, else int64); n >= 1; first index wins ties, first NaN wins. */
+cudaError_t dgc_argmax(int dt, int ot, const void *x, void *y, int64_t outer, int64_t n,
+		       int64_t inner, cudaStream_t s);
+
+/* Softmax (log_form 0) or LogSoftmax (1) of x viewed [outer, n, inner] along n. */
+cudaError_t dgc_softmax(int dt, const void *x, void *y, int64_t outer, int64_t n,
+			int64_t inner, int log_form, cudaStream_t s);
+/* loss[r] = sum_c lab[r,c] * (lse_r - x[r,c]) for rows r < rows of n classes. */
+cudaError_t dgc_xent(int dt, const void *x, const void *lab, void *loss, int64_t rows,
+		     int64_t n, cudaStream_t s);
+/* loss[r] = lse_r - x[r, label[r]]; labels int32 (ldt DGC_I32) or int64. A label
+ * outside [0, n) stores NaN and lowers *bad to its row. */
+cudaError_t dgc_sparse_xent(int dt, int ldt, const void *x, const void *lab, void *loss,
+			    int64_t rows, int64_t n, unsigned long long *bad, cudaStream_t s);
+
+/* The Philox4x32-10 stream of kernels/cpu/random.c, value for value. key from
+ * the seed, step the counter's high half. */
+struct dgc_philox {
+	uint32_t key[2];
+	uint32_t step_lo, step_hi;
+};
+/* Uniform in [a, b) for float dtypes, [ia, ib) for int32/int64. */
+cudaError_t dgc_uniform(int dt, void *y, int64_t n, struct dgc_philox g, double a, double b,
+			int64_t ia, int64_t ib, cudaStream_t s);
+/* mean + sd * z; truncated: re-draw as the CPU does. A block that exhausts its
+ * 65535 attempts lowers *bad to its first element index. */
+cudaError_t dgc_normal(int dt, void *y, int64_t n, struct dgc_philox g, double mean, double sd,
+		       int truncated, unsigned long long *bad, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

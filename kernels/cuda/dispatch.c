@@ -1,0 +1,900 @@
+/* The C side of kernels/cuda: streams, device tensors, transfers, and
+ * dg_cuda_run, which checks an op's arity and attrs, infers its outputs with
+ * the op's own inference (kernels/cpu/), allocates them from the caching
+ * allocator (memory.c) and calls the launchers of the .cu files (cuda_launch.h)
+ * or cuBLAS (matmul.c). Shapes, strides and attrs are worked out here, in C;
+ * the kernels only walk what they are given. */
+#include "cuda_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_launch.h"
+#include "dg/gpu.h"
+#include "dg/kernels.h"
+#include "dg/log.h"
+
+bool dg_cuda_available(void)
+{
+	return dg_gpu_count() > 0;
+}
+
+/* --- streams ---------------------------------------------------------------- */
+
+enum dg_status dg_cuda_stream_new(int device, struct dg_cuda_stream **out, struct dg_err *err)
+{
+	struct dg_cuda_stream *s;
+	enum dg_status st;
+
+	*out = NULL;
+	st = cuda_set_device(device, err);
+	if (st != DG_OK)
+		return st;
+	s = calloc(1, sizeof *s);
+	if (!s)
+		return dg_err_set(err, DG_ENOMEM, "no memory for a CUDA stream");
+	s->device = device;
+	st = DG_CUDA_CHECK(cudaStreamCreateWithFlags(&s->s, cudaStreamNonBlocking), err);
+	if (st == DG_OK)
+		st = DG_CUBLAS_CHECK(cublasCreate(&s->blas), err);
+	if (st == DG_OK)
+		st = DG_CUBLAS_CHECK(cublasSetStream(s->blas, s->s), err);
+	if (st == DG_OK)
+		st = dg_cuda_mem_alloc(device, sizeof *s->flag, (void **)&s->flag, &s->flag_cap,
+				       err);
+	if (st == DG_OK) {
+		s->flag_host = dg_cuda_host_alloc(sizeof *s->flag_host, err);
+		if (!s->flag_host)
+			st = err ? err->code : DG_ENOMEM;
+	}
+	if (st != DG_OK) {
+		dg_err_prefix(err, "creating a stream on GPU %d", device);
+		dg_cuda_stream_free(s);
+		return st;
+	}
+	*out = s;
+	return DG_OK;
+}
+
+void dg_cuda_stream_free(struct dg_cuda_stream *s)
+{
+	if (!s)
+		return;
+	if (cudaSetDevice(s->device) != cudaSuccess)
+		cudaGetLastError();
+	if (s->s)
+		cudaStreamSynchronize(s->s);
+	if (s->blas)
+		cublasDestroy(s->blas);
+	dg_cuda_mem_release(s->device, s->flag, s->flag_cap);
+	dg_cuda_host_free(s->flag_host);
+	if (s->s)
+		cudaStreamDestroy(s->s);
+	cudaGetLastError();
+	free(s);
+}
+
+enum dg_status dg_cuda_stream_sync(struct dg_cuda_stream *s, struct dg_err *err)
+{
+	enum dg_status st = cuda_set_device(s->device, err);
+
+	if (st == DG_OK)
+		st = DG_CUDA_CHECK(cudaStreamSynchronize(s->s), err);
+	return st;
+}
+
+int dg_cuda_stream_device(const struct dg_cuda_stream *s)
+{
+	return s->device;
+}
+
+/* The data-dependent error word: reset before a kernel that may lower it, read
+ * (with a sync) after. */
+static enum dg_status flag_reset(struct dg_cuda_stream *s, struct dg_err *err)
+{
+	return DG_CUDA_CHECK(cudaMemsetAsync(s->flag, 0xff, sizeof *s->flag, s->s), err);
+}
+
+static enum dg_status flag_read(struct dg_cuda_stream *s, unsigned long long *v,
+				struct dg_err *err)
+{
+	enum dg_status st = DG_CUDA_CHECK(cudaMemcpyAsync(s->flag_host, s->flag, sizeof *s->flag,
+							  cudaMemcpyDeviceToHost, s->s),
+					  err);
+
+	if (st == DG_OK)
+		st = DG_CUDA_CHECK(cudaStreamSynchronize(s->s), err);
+	*v = st == DG_OK ? *s->flag_host : ~0ull;
+	return st;
+}
+
+/* --- device tensors and transfers --------------------------------------------- */
+
+struct dg_cuda_tensor *dg_cuda_tensor_new(struct dg_cuda_stream *s, enum dg_dtype dt,
+					  const struct dg_shape *shape, struct dg_err *err)
+{
+	struct dg_cuda_tensor *t;
+	int64_t n;
+
+	if ((unsigned)dt >= DG_DTYPE_COUNT) {
+		dg_err_set(err, DG_EDTYPE, "invalid dtype code %d", (int)dt);
+		return NULL;
+	}
+	if (shape->ndim < 0 || shape->ndim > DG_MAX_DIMS) {
+		dg_err_set(err, DG_EINVAL, "invalid rank %d for a device tensor", shape->ndim);
+		return NULL;
+	}
+	if (dg_shape_numel(shape, &n, err) != DG_OK)
+		return NULL;
+	t = calloc(1, sizeof *t);
+	if (!t) {
+		dg_err_set(err, DG_ENOMEM, "no memory for a device tensor header");
+		return NULL;
+	}
+	t->dtype = dt;
+	t->shape = *shape;
+	t->numel = n;
+	t->nbytes = (size_t)n * dg_dtype_size(dt);
+	t->device = s->device;
+	if (dg_cuda_mem_alloc(s->device, t->nbytes, &t->data, &t->cap, err) != DG_OK) {
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+void dg_cuda_tensor_free(struct dg_cuda_tensor *t)
+{
+	if (!t)
+		return;
+	dg_cuda_mem_release(t->device, t->data, t->cap);
+	free(t);
+}
+
+struct dg_cuda_tensor *dg_cuda_upload(struct dg_cuda_stream *s, const struct dg_tensor *t,
+				      struct dg_err *err)
+{
+	struct dg_cuda_tensor *d = dg_cuda_tensor_new(s, t->dtype, &t->shape, err);
+	void *pin;
+	enum dg_status st;
+
+	if (!d || d->nbytes == 0)
+		return d;
+	pin = dg_cuda_host_alloc(d->nbytes, err);
+	if (!pin) {
+		dg_cuda_tensor_free(d);
+		return NULL;
+	}
+	/* Pinned staging: the DMA engine reads page-locked memory directly. */
+	memcpy(pin, t->data, d->nbytes);
+	st = DG_CUDA_CHECK(cudaMemcpyAsync(d->data, pin, d->nbytes, cudaMemcpyHostToDevice, s->s),
+			   err);
+	if (st == DG_OK)
+		st = DG_CUDA_CHECK(cudaStreamSynchronize(s->s), err);
+	dg_cuda_host_free(pin);
+	if (st != DG_OK) {
+		dg_err_prefix(err, "uploading %zu bytes to GPU %d", d->nbytes, s->device);
+		dg_cuda_tensor_free(d);
+		return NULL;
+	}
+	return d;
+}
+
+struct dg_tensor *dg_cuda_download(struct dg_cuda_stream *s, const struct dg_cuda_tensor *t,
+				   struct dg_err *err)
+{
+	struct dg_tensor *h = dg_tensor_new_uninit(t->dtype, &t->shape, err);
+	void *pin;
+	enum dg_status st;
+
+	if (!h || t->nbytes == 0)
+		return h;
+	pin = dg_cuda_host_alloc(t->nbytes, err);
+	if (!pin) {
+		dg_tensor_free(h);
+		return NULL;
+	}
+	st = DG_CUDA_CHECK(cudaMemcpyAsync(pin, t->data, t->nbytes, cudaMemcpyDeviceToHost, s->s),
+			   err);
+	if (st == DG_OK)
+		st = DG_CUDA_CHECK(cudaStreamSynchronize(s->s), err);
+	if (st == DG_OK)
+		memcpy(h->data, pin, t->nbytes);
+	dg_cuda_host_free(pin);
+	if (st != DG_OK) {
+		dg_err_prefix(err, "downloading %zu bytes from GPU %d", t->nbytes, s->device);
+		dg_tensor_free(h);
+		return NULL;
+	}
+	return h;
+}
+
+/* --- walks -------------------------------------------------------------------- */
+
+static void c_strides(const struct dg_shape *s, int64_t *st)
+{
+	int64_t m = 1;
+
+	for (int i = s->ndim - 1; i >= 0; i--) {
+		st[i] = m;
+		m *= s->dim[i];
+	}
+}
+
+/* Drop size-1 dims and merge neighbours every operand steps through as one
+ * dim; an empty result becomes one dim of 1. */
+static void walk_compact(struct dgc_walk *w, int n_ops)
+{
+	int nd = 0;
+
+	for (int i = 0; i < w->nd; i++) {
+		if (w->dim[i] == 1)
+			continue;
+		w->dim[nd] = w->dim[i];
+		for (int k = 0; k < n_ops; k++)
+			w->st[k][nd] = w->st[k][i];
+		nd++;
+	}
+	if (nd == 0) {
+		w->nd = 1;
+		w->dim[0] = 1;
+		for (int k = 0; k < n_ops; k++)
+			w->st[k][0] = 0;
+		return;
+	}
+	int o = 0;
+	for (int i = 1; i < nd; i++) {
+		bool merge = true;
+		for (int k = 0; k < n_ops; k++)
+			merge = merge && w->st[k][o] == w->st[k][i] * w->dim[i];
+		if (merge) {
+			w->dim[o] *= w->dim[i];
+			for (int k = 0; k < n_ops; k++)
+				w->st[k][o] = w->st[k][i];
+		} else {
+			o++;
+			w->dim[o] = w->dim[i];
+			for (int k = 0; k < n_ops; k++)
+				w->st[k][o] = w->st[k][i];
+		}
+	}
+	w->nd = o + 1;
+}
+
+/* Broadcast walk of n operands over output shape out (already checked). */
+static void walk_bcast(struct dgc_walk *w, const struct dg_shape *out,
+		       const struct dg_shape *const *in, int n)
+{
+	memset(w, 0, sizeof *w);
+	w->nd = out->ndim;
+	for (int i = 0; i < out->ndim; i++)
+		w->dim[i] = out->dim[i];
+	for (int k = 0; k < n; k++) {
+		int64_t st[DG_MAX_DIMS];
+		c_strides(in[k], st);
+		for (int i = 0; i < out->ndim; i++) {
+			int j = i - (out->ndim - in[k]->ndim);
+			w->st[k][i] = j >= 0 && in[k]->dim[j] != 1 ? st[j] : 0;
+		}
+	}
+	walk_compact(w, n);
+}
+
+/* --- the op families ------------------------------------------------------------ */
+
+/* Everything a family function sees. */
+struct run {
+	struct dg_cuda_stream *s;
+	const struct dg_op_def *op;
+	const json_t *attrs;
+	const struct dg_cuda_tensor *const *in;
+	int n_in;
+	struct dg_cuda_tensor **out;
+	int n_out;
+	uint64_t step;
+	struct dg_err *err;
+};
+
+static enum dg_status launched(struct run *r, cudaError_t e)
+{
+	return e == cudaSuccess ? DG_OK : cuda_fail(r->err, e, "kernel launch");
+}
+
+static enum dg_status no_kernel(struct run *r, enum dg_dtype dt)
+{
+	dg_err_set(r->err, DG_EDTYPE, "no CUDA kernel for %s", dg_dtype_name(dt));
+	dg_err_hint(r->err, "place this node on the CPU, or Cast to float32");
+	return DG_EDTYPE;
+}
+
+static const char *const unary_names[] = { "Neg", "Abs", "Square", "Relu", "Sqrt", "Exp",
+					   "Log", "Sigmoid", "Tanh", NULL };
+static const char *const binary_names[] = { "Add", "Sub", "Mul", "Div", "Pow", "Maximum",
+					    "Minimum", "Equal", "NotEqual", "Less", "LessEqual",
+					    "Greater", "GreaterEqual", NULL };
+
+static int name_index(const char *const *names, const char *name)
+{
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(names[i], name))
+			return i;
+	return -1;
+}
+
+static enum dg_status run_unary(struct run *r)
+{
+	int op = name_index(unary_names, r->op->name);
+	const struct dg_cuda_tensor *x = r->in[0];
+
+	if (!dgc_unary_has(op, (int)x->dtype))
+		return no_kernel(r, x->dtype);
+	return launched(r, dgc_unary(op, (int)x->dtype, x->data, r->out[0]->data, x->numel,
+				     r->s->s));
+}
+
+static enum dg_status run_binary(struct run *r)
+{
+	int op = name_index(binary_names, r->op->name);
+	const struct dg_cuda_tensor *a = r->in[0], *b = r->in[1];
+	struct dg_cuda_tensor *o = r->out[0];
+	struct dgc_walk w;
+
+	if (!dgc_binary_has(op, (int)a->dtype))
+		return no_kernel(r, a->dtype);
+	if (dg_shape_eq(&a->shape, &b->shape))
+		return launched(r, dgc_binary(op, (int)a->dtype, a->data, b->data, o->data,
+					      o->numel, NULL, r->s->s));
+	const struct dg_shape *shapes[2] = { &a->shape, &b->shape };
+	walk_bcast(&w, &o->shape, shapes, 2);
+	return launched(r, dgc_binary(op, (int)a->dtype, a->data, b->data, o->data, o->numel, &w,
+				      r->s->s));
+}
+
+static enum dg_status run_where(struct run *r)
+{
+	const struct dg_cuda_tensor *k = r->in[0], *x = r->in[1], *y = r->in[2];
+	struct dg_cuda_tensor *o = r->out[0];
+	const struct dg_shape *shapes[3] = { &k->shape, &x->shape, &y->shape };
+	struct dgc_walk w;
+
+	walk_bcast(&w, &o->shape, shapes, 3);
+	return launched(r, dgc_where(k->data, x->data, y->data, o->data, o->numel, &w,
+				     (int)dg_dtype_size(x->dtype), r->s->s));
+}
+
+static enum dg_status run_cast(struct run *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0];
+	struct dg_cuda_tensor *o = r->out[0];
+	bool checked = dg_dtype_is_float(x->dtype) && !dg_dtype_is_float(o->dtype) &&
+		       o->dtype != DG_BOOL;
+	unsigned long long bad;
+	enum dg_status st = checked ? flag_reset(r->s, r->err) : DG_OK;
+
+	if (st != DG_OK)
+		return st;
+	st = launched(r, dgc_cast((int)x->dtype, (int)o->dtype, x->data, o->data, x->numel,
+				  r->s->flag, r->s->s));
+	if (st != DG_OK || !checked || x->numel == 0)
+		return st;
+	st = flag_read(r->s, &bad, r->err);
+	if (st != DG_OK || bad == ~0ull)
+		return st;
+	dg_err_set(r->err, DG_EINVAL, "Cast of %s element %llu to %s: NaN, Inf and out-of-range "
+		   "values have no %s value", dg_dtype_name(x->dtype), bad,
+		   dg_dtype_name(o->dtype), dg_dtype_name(o->dtype));
+	dg_err_hint(r->err, "replace or clip such values first (Where, Maximum, Minimum)");
+	return DG_EINVAL;
+}
+
+/* Reduced-axes mask from attr "axis" (absent or null: all; an int or a list;
+ * negative counts from the end). Inference has validated it already. */
+static enum dg_status axes_mask(struct run *r, int ndim, unsigned *mask)
+{
+	const json_t *a = r->attrs ? json_object_get(r->attrs, "axis") : NULL;
+	int64_t ax[DG_MAX_DIMS * 4];
+	int n = 0;
+
+	*mask = 0;
+	if (!a || json_is_null(a)) {
+		*mask = ndim ? (1u << ndim) - 1 : 0;
+		return DG_OK;
+	}
+	if (json_is_integer(a)) {
+		ax[n++] = json_integer_value(a);
+	} else if (json_is_array(a) && json_array_size(a) <= DG_MAX_DIMS * 4) {
+		size_t i;
+		json_t *v;
+		json_array_foreach(a, i, v) {
+			if (!json_is_integer(v))
+				return dg_err_set(r->err, DG_EINVAL,
+						  "attr 'axis' must hold integers");
+			ax[n++] = json_integer_value(v);
+		}
+	} else {
+		return dg_err_set(r->err, DG_EINVAL, "attr 'axis' must be an integer or a list");
+	}
+	for (int i = 0; i < n; i++) {
+		int64_t v = ax[i] < 0 ? ax[i] + ndim : ax[i];
+		if (v < 0 || v >= ndim)
+			return dg_err_set(r->err, DG_EINVAL,
+					  "axis %lld is out of range for rank %d", (long long)ax[i],
+					  ndim);
+		*mask |= 1u << v;
+	}
+	return DG_OK;
+}
+
+static enum dg_status run_reduce(struct run *r)
+{
+	static const char *const names[] = { "Sum", "Mean", "Max", "Min", NULL };
+	int op = name_index(names, r->op->name);
+	const struct dg_cuda_tensor *x = r->in[0];
+	struct dg_cuda_tensor *o = r->out[0];
+	struct dgc_walk kept = { 0 }, red = { 0 };
+	int64_t st_in[DG_MAX_DIMS], count = 1;
+	unsigned mask;
+	int cols;
+	void *scratch = NULL;
+	size_t cap = 0, need;
+	enum dg_status st;
+
+	if (x->dtype != DG_F32 && x->dtype != DG_F64)
+		return no_kernel(r, x->dtype);
+	st = axes_mask(r, x->shape.ndim, &mask);
+	if (st != DG_OK || o->numel == 0)
+		return st;
+	c_strides(&x->shape, st_in);
+	for (int i = 0; i < x->shape.ndim; i++) {
+		struct dgc_walk *w = mask >> i & 1 ? &red : &kept;
+		w->dim[w->nd] = x->shape.dim[i];
+		w->st[0][w->nd] = st_in[i];
+		w->nd++;
+		if (mask >> i & 1)
+			count *= x->shape.dim[i];
+	}
+	walk_compact(&kept, 1);
+	walk_compact(&red, 1);
+	if (count == 0) {
+		/* Sum of nothing is 0, a float Mean 0/0 = NaN (all-ones bytes are a NaN
+		 * in both float widths); Max and Min have no answer. */
+		if (op == DGC_RMAX || op == DGC_RMIN)
+			return dg_err_set(r->err, DG_EINVAL, "%s over an empty axis has no value",
+					  r->op->name);
+		return DG_CUDA_CHECK(cudaMemsetAsync(o->data, op == DGC_RMEAN ? 0xff : 0, o->nbytes,
+						     r->s->s),
+				     r->err);
+	}
+	/* Outputs adjacent in memory (reducing outer axes): one thread per output
+	 * reads coalesced; otherwise a block per output reads its own run. */
+	cols = kept.st[0][kept.nd - 1] == 1 && o->numel > 1;
+	need = dgc_reduce_scratch(o->numel, count, cols);
+	if (need) {
+		st = dg_cuda_mem_alloc(r->s->device, need, &scratch, &cap, r->err);
+		if (st != DG_OK)
+			return st;
+	}
+	st = launched(r, dgc_reduce(op, (int)x->dtype, x->data, o->data, o->numel, count, &kept,
+				    &red, cols, scratch, r->s->s));
+	/* Released right after queueing: the next user of the block is queued on
+	 * this same stream (see dg_cuda_tensor_free). */
+	dg_cuda_mem_release(r->s->device, scratch, cap);
+	return st;
+}
+
+/* outer, n, inner of x around axis. */
+static void around(const struct dg_shape *s, int axis, int64_t *outer, int64_t *n,
+		   int64_t *inner)
+{
+	*outer = 1;
+	*inner = 1;
+	for (int i = 0; i < axis; i++)
+		*outer *= s->dim[i];
+	for (int i = axis + 1; i < s->ndim; i++)
+		*inner *= s->dim[i];
+	*n = s->dim[axis];
+}
+
+static enum dg_status int_axis(struct run *r, int64_t def, int ndim, int *axis)
+{
+	int64_t a;
+	enum dg_status st = dg_attr_int(r->attrs, "axis", &def, &a, r->err);
+
+	if (st != DG_OK)
+		return st;
+	if (a < 0)
+		a += ndim;
+	if (a < 0 || a >= ndim)
+		return dg_err_set(r->err, DG_EINVAL, "axis out of range for rank %d", ndim);
+	*axis = (int)a;
+	return DG_OK;
+}
+
+static enum dg_status run_argmax(struct run *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0];
+	struct dg_cuda_tensor *o = r->out[0];
+	int64_t outer, n, inner;
+	int axis = 0;
+	enum dg_status st;
+
+	if (x->dtype == DG_BOOL || (unsigned)x->dtype >= DG_DTYPE_COUNT)
+		return no_kernel(r, x->dtype);
+	st = int_axis(r, 0, x->shape.ndim, &axis);
+	if (st != DG_OK || o->numel == 0)
+		return st;
+	around(&x->shape, axis, &outer, &n, &inner);
+	if (n == 0)
+		return dg_err_set(r->err, DG_EINVAL, "ArgMax over an empty axis has no value");
+	return launched(r, dgc_argmax((int)x->dtype, (int)o->dtype, x->data, o->data, outer, n,
+				      inner, r->s->s));
+}
+
+static enum dg_status run_softmax(struct run *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0];
+	int64_t outer, n, inner;
+	int axis = 0;
+	enum dg_status st = int_axis(r, -1, x->shape.ndim, &axis);
+
+	if (st != DG_OK || x->numel == 0)
+		return st;
+	around(&x->shape, axis, &outer, &n, &inner);
+	return launched(r, dgc_softmax((int)x->dtype, x->data, r->out[0]->data, outer, n, inner,
+				       !strcmp(r->op->name, "LogSoftmax"), r->s->s));
+}
+
+static enum dg_status run_xent(struct run *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0], *l = r->in[1];
+	struct dg_cuda_tensor *o = r->out[0];
+	int64_t n = x->shape.dim[x->shape.ndim - 1];
+	unsigned long long bad;
+	enum dg_status st;
+
+	if (o->numel == 0)
+		return DG_OK;
+	if (strcmp(r->op->name, "SparseSoftmaxCrossEntropyWithLogits"))
+		return launched(r, dgc_xent((int)x->dtype, x->data, l->data, o->data, o->numel, n,
+					    r->s->s));
+	st = flag_reset(r->s, r->err);
+	if (st == DG_OK)
+		st = launched(r, dgc_sparse_xent((int)x->dtype, (int)l->dtype, x->data, l->data,
+						 o->data, o->numel, n, r->s->flag, r->s->s));
+	if (st == DG_OK)
+		st = flag_read(r->s, &bad, r->err);
+	if (st != DG_OK || bad == ~0ull)
+		return st;
+	dg_err_set(r->err, DG_EINVAL, "the label at index %llu is outside [0, %lld)", bad,
+		   (long long)n);
+	dg_err_hint(r->err, "labels are class indices below the logits' last dimension");
+	return DG_EINVAL;
+}
+
+/* Ops whose output is the input's bytes under another shape. */
+static enum dg_status run_copy(struct run *r)
+{
+	if (r->out[0]->nbytes == 0)
+		return DG_OK;
+	return DG_CUDA_CHECK(cudaMemcpyAsync(r->out[0]->data, r->in[0]->data, r->out[0]->nbytes,
+					     cudaMemcpyDeviceToDevice, r->s->s),
+			     r->err);
+}
+
+static enum dg_status run_slice(struct run *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0];
+	struct dg_cuda_tensor *o = r->out[0];
+	int64_t begin[DG_MAX_DIMS], st_in[DG_MAX_DIMS], st_out[DG_MAX_DIMS], off = 0;
+	struct dgc_walk w = { .nd = o->shape.ndim };
+	int nb;
+	enum dg_status st = dg_attr_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
+					 r->err);
+
+	if (st != DG_OK || o->numel == 0)
+		return st;
+	if (nb != x->shape.ndim || o->shape.ndim != nb)
+		return dg_err_set(r->err, DG_EINVAL, "attr 'begin' has %d entries for rank %d", nb,
+				  x->shape.ndim);
+	c_strides(&x->shape, st_in);
+	c_strides(&o->shape, st_out);
+	for (int i = 0; i < nb; i++) {
+		w.dim[i] = o->shape.dim[i];
+		w.st[0][i] = st_out[i];
+		w.st[1][i] = st_in[i];
+		off += begin[i] * st_in[i];
+	}
+	walk_compact(&w, 2);
+	return launched(r, dgc_copy(o->data, 0, x->data, off, &w, o->numel,
+				    (int)dg_dtype_size(x->dtype), r->s->s));
+}
+
+static enum dg_status run_transpose(struct run *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0];
+	struct dg_cuda_tensor *o = r->out[0];
+	int64_t perm[DG_MAX_DIMS], st_in[DG_MAX_DIMS], st_out[DG_MAX_DIMS];
+	int nd = x->shape.ndim, np;
+	struct dgc_walk w = { .nd = nd };
+	enum dg_status st = dg_attr_ints(r->attrs, "perm", false, perm, DG_MAX_DIMS, &np, r->err);
+
+	if (st != DG_OK || o->numel == 0)
+		return st;
+	if (np == 0)
+		for (int i = 0; i < nd; i++)
+			perm[i] = nd - 1 - i;
+	else if (np != nd)
+		return dg_err_set(r->err, DG_EINVAL, "attr 'perm' has %d entries for rank %d", np,
+				  nd);
+	c_strides(&x->shape, st_in);
+	c_strides(&o->shape, st_out);
+	for (int i = 0; i < nd; i++) {
+		int64_t p = perm[i] < 0 ? perm[i] + nd : perm[i];
+		if (p < 0 || p >= nd)
+			return dg_err_set(r->err, DG_EINVAL, "perm[%d] out of range", i);
+		w.dim[i] = o->shape.dim[i];
+		w.st[0][i] = st_out[i];
+		w.st[1][i] = st_in[p];
+	}
+	if (nd == 0)
+		return run_copy(r);
+	walk_compact(&w, 2);
+	return launched(r, dgc_copy(o->data, 0, x->data, 0, &w, o->numel,
+				    (int)dg_dtype_size(x->dtype), r->s->s));
+}
+
+static enum dg_status run_concat(struct run *r)
+{
+	struct dg_cuda_tensor *o = r->out[0];
+	int64_t st_out[DG_MAX_DIMS], at = 0;
+	int axis = 0;
+	enum dg_status st = int_axis(r, 0, o->shape.ndim, &axis);
+
+	if (st != DG_OK || o->numel == 0)
+		return st;
+	c_strides(&o->shape, st_out);
+	for (int k = 0; k < r->n_in && st == DG_OK; k++) {
+		const struct dg_cuda_tensor *x = r->in[k];
+		int64_t st_in[DG_MAX_DIMS];
+		struct dgc_walk w = { .nd = x->shape.ndim };
+		c_strides(&x->shape, st_in);
+		for (int i = 0; i < x->shape.ndim; i++) {
+			w.dim[i] = x->shape.dim[i];
+			w.st[0][i] = st_out[i];
+			w.st[1][i] = st_in[i];
+		}
+		walk_compact(&w, 2);
+		if (x->numel > 0)
+			st = launched(r, dgc_copy(o->data, at * st_out[axis], x->data, 0, &w,
+						  x->numel, (int)dg_dtype_size(x->dtype),
+						  r->s->s));
+		at += x->shape.dim[axis];
+	}
+	return st;
+}
+
+/* The Philox key and counter of kernels/cpu/random.c's rnd_cpu. */
+static struct dgc_philox philox_of(uint64_t seed, uint64_t step)
+{
+	struct dgc_philox g = {
+		.key = { (uint32_t)seed, (uint32_t)(seed >> 32) },
+		.step_lo = (uint32_t)step,
+		.step_hi = (uint32_t)(step >> 32),
+	};
+
+	return g;
+}
+
+/* Glorot's limit, as glorot_limit() in random.c. */
+static double glorot(const struct dg_shape *s)
+{
+	double fan_in = 1, fan_out = 1, receptive = 1;
+
+	if (s->ndim == 1) {
+		fan_in = fan_out = (double)s->dim[0];
+	} else if (s->ndim >= 2) {
+		for (int k = 0; k < s->ndim - 2; k++)
+			receptive *= (double)s->dim[k];
+		fan_in = (double)s->dim[s->ndim - 2] * receptive;
+		fan_out = (double)s->dim[s->ndim - 1] * receptive;
+	}
+	return fan_in + fan_out > 0 ? sqrt(6.0 / (fan_in + fan_out)) : 0.0;
+}
+
+static enum dg_status run_random(struct run *r)
+{
+	const char *name = r->op->name;
+	struct dg_cuda_tensor *o = r->out[0];
+	const int64_t zero_seed = 0;
+	const double zero = 0.0, one = 1.0;
+	int64_t seed, ia = 0, ib = 0;
+	double a = 0, b = 1;
+	unsigned long long bad;
+	enum dg_status st = dg_attr_int(r->attrs, "seed", &zero_seed, &seed, r->err);
+	struct dgc_philox g = philox_of((uint64_t)seed, r->step);
+
+	if (st != DG_OK || o->numel == 0)
+		return st;
+	if (!strcmp(name, "RandomUniform") || !strcmp(name, "GlorotUniform")) {
+		if (name[0] == 'G') {
+			b = glorot(&o->shape);
+			a = -b;
+		} else if (o->dtype == DG_I32 || o->dtype == DG_I64) {
+			/* Inference checked both are integers with maxval > minval. */
+			ia = json_integer_value(json_object_get(r->attrs, "minval"));
+			ib = json_integer_value(json_object_get(r->attrs, "maxval"));
+		} else {
+			st = dg_attr_float(r->attrs, "minval", &zero, &a, r->err);
+			if (st == DG_OK)
+				st = dg_attr_float(r->attrs, "maxval", &one, &b, r->err);
+			if (st != DG_OK)
+				return st;
+		}
+		return launched(r, dgc_uniform((int)o->dtype, o->data, o->numel, g, a, b, ia, ib,
+					       r->s->s));
+	}
+	st = dg_attr_float(r->attrs, "mean", &zero, &a, r->err);
+	if (st == DG_OK)
+		st = dg_attr_float(r->attrs, "stddev", &one, &b, r->err);
+	if (st == DG_OK)
+		st = flag_reset(r->s, r->err);
+	if (st == DG_OK)
+		st = launched(r, dgc_normal((int)o->dtype, o->data, o->numel, g, a, b,
+					    name[0] == 'T', r->s->flag, r->s->s));
+	if (st != DG_OK || name[0] != 'T')
+		return st;
+	st = flag_read(r->s, &bad, r->err);
+	if (st != DG_OK || bad == ~0ull)
+		return st;
+	return dg_err_set(r->err, DG_EINTERNAL, "TruncatedNormal found no value within 2 stddev "
+			  "in 65535 draws (element %llu, seed %lld); the generator is broken", bad,
+			  (long long)seed);
+}
+
+static enum dg_status run_matmul(struct run *r)
+{
+	return cuda_matmul(r->s, !strcmp(r->op->name, "BatchMatMul"), r->attrs, r->in[0], r->in[1],
+			   r->out[0], r->err);
+}
+
+static enum dg_status run_zeros(struct run *r)
+{
+	if (r->out[0]->nbytes == 0)
+		return DG_OK;
+	return DG_CUDA_CHECK(cudaMemsetAsync(r->out[0]->data, 0, r->out[0]->nbytes, r->s->s),
+			     r->err);
+}
+
+struct family {
+	const char *name;
+	enum dg_status (*run)(struct run *r);
+};
+
+static const struct family families[] = {
+	{ "Neg", run_unary }, { "Abs", run_unary }, { "Square", run_unary },
+	{ "Relu", run_unary }, { "Sqrt", run_unary }, { "Exp", run_unary },
+	{ "Log", run_unary }, { "Sigmoid", run_unary }, { "Tanh", run_unary },
+	{ "Add", run_binary }, { "Sub", run_binary }, { "Mul", run_binary },
+	{ "Div", run_binary }, { "Pow", run_binary }, { "Maximum", run_binary },
+	{ "Minimum", run_binary }, { "Equal", run_binary }, { "NotEqual", run_binary },
+	{ "Less", run_binary }, { "LessEqual", run_binary }, { "Greater", run_binary },
+	{ "GreaterEqual", run_binary }, { "Where", run_where }, { "Cast", run_cast },
+	{ "Sum", run_reduce }, { "Mean", run_reduce }, { "Max", run_reduce },
+	{ "Min", run_reduce }, { "ArgMax", run_argmax },
+	{ "Softmax", run_softmax }, { "LogSoftmax", run_softmax },
+	{ "SoftmaxCrossEntropyWithLogits", run_xent },
+	{ "SparseSoftmaxCrossEntropyWithLogits", run_xent },
+	{ "MatMul", run_matmul }, { "BatchMatMul", run_matmul },
+	{ "Slice", run_slice }, { "Concat", run_concat }, { "Transpose", run_transpose },
+	{ "Reshape", run_copy }, { "Identity", run_copy }, { "ExpandDims", run_copy },
+	{ "Squeeze", run_copy }, { "ZerosLike", run_zeros },
+	{ "RandomUniform", run_random }, { "RandomNormal", run_random },
+	{ "TruncatedNormal", run_random }, { "GlorotUniform", run_random },
+	{ NULL, NULL },
+};
+
+static const struct family *family_of(const struct dg_op_def *op)
+{
+	for (const struct family *f = families; op && f->name; f++)
+		if (!strcmp(f->name, op->name))
+			return f;
+	return NULL;
+}
+
+bool dg_cuda_supports(const struct dg_op_def *op)
+{
+	return family_of(op) != NULL;
+}
+
+/* Arity, attrs and output types through the op's own checks. */
+static enum dg_status infer_outputs(const struct dg_op_def *op, const json_t *attrs,
+				    const struct dg_cuda_tensor *const *in, int n_in,
+				    struct dg_ttype *ot, int n_out, struct dg_err *err)
+{
+	struct dg_ttype it[DG_MAX_DIMS * 2];
+	int max_in = op->max_inputs < 0 ? DG_MAX_INPUTS : op->max_inputs;
+	struct dg_ttype *big = NULL, *itp = it;
+	enum dg_status st;
+
+	if (n_in < op->min_inputs || n_in > max_in || op->n_outputs < 1 || n_out != op->n_outputs)
+		return dg_err_set(err, DG_EINVAL, "takes %d..%d inputs and %d outputs, got %d and "
+				  "%d", op->min_inputs, max_in, op->n_outputs, n_in, n_out);
+	st = dg_attr_validate(op, attrs, err);
+	if (st != DG_OK)
+		return st;
+	if (n_in > (int)(sizeof it / sizeof it[0])) {
+		big = malloc(sizeof *big * (size_t)n_in);
+		if (!big)
+			return dg_err_set(err, DG_ENOMEM, "no memory for %d input types", n_in);
+		itp = big;
+	}
+	for (int i = 0; i < n_in; i++) {
+		if (!in[i]) {
+			free(big);
+			return dg_err_set(err, DG_EINVAL, "input %d is missing", i);
+		}
+		itp[i].dtype = in[i]->dtype;
+		itp[i].shape = in[i]->shape;
+	}
+	struct dg_infer_ctx c = { .attrs = attrs, .n_in = n_in, .in = itp, .n_out = n_out,
+				  .out = ot, .err = err };
+	st = op->infer(&c);
+	free(big);
+	return st;
+}
+
+enum dg_status dg_cuda_run(struct dg_cuda_stream *s, const struct dg_op_def *op,
+			   const json_t *attrs, const struct dg_cuda_tensor *const *in, int n_in,
+			   struct dg_cuda_tensor **out, int n_out, uint64_t step,
+			   struct dg_err *err)
+{
+	const struct family *f = family_of(op);
+	json_t *empty = NULL;
+	struct dg_ttype ot[4];
+	enum dg_status st;
+
+	for (int i = 0; i < n_out; i++)
+		out[i] = NULL;
+	if (!s || !op)
+		return dg_err_set(err, DG_EINVAL, "dg_cuda_run needs a stream and an op");
+	if (!f) {
+		dg_err_set(err, DG_EUNSUPPORTED, "%s has no CUDA kernel", op->name);
+		dg_err_hint(err, "place this node on the CPU (doc/cuda.md lists the GPU ops)");
+		return DG_EUNSUPPORTED;
+	}
+	if (n_out < 1 || n_out > 4)
+		return dg_err_set(err, DG_EINVAL, "%s: %d outputs requested", op->name, n_out);
+	if (!attrs)
+		attrs = empty = json_object();
+	for (int i = 0; i < n_in; i++) {
+		if (in[i] && in[i]->device != s->device) {
+			st = dg_err_set(err, DG_EINVAL,
+					"input %d is on GPU %d, the stream on GPU %d", i,
+					in[i]->device, s->device);
+			goto out;
+		}
+	}
+	st = infer_outputs(op, attrs, in, n_in, ot, n_out, err);
+	if (st == DG_OK)
+		st = cuda_set_device(s->device, err);
+	for (int i = 0; st == DG_OK && i < n_out; i++) {
+		out[i] = dg_cuda_tensor_new(s, ot[i].dtype, &ot[i].shape, err);
+		if (!out[i])
+			st = err ? err->code : DG_ENOMEM;
+	}
+	if (st == DG_OK) {
+		struct run r = { s, op, attrs, in, n_in, out, n_out, step, err };
+		st = f->run(&r);
+	}
+out:
+	if (st != DG_OK) {
+		for (int i = 0; i < n_out; i++) {
+			dg_cuda_tensor_free(out[i]);
+			out[i] = NULL;
+		}
+		dg_err_prefix(err, "%s on GPU %d", op->name, s->device);
+	}
+	json_decref(empty);
+	return st;
+}

@@ -1,0 +1,735 @@
+/* Criterion suite 'cuda': every op with a CUDA kernel (kernels/cuda) against
+ * its CPU kernel (dg_op_run) on the same random inputs (fixed seeds), for each
+ * covered dtype, with broadcasting shapes, empty tensors and sizes that are not
+ * multiples of the block size; data-dependent errors must match too. Plus the
+ * allocator and transfers. Every test skips where no GPU is present. */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dg/cuda.h"
+#include "dg/gpu.h"
+#include "dg/kernels.h"
+
+static struct dg_cuda_stream *S;
+
+static void setup(void)
+{
+	struct dg_err err = { 0 };
+
+	if (!dg_cuda_available())
+		return;
+	cr_assert_eq(dg_cuda_stream_new(0, &S, &err), DG_OK, "stream: %s", err.msg);
+}
+
+static void teardown(void)
+{
+	dg_cuda_stream_free(S);
+	S = NULL;
+}
+
+TestSuite(cuda, .init = setup, .fini = teardown, .timeout = 240);
+
+#define NEED_GPU()                                                                           \
+	do {                                                                                 \
+		if (!dg_cuda_available())                                                    \
+			cr_skip_test("no CUDA device: %s", dg_gpu_describe());               \
+	} while (0)
+
+/* --- inputs ------------------------------------------------------------------ */
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static double urand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) * 0x1p-53;
+}
+
+/* Value kinds: what a test needs its inputs to be. */
+enum gen { G_ANY, G_POS, G_SMALLINT, G_TIES, G_PROB, G_BOOL };
+
+static struct dg_tensor *mk(enum dg_dtype dt, const char *shape, enum gen g)
+{
+	struct dg_err err = { 0 };
+	struct dg_shape s;
+	struct dg_tensor *t;
+
+	cr_assert_eq(dg_shape_parse(shape, &s, &err), DG_OK, "%s: %s", shape, err.msg);
+	t = dg_tensor_new(dt, &s, &err);
+	cr_assert_not_null(t, "%s", err.msg);
+	for (int64_t i = 0; i < t->numel; i++) {
+		double u = urand(), v;
+		switch (g) {
+		case G_POS: v = 0.25 + 2.0 * u; break;
+		case G_SMALLINT: v = floor(u * 11) - 5; break;
+		case G_TIES: v = floor(u * 7) * 0.5 - 1.5; break;
+		case G_PROB: v = u; break;
+		case G_BOOL: v = u < 0.5; break;
+		default: v = (u - 0.5) * 8.0; break;
+		}
+		if (dt == DG_U8)
+			v = floor(u * 40);
+		else if (dg_dtype_is_int(dt) && g == G_ANY)
+			v = floor((u - 0.5) * 2000);
+		else if (dt == DG_BOOL)
+			v = u < 0.5;
+		dg_tensor_set_f64(t, i, v);
+	}
+	return t;
+}
+
+static json_t *attrs_of(const char *js)
+{
+	json_error_t je;
+	json_t *a = json_loads(js ? js : "{}", 0, &je);
+
+	cr_assert_not_null(a, "bad test JSON %s: %s", js, je.text);
+	return a;
+}
+
+/* --- comparing ------------------------------------------------------------------ */
+
+struct tol {
+	double rel, abs;
+};
+
+static const struct tol ELT = { 1e-5, 1e-6 };     /* float32 elementwise; f64 uses 1e-12 */
+static const struct tol RED = { 1e-4, 1e-5 };     /* float32 reductions, matmul; f64 1e-10 */
+static const struct tol EXACT = { 0, 0 };
+
+static void expect_close(const struct dg_tensor *c, const struct dg_tensor *g, struct tol t,
+			 const char *what)
+{
+	char sc[64], sg[64];
+
+	if (c->dtype == DG_F64 && t.rel > 0) {
+		t.rel = t.rel >= 1e-4 ? 1e-10 : 1e-12;
+		t.abs = t.abs > 0 ? 1e-12 : 0;
+	}
+	dg_shape_format(&c->shape, sc, sizeof sc);
+	dg_shape_format(&g->shape, sg, sizeof sg);
+	cr_assert_eq(c->dtype, g->dtype, "%s: dtype cpu %s gpu %s", what, dg_dtype_name(c->dtype),
+		     dg_dtype_name(g->dtype));
+	cr_assert(dg_shape_eq(&c->shape, &g->shape), "%s: shape cpu %s gpu %s", what, sc, sg);
+	for (int64_t i = 0; i < c->numel; i++) {
+		double a = dg_tensor_get_f64(c, i), b = dg_tensor_get_f64(g, i);
+		if (isnan(a) || isnan(b)) {
+			cr_assert(isnan(a) && isnan(b), "%s %s: element %lld cpu %.17g gpu %.17g",
+				  what, sc, (long long)i, a, b);
+			continue;
+		}
+		if (a == b)
+			continue;   /* also equal infinities */
+		cr_assert(fabs(a - b) <= t.abs + t.rel * fabs(a),
+			  "%s %s %s: element %lld cpu %.17g gpu %.17g (rel %.3g)", what, sc,
+			  dg_dtype_name(c->dtype), (long long)i, a, b, fabs(a - b) / fabs(a));
+	}
+}
+
+/* Run op on the CPU and the GPU with the same inputs (borrowed) and compare;
+ * when the CPU refuses, the GPU must refuse with the same code. */
+static void parity(const char *opname, const char *js, struct dg_tensor *const *in, int n_in,
+		   uint64_t step, struct tol t)
+{
+	const struct dg_op_def *op = dg_op_find(opname);
+	json_t *a = attrs_of(js);
+	struct dg_err ec = { 0 }, eg = { 0 };
+	struct dg_tensor *cpu = NULL, *back = NULL;
+	struct dg_cuda_tensor *din[8] = { 0 }, *gout = NULL;
+	char what[256];
+	enum dg_status sc, sg;
+
+	cr_assert_not_null(op, "op %s is not registered", opname);
+	cr_assert(dg_cuda_supports(op), "%s has no CUDA kernel", opname);
+	snprintf(what, sizeof what, "%s %s", opname, js ? js : "{}");
+	for (int i = 0; i < n_in; i++) {
+		din[i] = dg_cuda_upload(S, in[i], &eg);
+		cr_assert_not_null(din[i], "%s: upload %d: %s", what, i, eg.msg);
+	}
+	sc = dg_op_run(op, a, (const struct dg_tensor *const *)in, n_in, &cpu, 1, step, &ec);
+	sg = dg_cuda_run(S, op, a, (const struct dg_cuda_tensor *const *)din, n_in, &gout, 1,
+			 step, &eg);
+	if (sc != DG_OK) {
+		cr_assert_eq(sg, sc, "%s: cpu failed %d (%s), gpu gave %d (%s)", what, sc, ec.msg,
+			     sg, eg.msg);
+		cr_assert_null(gout);
+	} else {
+		cr_assert_eq(sg, DG_OK, "%s: gpu failed: %s", what, eg.msg);
+		cr_assert_eq(dg_cuda_stream_sync(S, &eg), DG_OK, "%s: %s", what, eg.msg);
+		back = dg_cuda_download(S, gout, &eg);
+		cr_assert_not_null(back, "%s: download: %s", what, eg.msg);
+		expect_close(cpu, back, t, what);
+	}
+	dg_tensor_free(cpu);
+	dg_tensor_free(back);
+	dg_cuda_tensor_free(gout);
+	for (int i = 0; i < n_in; i++)
+		dg_cuda_tensor_free(din[i]);
+	json_decref(a);
+}
+
+static void parity1(const char *op, const char *js, enum dg_dtype dt, const char *shape,
+		    enum gen g, struct tol t)
+{
+	struct dg_tensor *x = mk(dt, shape, g);
+
+	parity(op, js, &x, 1, 0, t);
+	dg_tensor_free(x);
+}
+
+static void parity2(const char *op, const char *js, enum dg_dtype dt, const char *sa,
+		    const char *sb, enum gen g, struct tol t)
+{
+	struct dg_tensor *in[2] = { mk(dt, sa, g), mk(dt, sb, g) };
+
+	parity(op, js, in, 2, 0, t);
+	dg_tensor_free(in[0]);
+	dg_tensor_free(in[1]);
+}
+
+static const enum dg_dtype FLOATS[] = { DG_F32, DG_F64 };
+
+/* Odd sizes on purpose: 1, a prime, one past a block, several grid-strides. */
+static const char *const SHAPES1[] = { "0", "1", "7,13", "257", "1025", "3,0,5", "600011",
+				       "2,3,4,5,6,1,1,7" };
+#define NS1 (sizeof SHAPES1 / sizeof SHAPES1[0])
+
+/* --- elementwise -------------------------------------------------------------------- */
+
+Test(cuda, unary_ops_match_cpu_on_every_dtype_and_size)
+{
+	static const char *const flt[] = { "Sqrt", "Exp", "Log", "Sigmoid", "Tanh" };
+	static const char *const num[] = { "Neg", "Abs", "Square", "Relu" };
+	static const enum dg_dtype ndt[] = { DG_F32, DG_F64, DG_I32, DG_I64 };
+
+	NEED_GPU();
+	for (size_t s = 0; s < NS1; s++) {
+		for (size_t o = 0; o < 5; o++)
+			for (int d = 0; d < 2; d++)
+				parity1(flt[o], NULL, FLOATS[d], SHAPES1[s],
+					o == 0 || o == 2 ? G_POS : G_ANY, ELT);
+		for (size_t o = 0; o < 4; o++)
+			for (int d = 0; d < 4; d++)
+				parity1(num[o], NULL, ndt[d], SHAPES1[s], G_ANY, ELT);
+	}
+}
+
+Test(cuda, unary_ops_keep_nan_and_infinities_like_cpu)
+{
+	static const char *const ops[] = { "Neg", "Abs", "Square", "Relu", "Sqrt", "Exp", "Log",
+					   "Sigmoid", "Tanh" };
+	static const double special[] = { NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e30, -1e30,
+					  100.0, -100.0 };
+
+	NEED_GPU();
+	for (int d = 0; d < 2; d++) {
+		struct dg_tensor *x = mk(FLOATS[d], "9", G_ANY);
+		for (int i = 0; i < 9; i++)
+			dg_tensor_set_f64(x, i, special[i]);
+		for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++)
+			parity(ops[o], NULL, &x, 1, 0, ELT);
+		dg_tensor_free(x);
+	}
+}
+
+/* Shape pairs that broadcast in every way the walk has to handle. */
+static const char *const BC[][2] = {
+	{ "33,65", "33,65" }, { "33,65", "65" }, { "65", "33,65" }, { "33,1", "1,65" },
+	{ "", "4,5" }, { "4,5", "" }, { "2,1,3,1,5", "4,1,6,1" }, { "0,3", "3" }, { "0,3", "1,3" },
+	{ "3,1,2,1,2,1,2,3", "1,2,1,2,1,2,1" }, { "1025", "1" }, { "7,1,1", "1,1,9" },
+	{ "600011", "600011" },
+};
+#define NBC (sizeof BC / sizeof BC[0])
+
+Test(cuda, binary_arithmetic_matches_cpu_with_broadcasting)
+{
+	static const char *const ops[] = { "Add", "Sub", "Mul", "Div", "Pow", "Maximum",
+					   "Minimum" };
+	static const enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_U8 };
+
+	NEED_GPU();
+	for (size_t b = 0; b < NBC; b++) {
+		for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+			for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+				bool flt_only = !strcmp(ops[o], "Div") || !strcmp(ops[o], "Pow");
+				if (flt_only && !dg_dtype_is_float(dts[d]))
+					continue;   /* integer Div/Pow: CPU only */
+				parity2(ops[o], NULL, dts[d], BC[b][0], BC[b][1],
+					flt_only ? G_POS : G_ANY, ELT);
+			}
+		}
+	}
+}
+
+Test(cuda, comparisons_match_cpu_including_ties_and_bool)
+{
+	static const char *const ops[] = { "Equal", "NotEqual", "Less", "LessEqual", "Greater",
+					   "GreaterEqual" };
+	static const enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_U8 };
+
+	NEED_GPU();
+	for (size_t b = 0; b < NBC; b++) {
+		for (size_t o = 0; o < 6; o++)
+			for (size_t d = 0; d < 5; d++)
+				parity2(ops[o], NULL, dts[d], BC[b][0], BC[b][1], G_TIES, EXACT);
+		parity2("Equal", NULL, DG_BOOL, BC[b][0], BC[b][1], G_BOOL, EXACT);
+		parity2("NotEqual", NULL, DG_BOOL, BC[b][0], BC[b][1], G_BOOL, EXACT);
+	}
+}
+
+Test(cuda, integer_div_and_pow_are_refused_for_cpu_fallback)
+{
+	struct dg_tensor *in[2];
+	struct dg_cuda_tensor *d[2], *o = NULL;
+	struct dg_err err = { 0 };
+
+	NEED_GPU();
+	in[0] = mk(DG_I32, "5", G_ANY);
+	in[1] = mk(DG_I32, "5", G_ANY);
+	d[0] = dg_cuda_upload(S, in[0], &err);
+	d[1] = dg_cuda_upload(S, in[1], &err);
+	cr_assert(d[0] && d[1], "%s", err.msg);
+	cr_assert_eq(dg_cuda_run(S, dg_op_find("Div"), NULL, (const struct dg_cuda_tensor **)d, 2,
+				 &o, 1, 0, &err), DG_EDTYPE);
+	cr_assert_null(o);
+	cr_assert_not_null(strstr(err.msg, "no CUDA kernel for int32"), "%s", err.msg);
+	dg_cuda_tensor_free(d[0]);
+	dg_cuda_tensor_free(d[1]);
+	dg_tensor_free(in[0]);
+	dg_tensor_free(in[1]);
+}
+
+Test(cuda, binary_shape_mismatch_fails_like_cpu)
+{
+	NEED_GPU();
+	parity2("Add", NULL, DG_F32, "3,4", "5", G_ANY, ELT);
+	parity2("Mul", NULL, DG_F64, "2,3", "3,2", G_ANY, ELT);
+}
+
+Test(cuda, where_matches_cpu_for_every_dtype_and_broadcast)
+{
+	static const char *const sh[][3] = {
+		{ "40,33", "40,33", "40,33" }, { "33", "40,33", "" }, { "40,1", "1,33", "40,33" },
+		{ "", "5", "5" }, { "0,2", "2", "1" }, { "2,1,3,1", "1,4,1,5", "3,1" },
+		{ "600011", "600011", "1" },
+	};
+	static const enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_U8, DG_BOOL };
+
+	NEED_GPU();
+	for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+		for (size_t d = 0; d < 6; d++) {
+			struct dg_tensor *in[3] = { mk(DG_BOOL, sh[s][0], G_BOOL),
+						    mk(dts[d], sh[s][1], G_ANY),
+						    mk(dts[d], sh[s][2], G_ANY) };
+			parity("Where", NULL, in, 3, 0, EXACT);
+			for (int i = 0; i < 3; i++)
+				dg_tensor_free(in[i]);
+		}
+	}
+}
+
+Test(cuda, cast_matches_cpu_for_all_36_dtype_pairs)
+{
+	static const char *const names[] = { "float32", "float64", "int32", "int64", "uint8",
+					     "bool" };
+
+	NEED_GPU();
+	for (int from = 0; from < DG_DTYPE_COUNT; from++) {
+		for (int to = 0; to < DG_DTYPE_COUNT; to++) {
+			char js[64];
+			/* Values every target can hold: floats in [0, 40) with fractions. */
+			struct dg_tensor *x = mk((enum dg_dtype)from, "1031", G_PROB);
+			for (int64_t i = 0; i < x->numel; i++)
+				dg_tensor_set_f64(x, i, from == DG_BOOL ? (double)(i % 2)
+							: (double)(i % 40) + 0.75 * (i % 3));
+			snprintf(js, sizeof js, "{\"dtype\":\"%s\"}", names[to]);
+			parity("Cast", js, &x, 1, 0, EXACT);
+			dg_tensor_free(x);
+		}
+	}
+}
+
+Test(cuda, cast_wraps_integers_and_refuses_nan_like_cpu)
+{
+	struct dg_tensor *x;
+
+	NEED_GPU();
+	x = mk(DG_I64, "4", G_ANY);
+	dg_tensor_set_f64(x, 0, 4294967301.0);
+	dg_tensor_set_f64(x, 1, -1);
+	dg_tensor_set_f64(x, 2, 300);
+	dg_tensor_set_f64(x, 3, -2147483649.0);
+	parity("Cast", "{\"dtype\":\"int32\"}", &x, 1, 0, EXACT);
+	parity("Cast", "{\"dtype\":\"uint8\"}", &x, 1, 0, EXACT);
+	dg_tensor_free(x);
+	x = mk(DG_F32, "1000", G_ANY);
+	dg_tensor_set_f64(x, 777, NAN);
+	parity("Cast", "{\"dtype\":\"int32\"}", &x, 1, 0, EXACT);   /* both DG_EINVAL */
+	dg_tensor_set_f64(x, 777, 1e20);
+	parity("Cast", "{\"dtype\":\"int64\"}", &x, 1, 0, EXACT);
+	parity("Cast", "{\"dtype\":\"bool\"}", &x, 1, 0, EXACT);
+	dg_tensor_free(x);
+}
+
+/* --- reductions ---------------------------------------------------------------------- */
+
+struct rcase {
+	const char *shape, *attrs;
+};
+
+static const struct rcase RC[] = {
+	{ "600011", "{}" }, { "1", "{\"axis\":0}" }, { "37,129", "{\"axis\":0}" },
+	{ "37,129", "{\"axis\":1}" }, { "37,129", "{\"axis\":[0,1]}" },
+	{ "37,129", "{\"axis\":-1,\"keepdims\":true}" }, { "5,6,7,8", "{\"axis\":[0,2]}" },
+	{ "5,6,7,8", "{\"axis\":[1,3],\"keep_dims\":true}" }, { "5,6,7,8", "{\"axis\":3}" },
+	{ "5,6,7,8", "{\"axis\":null}" }, { "4,0,3", "{\"axis\":1}" }, { "0,5", "{\"axis\":1}" },
+	{ "3,1,4", "{\"axis\":[1]}" }, { "", "{}" }, { "2,1,3,1,2,1,3,2", "{\"axis\":[0,3,6]}" },
+	{ "4097,3", "{\"axis\":0}" }, { "3,70001", "{\"axis\":1}" },
+};
+
+Test(cuda, sum_mean_max_min_match_cpu_over_axes)
+{
+	static const char *const ops[] = { "Sum", "Mean", "Max", "Min" };
+
+	NEED_GPU();
+	for (size_t c = 0; c < sizeof RC / sizeof RC[0]; c++)
+		for (int o = 0; o < 4; o++)
+			for (int d = 0; d < 2; d++)
+				parity1(ops[o], RC[c].attrs, FLOATS[d], RC[c].shape,
+					o < 2 ? G_POS : G_ANY, o < 2 ? RED : EXACT);
+}
+
+Test(cuda, max_and_min_propagate_nan_like_cpu)
+{
+	NEED_GPU();
+	for (int d = 0; d < 2; d++) {
+		struct dg_tensor *x = mk(FLOATS[d], "6,1000", G_ANY);
+		dg_tensor_set_f64(x, 2500, NAN);
+		dg_tensor_set_f64(x, 10, INFINITY);
+		parity("Max", "{\"axis\":1}", &x, 1, 0, EXACT);
+		parity("Min", "{\"axis\":0}", &x, 1, 0, EXACT);
+		parity("Max", "{}", &x, 1, 0, EXACT);
+		parity("Sum", "{\"axis\":1}", &x, 1, 0, RED);
+		dg_tensor_free(x);
+	}
+}
+
+Test(cuda, argmax_matches_cpu_with_ties_and_nan)
+{
+	static const char *const at[] = { "{}", "{\"axis\":1}", "{\"axis\":-1}",
+					   "{\"axis\":0,\"output_type\":\"int32\"}" };
+	static const enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_U8 };
+
+	NEED_GPU();
+	for (size_t d = 0; d < 5; d++) {
+		for (size_t a = 0; a < 4; a++) {
+			parity1("ArgMax", at[a], dts[d], "37,129", G_TIES, EXACT);
+			parity1("ArgMax", at[a], dts[d], "3,5,7", G_TIES, EXACT);
+			parity1("ArgMax", at[a], dts[d], "0,4", G_TIES, EXACT);
+		}
+		parity1("ArgMax", "{}", dts[d], "100003", G_ANY, EXACT);
+	}
+	struct dg_tensor *x = mk(DG_F32, "4,9", G_TIES);
+	dg_tensor_set_f64(x, 5, NAN);
+	dg_tensor_set_f64(x, 7, NAN);
+	dg_tensor_set_f64(x, 20, NAN);
+	parity("ArgMax", "{\"axis\":1}", &x, 1, 0, EXACT);
+	parity("ArgMax", "{\"axis\":0}", &x, 1, 0, EXACT);
+	dg_tensor_free(x);
+}
+
+/* --- nn ------------------------------------------------------------------------------- */
+
+Test(cuda, softmax_and_log_softmax_match_cpu_on_any_axis)
+{
+	static const struct rcase sc[] = {
+		{ "64,10", "{}" }, { "3,17,5", "{\"axis\":1}" }, { "2,3,4", "{\"axis\":0}" },
+		{ "1,1", "{}" }, { "0,10", "{}" }, { "7", "{\"axis\":-1}" }, { "5,3001", "{}" },
+		{ "4097,3", "{\"axis\":1}" },
+	};
+
+	NEED_GPU();
+	for (size_t c = 0; c < sizeof sc / sizeof sc[0]; c++) {
+		for (int d = 0; d < 2; d++) {
+			parity1("Softmax", sc[c].attrs, FLOATS[d], sc[c].shape, G_ANY, ELT);
+			parity1("LogSoftmax", sc[c].attrs, FLOATS[d], sc[c].shape, G_ANY, ELT);
+		}
+	}
+	for (int d = 0; d < 2; d++) {
+		struct dg_tensor *x = mk(FLOATS[d], "4,5", G_ANY);
+		dg_tensor_set_f64(x, 1, NAN);
+		dg_tensor_set_f64(x, 7, INFINITY);
+		for (int i = 10; i < 15; i++)
+			dg_tensor_set_f64(x, i, -INFINITY);
+		dg_tensor_set_f64(x, 16, -INFINITY);
+		parity("Softmax", NULL, &x, 1, 0, ELT);
+		parity("LogSoftmax", NULL, &x, 1, 0, ELT);
+		dg_tensor_free(x);
+	}
+}
+
+Test(cuda, cross_entropies_match_cpu)
+{
+	static const char *const sh[][2] = { { "64,10", "64" }, { "3,4,7", "3,4" },
+					     { "1,1", "1" }, { "0,5", "0" }, { "5,1001", "5" } };
+
+	NEED_GPU();
+	for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+		for (int d = 0; d < 2; d++) {
+			struct dg_tensor *in[2] = { mk(FLOATS[d], sh[s][0], G_ANY),
+						    mk(FLOATS[d], sh[s][0], G_PROB) };
+			parity("SoftmaxCrossEntropyWithLogits", NULL, in, 2, 0, RED);
+			dg_tensor_free(in[1]);
+			for (int l = 0; l < 2; l++) {
+				int64_t n = in[0]->shape.dim[in[0]->shape.ndim - 1];
+				in[1] = mk(l ? DG_I64 : DG_I32, sh[s][1], G_PROB);
+				for (int64_t i = 0; i < in[1]->numel; i++)
+					dg_tensor_set_f64(in[1], i, (double)((i * 7 + 3) % n));
+				parity("SparseSoftmaxCrossEntropyWithLogits", NULL, in, 2, 0, RED);
+				if (in[1]->numel > 0) {
+					/* out of range: both refuse with DG_EINVAL */
+					dg_tensor_set_f64(in[1], in[1]->numel - 1, (double)n);
+					parity("SparseSoftmaxCrossEntropyWithLogits", NULL,
+					       in, 2, 0, RED);
+				}
+				dg_tensor_free(in[1]);
+			}
+			dg_tensor_free(in[0]);
+		}
+	}
+}
+
+/* --- matmul ---------------------------------------------------------------------------- */
+
+Test(cuda, matmul_matches_cpu_for_all_transposes)
+{
+	static const int64_t mnk[][3] = { { 1, 1, 1 }, { 17, 33, 65 }, { 128, 256, 64 },
+					  { 5, 7, 0 }, { 0, 4, 3 }, { 300, 1, 513 } };
+	static const char *const at[] = {
+		"{}", "{\"transpose_a\":true}", "{\"transpose_b\":true}",
+		"{\"transpose_a\":true,\"transpose_b\":true}",
+	};
+
+	NEED_GPU();
+	for (size_t c = 0; c < sizeof mnk / sizeof mnk[0]; c++) {
+		for (int t = 0; t < 4; t++) {
+			for (int d = 0; d < 2; d++) {
+				char sa[64], sb[64];
+				int64_t m = mnk[c][0], n = mnk[c][1], k = mnk[c][2];
+				bool ta = t & 1, tb = t & 2;
+				snprintf(sa, sizeof sa, "%lld,%lld", (long long)(ta ? k : m),
+					 (long long)(ta ? m : k));
+				snprintf(sb, sizeof sb, "%lld,%lld", (long long)(tb ? n : k),
+					 (long long)(tb ? k : n));
+				struct dg_tensor *in[2] = { mk(FLOATS[d], sa, G_ANY),
+							    mk(FLOATS[d], sb, G_ANY) };
+				parity("MatMul", at[t], in, 2, 0, RED);
+				dg_tensor_free(in[0]);
+				dg_tensor_free(in[1]);
+			}
+		}
+	}
+}
+
+Test(cuda, batch_matmul_matches_cpu_with_broadcast_batches)
+{
+	static const char *const sh[][2] = {
+		{ "3,17,9", "3,9,5" }, { "2,1,4,6", "3,6,5" }, { "4,6", "2,3,6,5" },
+		{ "2,3,4,6", "6,5" }, { "1,4,6", "3,6,5" }, { "2,3,4,6", "2,1,6,5" },
+		{ "0,4,6", "0,6,5" }, { "5,4,0", "5,0,3" },
+	};
+
+	NEED_GPU();
+	for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+		for (int d = 0; d < 2; d++) {
+			parity2("BatchMatMul", NULL, FLOATS[d], sh[s][0], sh[s][1], G_ANY, RED);
+		}
+	}
+	/* adj_x / adj_y: [2,9,17] is x transposed, [2,5,9] y transposed. */
+	parity2("BatchMatMul", "{\"adj_x\":true}", DG_F32, "2,9,17", "2,9,5", G_ANY, RED);
+	parity2("BatchMatMul", "{\"adj_y\":true}", DG_F32, "2,17,9", "2,5,9", G_ANY, RED);
+	parity2("BatchMatMul", "{\"adj_x\":true,\"adj_y\":true}", DG_F64, "3,1,9,17", "2,5,9",
+		G_ANY, RED);
+}
+
+/* --- array ------------------------------------------------------------------------------ */
+
+static const enum dg_dtype ALL[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_U8, DG_BOOL };
+
+Test(cuda, slice_transpose_reshape_and_friends_match_cpu)
+{
+	static const struct rcase sl[] = {
+		{ "10,20", "{\"begin\":[2,3],\"size\":[5,-1]}" },
+		{ "10,20", "{\"begin\":[0,0],\"size\":[10,20]}" },
+		{ "4,5,6", "{\"begin\":[1,0,2],\"size\":[2,5,3]}" },
+		{ "7", "{\"begin\":[7],\"size\":[0]}" },
+		{ "600011", "{\"begin\":[3],\"size\":[-1]}" },
+	};
+	static const struct rcase tr[] = {
+		{ "10,20", "{}" }, { "4,5,6", "{\"perm\":[1,2,0]}" },
+		{ "4,5,6", "{\"perm\":[0,2,1]}" },
+		{ "7", "{}" }, { "", "{}" }, { "2,3,1,2,3,2,1,2", "{\"perm\":[7,0,6,1,5,2,4,3]}" },
+		{ "0,3", "{}" }, { "513,257", "{}" },
+	};
+
+	NEED_GPU();
+	for (size_t d = 0; d < 6; d++) {
+		for (size_t c = 0; c < sizeof sl / sizeof sl[0]; c++)
+			parity1("Slice", sl[c].attrs, ALL[d], sl[c].shape, G_ANY, EXACT);
+		for (size_t c = 0; c < sizeof tr / sizeof tr[0]; c++)
+			parity1("Transpose", tr[c].attrs, ALL[d], tr[c].shape, G_ANY, EXACT);
+		parity1("Reshape", "{\"shape\":[5,-1]}", ALL[d], "10,6", G_ANY, EXACT);
+		parity1("Reshape", "{\"shape\":[0,3]}", ALL[d], "0", G_ANY, EXACT);
+		parity1("ExpandDims", "{\"axis\":1}", ALL[d], "3,4", G_ANY, EXACT);
+		parity1("Squeeze", "{}", ALL[d], "3,1,4,1", G_ANY, EXACT);
+		parity1("Identity", NULL, ALL[d], "1025", G_ANY, EXACT);
+		parity1("ZerosLike", NULL, ALL[d], "1025", G_ANY, EXACT);
+	}
+	parity1("Slice", "{\"begin\":[8],\"size\":[5]}", DG_F32, "10", G_ANY, EXACT);
+}
+
+Test(cuda, concat_matches_cpu_on_every_axis)
+{
+	static const char *const sh[][3] = {
+		{ "2,3", "4,3", "1,3" }, { "3,2", "3,5", "3,0" }, { "2,3,4", "2,1,4", "2,7,4" },
+		{ "5", "0", "1025" },
+	};
+	static const char *const ax[] = { "{\"axis\":0}", "{\"axis\":1}", "{\"axis\":1}",
+					  "{\"axis\":-1}" };
+
+	NEED_GPU();
+	for (size_t s = 0; s < 4; s++) {
+		for (size_t d = 0; d < 6; d++) {
+			struct dg_tensor *in[3] = { mk(ALL[d], sh[s][0], G_ANY),
+						    mk(ALL[d], sh[s][1], G_ANY),
+						    mk(ALL[d], sh[s][2], G_ANY) };
+			parity("Concat", ax[s], in, 3, 0, EXACT);
+			parity("Concat", ax[s], in, 1, 0, EXACT);
+			for (int i = 0; i < 3; i++)
+				dg_tensor_free(in[i]);
+		}
+	}
+}
+
+/* --- random ------------------------------------------------------------------------------ */
+
+Test(cuda, initialisers_draw_the_cpu_stream)
+{
+	static const char *const cases[][2] = {
+		{ "RandomUniform", "{\"shape\":[1001],\"seed\":7}" },
+		{ "RandomUniform", "{\"shape\":[3,333],\"seed\":-5,\"minval\":-2,\"maxval\":3.5}" },
+		{ "RandomUniform", "{\"shape\":[1001],\"dtype\":\"float64\",\"seed\":7}" },
+		{ "RandomUniform", "{\"shape\":[1001],\"dtype\":\"int32\",\"minval\":-9,"
+				   "\"maxval\":1000}" },
+		{ "RandomUniform", "{\"shape\":[999],\"dtype\":\"int64\",\"minval\":-9000000000,"
+				   "\"maxval\":9000000000,\"seed\":3}" },
+		{ "RandomUniform", "{\"shape\":[0]}" },
+		{ "GlorotUniform", "{\"shape\":[784,257],\"seed\":42}" },
+		{ "GlorotUniform", "{\"shape\":[3,3,16,33],\"dtype\":\"float64\",\"seed\":1}" },
+		{ "RandomUniform", "{\"shape\":[600011],\"seed\":123456789012}" },
+	};
+	static const char *const normals[][2] = {
+		{ "RandomNormal", "{\"shape\":[1001],\"seed\":7}" },
+		{ "RandomNormal", "{\"shape\":[1001],\"seed\":7,\"mean\":3,\"stddev\":0.5}" },
+		{ "RandomNormal", "{\"shape\":[1001],\"dtype\":\"float64\",\"seed\":9}" },
+		{ "TruncatedNormal", "{\"shape\":[4099],\"seed\":11}" },
+		{ "TruncatedNormal", "{\"shape\":[4099],\"dtype\":\"float64\",\"stddev\":2}" },
+		{ "RandomNormal", "{\"shape\":[600011],\"seed\":5}" },
+	};
+	static const uint64_t steps[] = { 0, 1, 4294967297ull };
+
+	NEED_GPU();
+	for (size_t st = 0; st < 3; st++) {
+		for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+			parity(cases[c][0], cases[c][1], NULL, 0, steps[st], EXACT);
+		for (size_t c = 0; c < sizeof normals / sizeof normals[0]; c++)
+			parity(normals[c][0], normals[c][1], NULL, 0, steps[st], ELT);
+	}
+}
+
+/* --- memory and transfers ------------------------------------------------------------------ */
+
+Test(cuda, upload_download_round_trips_every_dtype)
+{
+	NEED_GPU();
+	for (size_t d = 0; d < 6; d++) {
+		static const char *const sh[] = { "", "0", "1", "3,1025" };
+		for (int s = 0; s < 4; s++) {
+			struct dg_err err = { 0 };
+			struct dg_tensor *x = mk(ALL[d], sh[s], G_ANY), *y;
+			struct dg_cuda_tensor *g = dg_cuda_upload(S, x, &err);
+			cr_assert_not_null(g, "%s", err.msg);
+			cr_assert_eq(g->numel, x->numel);
+			y = dg_cuda_download(S, g, &err);
+			cr_assert_not_null(y, "%s", err.msg);
+			cr_assert(dg_shape_eq(&x->shape, &y->shape));
+			cr_assert_eq(y->nbytes, x->nbytes);
+			if (x->nbytes)   /* empty tensors have no data pointer */
+				cr_assert_eq(memcmp(x->data, y->data, x->nbytes), 0,
+					     "bytes differ");
+			dg_tensor_free(y);
+			dg_cuda_tensor_free(g);
+			dg_tensor_free(x);
+		}
+	}
+}
+
+Test(cuda, allocator_reuses_freed_blocks)
+{
+	struct dg_err err = { 0 };
+	void *p, *q;
+	size_t cap, cap2, cached;
+
+	NEED_GPU();
+	dg_cuda_mem_trim(0);
+	cr_assert_eq(dg_cuda_mem_alloc(0, 1000000, &p, &cap, &err), DG_OK, "%s", err.msg);
+	cr_assert_geq(cap, 1000000);
+	cr_assert_eq(cap, (size_t)1 << 20, "1e6 bytes round to the 1 MiB class, got %zu", cap);
+	dg_cuda_mem_release(0, p, cap);
+	cached = dg_cuda_mem_cached_bytes(0);
+	cr_assert_geq(cached, cap);
+	cr_assert_eq(dg_cuda_mem_alloc(0, 900000, &q, &cap2, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(q, p, "same class: the cached block comes back");
+	cr_assert_eq(dg_cuda_mem_cached_bytes(0), cached - cap);
+	dg_cuda_mem_release(0, q, cap2);
+	dg_cuda_mem_trim(0);
+	cr_assert_eq(dg_cuda_mem_cached_bytes(0), 0);
+	cr_assert_eq(dg_cuda_mem_alloc(0, 0, &p, &cap, &err), DG_OK);
+	cr_assert_null(p);
+	cr_assert_eq(cap, 0);
+}
+
+Test(cuda, unknown_op_and_wrong_device_are_refused)
+{
+	struct dg_err err = { 0 };
+	struct dg_cuda_tensor *o = NULL;
+
+	NEED_GPU();
+	cr_assert_not(dg_cuda_supports(dg_op_find("Placeholder")));
+	cr_assert_eq(dg_cuda_run(S, dg_op_find("Placeholder"), NULL, NULL, 0, &o, 1, 0, &err),
+		     DG_EUNSUPPORTED);
+	cr_assert_null(o);
+	cr_assert_not_null(strstr(err.msg, "no CUDA kernel"), "%s", err.msg);
+	struct dg_cuda_stream *bad = NULL;
+	cr_assert_eq(dg_cuda_stream_new(dg_gpu_count(), &bad, &err), DG_ENOTFOUND);
+	cr_assert_null(bad);
+}
+
+/* Runs everywhere: a build without a GPU must say so, not crash. */
+Test(cuda, no_gpu_is_reported_cleanly)
+{
+	struct dg_err err = { 0 };
+	struct dg_cuda_stream *s = NULL;
+
+	if (dg_cuda_available())
+		cr_skip_test("a GPU is present: %s", dg_gpu_describe());
+	cr_assert_neq(dg_cuda_stream_new(0, &s, &err), DG_OK);
+	cr_assert_null(s);
+	cr_assert_neq(err.msg[0], '\0');
+	cr_assert_eq(dg_gpu_count(), 0);
+}

@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# `dg submit` end to end on a real cluster of three `dg server` processes on
+# loopback (1 ps + 2 workers, ports picked first because every server needs
+# the final spec): the seed programs, --explain, placement errors, soft
+# placement, multi-step progress, .npy output, and a worker killed mid-job.
+# Usage: test_submit.sh PATH/TO/dg   (meson passes it)
+set -euo pipefail
+
+DG=${1:?usage: test_submit.sh PATH/TO/dg}
+HERE=$(cd "$(dirname "$0")" && pwd)
+EX=${DG_SOURCE_DIR:-$HERE/../..}/examples
+TMP=$(mktemp -d)
+declare -A pid=()
+
+cleanup() {
+	for p in "${pid[@]}"; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+rc=0
+
+run() {
+	rc=0
+	"$DG" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+	if grep -qE 'Sanitizer|runtime error:' "$TMP/err"; then
+		not_ok "dg $* ran without sanitizer reports"
+	fi
+}
+
+ok() {
+	passed=$((passed + 1))
+	echo "ok - $1"
+}
+
+not_ok() {
+	failed=$((failed + 1))
+	echo "FAIL - $1"
+	echo "  exit code: $rc"
+	echo "  stdout: $(head -c 800 "$TMP/out")"
+	echo "  stderr: $(head -c 800 "$TMP/err")"
+}
+
+check_out() {
+	if [[ $rc -eq $2 && "$(cat "$TMP/out")" == "$3" ]]; then ok "$1"; else not_ok "$1"; fi
+}
+
+check_err() {
+	if [[ $rc -eq $2 ]] && grep -qF -- "$3" "$TMP/err"; then ok "$1"; else not_ok "$1"; fi
+}
+
+# Three free loopback ports (bound and released: a tiny race, acceptable here).
+read -r P0 P1 P2 < <(python3 -c '
+import socket
+s = [socket.socket() for _ in range(3)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+cat >"$TMP/cluster.json" <<JSON
+{"ps": ["127.0.0.1:$P0"], "worker": ["127.0.0.1:$P1", "127.0.0.1:$P2"]}
+JSON
+
+start() {   # start NAME JOB TASK
+	"$DG" server --cluster "$TMP/cluster.json" --job "$2" --task "$3" \
+		--port-file "$TMP/$1.port" 2>"$TMP/$1.log" &
+	pid[$1]=$!
+}
+start ps ps 0
+start w0 worker 0
+start w1 worker 1
+for name in ps w0 w1; do
+	for _ in $(seq 100); do
+		[[ -s "$TMP/$name.port" ]] && break
+		sleep 0.05
+	done
+	if [[ ! -s "$TMP/$name.port" ]]; then
+		echo "server $name did not start:"; cat "$TMP/$name.log"
+		echo "0 passed, 1 failed"; exit 1
+	fi
+done
+C=(--cluster "$TMP/cluster.json")
+
+# --- the seed program -------------------------------------------------------
+run submit "$EX/seed_sum_distributed.json" "${C[@]}"
+check_out "seed_sum_distributed prints 238" 0 "238"
+
+run submit "$EX/seed_sum.json" "${C[@]}"
+check_out "examples/seed_sum.json prints 238 on a ps+worker cluster" 0 "238"
+
+run submit "$EX/seed_sum_distributed.json" "${C[@]}" --explain
+if [[ $rc -eq 0 ]] && grep -qE '^  y1 +/job:worker/task:0 ' "$TMP/out" &&
+   grep -qE '^  y2 +/job:worker/task:1 ' "$TMP/out" && [[ "$(tail -n 1 "$TMP/out")" == 238 ]] &&
+   grep -qF "key x:0->worker/1" "$TMP/out"; then
+	ok "--explain shows y1 on worker/0, y2 on worker/1, the send of x, then 238"
+else
+	not_ok "--explain shows y1 on worker/0, y2 on worker/1, the send of x, then 238"
+fi
+
+run submit "$EX/seed_sum.json" --master "127.0.0.1:$P2" --fetch y1 --fetch y2
+check_out "--master another task, two fetches" 0 $'y1:\n302\ny2:\n-64'
+
+run submit "$EX/seed_sum.json" "${C[@]}" --steps 3
+if [[ $rc -eq 0 && "$(cat "$TMP/out")" == 238 ]] && grep -qF "dg: step 3/3" "$TMP/err"; then
+	ok "--steps 3 prints plain progress lines when stderr is not a terminal"
+else
+	not_ok "--steps 3 prints plain progress lines when stderr is not a terminal"
+fi
+
+run submit "$EX/seed_sum.json" "${C[@]}" --out "$TMP/o"
+if [[ $rc -eq 0 && -s "$TMP/o/y.npy" ]] && grep -qF "wrote $TMP/o/y.npy (int32 [])" "$TMP/out"; then
+	ok "--out writes y.npy"
+else
+	not_ok "--out writes y.npy"
+fi
+
+# --- the weighted mean for several splits -------------------------------------
+HAVE_NUMPY=0
+if python3 -c 'import numpy' 2>/dev/null; then HAVE_NUMPY=1; fi
+python3 - "$TMP/x.txt" "$TMP/expect" "$HAVE_NUMPY" <<'PY'
+import random, struct, sys
+random.seed(7)
+xs = [struct.unpack('f', struct.pack('f', random.uniform(-100, 100)))[0] for _ in range(100)]
+open(sys.argv[1], 'w').write('[' + ','.join(repr(v) for v in xs) + ']')
+if sys.argv[3] == '1':
+    import numpy as np
+    m = float(np.mean(np.array(xs, dtype=np.float32)))
+else:
+    m = sum(xs) / len(xs)
+open(sys.argv[2], 'w').write(repr(m))
+PY
+[[ $HAVE_NUMPY -eq 1 ]] || echo "# note: python3 has no numpy: the expected mean is computed in plain Python"
+for k in 1 37 50 99; do
+	sed -e "s/\"size\": \[37\]/\"size\": [$k]/" -e "s/\"begin\": \[37\]/\"begin\": [$k]/" \
+		"$EX/weighted_mean_distributed.json" >"$TMP/wm_$k.json"
+	run submit "$TMP/wm_$k.json" "${C[@]}" --feed "x=$(cat "$TMP/x.txt")"
+	if [[ $rc -eq 0 ]] && python3 -c '
+import sys
+got, want = float(sys.argv[1]), float(sys.argv[2])
+sys.exit(0 if abs(got - want) <= 1e-5 * max(1.0, abs(want)) else 1)' "$(cat "$TMP/out")" "$(cat "$TMP/expect")"; then
+		ok "weighted mean with split $k/$((100 - k)) equals the mean"
+	else
+		not_ok "weighted mean with split $k/$((100 - k)) equals the mean (want $(cat "$TMP/expect"))"
+	fi
+done
+
+# --- placement errors ---------------------------------------------------------
+sed 's|/job:worker/task:1|/job:local/task:1|' "$EX/seed_sum.json" >"$TMP/local.json"
+run submit "$TMP/local.json" "${C[@]}"
+check_err "a device naming a missing job fails clearly" 2 \
+	"dg: node 'c66' is placed on /job:local/task:1, but the cluster has no job 'local' (jobs: ps, worker)"
+
+sed 's|"device": "/job:worker/task:0"}|"device": "/job:worker/task:0/gpu:0"}|' \
+	"$EX/seed_sum.json" >"$TMP/gpu.json"
+run submit "$TMP/gpu.json" "${C[@]}"
+check_err "gpu placement on a task without a GPU fails clearly" 16 \
+	"but that task has no GPU"
+run submit "$TMP/gpu.json" "${C[@]}" --soft-placement
+if [[ $rc -eq 0 && "$(cat "$TMP/out")" == 238 ]] && grep -qF "(soft placement)" "$TMP/err" &&
+   grep -qF "/job:worker/task:0/gpu:0" "$TMP/err"; then
+	ok "--soft-placement runs it on the CPU and says so"
+else
+	not_ok "--soft-placement runs it on the CPU and says so"
+fi
+
+run submit "$EX/seed_sum.json" --bogus
+check_err "unknown option is a usage error" 1 "try 'dg submit --help'"
+run submit --help
+if [[ $rc -eq 0 ]] && grep -qF "usage: dg submit GRAPH.json" "$TMP/out"; then ok "--help"; else not_ok "--help"; fi
+
+# --- a worker killed mid-job --------------------------------------------------
+rc=0
+"$DG" submit "$EX/seed_sum.json" "${C[@]}" --steps 100000000 >"$TMP/out" 2>"$TMP/err" &
+spid=$!
+sleep 1
+kill -9 "${pid[w1]}"
+wait "${pid[w1]}" 2>/dev/null || true
+unset 'pid[w1]'
+t0=$(date +%s)
+wait "$spid" || rc=$?
+t1=$(date +%s)
+if [[ $rc -ne 0 && $((t1 - t0)) -le 20 ]] && grep -qF "/job:worker/task:1 (127.0.0.1:$P2)" "$TMP/err"; then
+	ok "a worker killed mid-job fails the job naming the task (in $((t1 - t0)) s)"
+	echo "# $(head -n 1 "$TMP/err")"
+else
+	not_ok "a worker killed mid-job fails the job naming the task"
+fi
+run submit "$EX/seed_sum.json" "${C[@]}"
+check_err "an unreachable task at submit time is reported by address" 10 \
+	"task /job:worker/task:1 (127.0.0.1:$P2) does not answer"
+
+# --- the servers stop cleanly (SIGTERM), without sanitizer reports -------------
+clean=1
+for name in ps w0; do
+	kill "${pid[$name]}" 2>/dev/null || true
+	wait "${pid[$name]}" 2>/dev/null || clean=0
+	unset "pid[$name]"
+	if grep -qE 'Sanitizer|runtime error:' "$TMP/$name.log"; then
+		clean=0
+		head -c 2000 "$TMP/$name.log"
+	fi
+done
+if [[ $clean -eq 1 ]]; then ok "ps and worker/0 stop cleanly without sanitizer reports"; else
+	not_ok "ps and worker/0 stop cleanly without sanitizer reports"; fi
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]

@@ -1,0 +1,37 @@
+#!/bin/sh
+# The one prepared check for a lent GPU machine (issue 7): configure a fresh
+# build with -Dcuda=enabled, build, run the CUDA parity suite, then the whole
+# suite, then bench_cuda, printing everything. Sized for ~8 minutes on 16 cores.
+# Usage: tools/gpu_check.sh [build-dir]   (default build-gpu; run from the repo root)
+set -u
+B=${1:-build-gpu}
+JOBS=$(nproc 2>/dev/null || echo 4)
+step() { printf '\n===== %s (%s) =====\n' "$1" "$(date +%T)"; }
+fail=0
+
+step "machine"
+nvidia-smi --query-gpu=name,memory.total,compute_cap,driver_version --format=csv 2>&1 || true
+/usr/local/cuda/bin/nvcc --version | tail -2
+export PATH=/usr/local/cuda/bin:$PATH
+
+step "configure $B (-Dcuda=enabled)"
+rm -rf "$B"
+meson setup "$B" -Dcuda=enabled -Dbuildtype=release || exit 1
+
+step "build (-j$JOBS)"
+ninja -C "$B" -j"$JOBS" || exit 1
+"$B"/cli/dg --version
+
+step "meson test --suite cuda"
+meson test -C "$B" --suite cuda --print-errorlogs --timeout-multiplier 2 || fail=1
+# Criterion's own report with every test's line (skips would show here).
+"$B"/test/test_parity --verbose --short-filename 2>&1 | tail -40
+
+step "whole suite"
+meson test -C "$B" --num-processes "$JOBS" --print-errorlogs || fail=1
+
+step "bench_cuda"
+timeout 240 "$B"/bench/bench_cuda || fail=1
+
+step "done: $([ $fail = 0 ] && echo 'all passed' || echo 'FAILURES above')"
+exit $fail

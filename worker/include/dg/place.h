@@ -1,0 +1,100 @@
+/* Placement and partitioning for the master: pure functions from a validated
+ * graph and a cluster spec to one task per node, then to one fragment (a graph
+ * document in the format of doc/graph-format.md) per task, with _Send/_Recv
+ * pairs on crossing edges, VarRead/VarInit for variables, feed and fetch keys.
+ * No I/O: the master (master.c, jobs.c) ships what these functions build. */
+#ifndef DG_PLACE_H
+#define DG_PLACE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "dg/cluster.h"
+#include "dg/graph.h"
+
+/* The user-level op "Variable" (attrs var, dtype, shape, init, scale, seed):
+ * a tensor held by a ps task. Only the master knows it; fragments carry
+ * VarInit/VarRead instead. */
+const struct dg_op_def *place_variable_op(void);
+/* The lookup the master parses submitted graphs with: "Variable", then the
+ * kernel registry (dg_op_find). Thread-safe. */
+const struct dg_op_def *master_op_find(const char *name);
+
+enum place_vars {
+	PLACE_VARS_BYTES = 0,        /* fewest bytes first (VariableDeviceChooser), the default */
+	PLACE_VARS_ROUND_ROBIN,
+};
+
+struct place_opts {
+	bool soft_placement;         /* gpu on a task without one: CPU instead of an error */
+	enum place_vars vars;
+	const int64_t *task_bytes;   /* per cluster task: bytes it holds now; NULL = all 0 */
+	const bool *task_gpu;        /* per cluster task: has a GPU; NULL = none has */
+};
+
+struct placement {
+	int n_nodes;
+	int *task;                   /* owned; per node: index into cluster->tasks */
+	const char **why;            /* owned array of static strings: "explicit", "cost", ... */
+	bool *soft;                  /* owned; per node: asked for a GPU, moved to the CPU */
+};
+
+/* Place every node of g (borrowed) on a task of c. Rules (doc/graph-execution.md):
+ * explicit devices first, partial specs filled in, Variables on the ps tasks,
+ * the rest by a cost model with colocation. On DG_OK *out is filled (release with
+ * placement_deinit). Errors name the node and its device: DG_EINVAL for a job or
+ * task the cluster lacks or a malformed device; DG_EUNSUPPORTED for a GPU no task
+ * has (unless opts->soft_placement). Thread-safe (no shared state). */
+enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
+			   const struct place_opts *opts, struct placement *out,
+			   struct dg_err *err);
+void placement_deinit(struct placement *p);
+
+struct place_fragment {
+	int task;                    /* index into cluster->tasks */
+	json_t *doc;                 /* owned: {"version":1,"nodes":[...]} */
+	int n_nodes;
+};
+
+struct place_feed {
+	char *ref;                   /* owned, as given ("x" or "x:0") */
+	int task;                    /* task whose rendezvous gets it; -1: no fetch needs it */
+	char *key;                   /* owned: "feed:<node>" */
+};
+
+struct partition {
+	int n_frags;
+	struct place_fragment *frags;   /* owned; the step fragments, by task index */
+	int n_init;
+	struct place_fragment *init;    /* owned; VarInit fragments, run once before step 1 */
+	int n_feeds;
+	struct place_feed *feeds;       /* owned; in the order given */
+	int n_fetch;
+	char **fetch_keys;              /* owned; "fetch:<ref>", delivered to master_task */
+};
+
+/* Cut g into fragments following p. Only nodes the fetches need are kept.
+ * feeds/fetch are refs "node" or "node:k" (fetch NULL/0 = the graph's fetch
+ * list); a fed node becomes a _Recv of "feed:<node>" on its task; every
+ * fetched value gets a _Send of "fetch:<ref>" to master_task; every tensor that
+ * crosses tasks is sent once per destination task ("<node>:<k>-><job>/<index>")
+ * however many consumers read it there. Errors: DG_ENOTFOUND / DG_EINVAL for
+ * bad refs, a needed Placeholder not fed, a fed node with several outputs.
+ * On DG_OK *out is owned by the caller (partition_deinit). */
+enum dg_status place_partition(const struct dg_graph *g, const struct dg_cluster *c,
+			       const struct placement *p, int master_task,
+			       const char *const *feeds, int n_feeds,
+			       const char *const *fetch, int n_fetch,
+			       struct partition *out, struct dg_err *err);
+void partition_deinit(struct partition *part);
+
+/* The device string of task t: "/job:worker/task:1". Writes into buf. */
+void place_device_name(const struct dg_cluster *c, int t, char *buf, size_t n);
+/* Human-readable placement (node -> device, with why) and fragments (nodes,
+ * sends, recvs). Owned string (free()) or NULL on out of memory. */
+char *place_explain(const struct dg_graph *g, const struct dg_cluster *c,
+		    const struct placement *p, const struct partition *part);
+
+#endif

@@ -1,0 +1,63 @@
+/* The rendezvous of one task: tensors sent to this task for a step wait here,
+ * keyed by (step id, key), until the _Recv (or the master's fetch) that wants
+ * them takes them. Step ids keep concurrent steps apart; aborting a step
+ * releases every waiter with DG_ECANCELED and refuses later traffic for it. */
+#ifndef DG_RENDEZVOUS_H
+#define DG_RENDEZVOUS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dg/tensor.h"
+
+/* Keys: 1..DG_RV_KEY_MAX bytes of [A-Za-z0-9_.:/>-]. */
+#define DG_RV_KEY_MAX 512
+/* Aborted step ids remembered (oldest forgotten first). */
+#define DG_RV_ABORTED_KEEP 4096
+
+struct dg_rendezvous;
+
+/* Owned (dg_rendezvous_free) or NULL when out of memory. */
+struct dg_rendezvous *dg_rendezvous_new(void);
+/* Frees the tensors still held. No thread may be waiting (call
+ * dg_rendezvous_close first when some might be). NULL is fine. */
+void dg_rendezvous_free(struct dg_rendezvous *rv);
+
+/* DG_EINVAL naming key when it is not a valid key (see above). */
+enum dg_status dg_rendezvous_key_check(const char *key, struct dg_err *err);
+
+/* Deposit t (takes ownership, also on error) for (step, key) and wake its
+ * waiter. DG_ECANCELED when the step was aborted, DG_EEXIST when the key is
+ * already waiting to be taken, DG_EUNAVAILABLE after close. Thread-safe. */
+enum dg_status dg_rendezvous_put(struct dg_rendezvous *rv, uint64_t step, const char *key,
+				 struct dg_tensor *t, struct dg_err *err);
+
+/* Wait up to timeout_ms (0: just look) for (step, key), remove it and give it
+ * to *out (owned). DG_ETIMEOUT naming key and step, DG_ECANCELED ("step 17 was
+ * aborted: REASON") when the step is or becomes aborted, DG_EUNAVAILABLE after
+ * close. Thread-safe; several threads may wait on different keys. */
+enum dg_status dg_rendezvous_take(struct dg_rendezvous *rv, uint64_t step, const char *key,
+				  int64_t timeout_ms, struct dg_tensor **out, struct dg_err *err);
+
+/* Like take for whichever of keys[0..n) arrives first (the executor uses it so
+ * that one thread never waits on one key while another has arrived). *which
+ * gets the index. Errors as take, naming the first key and the count. */
+enum dg_status dg_rendezvous_take_any(struct dg_rendezvous *rv, uint64_t step,
+				      const char *const *keys, int n, int64_t timeout_ms,
+				      int *which, struct dg_tensor **out, struct dg_err *err);
+
+/* Abort step: drop its tensors, wake its waiters with DG_ECANCELED carrying
+ * reason (copied; NULL = "no reason given") and refuse later put/take for it.
+ * Idempotent (the first reason stays). Thread-safe. */
+void dg_rendezvous_abort(struct dg_rendezvous *rv, uint64_t step, const char *reason);
+/* True when step was aborted (and is still remembered). */
+bool dg_rendezvous_is_aborted(struct dg_rendezvous *rv, uint64_t step);
+/* The step is over: drop any tensors left for it (not taken). Thread-safe. */
+void dg_rendezvous_finish(struct dg_rendezvous *rv, uint64_t step);
+/* Shut down: every waiter returns DG_EUNAVAILABLE at once, later calls too.
+ * Thread-safe; used before stopping the server that feeds the rendezvous. */
+void dg_rendezvous_close(struct dg_rendezvous *rv);
+/* Tensors currently held (all steps), for tests and metrics. */
+int dg_rendezvous_count(struct dg_rendezvous *rv);
+
+#endif

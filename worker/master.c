@@ -1,0 +1,237 @@
+/* The master's HTTP routes (POST /v1/jobs and friends, doc/http-api.md
+ * "Executor and master") and its state: thin handlers that parse the request,
+ * call the job table (jobs.c) and encode the reply. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "dg/buf.h"
+#include "dg/codec.h"
+#include "master_internal.h"
+
+#define EVENTS_MAX_WAIT_MS 60000
+
+static enum dg_status reply_status(struct master *m, const char *id, int code,
+				   struct dg_http_resp *w, struct dg_err *err)
+{
+	json_t *o = master_job_status(m, id, true, err);
+
+	if (!o)
+		return err ? err->code : DG_ENOTFOUND;
+	dg_http_set_json(w, code, o);
+	return DG_OK;
+}
+
+static enum dg_status h_submit(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			       struct dg_err *err)
+{
+	struct master *m = ctx;
+	size_t len = 0;
+	const void *body = dg_http_body(r, &len);
+	json_error_t je;
+	json_t *doc = json_loadb(body ? body : "", len, 0, &je);
+	char id[16];
+	enum dg_status st;
+
+	if (!doc) {
+		dg_err_set(err, DG_EINVAL, "job is not valid JSON: %s (line %d, column %d)",
+			   je.text, je.line, je.column);
+		return DG_EINVAL;
+	}
+	st = master_job_submit(m, doc, id, sizeof id, err);
+	json_decref(doc);
+	if (st != DG_OK)
+		return st;
+	return reply_status(m, id, 201, w, err);
+}
+
+static enum dg_status h_list(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			     struct dg_err *err)
+{
+	(void)r;
+	(void)err;
+	dg_http_set_json(w, 200, json_pack("{s:o}", "jobs", master_job_list(ctx)));
+	return DG_OK;
+}
+
+static enum dg_status h_status(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			       struct dg_err *err)
+{
+	return reply_status(ctx, dg_http_param(r, "id"), 200, w, err);
+}
+
+static enum dg_status h_cancel(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			       struct dg_err *err)
+{
+	enum dg_status st = master_job_cancel(ctx, dg_http_param(r, "id"), err);
+
+	return st != DG_OK ? st : reply_status(ctx, dg_http_param(r, "id"), 200, w, err);
+}
+
+static enum dg_status h_start(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			      struct dg_err *err)
+{
+	enum dg_status st = master_job_start(ctx, dg_http_param(r, "id"), err);
+
+	return st != DG_OK ? st : reply_status(ctx, dg_http_param(r, "id"), 200, w, err);
+}
+
+/* A tensor from a request body: .npy (Content-Type application/x-npy) or raw
+ * bytes described by Dg-Dtype and Dg-Shape. Owned or NULL with *err. */
+static struct dg_tensor *body_tensor(struct dg_http_req *r, struct dg_err *err)
+{
+	const char *ct = dg_http_header(r, "Content-Type");
+	const char *dt_s = dg_http_header(r, "Dg-Dtype"), *shape_s = dg_http_header(r, "Dg-Shape");
+	size_t len = 0;
+	const void *body = dg_http_body(r, &len);
+	enum dg_dtype dt;
+	struct dg_shape shape;
+
+	if (ct && strncmp(ct, "application/x-npy", 17) == 0)
+		return dg_npy_decode(body ? body : "", len, err);
+	if (!dt_s || !shape_s) {
+		dg_err_set(err, DG_EINVAL, "a raw feed needs Dg-Dtype and Dg-Shape headers");
+		dg_err_hint(err, "or send .npy with Content-Type: application/x-npy");
+		return NULL;
+	}
+	if (dg_dtype_parse(dt_s, &dt, err) != DG_OK ||
+	    dg_shape_parse(shape_s, &shape, err) != DG_OK)
+		return NULL;
+	return dg_raw_decode(body ? body : "", len, dt, &shape, err);
+}
+
+static enum dg_status h_feed(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			     struct dg_err *err)
+{
+	struct dg_tensor *t = body_tensor(r, err);
+
+	if (!t)
+		return err ? err->code : DG_EINVAL;
+	enum dg_status st = master_job_feed(ctx, dg_http_param(r, "id"), dg_http_param(r, "name"),
+					    t, err);
+	if (st == DG_OK)
+		dg_http_set_status(w, 204);
+	return st;
+}
+
+static enum dg_status h_events(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			       struct dg_err *err)
+{
+	int64_t from, wait_ms, next = 0;
+	bool over = false;
+	char buf[32];
+	enum dg_status st;
+
+	if ((st = dg_http_query_int(r, "from", 0, &from, err)) != DG_OK ||
+	    (st = dg_http_query_int(r, "timeout_ms", 10000, &wait_ms, err)) != DG_OK)
+		return st;
+	if (wait_ms < 0 || wait_ms > EVENTS_MAX_WAIT_MS)
+		return dg_err_set(err, DG_EINVAL, "timeout_ms must be from 0 to %d",
+				  EVENTS_MAX_WAIT_MS);
+	st = master_job_events(ctx, dg_http_param(r, "id"), from, wait_ms,
+			       dg_http_body_buf(w, "application/x-ndjson"), &next, &over, err);
+	if (st != DG_OK)
+		return st;
+	snprintf(buf, sizeof buf, "%" PRId64, next);
+	dg_http_add_header(w, "Dg-Count", buf);
+	dg_http_add_header(w, "Dg-Job-Over", over ? "1" : "0");
+	return DG_OK;
+}
+
+/* The fetched value: raw (Dg-Dtype, Dg-Shape) unless Accept asks for .npy or text. */
+static enum dg_status h_result(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			       struct dg_err *err)
+{
+	const char *acc = dg_http_header(r, "Accept");
+	struct dg_tensor *t = NULL;
+	enum dg_status st = master_job_result(ctx, dg_http_param(r, "id"),
+					      dg_http_param(r, "name"), &t, err);
+	char shape[200] = "";
+
+	if (st != DG_OK)
+		return st;
+	if (acc && strstr(acc, "application/x-npy")) {
+		st = dg_npy_encode(t, dg_http_body_buf(w, "application/x-npy"), err);
+	} else if (acc && strstr(acc, "text/plain")) {
+		st = dg_text_encode(t, dg_http_body_buf(w, "text/plain"), err);
+	} else {
+		for (int d = 0; d < t->shape.ndim; d++)
+			snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%" PRId64,
+				 d ? "," : "", t->shape.dim[d]);
+		dg_http_add_header(w, "Dg-Dtype", dg_dtype_name(t->dtype));
+		dg_http_add_header(w, "Dg-Shape", t->shape.ndim ? shape : "[]");
+		st = dg_buf_append(dg_http_body_buf(w, "application/octet-stream"), t->data,
+				   t->nbytes, err);
+	}
+	dg_tensor_free(t);
+	return st;
+}
+
+static const struct dg_route master_routes[] = {
+	{ "POST", "/v1/jobs", h_submit, "submit a graph: place, partition, run (JSON job)" },
+	{ "GET", "/v1/jobs", h_list, "list the jobs of this master" },
+	{ "GET", "/v1/jobs/{id}", h_status, "a job's state, steps, error, placement, timings" },
+	{ "DELETE", "/v1/jobs/{id}", h_cancel, "cancel a job (aborts its step on every task)" },
+	{ "POST", "/v1/jobs/{id}/start", h_start, "start a job created with \"start\": false" },
+	{ "PUT", "/v1/jobs/{id}/feeds/{name...}", h_feed, "upload a feed (raw or .npy)" },
+	{ "GET", "/v1/jobs/{id}/events", h_events, "progress as JSON lines (long poll)" },
+	{ "GET", "/v1/jobs/{id}/results/{name...}", h_result, "a fetched value (raw/npy/text)" },
+};
+
+struct master *master_new(const struct master_config *cfg, struct worker *w,
+			  struct dg_err *err)
+{
+	struct master *m = calloc(1, sizeof *m);
+	uint64_t r = 0;
+
+	if (!m)
+		return dg_err_set(err, DG_ENOMEM, "out of memory"), NULL;
+	m->cluster = cfg->cluster;
+	m->job = strdup(cfg->job ? cfg->job : "worker");
+	m->task = cfg->task;
+	m->token = cfg->token ? strdup(cfg->token) : NULL;
+	m->soft_placement = cfg->soft_placement;
+	m->w = w;
+	m->jobs = calloc(MASTER_MAX_JOBS, sizeof *m->jobs);
+	if (!m->job || (cfg->token && !m->token) || !m->jobs || !cfg->cluster || !w) {
+		free(m->job);
+		free(m->token);
+		free(m->jobs);
+		free(m);
+		return dg_err_set(err, cfg->cluster && w ? DG_ENOMEM : DG_EINVAL,
+				  "master_new: needs a cluster and a worker"), NULL;
+	}
+	/* Step ids: 22 random bits per master above a 40-bit counter, so steps of
+	 * masters on different tasks (and restarts) do not collide; below 2^63
+	 * because JSON integers (jansson) are signed 64-bit. */
+	if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+		r = (uint64_t)time(NULL) * 2654435761u;
+	m->step_base = (r & 0x3fffff0000000000ull) | ((uint64_t)1 << 62);
+	pthread_mutex_init(&m->mu, NULL);
+	pthread_cond_init(&m->cv, NULL);
+	m->group = (struct dg_route_group){ master_routes,
+					    (int)(sizeof master_routes / sizeof master_routes[0]),
+					    m };
+	return m;
+}
+
+const struct dg_route_group *master_route_group(struct master *m)
+{
+	return &m->group;
+}
+
+void master_free(struct master *m)
+{
+	if (!m)
+		return;
+	master_jobs_free(m);
+	pthread_cond_destroy(&m->cv);
+	pthread_mutex_destroy(&m->mu);
+	free(m->jobs);
+	free(m->job);
+	free(m->token);
+	free(m);
+}

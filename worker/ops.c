@@ -1,0 +1,283 @@
+/* The worker-only ops of fragments (_Send, _Recv, VarRead, VarApply, VarInit):
+ * their schemas and inference, which check every attr when a fragment is
+ * registered, and worker_op_find, which tries them before the registry. They
+ * have no kernel: the executor (executor.c) runs them, since they need the
+ * step, the rendezvous and the network. */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "dg/client.h"
+#include "dg/kernels.h"
+
+/* "host:port" with a port in 1..65535. */
+static enum dg_status check_address(const char *what, const char *addr, struct dg_err *err)
+{
+	char host[256];
+	int port = 0;
+
+	if (dg_split_host_port(addr, host, sizeof host, &port, err) != DG_OK || port <= 0 ||
+	    port > 65535 || !host[0]) {
+		dg_err_set(err, DG_EINVAL, "attr '%s' must be \"host:port\", got '%.80s'", what,
+			   addr);
+		return DG_EINVAL;
+	}
+	return DG_OK;
+}
+
+static enum dg_status infer_send(struct dg_infer_ctx *c)
+{
+	const char *key, *to;
+
+	if (dg_attr_string(c->attrs, "key", NULL, &key, c->err) != DG_OK ||
+	    dg_attr_string(c->attrs, "to", NULL, &to, c->err) != DG_OK)
+		return c->err->code;
+	if (dg_rendezvous_key_check(key, c->err) != DG_OK)
+		return c->err->code;
+	return check_address("to", to, c->err);
+}
+
+/* dtype + shape attrs into out (shape may be partial when allow_unknown). */
+static enum dg_status typed_output(struct dg_infer_ctx *c, bool allow_unknown)
+{
+	if (dg_attr_dtype(c->attrs, "dtype", NULL, &c->out[0].dtype, c->err) != DG_OK)
+		return c->err->code;
+	return dg_attr_shape(c->attrs, "shape", !allow_unknown, allow_unknown, &c->out[0].shape,
+			     c->err);
+}
+
+static enum dg_status infer_recv(struct dg_infer_ctx *c)
+{
+	const char *key;
+
+	if (dg_attr_string(c->attrs, "key", NULL, &key, c->err) != DG_OK ||
+	    dg_rendezvous_key_check(key, c->err) != DG_OK)
+		return c->err->code;
+	return typed_output(c, true);
+}
+
+/* "var" and "ps": a valid variable name on a "host:port". */
+static enum dg_status check_var(struct dg_infer_ctx *c)
+{
+	const char *var, *ps;
+
+	if (dg_attr_string(c->attrs, "var", NULL, &var, c->err) != DG_OK ||
+	    dg_attr_string(c->attrs, "ps", NULL, &ps, c->err) != DG_OK)
+		return c->err->code;
+	if (dg_var_name_check(var, c->err) != DG_OK) {
+		dg_err_prefix(c->err, "attr 'var'");
+		return c->err->code;
+	}
+	return check_address("ps", ps, c->err);
+}
+
+static enum dg_status infer_var_read(struct dg_infer_ctx *c)
+{
+	if (check_var(c) != DG_OK)
+		return c->err->code;
+	return typed_output(c, true);
+}
+
+static void version_output(struct dg_infer_ctx *c)
+{
+	c->out[0].dtype = DG_I64;
+	c->out[0].shape.ndim = 0;
+}
+
+static enum dg_status infer_var_apply(struct dg_infer_ctx *c)
+{
+	static const char *const rules[] = { "assign", "assign_add", "sgd", "momentum", "adam" };
+	static const char *const num[] = { "lr", "momentum", "beta1", "beta2", "eps" };
+	const char *rule;
+	double v;
+	bool known = false;
+
+	if (check_var(c) != DG_OK ||
+	    dg_attr_string(c->attrs, "rule", NULL, &rule, c->err) != DG_OK)
+		return c->err->code;
+	for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
+		known |= strcmp(rule, rules[i]) == 0;
+	if (!known) {
+		dg_err_set(c->err, DG_EINVAL, "attr 'rule' is '%.40s'", rule);
+		dg_err_hint(c->err, "rules: assign, assign_add, sgd, momentum, adam");
+		return DG_EINVAL;
+	}
+	for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
+		double zero = 0;
+		if (dg_attr_float(c->attrs, num[i], &zero, &v, c->err) != DG_OK)
+			return c->err->code;
+		if (!isfinite(v) || v < 0)
+			return dg_err_set(c->err, DG_EINVAL, "attr '%s' must be a finite number "
+					  ">= 0, got %g", num[i], v);
+	}
+	version_output(c);
+	return DG_OK;
+}
+
+static enum dg_status infer_var_init(struct dg_infer_ctx *c)
+{
+	static const char *const inits[] = { "zeros", "ones", "uniform", "normal", "glorot" };
+	const char *init;
+	struct dg_shape shape;
+	enum dg_dtype dt;
+	int64_t numel, seed, zero = 0;
+	double scale, one = 1;
+	bool known = false;
+
+	if (check_var(c) != DG_OK ||
+	    dg_attr_dtype(c->attrs, "dtype", NULL, &dt, c->err) != DG_OK ||
+	    dg_attr_shape(c->attrs, "shape", true, false, &shape, c->err) != DG_OK ||
+	    dg_shape_numel(&shape, &numel, c->err) != DG_OK ||
+	    dg_attr_string(c->attrs, "init", "zeros", &init, c->err) != DG_OK ||
+	    dg_attr_float(c->attrs, "scale", &one, &scale, c->err) != DG_OK ||
+	    dg_attr_int(c->attrs, "seed", &zero, &seed, c->err) != DG_OK)
+		return c->err->code;
+	for (size_t i = 0; i < sizeof inits / sizeof *inits; i++)
+		known |= strcmp(init, inits[i]) == 0;
+	if (!known) {
+		dg_err_set(c->err, DG_EINVAL, "attr 'init' is '%.40s'", init);
+		dg_err_hint(c->err, "initialisers: zeros, ones, uniform, normal, glorot");
+		return DG_EINVAL;
+	}
+	if (!isfinite(scale))
+		return dg_err_set(c->err, DG_EINVAL, "attr 'scale' must be finite");
+	version_output(c);
+	return DG_OK;
+}
+
+static const struct dg_attr_spec send_attrs[] = {
+	{ "key", DG_ATTR_STRING, true, "the tensor's name within the step" },
+	{ "to", DG_ATTR_STRING, true, "host:port of the receiving task" },
+	{ NULL, 0, false, NULL },
+};
+static const struct dg_attr_spec recv_attrs[] = {
+	{ "key", DG_ATTR_STRING, true, "the tensor's name within the step" },
+	{ "dtype", DG_ATTR_DTYPE, true, "the expected dtype" },
+	{ "shape", DG_ATTR_SHAPE, false, "the expected shape (-1: any size)" },
+	{ NULL, 0, false, NULL },
+};
+static const struct dg_attr_spec var_read_attrs[] = {
+	{ "var", DG_ATTR_STRING, true, "variable name" },
+	{ "ps", DG_ATTR_STRING, true, "host:port of the ps holding it" },
+	{ "dtype", DG_ATTR_DTYPE, true, "the variable's dtype" },
+	{ "shape", DG_ATTR_SHAPE, false, "the variable's shape" },
+	{ NULL, 0, false, NULL },
+};
+static const struct dg_attr_spec var_apply_attrs[] = {
+	{ "var", DG_ATTR_STRING, true, "variable name" },
+	{ "ps", DG_ATTR_STRING, true, "host:port of the ps holding it" },
+	{ "rule", DG_ATTR_STRING, true, "assign, assign_add, sgd, momentum or adam" },
+	{ "lr", DG_ATTR_FLOAT, false, "learning rate" },
+	{ "momentum", DG_ATTR_FLOAT, false, "momentum" },
+	{ "nesterov", DG_ATTR_BOOL, false, "Nesterov momentum" },
+	{ "beta1", DG_ATTR_FLOAT, false, "adam beta1" },
+	{ "beta2", DG_ATTR_FLOAT, false, "adam beta2" },
+	{ "eps", DG_ATTR_FLOAT, false, "adam epsilon" },
+	{ NULL, 0, false, NULL },
+};
+static const struct dg_attr_spec var_init_attrs[] = {
+	{ "var", DG_ATTR_STRING, true, "variable name" },
+	{ "ps", DG_ATTR_STRING, true, "host:port of the ps holding it" },
+	{ "dtype", DG_ATTR_DTYPE, true, "dtype" },
+	{ "shape", DG_ATTR_SHAPE, true, "shape (fully known)" },
+	{ "init", DG_ATTR_STRING, false, "zeros (default), ones, uniform, normal, glorot" },
+	{ "scale", DG_ATTR_FLOAT, false, "range, stddev or glorot gain (default 1)" },
+	{ "seed", DG_ATTR_INT, false, "random seed (default 0)" },
+	{ NULL, 0, false, NULL },
+};
+
+static const struct dg_op_def worker_ops[] = {
+	{ .name = "_Send", .min_inputs = 1, .max_inputs = 1, .n_outputs = 0,
+	  .attrs = send_attrs, .infer = infer_send, .flags = DG_OPF_STATEFUL,
+	  .doc = "push the input to another task's rendezvous (worker fragments only)" },
+	{ .name = "_Recv", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
+	  .attrs = recv_attrs, .infer = infer_recv, .flags = DG_OPF_SOURCE | DG_OPF_STATEFUL,
+	  .doc = "wait for a tensor sent to this task in this step" },
+	{ .name = "VarRead", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
+	  .attrs = var_read_attrs, .infer = infer_var_read,
+	  .flags = DG_OPF_SOURCE | DG_OPF_STATEFUL, .doc = "read a variable from its ps" },
+	{ .name = "VarApply", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
+	  .attrs = var_apply_attrs, .infer = infer_var_apply, .flags = DG_OPF_STATEFUL,
+	  .doc = "apply an update rule to a variable on its ps; outputs the new version" },
+	{ .name = "VarInit", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
+	  .attrs = var_init_attrs, .infer = infer_var_init,
+	  .flags = DG_OPF_SOURCE | DG_OPF_STATEFUL,
+	  .doc = "create a variable on its ps unless it exists; outputs its version" },
+};
+#define N_WORKER_OPS ((int)(sizeof worker_ops / sizeof *worker_ops))
+
+const struct dg_op_def *worker_op_find(const char *name)
+{
+	if (!name)
+		return NULL;
+	for (int i = 0; i < N_WORKER_OPS; i++)
+		if (strcmp(worker_ops[i].name, name) == 0)
+			return &worker_ops[i];
+	return dg_op_find(name);
+}
+
+enum worker_opkind worker_op_kind(const struct dg_op_def *op)
+{
+	if (op < worker_ops || op >= worker_ops + N_WORKER_OPS)
+		return WOP_NONE;
+	return (enum worker_opkind)(WOP_SEND + (op - worker_ops));
+}
+
+/* splitmix64: a small, well-mixed generator; reproducible from the seed. */
+static uint64_t next_u64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1): never 0, so log() below is finite. */
+static double next_unit(uint64_t *s)
+{
+	return ((double)(next_u64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+struct dg_tensor *worker_init_tensor(const json_t *attrs, struct dg_err *err)
+{
+	const char *init;
+	struct dg_shape shape;
+	enum dg_dtype dt;
+	int64_t seed, zero = 0;
+	double scale, one = 1, limit;
+	struct dg_tensor *t;
+
+	if (dg_attr_dtype(attrs, "dtype", NULL, &dt, err) != DG_OK ||
+	    dg_attr_shape(attrs, "shape", true, false, &shape, err) != DG_OK ||
+	    dg_attr_string(attrs, "init", "zeros", &init, err) != DG_OK ||
+	    dg_attr_float(attrs, "scale", &one, &scale, err) != DG_OK ||
+	    dg_attr_int(attrs, "seed", &zero, &seed, err) != DG_OK)
+		return NULL;
+	if (!(t = dg_tensor_new(dt, &shape, err)) || strcmp(init, "zeros") == 0)
+		return t;
+	uint64_t s = (uint64_t)seed;
+	if (strcmp(init, "glorot") == 0) {
+		/* fan_in, fan_out: the last two dims (a vector: both its size). */
+		double fan_in = shape.ndim >= 2 ? (double)shape.dim[shape.ndim - 2] :
+				shape.ndim == 1 ? (double)shape.dim[0] : 1;
+		double fan_out = shape.ndim >= 1 ? (double)shape.dim[shape.ndim - 1] : 1;
+		limit = fan_in + fan_out > 0 ? scale * sqrt(6.0 / (fan_in + fan_out)) : 0;
+	} else {
+		limit = scale;
+	}
+	for (int64_t i = 0; i < t->numel; i++) {
+		double v;
+		if (strcmp(init, "ones") == 0) {
+			v = 1;
+		} else if (strcmp(init, "normal") == 0) {
+			double u1 = next_unit(&s), u2 = next_unit(&s);
+			v = scale * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+		} else {
+			v = limit * (2.0 * next_unit(&s) - 1.0);
+		}
+		dg_tensor_set_f64(t, i, v);
+	}
+	return t;
+}

@@ -1,0 +1,339 @@
+/* The rendezvous (dg/rendezvous.h): a hash table of (step, key) -> tensor
+ * under one mutex, one condition variable (CLOCK_MONOTONIC) broadcast on every
+ * put, abort and close, and a ring of the last aborted step ids with their
+ * reasons. Waiters re-check their keys on every wake: puts are rare compared
+ * with the work they carry, so a broadcast per put costs nothing measurable. */
+#include "dg/rendezvous.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define N_BUCKETS 1024
+
+struct entry {
+	struct entry *next;
+	uint64_t step;
+	struct dg_tensor *t;            /* owned */
+	char key[];                     /* NUL-terminated */
+};
+
+struct aborted {
+	uint64_t step;
+	char reason[160];
+};
+
+struct dg_rendezvous {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct entry *buckets[N_BUCKETS];
+	int count;
+	bool closed;
+	struct aborted *ring;           /* DG_RV_ABORTED_KEEP slots */
+	int ring_n, ring_next;
+};
+
+static uint64_t hash(uint64_t step, const char *key)
+{
+	uint64_t h = 1469598103934665603ull ^ (step * 0x9e3779b97f4a7c15ull);
+
+	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return h;
+}
+
+struct dg_rendezvous *dg_rendezvous_new(void)
+{
+	struct dg_rendezvous *rv = calloc(1, sizeof *rv);
+	pthread_condattr_t ca;
+
+	if (!rv)
+		return NULL;
+	rv->ring = calloc(DG_RV_ABORTED_KEEP, sizeof *rv->ring);
+	if (!rv->ring) {
+		free(rv);
+		return NULL;
+	}
+	pthread_mutex_init(&rv->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&rv->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	return rv;
+}
+
+void dg_rendezvous_free(struct dg_rendezvous *rv)
+{
+	if (!rv)
+		return;
+	for (int b = 0; b < N_BUCKETS; b++) {
+		for (struct entry *e = rv->buckets[b], *next; e; e = next) {
+			next = e->next;
+			dg_tensor_free(e->t);
+			free(e);
+		}
+	}
+	pthread_cond_destroy(&rv->cv);
+	pthread_mutex_destroy(&rv->mu);
+	free(rv->ring);
+	free(rv);
+}
+
+enum dg_status dg_rendezvous_key_check(const char *key, struct dg_err *err)
+{
+	size_t n = key ? strlen(key) : 0;
+
+	if (n == 0 || n > DG_RV_KEY_MAX) {
+		dg_err_set(err, DG_EINVAL, "tensor key of %zu bytes: it must have 1 to %d", n,
+			   DG_RV_KEY_MAX);
+		return DG_EINVAL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = key[i];
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    strchr("_.:/>-", c))
+			continue;
+		dg_err_set(err, DG_EINVAL, "tensor key '%.64s' has the character 0x%02x at %zu",
+			   key, (unsigned char)c, i);
+		dg_err_hint(err, "keys are made of A-Z a-z 0-9 _ . : / > -");
+		return DG_EINVAL;
+	}
+	return DG_OK;
+}
+
+/* Under mu: the ring slot of an aborted step, or NULL. */
+static const struct aborted *find_aborted(const struct dg_rendezvous *rv, uint64_t step)
+{
+	for (int i = 0; i < rv->ring_n; i++)
+		if (rv->ring[i].step == step)
+			return &rv->ring[i];
+	return NULL;
+}
+
+/* Under mu: the refusal for step, if any (closed or aborted). */
+static enum dg_status refused(const struct dg_rendezvous *rv, uint64_t step, struct dg_err *err)
+{
+	const struct aborted *a;
+
+	if (rv->closed)
+		return dg_err_set(err, DG_EUNAVAILABLE, "step %" PRIu64 ": this task is "
+				  "shutting down", step);
+	if ((a = find_aborted(rv, step)))
+		return dg_err_set(err, DG_ECANCELED, "step %" PRIu64 " was aborted: %s", step,
+				  a->reason);
+	return DG_OK;
+}
+
+/* Under mu: unlink and return the entry (step, key), or NULL. */
+static struct entry *unlink_entry(struct dg_rendezvous *rv, uint64_t step, const char *key)
+{
+	struct entry **pp = &rv->buckets[hash(step, key) % N_BUCKETS];
+
+	for (; *pp; pp = &(*pp)->next) {
+		struct entry *e = *pp;
+		if (e->step == step && strcmp(e->key, key) == 0) {
+			*pp = e->next;
+			rv->count--;
+			return e;
+		}
+	}
+	return NULL;
+}
+
+/* Under mu: drop every entry of step. */
+static void drop_step(struct dg_rendezvous *rv, uint64_t step)
+{
+	for (int b = 0; b < N_BUCKETS && rv->count > 0; b++) {
+		struct entry **pp = &rv->buckets[b];
+		while (*pp) {
+			struct entry *e = *pp;
+			if (e->step != step) {
+				pp = &e->next;
+				continue;
+			}
+			*pp = e->next;
+			rv->count--;
+			dg_tensor_free(e->t);
+			free(e);
+		}
+	}
+}
+
+enum dg_status dg_rendezvous_put(struct dg_rendezvous *rv, uint64_t step, const char *key,
+				 struct dg_tensor *t, struct dg_err *err)
+{
+	enum dg_status st;
+	struct entry *e;
+	size_t n;
+
+	if (!t) {
+		return dg_err_set(err, DG_EINVAL, "no tensor given for key '%.64s'",
+				  key ? key : "");
+	}
+	if ((st = dg_rendezvous_key_check(key, err)) != DG_OK) {
+		dg_tensor_free(t);
+		return st;
+	}
+	n = strlen(key);
+	if (!(e = malloc(sizeof *e + n + 1))) {
+		dg_tensor_free(t);
+		return dg_err_set(err, DG_ENOMEM, "out of memory holding tensor '%s'", key);
+	}
+	e->step = step;
+	e->t = t;
+	memcpy(e->key, key, n + 1);
+	pthread_mutex_lock(&rv->mu);
+	st = refused(rv, step, err);
+	if (st == DG_OK) {
+		struct entry **head = &rv->buckets[hash(step, key) % N_BUCKETS];
+		for (struct entry *o = *head; o && st == DG_OK; o = o->next) {
+			if (o->step == step && strcmp(o->key, key) == 0) {
+				st = dg_err_set(err, DG_EEXIST, "tensor '%s' of step %" PRIu64
+						" was sent already and not received yet", key,
+						step);
+				dg_err_hint(err, "each key is sent once per step");
+			}
+		}
+		if (st == DG_OK) {
+			e->next = *head;
+			*head = e;
+			rv->count++;
+			pthread_cond_broadcast(&rv->cv);
+		}
+	}
+	pthread_mutex_unlock(&rv->mu);
+	if (st != DG_OK) {
+		dg_tensor_free(t);
+		free(e);
+	}
+	return st;
+}
+
+static void deadline_after(struct timespec *ts, int64_t ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += (time_t)(ms / 1000);
+	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+enum dg_status dg_rendezvous_take_any(struct dg_rendezvous *rv, uint64_t step,
+				      const char *const *keys, int n, int64_t timeout_ms,
+				      int *which, struct dg_tensor **out, struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+	struct timespec deadline;
+	struct entry *e = NULL;
+	bool timed_out = false;
+
+	*out = NULL;
+	if (n <= 0 || !keys)
+		return dg_err_set(err, DG_EINVAL, "no tensor key to wait for");
+	for (int i = 0; i < n; i++)
+		if ((st = dg_rendezvous_key_check(keys[i], err)) != DG_OK)
+			return st;
+	if (timeout_ms < 0)
+		timeout_ms = 0;
+	if (timeout_ms > (int64_t)1 << 40)
+		timeout_ms = (int64_t)1 << 40;
+	deadline_after(&deadline, timeout_ms);
+	pthread_mutex_lock(&rv->mu);
+	for (;;) {
+		if ((st = refused(rv, step, err)) != DG_OK)
+			break;
+		for (int i = 0; i < n && !e; i++) {
+			if ((e = unlink_entry(rv, step, keys[i])))
+				*which = i;
+		}
+		if (e)
+			break;
+		if (timed_out) {
+			if (n == 1)
+				st = dg_err_set(err, DG_ETIMEOUT, "tensor '%s' of step %" PRIu64
+						" did not arrive within %" PRId64 " ms", keys[0],
+						step, timeout_ms);
+			else
+				st = dg_err_set(err, DG_ETIMEOUT, "none of %d tensors ('%s', ...) "
+						"of step %" PRIu64 " arrived within %" PRId64
+						" ms", n, keys[0], step, timeout_ms);
+			dg_err_hint(err, "the sending task may have failed or be slow; see its "
+				    "log, or raise the step's timeout_ms");
+			break;
+		}
+		if (pthread_cond_timedwait(&rv->cv, &rv->mu, &deadline) == ETIMEDOUT)
+			timed_out = true;
+	}
+	pthread_mutex_unlock(&rv->mu);
+	if (e) {
+		*out = e->t;
+		free(e);
+	}
+	return st;
+}
+
+enum dg_status dg_rendezvous_take(struct dg_rendezvous *rv, uint64_t step, const char *key,
+				  int64_t timeout_ms, struct dg_tensor **out, struct dg_err *err)
+{
+	int which;
+
+	return dg_rendezvous_take_any(rv, step, &key, 1, timeout_ms, &which, out, err);
+}
+
+void dg_rendezvous_abort(struct dg_rendezvous *rv, uint64_t step, const char *reason)
+{
+	pthread_mutex_lock(&rv->mu);
+	if (!find_aborted(rv, step)) {
+		struct aborted *a = &rv->ring[rv->ring_next];
+		a->step = step;
+		snprintf(a->reason, sizeof a->reason, "%s",
+			 reason && reason[0] ? reason : "no reason given");
+		rv->ring_next = (rv->ring_next + 1) % DG_RV_ABORTED_KEEP;
+		if (rv->ring_n < DG_RV_ABORTED_KEEP)
+			rv->ring_n++;
+	}
+	drop_step(rv, step);
+	pthread_cond_broadcast(&rv->cv);
+	pthread_mutex_unlock(&rv->mu);
+}
+
+bool dg_rendezvous_is_aborted(struct dg_rendezvous *rv, uint64_t step)
+{
+	bool r;
+
+	pthread_mutex_lock(&rv->mu);
+	r = find_aborted(rv, step) != NULL;
+	pthread_mutex_unlock(&rv->mu);
+	return r;
+}
+
+void dg_rendezvous_finish(struct dg_rendezvous *rv, uint64_t step)
+{
+	pthread_mutex_lock(&rv->mu);
+	drop_step(rv, step);
+	pthread_mutex_unlock(&rv->mu);
+}
+
+void dg_rendezvous_close(struct dg_rendezvous *rv)
+{
+	pthread_mutex_lock(&rv->mu);
+	rv->closed = true;
+	pthread_cond_broadcast(&rv->cv);
+	pthread_mutex_unlock(&rv->mu);
+}
+
+int dg_rendezvous_count(struct dg_rendezvous *rv)
+{
+	int n;
+
+	pthread_mutex_lock(&rv->mu);
+	n = rv->count;
+	pthread_mutex_unlock(&rv->mu);
+	return n;
+}
