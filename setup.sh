@@ -58,18 +58,46 @@ build() {
 }
 
 demo() {
-	dg=build/cli/dg
+	dg=$PWD/build/cli/dg
 	say "dg --version"
 	$dg --version
-	say "the seed program: x = 2; y1 = x + 300; y2 = x - 66; y = y1 + y2"
+	say "the seed program in one process: x = 2; y1 = x + 300; y2 = x - 66; y = y1 + y2"
 	echo "\$ dg eval examples/seed_sum.json"
 	$dg eval examples/seed_sum.json
-	say "the mean of 100 numbers as the size-weighted mean of two unequal slices"
-	echo "\$ dg eval examples/weighted_mean.json --feed x=[1,2,...,100]"
-	$dg eval examples/weighted_mean.json --feed "x=[$(seq -s, 1 100)]"
-	say "the ops dg knows: dg ops"
-	$dg ops | head -n 12
-	echo "... ($($dg ops | wc -l) lines; see doc/ops.md)"
+
+	# A local cluster: 1 parameter server + 2 workers on free loopback ports,
+	# kept away from the user's own default cluster by a private runtime dir.
+	run=$(mktemp -d)
+	mnt="$run/mnt"
+	mkdir -p "$mnt"
+	export XDG_RUNTIME_DIR="$run"
+	trap '$dg down --dir "$run/cluster" >/dev/null 2>&1; rm -rf "$run"' EXIT
+	mount_opt=""
+	if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
+		mount_opt="--mount $mnt"
+	fi
+	say "dg up: a local cluster (1 ps + 2 workers)"
+	# shellcheck disable=SC2086
+	$dg up --dir "$run/cluster" $mount_opt
+	say "the seed program across two workers (y1 on task 0, y2 on task 1)"
+	echo "\$ dg submit examples/seed_sum.json --explain"
+	$dg submit examples/seed_sum.json --explain
+	say "the weighted mean of 1..100 over two unequal slices on two tasks"
+	$dg submit examples/weighted_mean_distributed.json --feed "x=[$(seq -s, 1 100)]"
+	say "variables on the parameter server"
+	$dg var create demo/w1 --shape 4,3 --init glorot --seed 7
+	$dg var ls --long
+	$dg var get demo/w1
+	if [ -n "$mount_opt" ]; then
+		say "the same variable through the mount at $mnt"
+		ls -l "$mnt/vars/demo"
+		od -A d -t f4 "$mnt/vars/demo/w1" | head -n 3
+		getfattr -d "$mnt/vars/demo/w1" 2>/dev/null || true
+	fi
+	say "dg status"
+	$dg status
+	say "dg down"
+	$dg down --dir "$run/cluster"
 }
 
 run_tests() {
