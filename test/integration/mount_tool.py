@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""Helpers of test_mount.sh (stdlib only: runs without numpy).
+
+npy OUT DTYPE SHAPE V...      write a .npy file (DTYPE f4|f8|i4|i8, SHAPE "3,2")
+raw OUT FMT V...              write little-endian values packed with struct FMT
+produce FILE CHUNK...         copy FILE to stdout in writes of the given sizes
+                              (cycled), each flushed, with short pauses
+writers PATH PROCS ITERS N    PROCS processes each write whole float32 [N]
+                              tensors of one constant (its index + 1) ITERS
+                              times while 2 readers check that every read is
+                              one constant; prints counts, exit 1 on a torn
+                              read or an errno other than ESTALE
+updates HOST:PORT NAME N PATH...  N PUTs of float32 [65536] filled with k
+                              (k = 1..N) while one reader per PATH checks each
+                              open sees one whole version, never going back
+bulk HOST:PORT N EXPECTED     create N variables through the HTTP API (one
+                              kept-alive connection); EXPECTED gets lines
+                              "vars-relative-path size", sorted
+hold PATH DATA READY GO       open PATH read-write (no truncation), create
+                              READY, wait for GO to exist, write DATA at 0,
+                              close; prints "ok" or the errno name of the
+                              failing call ("write ESTALE" / "close ESTALE")
+"""
+import errno
+import http.client
+import multiprocessing as mp
+import os
+import struct
+import sys
+import time
+from array import array
+
+CHUNK = 1 << 20
+
+
+def write_npy(out, dtype, shape, values):
+    dims = tuple(int(d) for d in shape.split(",") if d != "")
+    fmt = {"f4": "f", "f8": "d", "i4": "i", "i8": "q"}[dtype]
+    shape_txt = "(" + "".join("%d," % d for d in dims) + ")" if len(dims) == 1 else \
+        "(" + ", ".join(str(d) for d in dims) + ")"
+    header = "{'descr': '<%s', 'fortran_order': False, 'shape': %s, }" % (dtype, shape_txt)
+    pad = 64 - (10 + len(header) + 1) % 64
+    header = header + " " * (pad % 64) + "\n"
+    cast = float if fmt in "fd" else int
+    body = struct.pack("<%d%s" % (len(values), fmt), *[cast(v) for v in values])
+    with open(out, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(body)
+
+
+def write_raw(out, fmt, values):
+    cast = float if fmt[-1] in "fd" else int
+    with open(out, "wb") as f:
+        f.write(struct.pack("<" + fmt, *[cast(v) for v in values]))
+
+
+def produce(path, chunks):
+    data = open(path, "rb").read()
+    sizes = [int(c) for c in chunks]
+    off, i = 0, 0
+    while off < len(data):
+        n = sizes[i % len(sizes)]
+        i += 1
+        piece = data[off:off + n]
+        while piece:
+            k = os.write(1, piece)
+            piece = piece[k:]
+        off += n
+        time.sleep(0.002)
+    return 0
+
+
+def read_whole(path):
+    """Read a file in 1 MiB reads: returns its bytes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        parts = []
+        while True:
+            b = os.read(fd, CHUNK)
+            if not b:
+                break
+            parts.append(b)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
+def floats_of(path, numel):
+    """(constant, problem): the float32 constant filling the file, or a problem text."""
+    data = read_whole(path)
+    if path.endswith(".npy"):
+        if data[:6] != b"\x93NUMPY":
+            return None, "no npy magic (%d bytes)" % len(data)
+        hlen = struct.unpack("<H", data[8:10])[0]
+        data = data[10 + hlen:]
+    if len(data) != 4 * numel:
+        return None, "%d bytes, want %d" % (len(data), 4 * numel)
+    a = array("f")
+    a.frombytes(data)
+    first = a[0]
+    if a.count(first) != numel:
+        bad = next(i for i, v in enumerate(a) if v != first)
+        return None, "torn: element 0 = %g, element %d = %g" % (first, bad, a[bad])
+    return first, None
+
+
+def writer_proc(path, value, iters, numel, q):
+    buf = array("f", [float(value)] * numel).tobytes()
+    ok = stale = 0
+    other = []
+    for _ in range(iters):
+        fd = None
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+            for off in range(0, len(buf), 65536):
+                os.write(fd, buf[off:off + 65536])
+            f, fd = fd, None
+            os.close(f)
+            ok += 1
+        except OSError as e:
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            if e.errno == errno.ESTALE:
+                stale += 1
+            else:
+                other.append("%s: %s" % (errno.errorcode.get(e.errno, e.errno), e))
+    q.put(("w", ok, stale, other))
+
+
+def reader_proc(path, numel, stop, q, monotonic):
+    reads = 0
+    problems = []
+    last = None
+    while not stop.is_set() or reads < 5:
+        try:
+            v, problem = floats_of(path, numel)
+        except OSError as e:
+            problems.append("read error %s" % e)
+            if len(problems) > 5:
+                break
+            continue
+        reads += 1
+        if problem:
+            problems.append(problem)
+        elif monotonic and last is not None and v < last:
+            problems.append("went back from version %g to %g" % (last, v))
+        if v is not None:
+            last = v
+        if len(problems) > 5:
+            break
+    q.put(("r", path, reads, problems))
+
+
+def writers(path, procs, iters, numel):
+    q = mp.Queue()
+    stop = mp.Event()
+    ws = [mp.Process(target=writer_proc, args=(path, i + 1, iters, numel, q))
+          for i in range(procs)]
+    rs = [mp.Process(target=reader_proc, args=(path, numel, stop, q, False)) for _ in range(2)]
+    for p in ws + rs:
+        p.start()
+    results = [q.get(timeout=300) for _ in ws]
+    stop.set()
+    results += [q.get(timeout=300) for _ in rs]
+    for p in ws + rs:
+        p.join()
+    ok = sum(r[1] for r in results if r[0] == "w")
+    stale = sum(r[2] for r in results if r[0] == "w")
+    other = [o for r in results if r[0] == "w" for o in r[3]]
+    reads = sum(r[2] for r in results if r[0] == "r")
+    problems = [p for r in results if r[0] == "r" for p in r[3]]
+    try:
+        final, fproblem = floats_of(path, numel)
+    except OSError as e:
+        final, fproblem = None, "final read: %s" % e
+    print("writes ok %d, ESTALE %d, other errors %d; reads %d, bad reads %d; final %s"
+          % (ok, stale, len(other), reads, len(problems), fproblem or final))
+    for line in (other + problems)[:10]:
+        print("  " + line)
+    good = (not other and not problems and ok > 0 and fproblem is None
+            and final in range(1, procs + 1))
+    return 0 if good else 1
+
+
+def put_f32(conn, name, numel, value):
+    body = array("f", [float(value)] * numel).tobytes()
+    conn.request("PUT", "/v1/vars/" + name, body=body,
+                 headers={"Dg-Dtype": "float32", "Dg-Shape": str(numel),
+                          "Content-Type": "application/octet-stream"})
+    resp = conn.getresponse()
+    resp.read()
+    if resp.status not in (200, 201):
+        raise RuntimeError("PUT %s answered %d" % (name, resp.status))
+
+
+def updates(addr, name, n, paths):
+    host, port = addr.rsplit(":", 1)
+    numel = 65536
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    put_f32(conn, name, numel, 1)
+    q = mp.Queue()
+    stop = mp.Event()
+    rs = [mp.Process(target=reader_proc, args=(p, numel, stop, q, True)) for p in paths]
+    for p in rs:
+        p.start()
+    for k in range(2, n + 1):
+        put_f32(conn, name, numel, k)
+    stop.set()
+    results = [q.get(timeout=300) for _ in rs]
+    for p in rs:
+        p.join()
+    bad = 0
+    for _, path, reads, problems in results:
+        print("%s: %d reads, %d bad" % (os.path.basename(os.path.dirname(path)) + "/" +
+                                        os.path.basename(path), reads, len(problems)))
+        for line in problems[:5]:
+            print("  " + line)
+        bad += len(problems) + (reads < 5)
+    try:
+        last, problem = floats_of(paths[0], numel)
+    except OSError as e:
+        last, problem = None, "final read: %s" % e
+    if problem or last != n:
+        print("after the stream: %s (want %d)" % (problem or last, n))
+        bad += 1
+    return 0 if bad == 0 else 1
+
+
+def bulk(addr, n, expected):
+    host, port = addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    lines = []
+    for i in range(n):
+        # 80% in one flat directory, the rest spread over 20 nested ones
+        name = "many/v%05d" % i if i % 5 else "many/sub/k%02d/v%05d" % (i % 20, i)
+        numel = i % 13 + 1
+        conn.request("PUT", "/v1/vars/" + name, body=struct.pack("<%di" % numel, *range(numel)),
+                     headers={"Dg-Dtype": "int32", "Dg-Shape": str(numel),
+                              "Content-Type": "application/octet-stream"})
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status != 201:
+            print("bulk: PUT %s answered %d" % (name, resp.status), file=sys.stderr)
+            return 1
+        lines.append("%s %d" % (name, 4 * numel))
+    with open(expected, "w") as f:
+        f.write("\n".join(sorted(lines)) + "\n")
+    return 0
+
+
+def hold(path, data, ready, go):
+    payload = open(data, "rb").read()
+    fd = os.open(path, os.O_RDWR)
+    open(ready, "w").close()
+    deadline = time.time() + 60
+    while not os.path.exists(go):
+        if time.time() > deadline:
+            print("timeout waiting for " + go)
+            os.close(fd)
+            return 1
+        time.sleep(0.02)
+    step = "write"
+    try:
+        os.pwrite(fd, payload, 0)
+        step = "close"
+        os.close(fd)
+    except OSError as e:
+        if step == "write":
+            os.close(fd)
+        print("%s %s" % (step, errno.errorcode.get(e.errno, str(e.errno))))
+        return 0
+    print("ok")
+    return 0
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cmd, a = argv[1], argv[2:]
+    if cmd == "npy":
+        write_npy(a[0], a[1], a[2], a[3:])
+        return 0
+    if cmd == "raw":
+        write_raw(a[0], a[1], a[2:])
+        return 0
+    if cmd == "produce":
+        return produce(a[0], a[1:])
+    if cmd == "writers":
+        return writers(a[0], int(a[1]), int(a[2]), int(a[3]))
+    if cmd == "updates":
+        return updates(a[0], a[1], int(a[2]), a[3:])
+    if cmd == "bulk":
+        return bulk(a[0], int(a[1]), a[2])
+    if cmd == "hold":
+        return hold(a[0], a[1], a[2], a[3])
+    print("mount_tool: unknown command " + cmd, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

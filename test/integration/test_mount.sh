@@ -1,0 +1,612 @@
+#!/usr/bin/env bash
+# `dg mount` end to end (issue 4): a real `dg ps` on a loopback port, the cluster
+# mounted in a temporary directory, driven with the shell tools a user would
+# use (ls, od, cat, dd, cp, sed -i, getfattr, rm), numpy, concurrent writers and
+# readers (mount_tool.py), 10,000 variables, a stopped and a restarted ps.
+# Usage: test_mount.sh PATH/TO/dg   (exit 77 = skipped: no /dev/fuse or fusermount3)
+set -uo pipefail
+
+DG=${1:?usage: test_mount.sh PATH/TO/dg}
+SRC=${DG_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+HERE=$SRC/test/integration
+TOOL=$HERE/mount_tool.py
+
+if ! [[ -c /dev/fuse ]] || ! command -v fusermount3 >/dev/null; then
+	echo "skipped: /dev/fuse or fusermount3 is missing (apt-get install fuse3)"
+	exit 77
+fi
+if [[ -x /usr/bin/python3 ]]; then PY=/usr/bin/python3; else PY=$(command -v python3 || true); fi
+if [[ -z $PY ]]; then
+	echo "skipped: python3 is missing (the helpers of this test need it)"
+	exit 77
+fi
+if ! "$DG" mount --help >/dev/null 2>&1; then
+	echo "skipped: this dg has no 'dg mount' (built without fuse3?)"
+	exit 77
+fi
+HAVE_NUMPY=false
+if "$PY" -c 'import numpy' 2>/dev/null; then HAVE_NUMPY=true; fi
+
+TMP=$(mktemp -d)
+pids=()                 # servers
+declare -A mpid         # mountpoint -> pid of its `dg mount -f`
+
+cleanup() {
+	local m p
+	for m in "${!mpid[@]}"; do
+		fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m" 2>/dev/null || true
+	done
+	for m in "${!mpid[@]}"; do
+		kill "${mpid[$m]}" 2>/dev/null || true
+		wait "${mpid[$m]}" 2>/dev/null || true
+	done
+	for p in "${pids[@]}"; do
+		kill -CONT "$p" 2>/dev/null || true
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	# never rm -rf through a live mount: it would delete the variables behind it
+	for m in "${!mpid[@]}"; do
+		if mountpoint -q "$m"; then
+			echo "cleanup: $m is still mounted; leaving $TMP" >&2
+			return
+		fi
+	done
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+rc=0
+: >"$TMP/out"
+: >"$TMP/err"
+
+ok() {
+	passed=$((passed + 1))
+	echo "ok - $1"
+}
+
+not_ok() {
+	failed=$((failed + 1))
+	echo "FAIL - $1"
+	echo "  exit code: $rc"
+	echo "  stdout: $(head -c 600 "$TMP/out")"
+	echo "  stderr: $(head -c 600 "$TMP/err")"
+}
+
+check() {     # check DESC CONDITION-RESULT(0/1)
+	if [[ $2 -eq 0 ]]; then ok "$1"; else not_ok "$1"; fi
+}
+
+# sh CMD: run a shell command line (in the mount, with a time limit so that a
+# hang fails the test instead of blocking it), keeping rc, stdout and stderr.
+sh() {
+	rc=0
+	(cd "$M" && timeout -k 5 60 bash -c "$1") >"$TMP/out" 2>"$TMP/err" || rc=$?
+}
+
+# dgr ARGS: run dg against the main ps.
+dgr() {
+	rc=0
+	"$DG" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+}
+
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+
+# start_ps NAME PORT ARGS...: start `dg ps` on PORT (0: pick one) and wait for
+# its --port-file; sets PORT and PS_PID. Not run in $(...): the pid must reach
+# cleanup.
+start_ps() {
+	local name=$1 port=$2
+	shift 2
+	rm -f "$TMP/$name.port"
+	printf '{"ps": ["127.0.0.1:%s"]}\n' "$port" >"$TMP/$name.spec.json"
+	"$DG" ps --cluster "$TMP/$name.spec.json" --port-file "$TMP/$name.port" "$@" \
+		>>"$TMP/$name.log" 2>&1 &
+	PS_PID=$!
+	pids+=("$PS_PID")
+	for _ in $(seq 1 150); do
+		if [[ -s "$TMP/$name.port" ]]; then
+			PORT=$(cat "$TMP/$name.port")
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "ps $name did not start:" >&2
+	cat "$TMP/$name.log" >&2
+	exit 1
+}
+
+# mount_dg MOUNTPOINT CLUSTER ARGS...: `dg mount -f` in the background; waits
+# until the mount is there. Returns 1 (after printing the log) when it is not.
+mount_dg() {
+	local mnt=$1 cluster=$2 log
+	shift 2
+	mkdir -p "$mnt"
+	log="$TMP/mount.$(basename "$mnt").log"
+	"$DG" mount "$mnt" --cluster "$cluster" -f "$@" >>"$log" 2>&1 &
+	mpid[$mnt]=$!
+	for _ in $(seq 1 100); do
+		if mountpoint -q "$mnt"; then
+			return 0
+		fi
+		if ! kill -0 "${mpid[$mnt]}" 2>/dev/null; then
+			break
+		fi
+		sleep 0.1
+	done
+	echo "dg mount $mnt did not come up:" >&2
+	cat "$log" >&2
+	return 1
+}
+
+# unmount_dg MOUNTPOINT: fusermount3 -u, then the process must exit 0 within 10 s.
+unmount_dg() {
+	local mnt=$1 p=${mpid[$1]} st=0
+	fusermount3 -u "$mnt" || return 1
+	for _ in $(seq 1 100); do
+		kill -0 "$p" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$p" 2>/dev/null; then
+		echo "  dg mount (pid $p) still runs 10 s after fusermount3 -u" >&2
+		return 1
+	fi
+	wait "$p" || st=$?
+	unset "mpid[$mnt]"
+	return $st
+}
+
+# snap NAME: remember a variable's raw bytes and version (from the ps, not the
+# mount); unchanged NAME: 0 when both are still the same.
+fetch() {   # fetch NAME FILE: raw bytes to FILE.bin, headers to FILE.hdr
+	curl -s -o "$2.bin" -D "$2.hdr" "http://127.0.0.1:$PA/v1/vars/$1"
+}
+version_in() { tr -d '\r' <"$1.hdr" | awk -F': ' 'tolower($1) == "dg-version" { print $2 }'; }
+snap() { fetch "$1" "$TMP/snap.$1"; }
+unchanged() {
+	fetch "$1" "$TMP/now.$1"
+	cmp -s "$TMP/snap.$1.bin" "$TMP/now.$1.bin" &&
+		[[ $(version_in "$TMP/snap.$1") == "$(version_in "$TMP/now.$1")" ]]
+}
+version_of() { fetch "$1" "$TMP/v.$1" && version_in "$TMP/v.$1"; }
+# commits: successful PUT + PATCH requests the ps has answered (versions are one
+# counter per ps, so a variable's version may jump by more than one per write)
+commits() {
+	curl -s "http://127.0.0.1:$PA/v1/metrics" | awk '/^dg_http_requests_total/ &&
+		/vars\/\{name/ && /method="(PUT|PATCH)"/ && /code="20[01]"/ { n += $NF }
+		END { print n + 0 }'
+}
+# wait_visible NAME: a variable made outside the mount shows up within the list
+# cache time (--attr-timeout, 1 s by default); 0 when vars/NAME exists within 3 s.
+wait_visible() {
+	for _ in $(seq 1 30); do
+		[[ -e $M/vars/$1 ]] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# bad_write DESC VAR CMD ERRTEXT: CMD fails, its stderr shows ERRTEXT, VAR keeps
+# its bytes and version.
+bad_write() {
+	snap "$2"
+	sh "$3"
+	if [[ $rc -ne 0 ]] && grep -qiF -- "$4" "$TMP/err" && unchanged "$2"; then
+		ok "$1"
+	else
+		if ! unchanged "$2"; then echo "  the variable changed"; fi
+		not_ok "$1"
+	fi
+}
+
+# --- the ps and the mount ----------------------------------------------------------
+mkdir -p "$TMP/data"
+start_ps a 0 --data-dir "$TMP/data"
+PA=$PORT
+PA_PID=$PS_PID
+printf '{"ps": ["127.0.0.1:%s"]}\n' "$PA" >"$TMP/cluster.json"
+C=(--cluster "$TMP/cluster.json")
+
+# w1: float32 [4,8], element i = i/2
+{
+	echo '# float32 [4,8]'
+	for r in 0 1 2 3; do
+		for c in 0 1 2 3 4 5 6 7; do
+			printf '%s ' "$(awk -v i=$((r * 8 + c)) 'BEGIN { print i / 2 }')"
+		done
+		echo
+	done
+} | sed 's/ $//' >"$TMP/w1.txt"
+dgr var put w1 "$TMP/w1.txt" "${C[@]}"
+dgr var create layer1/w "${C[@]}" --shape 3 --init ones
+"$PY" "$TOOL" raw "$TMP/patch.bin" 3f 100 101 102
+"$PY" "$TOOL" raw "$TMP/short.bin" 2f 1 2
+"$PY" "$TOOL" raw "$TMP/long.bin" 33f $(seq 1 33)
+"$PY" "$TOOL" raw "$TMP/full.bin" 32f $(seq 0 -1 -31)
+"$PY" "$TOOL" raw "$TMP/full2.bin" 32f $(seq 200 231)
+"$PY" "$TOOL" npy "$TMP/w2.npy" f8 3,2 1.5 2.5 3.5 4.5 5.5 6.5
+"$PY" "$TOOL" npy "$TMP/w3.npy" f4 4 7 8 9 10
+
+M=$TMP/mnt
+if ! mount_dg "$M" "$TMP/cluster.json" --timeout 2; then
+	rc=1
+	not_ok "dg mount -f comes up"
+	echo "$passed passed, $failed failed"
+	exit 1
+fi
+ok "dg mount -f mounts the cluster"
+
+# --- browsing -------------------------------------------------------------------
+sh 'ls'
+check "the root lists cluster, vars, text, npy, queues, jobs" \
+	"$([[ $(tr '\n' ' ' <"$TMP/out") == "cluster jobs npy queues text vars " ]]; echo $?)"
+
+sh 'ls -l vars'
+check "ls -l vars: w1 is a 128-byte file (nbytes of float32 [4,8]), layer1 a directory" \
+	"$(grep -qE '^-.* 128 .* w1$' "$TMP/out" && grep -qE '^d.* layer1$' "$TMP/out"; echo $?)"
+sh 'stat -c %s vars/layer1/w'
+check "a name with '/' is a path: vars/layer1/w has 12 bytes" \
+	"$([[ $rc -eq 0 && $(cat "$TMP/out") == 12 ]]; echo $?)"
+
+sh 'od -A d -t f4 vars/w1 | head'
+check "od -A d -t f4 vars/w1 | head shows the first values" \
+	"$([[ $rc -eq 0 && $(head -n 1 "$TMP/out" | tr -s ' ') == '0000000 0 0.5 1 1.5' &&
+		$(wc -l <"$TMP/out") -eq 9 ]]; echo $?)"
+sh 'od -A n -v -t f4 vars/w1'
+want=$(seq 0 31 | awk '{ print $1 / 2 }' | tr '\n' ' ')
+check "od reads all 32 values of vars/w1" \
+	"$([[ $(tr -s ' \n' '  ' <"$TMP/out" | sed 's/^ //') == "$want" ]]; echo $?)"
+
+dgr var get w1 "${C[@]}"
+cp "$TMP/out" "$TMP/w1.get"
+sh 'cat text/w1'
+check "cat text/w1 prints the text encoding (as dg var get)" \
+	"$([[ $rc -eq 0 && $(cat "$TMP/out") == "$(cat "$TMP/w1.get")" &&
+		$(head -n 1 "$TMP/out") == '# float32 [4,8]' ]]; echo $?)"
+sh 'echo $(stat -c %s text/w1) $(cat text/w1 | wc -c) \
+	$(stat -c %s npy/w1.npy) $(cat npy/w1.npy | wc -c)'
+check "text/ and npy/ report their true sizes in stat" \
+	"$(read -r a b c d <"$TMP/out"
+		[[ $rc -eq 0 && $a == "$b" && $c == "$d" && $c -gt 128 ]]; echo $?)"
+
+sh 'getfattr -d vars/w1'
+v=$(version_of w1)
+check "getfattr -d vars/w1 shows user.dg.dtype, shape, version, task" \
+	"$(grep -qx 'user.dg.dtype="float32"' "$TMP/out" &&
+		grep -qE '^user.dg.shape="\[?4,8\]?"$' "$TMP/out" &&
+		grep -qx "user.dg.version=\"$v\"" "$TMP/out" &&
+		grep -qE '^user.dg.task=".*(ps/0|127.0.0.1).*"$' "$TMP/out"; echo $?)"
+t0=$(now)
+sh 'getfattr -n user.dg.nope vars/w1'
+t=$(elapsed "$t0")
+check "an unknown xattr answers ENODATA (No such attribute) in ${t}s" \
+	"$([[ $rc -ne 0 ]] && grep -qF 'No such attribute' "$TMP/err" &&
+		awk -v t="$t" 'BEGIN { exit !(t < 2) }'; echo $?)"
+
+sh 'cat cluster'
+check "cat cluster shows the ps address" "$(grep -qF "127.0.0.1:$PA" "$TMP/out"; echo $?)"
+curl -s -o /dev/null -X POST -H 'Content-Type: application/json' \
+	"http://127.0.0.1:$PA/v1/queues/q" \
+	-d '{"capacity":10,"components":[{"dtype":"float32","shape":[2]}]}'
+sh 'cat queues/q'
+check "cat queues/q shows the queue's state" \
+	"$([[ $rc -eq 0 ]] && grep -q 'capacity' "$TMP/out" && grep -qw '10' "$TMP/out"; echo $?)"
+
+# --- dd conv=notrunc into part of a tensor ---------------------------------------
+n0=$(commits)
+sh 'dd if="'"$TMP"'/patch.bin" of=vars/w1 bs=4 seek=10 conv=notrunc status=none'
+fetch w1 "$TMP/after"
+"$PY" - "$TMP/after.bin" >"$TMP/vals" <<'EOF'
+import struct, sys
+d = open(sys.argv[1], "rb").read()
+print(" ".join("%g" % v for v in struct.unpack("<%df" % (len(d) // 4), d)))
+EOF
+want=$(seq 0 31 | awk '{ v = $1 / 2; if ($1 >= 10 && $1 <= 12) v = $1 + 90; printf "%s ", v }' |
+	sed 's/ $//')
+check "dd bs=4 seek=10 conv=notrunc changes elements 10-12 and nothing else" \
+	"$([[ $rc -eq 0 && $(cat "$TMP/vals") == "$want" ]]; echo $?)"
+n1=$(commits)
+check "  ... in one commit (PUT/PATCH requests: $((n1 - n0)))" \
+	"$([[ $n1 -eq $((n0 + 1)) ]]; echo $?)"
+sh 'od -A n -t f4 -j 36 -N 20 vars/w1'
+check "  ... and a read through the mount sees the new values" \
+	"$([[ $(tr -s ' \n' '  ' <"$TMP/out" | sed 's/^ //;s/ $//') == '4.5 100 101 102 6.5' ]]
+		echo $?)"
+
+# --- cp of a .npy creates, and replaces ----------------------------------------------
+sh 'cp "'"$TMP"'/w2.npy" npy/'
+dgr var get w2 "${C[@]}"
+W2_TEXT=$(printf '# float64 [3,2]\n1.5 2.5\n3.5 4.5\n5.5 6.5')
+check "cp w2.npy npy/ creates w2 (float64 [3,2])" \
+	"$([[ $rc -eq 0 && $(cat "$TMP/out") == "$W2_TEXT" ]]; echo $?)"
+sh 'ls vars; stat -c %s vars/w2'
+check "  ... and vars/w2 appears with 48 bytes" \
+	"$(grep -qx w2 "$TMP/out" && [[ $(tail -n 1 "$TMP/out") == 48 ]]; echo $?)"
+sh 'cp "'"$TMP"'/w3.npy" npy/w2.npy'
+dgr var get w2 "${C[@]}"
+check "cp of another .npy over npy/w2.npy replaces it (float32 [4])" \
+	"$([[ $rc -eq 0 && $(cat "$TMP/out") == "$(printf '# float32 [4]\n7 8 9 10')" ]]; echo $?)"
+
+# --- numpy -----------------------------------------------------------------------
+if $HAVE_NUMPY; then
+	sh "$PY -c 'import numpy as np; print(np.load(\"$M/npy/w1.npy\"))'"
+	check "python3 -c 'import numpy as np; print(np.load(\"npy/w1.npy\"))' prints it" \
+		"$([[ $rc -eq 0 ]] && grep -qF '0.5' "$TMP/out" &&
+			grep -qF '102.' "$TMP/out"; echo $?)"
+	sh "$PY -c '
+import numpy as np
+e = np.arange(32, dtype=np.float32).reshape(4, 8) / 2
+e.flat[10:13] = [100, 101, 102]
+a = np.load(\"$M/npy/w1.npy\")
+assert a.dtype == np.float32 and a.shape == (4, 8) and (a == e).all(), a
+b = np.fromfile(\"$M/vars/w1\", dtype=\"<f4\")
+assert b.shape == (32,) and (b == e.ravel()).all(), b
+np.save(\"$TMP/w4.npy\", np.linspace(0, 1, 5))
+print(\"same\")'"
+	check "np.load(npy/w1.npy) and np.fromfile(vars/w1) give the variable's values" \
+		"$([[ $rc -eq 0 && $(cat "$TMP/out") == same ]]; echo $?)"
+	sh "cp $TMP/w4.npy npy/w4.npy &&
+		$PY -c 'import numpy as np; print(np.load(\"npy/w4.npy\").tolist())'"
+	check "a .npy saved by numpy copies in and loads back" \
+		"$([[ $rc -eq 0 && $(cat "$TMP/out") == '[0.0, 0.25, 0.5, 0.75, 1.0]' ]]; echo $?)"
+else
+	echo "skip - numpy checks: /usr/bin/python3 has no numpy (apt-get install python3-numpy)"
+fi
+
+# --- bad writes: each fails with a clear error and changes nothing -----------------
+bad_write "a write of the wrong total size (8 of 128 bytes) fails at close" w1 \
+	'cat "'"$TMP"'/short.bin" > vars/w1' "Invalid argument"
+bad_write "cp of a file of the wrong size fails" w1 \
+	'cp "'"$TMP"'/short.bin" vars/w1' "Invalid argument"
+bad_write "a write longer than the tensor (132 bytes) fails at write()" w1 \
+	'cat "'"$TMP"'/long.bin" > vars/w1' "Invalid argument"
+bad_write "dd past the end (one 12-byte write at 120) fails" w1 \
+	'dd if="'"$TMP"'/patch.bin" of=vars/w1 bs=12 seek=10 conv=notrunc status=none' \
+	"Invalid argument"
+bad_write "dd whose last element is past the end (bs=4 seek=30) changes nothing" w1 \
+	'dd if="'"$TMP"'/patch.bin" of=vars/w1 bs=4 seek=30 conv=notrunc status=none' \
+	"Invalid argument"
+bad_write "half an element (2 bytes at 40) fails at close" w1 \
+	'dd if="'"$TMP"'/patch.bin" of=vars/w1 bs=1 seek=40 count=2 conv=notrunc status=none' \
+	"Invalid argument"
+printf '1 2 3\n' >"$TMP/three.txt"
+bad_write "text with the wrong count (3 of 32 numbers) fails" w1 \
+	'cat "'"$TMP"'/three.txt" > text/w1' "Invalid argument"
+{ seq 1 31; echo 'x1'; } | tr '\n' ' ' >"$TMP/badnum.txt"
+bad_write "text with a bad number fails" w1 \
+	'cat "'"$TMP"'/badnum.txt" > text/w1' "Invalid argument"
+bad_write "an append (>>) fails with ENOTSUP" w1 'cat "'"$TMP"'/patch.bin" >> vars/w1' \
+	"Operation not supported"
+bad_write "truncate to another size fails with EINVAL" w1 'truncate -s 64 vars/w1' \
+	"Invalid argument"
+bad_write "a file that is not a .npy copied into npy/w1.npy fails with EINVAL" w1 \
+	'cp "'"$TMP"'/full.bin" npy/w1.npy' "Invalid argument"
+printf '# float32 [32]\n%s\n' "$(seq 1 32 | tr '\n' ' ')" >"$TMP/othershape.txt"
+bad_write "text whose header names another shape fails with EINVAL" w1 \
+	'cat "'"$TMP"'/othershape.txt" > text/w1' "Invalid argument"
+bad_write "a new file in vars/ (raw bytes carry no dtype) fails with EPERM" w1 \
+	'cp "'"$TMP"'/full.bin" vars/w1new' "Operation not permitted"
+
+# --- streaming writes of odd chunk sizes -------------------------------------------------
+n0=$(commits)
+sh "$PY $TOOL produce $TMP/full.bin 7 13 5 1 | cat > vars/w1"
+fetch w1 "$TMP/after"
+check "producer | cat > vars/w1 in chunks of 7, 13, 5, 1 bytes writes the tensor" \
+	"$([[ $rc -eq 0 ]] && cmp -s "$TMP/after.bin" "$TMP/full.bin"; echo $?)"
+n1=$(commits)
+check "  ... in one commit (PUT/PATCH requests: $((n1 - n0)))" \
+	"$([[ $n1 -eq $((n0 + 1)) ]]; echo $?)"
+dgr var create big "${C[@]}" --shape 100000
+wait_visible big
+check "a variable made with dg var create appears in the mount within 3 s" $?
+head -c 400000 /dev/urandom >"$TMP/big.bin"
+sh "$PY $TOOL produce $TMP/big.bin 4093 65537 333 | cat > vars/big"
+fetch big "$TMP/after"
+check "a 400 KB tensor streamed in odd chunks (4093, 65537, 333) arrives whole" \
+	"$([[ $rc -eq 0 ]] && cmp -s "$TMP/after.bin" "$TMP/big.bin"; echo $?)"
+head -c 800000 /dev/urandom >"$TMP/big2.bin"
+bad_write "cat of 800 KB into a 400 KB tensor fails and commits none of the chunks that fit" \
+	big 'cat "'"$TMP"'/big2.bin" > vars/big' "Invalid argument"
+
+# --- rename over a variable (sed -i, mv) -----------------------------------------------------
+dgr var ls "${C[@]}"
+cp "$TMP/out" "$TMP/names.before"
+sh "sed -i '2s/^[^ ]*/42/' text/w1"
+dgr var get w1 "${C[@]}"
+check "sed -i on text/w1 replaces the variable (element 0 = 42)" \
+	"$([[ $(sed -n 2p "$TMP/out" | awk '{ print $1, $2 }') == '42 -1' ]]; echo $?)"
+dgr var ls "${C[@]}"
+check "  ... and leaves no temporary variable behind" \
+	"$(cmp -s "$TMP/out" "$TMP/names.before"; echo $?)"
+sh 'cp "'"$TMP"'/w2.npy" npy/tmpw.npy && mv npy/tmpw.npy npy/w2.npy'
+dgr var get w2 "${C[@]}"
+check "mv npy/tmpw.npy npy/w2.npy replaces w2" \
+	"$([[ $(cat "$TMP/out") == "$W2_TEXT" ]]; echo $?)"
+dgr var get tmpw "${C[@]}"
+check "  ... and tmpw is gone" "$([[ $rc -eq 3 ]]; echo $?)"
+
+# --- mkdir ---------------------------------------------------------------------------
+sh 'mkdir vars/pre && test -d vars/pre && ls vars'
+check "mkdir vars/pre makes a directory" "$([[ $rc -eq 0 ]] && grep -qx pre "$TMP/out"; echo $?)"
+dgr var create pre/x "${C[@]}" --shape 2
+wait_visible pre/x
+sh 'stat -c %s vars/pre/x'
+check "  ... that holds variables named pre/..." "$([[ $(cat "$TMP/out") == 8 ]]; echo $?)"
+sh 'mkdir vars/empty && rmdir vars/empty && ! test -e vars/empty'
+check "rmdir of an empty prefix directory" "$([[ $rc -eq 0 ]]; echo $?)"
+
+# --- concurrent writers and readers -----------------------------------------------------------
+dgr var create c "${C[@]}" --shape 65536
+dgr var create r "${C[@]}" --shape 65536
+wait_visible c && wait_visible r
+sh "$PY $TOOL writers $M/vars/c 8 10 65536"
+echo "  writers: $(head -n 1 "$TMP/out")"
+check "8 concurrent writers of whole tensors never leave a torn tensor" "$rc"
+sh "$PY $TOOL updates 127.0.0.1:$PA r 200 $M/vars/r $M/npy/r.npy $M/vars/r"
+sed 's/^/  /' "$TMP/out"
+check "readers during 200 updates always see one whole version, never an older one" "$rc"
+
+# --- ESTALE: the variable changed between open and close -------------------------------
+hold_stale() {   # hold_stale MOUNT: prints what the holder saw
+	rm -f "$TMP/ready" "$TMP/go"
+	"$PY" "$TOOL" hold "$1/vars/w1" "$TMP/full2.bin" "$TMP/ready" "$TMP/go" \
+		>"$TMP/hold.out" 2>&1 &
+	local hp=$!
+	for _ in $(seq 1 100); do [[ -e $TMP/ready ]] && break; sleep 0.1; done
+	"$DG" var put w1 "$TMP/full.bin" --dtype float32 --shape 4,8 "${C[@]}" >/dev/null
+	touch "$TMP/go"
+	wait "$hp"
+}
+hold_stale "$M"
+fetch w1 "$TMP/after"
+cp "$TMP/hold.out" "$TMP/out"
+check "a write to a handle opened before another update fails with ESTALE" \
+	"$(grep -qE '^(write|close) ESTALE$' "$TMP/hold.out" &&
+		cmp -s "$TMP/after.bin" "$TMP/full.bin"; echo $?)"
+exec 3>"$M/vars/w1"
+"$DG" var put w1 "$TMP/full2.bin" --dtype float32 --shape 4,8 "${C[@]}" >/dev/null
+rc=0
+timeout 30 cat "$TMP/full.bin" >&3 2>"$TMP/err" || rc=$?
+exec 3>&-
+fetch w1 "$TMP/after"
+check "exec 3> vars/w1; dg var put; cat >&3; exec 3>&-: the newer value stays" \
+	"$(cmp -s "$TMP/after.bin" "$TMP/full2.bin"; echo $?)"
+
+# --- -o overwrite --------------------------------------------------------------------
+MO=$TMP/mnt_over
+if mount_dg "$MO" "$TMP/cluster.json" -o overwrite --timeout 2; then
+	hold_stale "$MO"
+	fetch w1 "$TMP/after"
+	check "with -o overwrite the held write wins" \
+		"$([[ $(cat "$TMP/hold.out") == ok ]] && cmp -s "$TMP/after.bin" "$TMP/full2.bin"
+			echo $?)"
+	rc=0
+	"$PY" "$TOOL" writers "$MO/vars/c" 8 10 65536 >"$TMP/out" 2>"$TMP/err" || rc=$?
+	echo "  writers: $(head -n 1 "$TMP/out")"
+	check "8 writers with -o overwrite: no ESTALE, no torn tensor" \
+		"$([[ $rc -eq 0 ]] && grep -qF 'ESTALE 0,' "$TMP/out"; echo $?)"
+	unmount_dg "$MO"
+	check "fusermount3 -u of the overwrite mount: its process exits 0" $?
+else
+	not_ok "dg mount -o overwrite comes up"
+fi
+
+# --- -o ro ------------------------------------------------------------------------------
+MR=$TMP/mnt_ro
+if mount_dg "$MR" "$TMP/cluster.json" -o ro --timeout 2; then
+	snap w1
+	rc=0
+	(cd "$MR" && timeout 30 bash -c 'od -A n -t f4 -N 8 vars/w1; cat text/w1 >/dev/null') \
+		>"$TMP/out" 2>"$TMP/err" || rc=$?
+	check "-o ro: reads work" \
+		"$([[ $rc -eq 0 && $(tr -s ' \n' '  ' <"$TMP/out") == ' 200 201 ' ]]; echo $?)"
+	for cmd in 'cp "'"$TMP"'/full.bin" vars/w1' 'rm vars/w1' 'mkdir vars/d' \
+		'cp "'"$TMP"'/w3.npy" npy/new.npy' 'echo 1 > text/w1' \
+		'dd if="'"$TMP"'/patch.bin" of=vars/w1 bs=4 seek=1 conv=notrunc' \
+		'mv npy/w2.npy npy/w9.npy'; do
+		rc=0
+		(cd "$MR" && timeout 30 bash -c "$cmd") >"$TMP/out" 2>"$TMP/err" || rc=$?
+		check "-o ro refuses '$cmd' (Read-only file system)" \
+			"$([[ $rc -ne 0 ]] && grep -qF 'Read-only file system' "$TMP/err" &&
+				unchanged w1; echo $?)"
+	done
+	p=${mpid[$MR]}
+	kill -TERM "$p"
+	for _ in $(seq 1 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+	st=0
+	if kill -0 "$p" 2>/dev/null; then st=1; else wait "$p" || st=$?; fi
+	check "SIGTERM unmounts and ends dg mount (exit $st)" \
+		"$([[ $st -eq 0 ]] && ! mountpoint -q "$MR"; echo $?)"
+	[[ $st -eq 0 ]] && unset "mpid[$MR]"
+else
+	not_ok "dg mount -o ro comes up"
+fi
+
+# --- 10,000 variables --------------------------------------------------------------------
+start_ps b 0
+PB=$PORT
+printf '{"ps": ["127.0.0.1:%s"]}\n' "$PB" >"$TMP/cluster_b.json"
+t0=$(now)
+rc=0
+"$PY" "$TOOL" bulk "127.0.0.1:$PB" 10000 "$TMP/expected" >"$TMP/out" 2>"$TMP/err" || rc=$?
+echo "  created 10,000 variables through the HTTP API in $(elapsed "$t0")s"
+MB=$TMP/mnt_b
+if [[ $rc -eq 0 ]] && mount_dg "$MB" "$TMP/cluster_b.json"; then
+	t0=$(now)
+	rc=0
+	(cd "$MB/vars" && LC_ALL=C timeout 120 ls -lR --time-style=+%s many) \
+		>"$TMP/lslR" 2>"$TMP/err" || rc=$?
+	t=$(elapsed "$t0")
+	awk '/:$/ { dir = substr($0, 1, length($0) - 1); next }
+		/^-/ { print dir "/" $7, $5 }' "$TMP/lslR" | LC_ALL=C sort >"$TMP/listed"
+	LC_ALL=C sort "$TMP/expected" >"$TMP/expected.sorted"
+	check "ls -lR of 10,000 variables lists exactly their names and sizes (${t}s)" \
+		"$([[ $rc -eq 0 ]] && cmp -s "$TMP/listed" "$TMP/expected.sorted"; echo $?)"
+	[[ $rc -ne 0 ]] || cmp "$TMP/listed" "$TMP/expected.sorted" | head -3
+	unmount_dg "$MB"
+	check "fusermount3 -u of the 10,000-variable mount: its process exits 0" $?
+else
+	not_ok "10,000 variables created and mounted"
+fi
+
+# --- a stopped ps: EIO within the deadline, then the mount works again -------------------
+kill -STOP "$PA_PID"
+t0=$(now)
+sh 'cat vars/w1 >/dev/null'
+t=$(elapsed "$t0")
+# doc/filesystem.md: "a lost server gives EIO after at most this [--timeout]" (+1 s slack)
+check "a stopped (SIGSTOP) ps: cat vars/w1 fails with EIO in ${t}s (--timeout 2), no hang" \
+	"$([[ $rc -ne 0 && $rc -ne 124 ]] && grep -qF 'Input/output error' "$TMP/err" &&
+		awk -v t="$t" 'BEGIN { exit !(t < 3) }'; echo $?)"
+kill -CONT "$PA_PID"
+works_again() {
+	for _ in $(seq 1 40); do
+		sh 'cmp vars/w1 "'"$TMP"'/full2.bin"'
+		[[ $rc -eq 0 ]] && return 0
+		sleep 0.25
+	done
+	return 1
+}
+works_again
+check "after SIGCONT the mount reads the variable again" $?
+
+kill -TERM "$PA_PID"
+wait "$PA_PID"
+t0=$(now)
+sh 'cat vars/w1 >/dev/null'
+t=$(elapsed "$t0")
+check "a ps that is gone: cat vars/w1 fails with EIO in ${t}s" \
+	"$([[ $rc -ne 0 && $rc -ne 124 ]] && grep -qF 'Input/output error' "$TMP/err" &&
+		awk -v t="$t" 'BEGIN { exit !(t < 15) }'; echo $?)"
+start_ps a "$PA" --data-dir "$TMP/data"
+PA_PID=$PS_PID
+works_again
+check "the mount reconnects by itself when the ps is back on its port" $?
+
+# --- rm ----------------------------------------------------------------------------
+sh 'rm vars/w1 && ! test -e vars/w1'
+dgr var get w1 "${C[@]}"
+check "rm vars/w1 deletes the variable" "$([[ $rc -eq 3 ]]; echo $?)"
+sh 'rm vars/nothere'
+check "rm of a missing variable: No such file or directory" \
+	"$([[ $rc -ne 0 ]] && grep -qF 'No such file' "$TMP/err"; echo $?)"
+
+# --- unmount -----------------------------------------------------------------------
+mp=${mpid[$M]}
+unmount_dg "$M"
+st=$?
+rc=$st
+check "fusermount3 -u: dg mount exits 0 and no process is left" \
+	"$([[ $st -eq 0 ]] && ! kill -0 "$mp" 2>/dev/null && ! mountpoint -q "$M"; echo $?)"
+if grep -lE 'Sanitizer|runtime error:' "$TMP"/*.log; then
+	rc=1
+	not_ok "no sanitizer reports in the logs of dg mount and dg ps"
+else
+	ok "no sanitizer reports in the logs of dg mount and dg ps"
+fi
+
+echo "$passed passed, $failed failed"
+[[ $failed -eq 0 ]]
