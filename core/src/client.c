@@ -170,8 +170,13 @@ static struct dg_http_result *res_begin(struct dg_client *c)
  * being held by an idle client. */
 static void res_end(struct dg_client *c)
 {
+	size_t n;
+
 	if (c->res.body.cap > RES_KEEP)
 		dg_buf_deinit(&c->res.body);
+	/* An aligned body not adopted (an error reply, a bad length): large
+	 * blocks go to the allocator's cache, where the next GET finds them. */
+	dg_free_aligned(dg_http_result_take_aligned(&c->res, &n));
 }
 
 /* A dg code for an HTTP error status that came without a dg JSON error body
@@ -384,10 +389,11 @@ enum dg_status dg_var_stat(struct dg_client *c, const char *name, struct dg_var_
 	return st;
 }
 
-/* A raw variable reply -> owned tensor (dg_raw_decode checks the length
- * against dtype and shape). */
+/* A raw variable reply -> owned tensor. A body received with aligned_body
+ * becomes the tensor's data without a copy (dg_tensor_adopt checks the length
+ * against dtype and shape, as dg_raw_decode does for a body in res->body). */
 static enum dg_status decode_var(struct dg_client *c, const char *name,
-				 const struct dg_http_result *res, struct dg_tensor **out,
+				 struct dg_http_result *res, struct dg_tensor **out,
 				 struct dg_var_info *info, struct dg_err *err)
 {
 	struct dg_var_info v;
@@ -395,7 +401,21 @@ static enum dg_status decode_var(struct dg_client *c, const char *name,
 
 	if (st != DG_OK)
 		return st;
-	*out = dg_raw_decode(res->body.data, res->body.len, v.dtype, &v.shape, err);
+	if (res->aligned_body && (res->aligned || res->body.len == 0)) {
+		size_t n;
+		void *p = dg_http_result_take_aligned(res, &n);
+		*out = dg_tensor_adopt(v.dtype, &v.shape, p, n, err);
+		if (!*out) {
+			dg_free_aligned(p);
+		} else if (v.dtype == DG_BOOL) {
+			/* As dg_raw_decode: any nonzero byte is true, stored as 1. */
+			uint8_t *b = (*out)->data;
+			for (size_t i = 0; i < n; i++)
+				b[i] = b[i] != 0;
+		}
+	} else {
+		*out = dg_raw_decode(res->body.data, res->body.len, v.dtype, &v.shape, err);
+	}
 	if (!*out) {
 		dg_err_prefix(err, "variable '%s' from %s", name, dg_http_client_url(c->http));
 		return err ? err->code : DG_EINVAL;
@@ -415,6 +435,7 @@ enum dg_status dg_var_get(struct dg_client *c, const char *name, struct dg_tenso
 
 	*out = NULL;
 	res = res_begin(c);
+	res->aligned_body = true;       /* the body becomes the tensor's data */
 	st = path_set(c, "/v1/vars/", name, "", err);
 	if (st == DG_OK)
 		st = send_req(c, "GET", &accept_raw, 1, NULL, 0, res, err);
@@ -524,6 +545,7 @@ enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_v
 		return dg_err_set(err, DG_EINVAL, "wait for variable '%s': negative timeout %ld ms",
 				  name, timeout_ms);
 	res = res_begin(c);
+	res->aligned_body = true;       /* the body becomes the tensor's data */
 	st = path_set(c, "/v1/vars/", name, "", err);
 	if (st == DG_OK)
 		st = query_uint(c, "min_version", min_version, err);

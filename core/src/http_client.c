@@ -1,7 +1,8 @@
 /* The HTTP client of dg, and the only libcurl code in dg: one easy handle per
  * client object, reused so requests share one kept-alive connection; request
  * bodies go from the caller's memory, responses into a dg_buf sized once from
- * Content-Length. Transport failures and dg's JSON errors come back as
+ * Content-Length (or, on request, a dg_alloc_aligned block a tensor can adopt
+ * without a copy). Transport failures and dg's JSON errors come back as
  * dg_status codes with the URL in the message. The typed client (client.c),
  * the CLI, the mount and workers are built on it. */
 #include "dg/http.h"
@@ -17,11 +18,13 @@
 #include <strings.h>
 
 #include "dg/log.h"
+#include "dg/tensor.h"
 
 #define CONNECT_TIMEOUT_MS 5000L
 #define DEFAULT_TIMEOUT_MS 300000L
 #define RECV_BUFFER ((long)512 << 10)   /* bytes per recv of a response body */
 #define SEND_BUFFER ((long)2 << 20)     /* bytes per send of a request body (curl's max) */
+#define ALIGNED_MIN ((size_t)64 << 10)  /* first block of an aligned body of unknown length */
 
 struct dg_http_client {
 	CURL *h;
@@ -32,6 +35,7 @@ struct dg_http_client {
 	/* State of the request in flight, for the callbacks. */
 	struct dg_http_result *res;
 	bool head;
+	int code;                       /* status of the response being received */
 	bool oom;                       /* a callback could not grow the body */
 	char errbuf[CURL_ERROR_SIZE];
 };
@@ -54,7 +58,19 @@ void dg_http_result_init(struct dg_http_result *r)
 void dg_http_result_deinit(struct dg_http_result *r)
 {
 	dg_buf_deinit(&r->body);
+	dg_free_aligned(r->aligned);
 	dg_http_result_init(r);
+}
+
+void *dg_http_result_take_aligned(struct dg_http_result *r, size_t *len)
+{
+	void *p = r->aligned;
+
+	*len = p ? r->aligned_len : 0;
+	r->aligned = NULL;
+	r->aligned_len = 0;
+	r->aligned_cap = 0;
+	return p;
 }
 
 /* Forget the previous response's headers; keep the body's memory. */
@@ -72,6 +88,24 @@ static void result_reset(struct dg_http_result *r)
 	r->content_range[0] = '\0';
 	r->dg_count = -1;
 	r->sink_off = 0;
+	r->aligned_len = 0;             /* the block itself is kept for the next body */
+}
+
+/* Make the aligned block hold at least n bytes, keeping its first
+ * aligned_len bytes. false when out of memory (the old block stays). */
+static bool aligned_reserve(struct dg_http_result *r, size_t n)
+{
+	if (r->aligned && r->aligned_cap >= n)
+		return true;
+	void *p = dg_alloc_aligned(n);
+	if (!p)
+		return false;
+	if (r->aligned_len)
+		memcpy(p, r->aligned, r->aligned_len);
+	dg_free_aligned(r->aligned);
+	r->aligned = p;
+	r->aligned_cap = n;
+	return true;
 }
 
 /* ------------------------------------------------------------- callbacks */
@@ -91,6 +125,30 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
 		}
 	}
 
+	struct dg_http_result *r = c->res;
+	if (r->aligned_body && c->code >= 200 && c->code < 300) {
+		size_t len = size * n;
+		if (len > SIZE_MAX / 4 - r->aligned_len) {
+			c->oom = true;
+			return 0;
+		}
+		size_t need = r->aligned_len + len;
+		if (need > r->aligned_cap) {
+			/* No (or a too small) Content-Length: grow geometrically. */
+			size_t cap = r->aligned_cap * 2;
+			if (cap < need)
+				cap = need;
+			if (cap < ALIGNED_MIN)
+				cap = ALIGNED_MIN;
+			if (!aligned_reserve(r, cap)) {
+				c->oom = true;
+				return 0;
+			}
+		}
+		memcpy((char *)r->aligned + r->aligned_len, p, len);
+		r->aligned_len = need;
+		return len;
+	}
 	if (dg_buf_append(&c->res->body, p, size * n, NULL) != DG_OK) {
 		c->oom = true;
 		return 0;       /* curl stops with CURLE_WRITE_ERROR */
@@ -134,6 +192,12 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 	/* A new status line (after a 100 Continue, say) starts a new response. */
 	if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
 		result_reset(r);
+		/* "HTTP/1.1 200 OK": the status decides where the body goes. */
+		const char *sp = memchr(p, ' ', len);
+		c->code = 0;
+		size_t i = sp ? (size_t)(sp - p) + 1 : len;
+		for (size_t k = 0; i < len && k < 3 && p[i] >= '0' && p[i] <= '9'; i++, k++)
+			c->code = c->code * 10 + (p[i] - '0');
 		return len;
 	}
 	const char *colon = memchr(p, ':', len);
@@ -168,9 +232,13 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 	} else if (IS("Content-Length")) {
 		/* Size the body once. A failed reservation is not an error here: the
 		 * body callback grows the buffer as data arrives (and reports OOM). */
-		if (!c->head && parse_u64(v, vl, &u) && u < SIZE_MAX / 2 &&
-		    dg_buf_reserve(&r->body, (size_t)u, NULL) == DG_OK)
-			r->body.data[r->body.len] = '\0';     /* reserve leaves it unset */
+		bool aligned = r->aligned_body && !r->sink && c->code >= 200 && c->code < 300;
+		if (!c->head && parse_u64(v, vl, &u) && u < SIZE_MAX / 4) {
+			if (aligned && u > 0)
+				(void)aligned_reserve(r, (size_t)u);
+			else if (!aligned && dg_buf_reserve(&r->body, (size_t)u, NULL) == DG_OK)
+				r->body.data[r->body.len] = '\0';     /* reserve leaves it unset */
+		}
 	}
 #undef IS
 	return len;
@@ -528,6 +596,7 @@ enum dg_status dg_http_request(struct dg_http_client *c, const char *method, con
 	c->head = strcmp(method, "HEAD") == 0;
 	for (int attempt = 0;; attempt++) {
 		result_reset(res);
+		c->code = 0;
 		c->oom = false;
 		c->errbuf[0] = '\0';
 		rc = curl_easy_perform(c->h);

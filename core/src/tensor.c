@@ -304,6 +304,48 @@ struct dg_tensor *dg_tensor_from_data(enum dg_dtype dt, const struct dg_shape *s
 	return t;
 }
 
+struct dg_tensor *dg_tensor_adopt(enum dg_dtype dt, const struct dg_shape *shape, void *data,
+				  size_t nbytes, struct dg_err *err)
+{
+	struct dg_tensor *t;
+	int64_t numel;
+	char sh[128];
+
+	if ((unsigned)dt >= DG_DTYPE_COUNT) {
+		dg_err_set(err, DG_EDTYPE, "invalid dtype code %d", (int)dt);
+		return NULL;
+	}
+	if (dg_shape_numel(shape, &numel, err) != DG_OK)
+		return NULL;
+	/* numel <= DG_MAX_NUMEL and sizes <= 8: the product cannot overflow. */
+	size_t want = (size_t)numel * dtypes[dt].size;
+	if (nbytes != want || (!data && nbytes)) {
+		dg_shape_format(shape, sh, sizeof sh);
+		dg_err_set(err, DG_EINVAL, "raw data is %zu bytes but a %s tensor of shape %s "
+			   "needs %zu bytes", nbytes, dtypes[dt].name, sh, want);
+		dg_err_hint(err, "send exactly elements x %zu bytes, or fix the dtype/shape",
+			    dtypes[dt].size);
+		return NULL;
+	}
+	t = calloc(1, sizeof *t);
+	/* An empty tensor still gets a block of its own, as tensor_alloc gives. */
+	void *own = data ? data : dg_alloc_aligned(0);
+	if (!t || !own) {
+		free(t);
+		if (own != data)
+			dg_free_aligned(own);
+		dg_err_set(err, DG_ENOMEM, "out of memory allocating a %s tensor of %lld elements",
+			   dtypes[dt].name, (long long)numel);
+		return NULL;
+	}
+	t->dtype = dt;
+	t->shape = *shape;
+	t->numel = numel;
+	t->nbytes = nbytes;
+	t->data = own;
+	return t;
+}
+
 struct dg_tensor *dg_tensor_scalar(enum dg_dtype dt, double v, struct dg_err *err)
 {
 	struct dg_shape s = { .ndim = 0 };

@@ -157,9 +157,23 @@ struct dg_http_result {
 	bool (*sink)(void *ud, uint64_t offset, const void *p, size_t n);
 	void *sink_ud;
 	uint64_t sink_off;              /* bytes given to sink in this attempt */
+	/* When aligned_body is set (and sink is not), a 2xx body goes into
+	 * aligned instead of body: a dg_alloc_aligned block sized once from
+	 * Content-Length (grown with a copy only when the length is unknown), so
+	 * a raw tensor can adopt it without a copy. The block is owned by the
+	 * result (freed by deinit) until dg_http_result_take_aligned; a later
+	 * request on the same result reuses it when it is large enough. */
+	bool aligned_body;
+	void *aligned;
+	size_t aligned_len;
+	size_t aligned_cap;
 };
 void dg_http_result_init(struct dg_http_result *r);
 void dg_http_result_deinit(struct dg_http_result *r);
+/* Take the aligned body block (free with dg_free_aligned); *len gets its
+ * length. NULL (and *len 0) when there is none, e.g. an empty body. The
+ * result no longer refers to it. */
+void *dg_http_result_take_aligned(struct dg_http_result *r, size_t *len);
 
 /* One request. path is "/v1/..." with the query (the caller percent-encodes
  * names with dg_http_escape_path). body may be NULL. On a transport failure:

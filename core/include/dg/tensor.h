@@ -83,6 +83,12 @@ struct dg_tensor *dg_tensor_new_uninit(enum dg_dtype dt, const struct dg_shape *
 /* A tensor holding a copy of nbytes = numel * size bytes from src. */
 struct dg_tensor *dg_tensor_from_data(enum dg_dtype dt, const struct dg_shape *shape,
 				      const void *src, struct dg_err *err);
+/* A tensor around data, a block from dg_alloc_aligned of nbytes bytes that must
+ * equal numel * size (no copy). On success the tensor owns data; on failure
+ * (NULL with *err set: DG_EINVAL naming the sizes, DG_ENOMEM, DG_EDTYPE) the
+ * caller still owns it. data may be NULL only when nbytes is 0. */
+struct dg_tensor *dg_tensor_adopt(enum dg_dtype dt, const struct dg_shape *shape, void *data,
+				  size_t nbytes, struct dg_err *err);
 /* A 0-d tensor of dt holding v converted (bool: v != 0). */
 struct dg_tensor *dg_tensor_scalar(enum dg_dtype dt, double v, struct dg_err *err);
 /* Deep copy. */
