@@ -15,32 +15,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "bench_util.h"
 #include "dg/cuda.h"
 #include "dg/gpu.h"
 #include "dg/kernels.h"
 
 static int failures;
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof v[0], cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void die(const char *what, const char *msg)
 {
@@ -92,7 +72,7 @@ static double time_dg(struct dg_cuda_stream *s, const char *opname, const char *
 	struct dg_err err = { 0 };
 
 	for (int r = -1; r < reps; r++) {   /* r = -1: warm-up */
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		for (int b = 0; b < batch; b++) {
 			struct dg_cuda_tensor *o = NULL;
 			if (dg_cuda_run(s, op, attrs, in, n_in, &o, 1, 0, &err) != DG_OK)
@@ -102,10 +82,10 @@ static double time_dg(struct dg_cuda_stream *s, const char *opname, const char *
 		if (dg_cuda_stream_sync(s, &err) != DG_OK)
 			die(opname, err.msg);
 		if (r >= 0)
-			t[r] = (now_s() - t0) / batch;
+			t[r] = (bench_now_s() - t0) / batch;
 	}
 	json_decref(attrs);
-	return median(t, reps);
+	return bench_median(t, reps);
 }
 
 static void bench_matmul(struct dg_cuda_stream *s, cublasHandle_t h, cudaStream_t cs, int64_t n,
@@ -122,7 +102,7 @@ static void bench_matmul(struct dg_cuda_stream *s, cublasHandle_t h, cudaStream_
 	cuda_ok(cudaMalloc(&c, (size_t)(n * n) * 4), "cudaMalloc");
 	tdg = time_dg(s, "MatMul", "{}", in, 2, reps, batch);
 	for (int r = -1; r < reps; r++) {
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		for (int k = 0; k < batch; k++)
 			blas_ok(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)n, (int)n,
 					    &one, b->data, (int)n, a->data, (int)n, &zero, c,
@@ -130,9 +110,9 @@ static void bench_matmul(struct dg_cuda_stream *s, cublasHandle_t h, cudaStream_
 				"cublasSgemm");
 		cuda_ok(cudaStreamSynchronize(cs), "sync");
 		if (r >= 0)
-			t[r] = (now_s() - t0) / batch;
+			t[r] = (bench_now_s() - t0) / batch;
 	}
-	tref = median(t, reps);
+	tref = bench_median(t, reps);
 	printf("MatMul %5lld^3 f32   dg %8.3f ms %8.1f GFLOP/s | cuBLAS direct %8.3f ms %8.1f "
 	       "GFLOP/s | ratio %.3f%s\n", (long long)n, tdg * 1e3, flop / tdg * 1e-9, tref * 1e3,
 	       flop / tref * 1e-9, tref / tdg, tref / tdg < 0.9 ? "  (below 0.9)" : "");
@@ -150,15 +130,15 @@ static double time_copy(cudaStream_t cs, void *dst, const void *src, size_t byte
 	double t[32];
 
 	for (int r = -1; r < reps; r++) {
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		for (int k = 0; k < 10; k++)
 			cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cs),
 				"cudaMemcpyAsync");
 		cuda_ok(cudaStreamSynchronize(cs), "sync");
 		if (r >= 0)
-			t[r] = (now_s() - t0) / 10;
+			t[r] = (bench_now_s() - t0) / 10;
 	}
-	return median(t, reps);
+	return bench_median(t, reps);
 }
 
 static void bench_bandwidth(struct dg_cuda_stream *s, cudaStream_t cs, int64_t n, int reps)

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "dg/client.h"
 #include "dg/tensor.h"
 
@@ -55,30 +56,6 @@ static struct {
 } S;
 
 static int failures;                    /* verification failures: exit status 3 */
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Median of n values; sorts v in place. */
-static double median(double *v, int n)
-{
-	if (n <= 0)
-		return -1;
-	qsort(v, (size_t)n, sizeof v[0], cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void die(const char *what)
 {
@@ -120,18 +97,6 @@ static void verify_failed(const char *what, uint32_t k)
 
 /* ----------------------------------------------------------- child processes */
 
-static void dump_file(const char *path)
-{
-	char line[512];
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return;
-	while (fgets(line, sizeof line, f))
-		fprintf(stderr, "  | %s", line);
-	fclose(f);
-}
-
 /* fork + exec argv with stdout/stderr to logp; the child gets SIGTERM when the
  * bench dies (dg mount and dg ps stop cleanly on it). */
 static pid_t spawn(char *const *argv, const char *logp)
@@ -153,22 +118,6 @@ static pid_t spawn(char *const *argv, const char *logp)
 	if (pid < 0)
 		die("fork failed");
 	return pid;
-}
-
-static void stop_child(pid_t pid)
-{
-	int status;
-
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	for (int i = 0; i < 1000; i++) {
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			return;
-		usleep(10000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
 }
 
 static int run_wait(char *const *argv)
@@ -197,7 +146,7 @@ static void unmount_at(int i)
 	if (S.mounted[i] && run_wait(argv) != 0)
 		run_wait(lazy);
 	S.mounted[i] = false;
-	stop_child(S.mount_pid[i]);
+	bench_stop_child(S.mount_pid[i], 10000);
 	S.mount_pid[i] = 0;
 	rmdir(S.mnt[i]);
 }
@@ -213,7 +162,7 @@ static void cleanup(void)
 	for (int i = 0; i < N_MOUNTS; i++)
 		if (S.mount_pid[i] || S.mounted[i])
 			unmount_at(i);
-	stop_child(S.ps_pid);
+	bench_stop_child(S.ps_pid, 10000);
 	S.ps_pid = 0;
 	if (S.shm[0])
 		unlink(S.shm);
@@ -260,7 +209,7 @@ static void wait_mounted(int i, const char *logp)
 		usleep(10000);
 	}
 	fprintf(stderr, "bench_fs: %s did not mount; its log:\n", S.mnt[i]);
-	dump_file(logp);
+	bench_dump_file(logp);
 	exit(2);
 }
 
@@ -308,7 +257,7 @@ static void start_dg(char *addr, size_t addr_len)
 	}
 	if (!port) {
 		fprintf(stderr, "bench_fs: `%s ps` did not start; its log:\n", O.dg_path);
-		dump_file(logp);
+		bench_dump_file(logp);
 		exit(2);
 	}
 	snprintf(addr, addr_len, "127.0.0.1:%d", port);
@@ -341,7 +290,7 @@ static char *iobuf;                     /* CHUNK bytes, page aligned */
  * Returns seconds from open to close. */
 static double read_file(const char *path, uint32_t k, const char *what)
 {
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	int fd = open(path, O_RDONLY);
 	size_t total = 0;
 	bool good = true;
@@ -368,7 +317,7 @@ static double read_file(const char *path, uint32_t k, const char *what)
 		total += (size_t)n;
 	}
 	close(fd);
-	t0 = now_s() - t0;
+	t0 = bench_now_s() - t0;
 	if (total != O.bytes) {
 		fprintf(stderr, "bench_fs: %s: read %zu bytes, want %zu\n", what, total, O.bytes);
 		exit(2);
@@ -382,7 +331,7 @@ static double read_file(const char *path, uint32_t k, const char *what)
  * to the end of close (where dg mount commits). */
 static double write_file(const char *path, const char *src, int extra_flags)
 {
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	int fd = open(path, O_WRONLY | O_TRUNC | extra_flags, 0644);
 
 	if (fd < 0) {
@@ -405,7 +354,7 @@ static double write_file(const char *path, const char *src, int extra_flags)
 		fprintf(stderr, "bench_fs: close %s: %s\n", path, strerror(errno));
 		exit(2);
 	}
-	return now_s() - t0;
+	return bench_now_s() - t0;
 }
 
 static void http_put(struct dg_client *c, const struct dg_tensor *t)
@@ -422,14 +371,14 @@ static double http_get(struct dg_client *c, uint32_t k)
 {
 	struct dg_err err = { 0 };
 	struct dg_tensor *t = NULL;
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	bool good;
 
 	if (dg_var_get(c, VAR, &t, NULL, &err) != DG_OK) {
 		fprintf(stderr, "bench_fs: GET %s: %s\n", VAR, err.msg);
 		exit(2);
 	}
-	t0 = now_s() - t0;
+	t0 = bench_now_s() - t0;
 	good = t->nbytes == O.bytes;
 	for (size_t off = 0; good && off < O.bytes; off += CHUNK)
 		good = chunk_ok((const float *)((const char *)t->data + off), CHUNK / 4, off / 4,
@@ -456,7 +405,7 @@ static double latency(enum lat_kind kind, const char *path)
 	if (!v || (kind == LAT_PREAD && fd < 0))
 		die("latency setup failed");
 	for (int i = 0; i < O.lat_n; i++) {
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		bool ok = true;
 
 		if (kind == LAT_STAT) {
@@ -471,7 +420,7 @@ static double latency(enum lat_kind kind, const char *path)
 			r ^= r << 13, r ^= r >> 7, r ^= r << 17;
 			ok = pread(fd, iobuf, 4096, (off_t)(r % (O.bytes / 4096)) * 4096) == 4096;
 		}
-		v[i] = now_s() - t0;
+		v[i] = bench_now_s() - t0;
 		if (!ok) {
 			fprintf(stderr, "bench_fs: latency case on %s failed: %s\n", path,
 				strerror(errno));
@@ -480,7 +429,7 @@ static double latency(enum lat_kind kind, const char *path)
 	}
 	if (fd >= 0)
 		close(fd);
-	m = median(v, O.lat_n);
+	m = bench_median(v, O.lat_n);
 	free(v);
 	return m;
 }
@@ -496,11 +445,11 @@ static double http_latency(struct dg_client *c, bool head)
 	for (int i = 0; i < n; i++) {
 		struct dg_var_info info;
 		struct dg_tensor *t = NULL;
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		enum dg_status st = head ? dg_var_stat(c, SMALL, &info, &err)
 					 : dg_var_get(c, SMALL, &t, NULL, &err);
 
-		v[i] = now_s() - t0;
+		v[i] = bench_now_s() - t0;
 		dg_tensor_free(t);
 		if (st != DG_OK) {
 			fprintf(stderr, "bench_fs: %s %s: %s\n", head ? "HEAD" : "GET", SMALL,
@@ -508,7 +457,7 @@ static double http_latency(struct dg_client *c, bool head)
 			exit(2);
 		}
 	}
-	m = median(v, n);
+	m = bench_median(v, n);
 	free(v);
 	return m;
 }
@@ -683,9 +632,9 @@ int main(int argc, char **argv)
 		for (int cs = 0; cs < N_CASES; cs++)
 			row[cs] = &t[cs][j];
 		fill(w->data, O.bytes / 4, ++k);
-		*row[C_PUT] = now_s();
+		*row[C_PUT] = bench_now_s();
 		http_put(c, w);
-		*row[C_PUT] = now_s() - *row[C_PUT];
+		*row[C_PUT] = bench_now_s() - *row[C_PUT];
 		*row[C_GET] = http_get(c, k);
 
 		fill(w->data, O.bytes / 4, ++k);
@@ -709,7 +658,7 @@ int main(int argc, char **argv)
 		}
 	}
 	for (int cs = 0; cs < N_CASES; cs++)
-		med[cs] = median(t[cs], O.runs);
+		med[cs] = bench_median(t[cs], O.runs);
 
 	printf("\n%-44s %9s %9s\n", "case", "MB/s", "ms");
 	for (int cs = 0; cs < N_CASES; cs++) {

@@ -27,6 +27,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "dg/buf.h"
 #include "dg/http.h"
 #include "dg/status.h"
@@ -59,33 +60,6 @@ static int missed;                      /* targets missed (--strict: exit 4) */
 
 /* ----------------------------------------------------------------- small helpers */
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Median of n values (sorts a copy; n <= 4096). */
-static double median(const double *v, int n)
-{
-	double s[4096];
-
-	if (n <= 0 || n > 4096)
-		return -1;
-	memcpy(s, v, (size_t)n * sizeof s[0]);
-	qsort(s, (size_t)n, sizeof s[0], cmp_double);
-	return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
-
 static void pin_cpu(int cpu)
 {
 	cpu_set_t set;
@@ -107,27 +81,11 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 	return 0;
 }
 
-static void stop_child(pid_t pid)
-{
-	int status;
-
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	for (int i = 0; i < 500; i++) {
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			return;
-		usleep(10000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
-}
-
 /* Stop both servers and remove the temp dir; safe to call twice. */
 static void cleanup(void)
 {
 	for (int i = 0; i < 2; i++) {
-		stop_child(server_pid[i]);
+		bench_stop_child(server_pid[i], 5000);
 		server_pid[i] = 0;
 	}
 	if (tmpdir[0])
@@ -171,18 +129,6 @@ static void die(const char *fmt, ...)
 	va_end(ap);
 	cleanup();
 	exit(2);
-}
-
-static void dump_file(const char *path)
-{
-	char line[512];
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return;
-	while (fgets(line, sizeof line, f))
-		fprintf(stderr, "  | %s", line);
-	fclose(f);
 }
 
 /* --------------------------------------------------------------------- cluster */
@@ -260,7 +206,7 @@ static void start_cluster(void)
 	for (int attempt = 0; attempt < 3; attempt++) {
 		int port[2], status;
 		bool up[2] = { false, false }, failed = false;
-		double t0 = now_s();
+		double t0 = bench_now_s();
 		FILE *f;
 
 		pick_ports(port);
@@ -272,7 +218,7 @@ static void start_cluster(void)
 			die("cannot write %s", spec_path);
 		for (int i = 0; i < 2; i++)
 			server_pid[i] = spawn_server(i);
-		while (!(up[0] && up[1]) && !failed && now_s() - t0 < 30) {
+		while (!(up[0] && up[1]) && !failed && bench_now_s() - t0 < 30) {
 			for (int i = 0; i < 2; i++) {
 				if (!up[i])
 					up[i] = healthy(i);
@@ -283,7 +229,7 @@ static void start_cluster(void)
 					fprintf(stderr, "bench_graph: task %d exited "
 						"(status %d):\n", i,
 						WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-					dump_file(logf);
+					bench_dump_file(logf);
 					server_pid[i] = 0;
 					failed = true;
 				}
@@ -293,7 +239,7 @@ static void start_cluster(void)
 		if (up[0] && up[1])
 			return;
 		for (int i = 0; i < 2; i++) {
-			stop_child(server_pid[i]);
+			bench_stop_child(server_pid[i], 5000);
 			server_pid[i] = 0;
 		}
 	}
@@ -314,7 +260,7 @@ static double run_process(const char *const *argv, char *out, size_t cap)
 
 	if (pipe2(pfd, O_CLOEXEC) != 0)
 		die("pipe: %s", strerror(errno));
-	t0 = now_s();
+	t0 = bench_now_s();
 	pid = fork();
 	if (pid < 0)
 		die("fork: %s", strerror(errno));
@@ -336,7 +282,7 @@ static double run_process(const char *const *argv, char *out, size_t cap)
 			WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 		return -1;
 	}
-	return now_s() - t0;
+	return bench_now_s() - t0;
 }
 
 static void case_seed(void)
@@ -368,8 +314,8 @@ static void case_seed(void)
 			th[r] = c;
 		}
 	}
-	double ms = 1e3 * median(ts, O.runs), me = 1e3 * median(te, O.runs);
-	double mh = 1e3 * median(th, O.runs);
+	double ms = 1e3 * bench_median(ts, O.runs), me = 1e3 * bench_median(te, O.runs);
+	double mh = 1e3 * bench_median(th, O.runs);
 
 	printf("seed latency (whole process, fork+exec): dg submit %.2f ms  dg eval %.2f ms  "
 	       "ratio %.2f (median of %d)\n", ms, me, ms / me, O.runs);
@@ -470,7 +416,7 @@ static void run_job(json_t *graph, int steps, struct job_result *jr)
 	if (!body)
 		die("out of memory");
 	memset(jr, 0, sizeof *jr);
-	t0 = now_s();
+	t0 = bench_now_s();
 	http_or_die("POST", "/v1/jobs", body, strlen(body), &r);
 	free(body);
 	st = json_loadb(r.body.data, r.body.len, 0, NULL);
@@ -482,7 +428,7 @@ static void run_job(json_t *graph, int steps, struct job_result *jr)
 	while (!over) {
 		char *line, *save = NULL;
 
-		if (now_s() - t0 > JOB_WAIT_S) {
+		if (bench_now_s() - t0 > JOB_WAIT_S) {
 			snprintf(path, sizeof path, "/v1/jobs/%s", id);
 			http_or_die("DELETE", path, NULL, 0, &r);
 			dg_http_result_deinit(&r);
@@ -516,7 +462,7 @@ static void run_job(json_t *graph, int steps, struct job_result *jr)
 		}
 		dg_http_result_deinit(&r);
 	}
-	jr->wall_s = now_s() - t0;
+	jr->wall_s = bench_now_s() - t0;
 	snprintf(path, sizeof path, "/v1/jobs/%s", id);
 	http_or_die("GET", path, NULL, 0, &r);
 	st = json_loadb(r.body.data, r.body.len, 0, NULL);
@@ -584,18 +530,18 @@ static double round_trip_baseline(int n)
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	for (int i = 0; i < n; i++) {
 		uint32_t v = (uint32_t)i, w = 0;
-		double t0 = now_s();
+		double t0 = bench_now_s();
 
 		if (send(fd, &v, 4, MSG_NOSIGNAL) != 4 || recv(fd, &w, 4, MSG_WAITALL) != 4 ||
 		    w != v)
 			die("round-trip baseline: exchange %d failed", i);
-		t[i] = 1e3 * (now_s() - t0);
+		t[i] = 1e3 * (bench_now_s() - t0);
 	}
 	close(fd);
 	pthread_join(th, NULL);
 	close(p.lfd);
 	pin_cpu(O.client_cpu);
-	return median(t, n);
+	return bench_median(t, n);
 }
 
 /* The mean and the 90th percentile of a job's step times. */
@@ -605,7 +551,7 @@ static void step_stats(const struct job_result *jr, double *mean, double *p90)
 	double sum = 0;
 
 	memcpy(s, jr->step_ms, (size_t)jr->n_steps * sizeof s[0]);
-	qsort(s, (size_t)jr->n_steps, sizeof s[0], cmp_double);
+	qsort(s, (size_t)jr->n_steps, sizeof s[0], bench_cmp_double);
 	for (int i = 0; i < jr->n_steps; i++)
 		sum += s[i];
 	*mean = sum / jr->n_steps;
@@ -621,25 +567,26 @@ static void case_steps(void)
 		if (JR.y != 3.5f || JR.n_steps != O.steps)
 			die("2-task job: y = %g after %d step events, want 3.5 after %d", JR.y,
 			    JR.n_steps, O.steps);
-		cross[j] = median(JR.step_ms, JR.n_steps);
+		cross[j] = bench_median(JR.step_ms, JR.n_steps);
 		step_stats(&JR, &mean_c[j], &p90_c[j]);
 		wall_c[j] = 1e3 * JR.wall_s / O.steps;
 		run_job(small_graph(0), O.steps, &JR);
 		if (JR.y != 3.5f || JR.n_steps != O.steps)
 			die("1-task job: y = %g, want 3.5", JR.y);
-		local[j] = median(JR.step_ms, JR.n_steps);
+		local[j] = bench_median(JR.step_ms, JR.n_steps);
 		wall_l[j] = 1e3 * JR.wall_s / O.steps;
 		rtt[j] = round_trip_baseline(O.steps);
 	}
-	double c = median(cross, O.jobs), l = median(local, O.jobs), rt = median(rtt, O.jobs);
+	double c = bench_median(cross, O.jobs), l = bench_median(local, O.jobs);
+	double rt = bench_median(rtt, O.jobs);
 
 	printf("step, 4-byte crossing tensor (jobs of %d steps, median step of each job, median "
 	       "of %d jobs):\n", O.steps, O.jobs);
 	printf("    2 tasks (2 fragments) %.3f ms  1 task (1 fragment) %.3f ms  ratio %.2f\n"
 	       "    job wall time / steps: 2 tasks %.3f ms  1 task %.3f ms\n", c, l, c / l,
-	       median(wall_c, O.jobs), median(wall_l, O.jobs));
+	       bench_median(wall_c, O.jobs), bench_median(wall_l, O.jobs));
 	printf("    2 tasks: mean step %.3f ms, 90th percentile %.3f ms (medians over the jobs)\n",
-	       median(mean_c, O.jobs), median(p90_c, O.jobs));
+	       bench_median(mean_c, O.jobs), bench_median(p90_c, O.jobs));
 	printf("    loopback TCP round trip, 4 bytes, cpu %d <-> cpu %d: %.3f ms (median of %d); "
 	       "2-task step / round trip %.1f\n", O.task_cpu[0], O.task_cpu[1], rt, O.steps,
 	       c / rt);
@@ -710,7 +657,7 @@ static double socket_baseline(int runs)
 	for (int r = 0; r < runs; r++) {
 		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 		size_t got = 0;
-		double t0 = now_s();
+		double t0 = bench_now_s();
 
 		if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0)
 			die("socket baseline: connect: %s", strerror(errno));
@@ -724,7 +671,7 @@ static double socket_baseline(int runs)
 				break;
 			got += (size_t)k;
 		}
-		t[r] = now_s() - t0;
+		t[r] = bench_now_s() - t0;
 		close(fd);
 		if (got != BIG_BYTES || dst[got - 1] != 0x5a)
 			die("socket baseline: received %zu of %zu bytes", got, BIG_BYTES);
@@ -734,7 +681,7 @@ static double socket_baseline(int runs)
 	free(src);
 	free(dst);
 	pin_cpu(O.client_cpu);
-	return median(t, runs);
+	return bench_median(t, runs);
 }
 
 static void case_big(void)
@@ -745,14 +692,15 @@ static void case_big(void)
 		run_job(big_graph(1), O.big_steps, &JR);
 		if (JR.y != 16777216.0f || JR.n_steps != O.big_steps)
 			die("2-task 64 MiB job: y = %g, want 16777216", JR.y);
-		cross[j] = median(JR.step_ms, JR.n_steps);
+		cross[j] = bench_median(JR.step_ms, JR.n_steps);
 		run_job(big_graph(0), O.big_steps, &JR);
 		if (JR.y != 16777216.0f)
 			die("1-task 64 MiB job: y = %g, want 16777216", JR.y);
-		local[j] = median(JR.step_ms, JR.n_steps);
+		local[j] = bench_median(JR.step_ms, JR.n_steps);
 		sock[j] = socket_baseline(O.big_steps);
 	}
-	double c = median(cross, O.jobs), l = median(local, O.jobs), s = 1e3 * median(sock, O.jobs);
+	double c = bench_median(cross, O.jobs), l = bench_median(local, O.jobs);
+	double s = 1e3 * bench_median(sock, O.jobs);
 	double x = c - l, mib = (double)BIG_BYTES / (1 << 20);
 
 	printf("64 MiB float32 crossing tasks (Fill on task 1, Sum on task 0; jobs of %d steps, "

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "blas.h"
 #include "dg/kernels.h"
 
@@ -23,27 +24,6 @@ struct opts {
 
 static int failures;       /* results that disagree with the baseline */
 static volatile double sink; /* baseline results go here so no loop is dead code */
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof v[0], cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Uniform in [-1, 1), deterministic. */
 static void fill(float *p, size_t n, unsigned seed)
@@ -99,11 +79,11 @@ static struct dg_tensor *dg_once(const struct dg_case *c)
 
 static double time_dg(const struct dg_case *c)
 {
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	struct dg_tensor *out = dg_once(c);
 
 	dg_tensor_free(out);
-	return now_s() - t0;
+	return bench_now_s() - t0;
 }
 
 /* Looks the op up; prints the skip line when it is not registered. */
@@ -262,13 +242,13 @@ static bool measure(const struct opts *o, struct bench *b)
 		double t0;
 
 		td[r] = time_dg(&b->dg);
-		t0 = now_s();
+		t0 = bench_now_s();
 		b->base(b);
-		tb[r] = now_s() - t0;
+		tb[r] = bench_now_s() - t0;
 		sink += b->n_out ? b->out[(size_t)r * 4099 % b->n_out] : b->result;
 	}
-	b->md = median(td, o->reps);
-	b->mb = median(tb, o->reps);
+	b->md = bench_median(td, o->reps);
+	b->mb = bench_median(tb, o->reps);
 	return true;
 }
 

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "dg/client.h"
 #include "dg/tensor.h"
 
@@ -64,33 +65,6 @@ static struct opts O;
 static int failures;                    /* verification failures: exit status 3 */
 
 /* ----------------------------------------------------------------- small helpers */
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Median of n values (sorts a copy). */
-static double median(const double *v, int n)
-{
-	double s[64];
-
-	if (n <= 0 || n > 64)
-		return -1;
-	memcpy(s, v, (size_t)n * sizeof s[0]);
-	qsort(s, (size_t)n, sizeof s[0], cmp_double);
-	return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
 
 /* Pin the calling thread (and the threads and children it creates afterwards). */
 static void pin_cpu(int cpu, const char *who)
@@ -345,19 +319,6 @@ static pid_t start_sock_server(int *port)
 	return pid;
 }
 
-/* Print the dg server's log (after a failure). */
-static void dump_log(const char *path)
-{
-	char line[512];
-	FILE *f = fopen(path, "r");
-
-	if (!f)
-		return;
-	while (fgets(line, sizeof line, f))
-		fprintf(stderr, "  | %s", line);
-	fclose(f);
-}
-
 /* exec `dg server --cluster DIR/cluster.json --job ps --task 0 --port-file DIR/port`,
  * pinned, its output in DIR/server.log. Port 0 in the spec: the server picks a
  * free port and writes it to DIR/port once it serves. */
@@ -424,12 +385,12 @@ static void wait_dg_ready(struct servers *sv)
 	struct dg_err err = { 0 };
 	struct dg_client *c = NULL;
 	char logp[128];
-	double t0 = now_s();
+	double t0 = bench_now_s();
 	int status;
 
 	snprintf(logp, sizeof logp, "%s/server.log", sv->dir);
 	snprintf(err.msg, sizeof err.msg, "no port in %s/port", sv->dir);
-	while (now_s() - t0 < 30) {
+	while (bench_now_s() - t0 < 30) {
 		json_t *h = NULL;
 
 		if (!c && (sv->dg_port = read_port_file(sv)) > 0) {
@@ -446,31 +407,15 @@ static void wait_dg_ready(struct servers *sv)
 		if (waitpid(sv->dg_pid, &status, WNOHANG) == sv->dg_pid) {
 			fprintf(stderr, "bench_ps: `%s server` exited (status %d); its log:\n",
 				O.dg_path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
-			dump_log(logp);
+			bench_dump_file(logp);
 			exit(2);
 		}
 		usleep(20000);
 	}
 	fprintf(stderr, "bench_ps: dg server not ready after 30 s: %s\n", err.msg);
 	dg_client_free(c);
-	dump_log(logp);
+	bench_dump_file(logp);
 	exit(2);
-}
-
-static void stop_child(pid_t pid)
-{
-	int status;
-
-	if (pid <= 0)
-		return;
-	kill(pid, SIGTERM);
-	for (int i = 0; i < 500; i++) {
-		if (waitpid(pid, &status, WNOHANG) == pid)
-			return;
-		usleep(10000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
 }
 
 /* Stop both servers and remove the temp dir; safe to call again. */
@@ -478,8 +423,8 @@ static void stop_servers(struct servers *sv)
 {
 	char p[128];
 
-	stop_child(sv->dg_pid);
-	stop_child(sv->sock_pid);
+	bench_stop_child(sv->dg_pid, 5000);
+	bench_stop_child(sv->sock_pid, 5000);
 	sv->dg_pid = sv->sock_pid = 0;
 	if (!sv->dir[0])
 		return;
@@ -862,7 +807,7 @@ enum op { OP_GET, OP_PUT };
 static double timed_run(const struct backend *b, struct conn *c, enum op op, int k,
 			int min_iters, long *calls)
 {
-	double t0 = now_s(), el;
+	double t0 = bench_now_s(), el;
 	int n = 0;
 
 	for (;;) {
@@ -871,7 +816,7 @@ static double timed_run(const struct backend *b, struct conn *c, enum op op, int
 		if (rc != 0)
 			return -1;
 		n++;
-		el = now_s() - t0;
+		el = bench_now_s() - t0;
 		if (n >= min_iters && el >= O.target_s) {
 			*calls = n;
 			return n / el;
@@ -994,12 +939,12 @@ static struct result transfer_case(struct conn *cd, struct conn *cs, enum op op,
 	if (rates[2][O.runs - 1] > 0) {
 		snprintf(cmd, sizeof cmd, "check %s %zu", opn, sizes[k]);
 		torch_check(1, cmd);
-		r.torch = median(rates[2], O.runs);
+		r.torch = bench_median(rates[2], O.runs);
 	}
 	print_runs(opn, size_names[k], rates);
 	free(check);
-	r.dg = median(rates[0], O.runs);
-	r.sock = median(rates[1], O.runs);
+	r.dg = bench_median(rates[0], O.runs);
+	r.sock = bench_median(rates[1], O.runs);
 	return r;
 }
 
@@ -1055,7 +1000,7 @@ static double sgd_run(const struct backend *b, int n, long *applies, struct resu
 			exit(2);
 	m0 = meter_now(b);
 	pthread_barrier_wait(&start);
-	t0 = now_s();
+	t0 = bench_now_s();
 	usleep((useconds_t)(O.target_s * 1e6));
 	atomic_store(&stop, 1);
 	for (int i = 0; i < n; i++) {
@@ -1063,7 +1008,7 @@ static double sgd_run(const struct backend *b, int n, long *applies, struct resu
 		total += w[i].count;
 		bad |= w[i].rc;
 	}
-	el = now_s() - t0;
+	el = bench_now_s() - t0;
 	meter_add(r, side, b, m0, total * O.runs);
 	for (int i = 0; i < n; i++)
 		b->close(&w[i].c);
@@ -1375,12 +1320,12 @@ static void run_sgd(struct conn *cd, struct conn *cs, struct result sgd[2])
 		}
 		if (rates[2][O.runs - 1] > 0) {
 			torch_check(O.clients[j], "checkw");
-			sgd[j].torch = median(rates[2], O.runs);
+			sgd[j].torch = bench_median(rates[2], O.runs);
 		}
 		snprintf(what, sizeof what, "4KiB x%d", O.clients[j]);
 		print_runs("sgd", what, rates);
-		sgd[j].dg = median(rates[0], O.runs);
-		sgd[j].sock = median(rates[1], O.runs);
+		sgd[j].dg = bench_median(rates[0], O.runs);
+		sgd[j].sock = bench_median(rates[1], O.runs);
 		print_line(label, SGD_BYTES, &sgd[j]);
 	}
 	for (int s = 0; s < 2; s++)

@@ -1,10 +1,12 @@
 /* Seeded random initialisers for the CPU: RandomUniform, RandomNormal,
  * TruncatedNormal and GlorotUniform. Values come from Philox4x32-10 (Salmon et
- * al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011; the generator
- * of TensorFlow and cuRAND), written out here because no Debian C library
- * offers a counter-based RNG with a stable, documented stream. Value i of a
- * tensor depends only on (seed, step, i): no thread or device order matters. */
+ * al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011), defined once
+ * in kernels/philox.h for this file and kernels/cuda/random.cu because no
+ * Debian C library offers a counter-based RNG with a stable, documented
+ * stream. Value i of a tensor depends only on (seed, step, i): no thread or
+ * device order matters. */
 #include "cpu.h"
+#include "../philox.h"
 
 #include <float.h>
 #include <math.h>
@@ -12,39 +14,12 @@
 
 /* --- Philox4x32-10 ------------------------------------------------------- */
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u   /* golden ratio: the key schedule's bumps */
-#define PHILOX_W1 0xBB67AE85u   /* sqrt(3) - 1 */
-
-
 void cpu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4])
 {
-	uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
-	uint32_t k0 = key[0], k1 = key[1];
-
-	for (int r = 0; r < 10; r++) {
-		uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
-		uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-		uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-
-		c0 = n0;
-		c1 = (uint32_t)p1;
-		c2 = n2;
-		c3 = (uint32_t)p0;
-		k0 += PHILOX_W0;
-		k1 += PHILOX_W1;
-	}
-	out[0] = c0;
-	out[1] = c1;
-	out[2] = c2;
-	out[3] = c3;
+	dg_philox4x32_10(ctr, key, out);
 }
 
-/* The stream of one kernel run. The 128-bit counter is (block low 32 bits,
- * block bits 32..47 | attempt << 16, step low, step high): tensors hold at
- * most 2^48 elements, so block indices fit 48 bits and the top 16 bits number
- * the re-draws of TruncatedNormal (0 for everything else). */
+/* The stream of one kernel run: the key and step of dg_philox_block(). */
 struct stream {
 	uint32_t key[2];
 	uint32_t step_lo, step_hi;
@@ -52,34 +27,7 @@ struct stream {
 
 static void stream_block(const struct stream *g, uint64_t block, uint32_t attempt, uint32_t w[4])
 {
-	uint32_t ctr[4] = {
-		(uint32_t)block, (uint32_t)(block >> 32) | attempt << 16, g->step_lo, g->step_hi,
-	};
-
-	cpu_philox4x32_10(ctr, g->key, w);
-}
-
-/* Uniform [0,1) from the top 24 bits of one word (every float32 value k/2^24
- * exactly), or from the top 53 bits of two words (float64). */
-static inline float u24(uint32_t w)
-{
-	return (float)(w >> 8) * 0x1p-24f;
-}
-
-static inline double u53(uint32_t hi, uint32_t lo)
-{
-	return (double)((((uint64_t)hi << 32) | lo) >> 11) * 0x1p-53;
-}
-
-/* Box-Muller: two uniforms in [0,1) to two independent standard normals.
- * 1 - u1 lies in (0, 1], so the log is finite. Computed in double for both
- * dtypes so a float32 result is the correctly rounded double one. */
-static inline void box_muller(double u1, double u2, double *z0, double *z1)
-{
-	double r = sqrt(-2.0 * log(1.0 - u1)), th = 2.0 * M_PI * u2;
-
-	*z0 = r * cos(th);
-	*z1 = r * sin(th);
+	dg_philox_block(g->key, g->step_lo, g->step_hi, block, attempt, w);
 }
 
 /* --- attrs --------------------------------------------------------------- */
@@ -246,7 +194,7 @@ static void uniform_f32(float *restrict y, int64_t n, const struct stream *g, do
 	for (int64_t i0 = 0; i0 < n; i0 += 4) {
 		stream_block(g, (uint64_t)i0 / 4, 0, w);
 		for (int j = 0; j < 4 && i0 + j < n; j++) {
-			float v = lo + u24(w[j]) * span;
+			float v = lo + dg_philox_u24(w[j]) * span;
 			/* Rounding may land on hi; keep the interval half-open. */
 			y[i0 + j] = v < hi ? v : nextafterf(hi, lo);
 		}
@@ -261,7 +209,7 @@ static void uniform_f64(double *restrict y, int64_t n, const struct stream *g, d
 	for (int64_t i0 = 0; i0 < n; i0 += 2) {
 		stream_block(g, (uint64_t)i0 / 2, 0, w);
 		for (int j = 0; j < 2 && i0 + j < n; j++) {
-			double v = a + u53(w[2 * j], w[2 * j + 1]) * (b - a);
+			double v = a + dg_philox_u53(w[2 * j], w[2 * j + 1]) * (b - a);
 			y[i0 + j] = v < b ? v : nextafter(b, a);
 		}
 	}
@@ -295,11 +243,12 @@ static int normals_block(const struct stream *g, uint64_t block, uint32_t attemp
 
 	stream_block(g, block, attempt, w);
 	if (f64) {
-		box_muller(u53(w[0], w[1]), u53(w[2], w[3]), &z[0], &z[1]);
+		dg_box_muller(dg_philox_u53(w[0], w[1]), dg_philox_u53(w[2], w[3]), &z[0],
+			      &z[1]);
 		return 2;
 	}
-	box_muller(u24(w[0]), u24(w[1]), &z[0], &z[1]);
-	box_muller(u24(w[2]), u24(w[3]), &z[2], &z[3]);
+	dg_box_muller(dg_philox_u24(w[0]), dg_philox_u24(w[1]), &z[0], &z[1]);
+	dg_box_muller(dg_philox_u24(w[2]), dg_philox_u24(w[3]), &z[2], &z[3]);
 	return 4;
 }
 

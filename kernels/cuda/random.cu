@@ -1,58 +1,18 @@
 /* The seeded initialisers on the GPU, value for value the stream of
- * kernels/cpu/random.c: Philox4x32-10 keyed by the seed, counter (block,
- * attempt, step), one thread per Philox block. Uniforms are bit-identical to
- * the CPU's; normals go through CUDA's double log/sqrt/sin/cos, which may
+ * kernels/cpu/random.c: Philox4x32-10 of kernels/philox.h keyed by the seed,
+ * counter (block, attempt, step), one thread per Philox block. Uniforms are
+ * bit-identical to the CPU's; normals go through CUDA's double log/sqrt/sin/cos, which may
  * differ from glibc's by an ulp before rounding to the output type. */
 #include "cuda_common.cuh"
+#include "../philox.h"
 
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
-
-/* cpu_philox4x32_10, with the counter layout of stream_block(). */
+/* The counter layout of stream_block() in kernels/cpu/random.c. */
 __device__ static void philox(const struct dgc_philox &g, uint64_t block, uint32_t attempt,
 			      uint32_t w[4])
 {
-	uint32_t c0 = (uint32_t)block, c1 = (uint32_t)(block >> 32) | attempt << 16;
-	uint32_t c2 = g.step_lo, c3 = g.step_hi;
-	uint32_t k0 = g.key[0], k1 = g.key[1];
-
-	for (int r = 0; r < 10; r++) {
-		uint64_t p0 = (uint64_t)PHILOX_M0 * c0, p1 = (uint64_t)PHILOX_M1 * c2;
-		uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-		uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-		c0 = n0;
-		c1 = (uint32_t)p1;
-		c2 = n2;
-		c3 = (uint32_t)p0;
-		k0 += PHILOX_W0;
-		k1 += PHILOX_W1;
-	}
-	w[0] = c0;
-	w[1] = c1;
-	w[2] = c2;
-	w[3] = c3;
-}
-
-__device__ static float u24(uint32_t w)
-{
-	return (float)(w >> 8) * 0x1p-24f;
-}
-
-__device__ static double u53(uint32_t hi, uint32_t lo)
-{
-	return (double)((((uint64_t)hi << 32) | lo) >> 11) * 0x1p-53;
-}
-
-__device__ static void box_muller(double u1, double u2, double *z0, double *z1)
-{
-	double r = sqrt(-2.0 * log(1.0 - u1)), th = 2.0 * M_PI * u2;
-
-	*z0 = r * cos(th);
-	*z1 = r * sin(th);
+	dg_philox_block(g.key, g.step_lo, g.step_hi, block, attempt, w);
 }
 
 /* Four float32 values per block, scaled in float arithmetic like the CPU
@@ -66,7 +26,7 @@ __global__ void k_uniform_f32(float *y, int64_t n, struct dgc_philox g, float lo
 		uint32_t w[4];
 		philox(g, (uint64_t)b, 0, w);
 		for (int j = 0; j < 4 && b * 4 + j < n; j++) {
-			float v = __fadd_rn(lo, __fmul_rn(u24(w[j]), span));
+			float v = __fadd_rn(lo, __fmul_rn(dg_philox_u24(w[j]), span));
 			y[b * 4 + j] = v < hi ? v : nextafterf(hi, lo);
 		}
 	}
@@ -80,7 +40,8 @@ __global__ void k_uniform_f64(double *y, int64_t n, struct dgc_philox g, double 
 		uint32_t w[4];
 		philox(g, (uint64_t)b, 0, w);
 		for (int j = 0; j < 2 && b * 2 + j < n; j++) {
-			double v = __dadd_rn(a, __dmul_rn(u53(w[2 * j], w[2 * j + 1]), b_ - a));
+			double u = dg_philox_u53(w[2 * j], w[2 * j + 1]);
+			double v = __dadd_rn(a, __dmul_rn(u, b_ - a));
 			y[b * 2 + j] = v < b_ ? v : nextafter(b_, a);
 		}
 	}
@@ -139,11 +100,12 @@ __device__ static int normals_block(const struct dgc_philox &g, uint64_t block, 
 
 	philox(g, block, att, w);
 	if (f64) {
-		box_muller(u53(w[0], w[1]), u53(w[2], w[3]), &z[0], &z[1]);
+		dg_box_muller(dg_philox_u53(w[0], w[1]), dg_philox_u53(w[2], w[3]), &z[0],
+			      &z[1]);
 		return 2;
 	}
-	box_muller(u24(w[0]), u24(w[1]), &z[0], &z[1]);
-	box_muller(u24(w[2]), u24(w[3]), &z[2], &z[3]);
+	dg_box_muller(dg_philox_u24(w[0]), dg_philox_u24(w[1]), &z[0], &z[1]);
+	dg_box_muller(dg_philox_u24(w[2]), dg_philox_u24(w[3]), &z[2], &z[3]);
 	return 4;
 }
 

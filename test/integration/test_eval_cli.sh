@@ -11,47 +11,8 @@ EX=$SRC/examples
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-passed=0
-failed=0
-rc=0
-
-# Run dg, keeping stdout, stderr and the exit code without tripping set -e.
-run() {
-	rc=0
-	"$DG" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-	# Sanitizer builds: any report is a failure of its own.
-	if grep -qE 'Sanitizer|runtime error:' "$TMP/err"; then
-		not_ok "dg $* ran without sanitizer reports"
-	fi
-}
-
-ok() {
-	passed=$((passed + 1))
-	echo "ok - $1"
-}
-
-not_ok() {
-	failed=$((failed + 1))
-	echo "FAIL - $1"
-	echo "  exit code: $rc"
-	echo "  stdout: $(head -c 400 "$TMP/out")"
-	echo "  stderr: $(head -c 400 "$TMP/err")"
-}
-
-# check DESC EXPECTED_RC EXPECTED_STDOUT: exit code and exact stdout.
-check_out() {
-	if [[ $rc -eq $2 && "$(cat "$TMP/out")" == "$3" ]]; then ok "$1"; else not_ok "$1"; fi
-}
-
-# check_err DESC EXPECTED_RC SUBSTRING: exit code, "dg: " prefix, substring.
-check_err() {
-	if [[ $rc -eq $2 ]] && head -n 1 "$TMP/err" | grep -q '^dg: ' &&
-		grep -qF -- "$3" "$TMP/err" && [[ ! -s "$TMP/out" ]]; then
-		ok "$1"
-	else
-		not_ok "$1"
-	fi
-}
+SHOW_BYTES=400
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # --- dg eval: printing ---------------------------------------------------------
 run eval "$EX/seed_sum.json"
@@ -218,5 +179,4 @@ fi
 run ops Nope
 check_err "dg ops of an unknown op exits 3" 3 "unknown op 'Nope'"
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+summary

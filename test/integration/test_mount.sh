@@ -56,24 +56,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0
-failed=0
-rc=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 : >"$TMP/out"
 : >"$TMP/err"
-
-ok() {
-	passed=$((passed + 1))
-	echo "ok - $1"
-}
-
-not_ok() {
-	failed=$((failed + 1))
-	echo "FAIL - $1"
-	echo "  exit code: $rc"
-	echo "  stdout: $(head -c 600 "$TMP/out")"
-	echo "  stderr: $(head -c 600 "$TMP/err")"
-}
 
 check() {     # check DESC CONDITION-RESULT(0/1)
 	if [[ $2 -eq 0 ]]; then ok "$1"; else not_ok "$1"; fi
@@ -107,13 +92,9 @@ start_ps() {
 		>>"$TMP/$name.log" 2>&1 &
 	PS_PID=$!
 	pids+=("$PS_PID")
-	for _ in $(seq 1 150); do
-		if [[ -s "$TMP/$name.port" ]]; then
-			PORT=$(cat "$TMP/$name.port")
-			return 0
-		fi
-		sleep 0.1
-	done
+	if PORT=$(wait_port "$TMP/$name.port" 150 0.1); then
+		return 0
+	fi
 	echo "ps $name did not start:" >&2
 	cat "$TMP/$name.log" >&2
 	exit 1
@@ -608,5 +589,4 @@ else
 	ok "no sanitizer reports in the logs of dg mount and dg ps"
 fi
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+summary

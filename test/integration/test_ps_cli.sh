@@ -11,59 +11,15 @@ TMP=$(mktemp -d)
 pids=()
 
 cleanup() {
-	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
-	done
+	kill_wait "${pids[@]}"
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
-
-passed=0
-failed=0
-rc=0
-
-# Run dg, keeping stdout, stderr and the exit code without tripping set -e.
-run() {
-	rc=0
-	"$DG" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-	if grep -qE 'Sanitizer|runtime error:' "$TMP/err"; then
-		not_ok "dg $* ran without sanitizer reports"
-	fi
-}
-
-ok() {
-	passed=$((passed + 1))
-	echo "ok - $1"
-}
-
-not_ok() {
-	failed=$((failed + 1))
-	echo "FAIL - $1"
-	echo "  exit code: $rc"
-	echo "  stdout: $(head -c 600 "$TMP/out")"
-	echo "  stderr: $(head -c 600 "$TMP/err")"
-}
-
-# check_out DESC EXPECTED_RC EXPECTED_STDOUT: exit code and exact stdout.
-check_out() {
-	if [[ $rc -eq $2 && "$(cat "$TMP/out")" == "$3" ]]; then ok "$1"; else not_ok "$1"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # check_has DESC EXPECTED_RC SUBSTRING: exit code and a substring of stdout.
 check_has() {
 	if [[ $rc -eq $2 ]] && grep -qF -- "$3" "$TMP/out"; then ok "$1"; else not_ok "$1"; fi
-}
-
-# check_err DESC EXPECTED_RC SUBSTRING: exit code, "dg: " prefix, substring of
-# stderr, nothing on stdout.
-check_err() {
-	if [[ $rc -eq $2 ]] && head -n 1 "$TMP/err" | grep -q '^dg: ' &&
-		grep -qF -- "$3" "$TMP/err" && [[ ! -s "$TMP/out" ]]; then
-		ok "$1"
-	else
-		not_ok "$1"
-	fi
 }
 
 # start_server NAME SPEC_JSON ARGS...: starts `dg server` on port 0 (the spec
@@ -76,13 +32,9 @@ start_server() {
 	"$DG" server --cluster "$TMP/$name.spec.json" --port-file "$TMP/$name.port" "$@" \
 		>"$TMP/$name.log" 2>&1 &
 	pids+=($!)
-	for _ in $(seq 1 100); do
-		if [[ -s "$TMP/$name.port" ]]; then
-			PORT=$(cat "$TMP/$name.port")
-			return 0
-		fi
-		sleep 0.1
-	done
+	if PORT=$(wait_port "$TMP/$name.port" 100 0.1); then
+		return 0
+	fi
 	echo "server $name did not start:" >&2
 	cat "$TMP/$name.log" >&2
 	exit 1
@@ -366,5 +318,4 @@ rc=0
 if $clean; then ok "every server exited 0 on SIGTERM with a clean log"; else
 	not_ok "every server exited 0 on SIGTERM with a clean log"; fi
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+summary

@@ -27,8 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0
-failed=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # check DESCRIPTION COMMAND...: run the command, count and report the result.
 check() {
 	local what=$1
@@ -43,7 +42,7 @@ check() {
 
 # start_ps NAME [ARGS...]: start `dg ps` on a free loopback port; sets PID, PORT.
 start_ps() {
-	local name=$1 i
+	local name=$1
 	shift
 	echo '{"ps": ["127.0.0.1:0"]}' >"$TMP/cluster.json"
 	rm -f "$TMP/$name.port"
@@ -51,12 +50,7 @@ start_ps() {
 		2>"$TMP/$name.log" &
 	PID=$!
 	PIDS+=("$PID")
-	for i in $(seq 1 200); do
-		[[ -s $TMP/$name.port ]] && break
-		sleep 0.05
-	done
-	PORT=$(cat "$TMP/$name.port" 2>/dev/null)
-	[[ -n $PORT ]]
+	PORT=$(wait_port "$TMP/$name.port" 200)
 }
 
 # req METHOD PATH [CURL ARGS...]: body to $TMP/body, headers to $TMP/head;
@@ -210,5 +204,4 @@ check "the error names the file" grep -q /nonexistent/cluster.json "$TMP/err.log
 check "an unknown option is a usage error (exit 1)" test $? = 1
 check "dg server --help describes --data-dir" bash -c "'$DG' server --help | grep -q data-dir"
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+summary

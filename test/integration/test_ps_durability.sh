@@ -33,8 +33,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0
-failed=0
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 check() {
 	local what=$1
 	shift
@@ -48,19 +47,14 @@ check() {
 
 # start_ps NAME: `dg ps` on a free port with the data dir; sets PID and PORT.
 start_ps() {
-	local name=$1 i
+	local name=$1
 	echo '{"ps": ["127.0.0.1:0"]}' >"$TMP/cluster.json"
 	rm -f "$TMP/$name.port"
 	"$DG" ps --cluster "$TMP/cluster.json" --data-dir "$TMP/data" --checkpoint-secs 1 \
 		--port-file "$TMP/$name.port" 2>"$TMP/$name.log" &
 	PID=$!
 	PIDS+=("$PID")
-	for i in $(seq 1 400); do
-		[[ -s $TMP/$name.port ]] && break
-		sleep 0.05
-	done
-	PORT=$(cat "$TMP/$name.port" 2>/dev/null)
-	[[ -n $PORT ]]
+	PORT=$(wait_port "$TMP/$name.port" 400)
 }
 
 acks() {
@@ -108,5 +102,4 @@ check "a clean stop leaves a snapshot" bash -c "ls '$TMP/data' | grep -q ."
 check "no sanitizer report from the servers" \
 	bash -c "! cat '$TMP/first.log' '$TMP/second.log' | grep -qE 'Sanitizer|runtime error:'"
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+summary

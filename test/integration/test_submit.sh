@@ -13,53 +13,21 @@ TMP=$(mktemp -d)
 declare -A pid=()
 
 cleanup() {
-	for p in "${pid[@]}"; do
-		kill "$p" 2>/dev/null || true
-		wait "$p" 2>/dev/null || true
-	done
+	kill_wait "${pid[@]}"
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
+SHOW_BYTES=800
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-passed=0
-failed=0
-rc=0
-
-run() {
-	rc=0
-	"$DG" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-	if grep -qE 'Sanitizer|runtime error:' "$TMP/err"; then
-		not_ok "dg $* ran without sanitizer reports"
-	fi
-}
-
-ok() {
-	passed=$((passed + 1))
-	echo "ok - $1"
-}
-
-not_ok() {
-	failed=$((failed + 1))
-	echo "FAIL - $1"
-	echo "  exit code: $rc"
-	echo "  stdout: $(head -c 800 "$TMP/out")"
-	echo "  stderr: $(head -c 800 "$TMP/err")"
-}
-
-check_out() {
-	if [[ $rc -eq $2 && "$(cat "$TMP/out")" == "$3" ]]; then ok "$1"; else not_ok "$1"; fi
-}
-
+# check_err DESC EXPECTED_RC SUBSTRING: exit code and a substring of stderr
+# (lib.sh's check_err also wants the "dg: " prefix and an empty stdout).
 check_err() {
 	if [[ $rc -eq $2 ]] && grep -qF -- "$3" "$TMP/err"; then ok "$1"; else not_ok "$1"; fi
 }
 
-# Three free loopback ports (bound and released: a tiny race, acceptable here).
-read -r P0 P1 P2 < <(python3 -c '
-import socket
-s = [socket.socket() for _ in range(3)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+# Three free loopback ports: every server needs the final spec.
+read -r P0 P1 P2 < <(free_ports 3)
 cat >"$TMP/cluster.json" <<JSON
 {"ps": ["127.0.0.1:$P0"], "worker": ["127.0.0.1:$P1", "127.0.0.1:$P2"]}
 JSON
@@ -73,11 +41,7 @@ start ps ps 0
 start w0 worker 0
 start w1 worker 1
 for name in ps w0 w1; do
-	for _ in $(seq 100); do
-		[[ -s "$TMP/$name.port" ]] && break
-		sleep 0.05
-	done
-	if [[ ! -s "$TMP/$name.port" ]]; then
+	if ! wait_port "$TMP/$name.port" >/dev/null; then
 		echo "server $name did not start:"; cat "$TMP/$name.log"
 		echo "0 passed, 1 failed"; exit 1
 	fi
@@ -206,5 +170,4 @@ done
 if [[ $clean -eq 1 ]]; then ok "ps and worker/0 stop cleanly without sanitizer reports"; else
 	not_ok "ps and worker/0 stop cleanly without sanitizer reports"; fi
 
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+summary

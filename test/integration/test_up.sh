@@ -37,28 +37,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-passed=0
-failed=0
-rc=0
+SHOW_BYTES=800
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-run() {
-	rc=0
-	"$DG" "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
-	if grep -qE 'Sanitizer|runtime error:' "$TMP/err"; then
-		not_ok "dg $* ran without sanitizer reports"
-	fi
-}
-ok() {
-	passed=$((passed + 1))
-	echo "ok - $1"
-}
-not_ok() {
-	failed=$((failed + 1))
-	echo "FAIL - $1"
-	echo "  exit code: $rc"
-	echo "  stdout: $(head -c 800 "$TMP/out")"
-	echo "  stderr: $(head -c 800 "$TMP/err")"
-}
 # check DESC COMMAND...: passes when the command succeeds.
 check() {
 	local what=$1
@@ -286,5 +267,4 @@ check "a failed dg up does not link its spec" test ! -e "$XDG_RUNTIME_DIR/dg/clu
 
 left=$(our_pids)
 check "no process of the test is left" test -z "$left"
-echo "$passed passed, $failed failed"
-[[ $failed -eq 0 ]]
+summary
