@@ -82,9 +82,12 @@ else
 fi
 
 # --- the weighted mean for several splits -------------------------------------
+# Debian's interpreter carries python3-numpy; the python3 on PATH may not.
+PY=python3
+[[ -x /usr/bin/python3 ]] && PY=/usr/bin/python3
 HAVE_NUMPY=0
-if python3 -c 'import numpy' 2>/dev/null; then HAVE_NUMPY=1; fi
-python3 - "$TMP/x.txt" "$TMP/expect" "$HAVE_NUMPY" <<'PY'
+if "$PY" -c 'import numpy' 2>/dev/null; then HAVE_NUMPY=1; fi
+"$PY" - "$TMP/x.txt" "$TMP/expect" "$HAVE_NUMPY" <<'PY'
 import random, struct, sys
 random.seed(7)
 xs = [struct.unpack('f', struct.pack('f', random.uniform(-100, 100)))[0] for _ in range(100)]
@@ -96,7 +99,7 @@ else:
     m = sum(xs) / len(xs)
 open(sys.argv[2], 'w').write(repr(m))
 PY
-[[ $HAVE_NUMPY -eq 1 ]] || echo "# note: python3 has no numpy: the expected mean is computed in plain Python"
+[[ $HAVE_NUMPY -eq 1 ]] || echo "# note: $PY has no numpy: the expected mean is computed in plain Python"
 for k in 1 37 50 99; do
 	sed -e "s/\"size\": \[37\]/\"size\": [$k]/" -e "s/\"begin\": \[37\]/\"begin\": [$k]/" \
 		"$EX/weighted_mean_distributed.json" >"$TMP/wm_$k.json"
