@@ -21,6 +21,7 @@
 
 #include "dg/buf.h"
 #include "dg/codec.h"
+#include "dg/gpu.h"
 #include "dg/tensor.h"
 #include "routes.h"
 #include "server.h"
@@ -1216,6 +1217,58 @@ Test(routes, metrics_are_prometheus_text_with_http_store_and_queue_lines)
 	cr_assert(strstr(r.body.data, "dg_ps_vars 1") != NULL, "%s", r.body.data);
 	cr_assert(strstr(r.body.data, "dg_ps_bytes 24") != NULL);
 	cr_assert(strstr(r.body.data, "dg_queue_capacity{queue=\"q\"} 10") != NULL);
+	resp_free(&r);
+}
+
+/* Without a GPU (the usual test machine) "gpus" is [] and dg_gpus is 0; with one, each
+ * entry must match what dg_gpu_get_info reports. */
+Test(routes, health_and_metrics_report_the_gpus_and_whether_cuda_is_built)
+{
+	int n = dg_gpu_count();
+	struct resp r;
+	json_t *j, *gpus;
+	char line[256];
+
+	cr_assert_eq(req("GET", "/v1/health", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	gpus = json_object_get(j, "gpus");
+	cr_assert(json_is_array(gpus), "%s", r.body.data);
+	cr_assert_eq(json_array_size(gpus), (size_t)n);
+	cr_assert(json_is_boolean(json_object_get(j, "cuda_built")));
+	cr_assert_eq(json_is_true(json_object_get(j, "cuda_built")), dg_gpu_built());
+	cr_assert_str_eq(json_string_value(json_object_get(j, "gpu")), dg_gpu_describe());
+	for (int i = 0; i < n; i++) {
+		json_t *g = json_array_get(gpus, (size_t)i);
+		struct dg_gpu_info info;
+		struct dg_err err = { 0 };
+
+		cr_assert_eq(dg_gpu_get_info(i, &info, &err), DG_OK, "%s", err.msg);
+		cr_assert_eq(json_int_at(g, "index"), i);
+		cr_assert_str_eq(json_string_value(json_object_get(g, "name")), info.name);
+		cr_assert_eq(json_int_at(g, "memory_bytes"), (json_int_t)info.mem_bytes);
+		snprintf(line, sizeof line, "%d.%d", info.cc_major, info.cc_minor);
+		cr_assert_str_eq(json_string_value(json_object_get(g, "compute_capability")), line);
+	}
+	json_decref(j);
+	resp_free(&r);
+
+	cr_assert_eq(req("GET", "/v1/metrics", NULL, NULL, 0, &r), 200);
+	cr_assert(strstr(r.body.data, "# TYPE dg_gpus gauge\n") != NULL, "%s", r.body.data);
+	cr_assert(strstr(r.body.data, "# HELP dg_gpu_memory_bytes ") != NULL);
+	cr_assert(strstr(r.body.data, "# TYPE dg_gpu_memory_bytes gauge\n") != NULL);
+	snprintf(line, sizeof line, "\ndg_gpus %d\n", n);
+	cr_assert(strstr(r.body.data, line) != NULL, "%s", r.body.data);
+	cr_assert_eq(strstr(r.body.data, "dg_gpu_memory_bytes{gpu=\"") != NULL, n > 0);
+	for (int i = 0; i < n; i++) {
+		struct dg_gpu_info info;
+		struct dg_err err = { 0 };
+
+		cr_assert_eq(dg_gpu_get_info(i, &info, &err), DG_OK, "%s", err.msg);
+		snprintf(line, sizeof line, "dg_gpu_memory_bytes{gpu=\"%d\",name=\"", i);
+		cr_assert(strstr(r.body.data, line) != NULL, "%s", r.body.data);
+		snprintf(line, sizeof line, "\"} %zu\n", info.mem_bytes);
+		cr_assert(strstr(r.body.data, line) != NULL, "%s", r.body.data);
+	}
 	resp_free(&r);
 }
 
