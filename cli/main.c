@@ -27,6 +27,7 @@ static const struct cli_cmd {
 	{ "up", cmd_up, "start a local cluster in the background (ps and worker tasks)" },
 	{ "down", cmd_down, "stop the cluster 'dg up' started" },
 	{ "status", cmd_status, "health of every task of the cluster" },
+	{ "job", cmd_job, "list, show and cancel jobs on the cluster's masters" },
 	{ "help", cmd_help, "show this list; 'dg help CMD' shows a command's options" },
 };
 

@@ -1,0 +1,561 @@
+/* `dg job ls|show|cancel`: the jobs of the cluster's masters from the shell.
+ * A job lives on the task that mastered it (doc/http-api.md, "Jobs (master)"),
+ * so ls asks every worker task (job "worker", or every task when there is
+ * none) and show/cancel look the ID up on each unless --task names one.
+ * --master HOST:PORT talks to one server. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "dg/buf.h"
+#include "dg/cluster.h"
+#include "dg/http.h"
+
+#define QUERY_TIMEOUT_MS 10000L         /* per request: the answers are small JSON */
+#define CANCEL_WAIT_MS 10000            /* how long cancel waits for the job to stop */
+
+enum { OPT_CLUSTER = 256, OPT_MASTER, OPT_TOKEN, OPT_TASK, OPT_JSON };
+
+struct job_args {
+	const char *sub;                /* "ls", "show", "cancel" */
+	const char *cluster, *master, *token_file, *task;
+	bool json;
+	char **pos;                     /* positional arguments, borrowed from argv */
+	int n_pos;
+};
+
+static const struct option long_opts[] = {
+	{ "cluster", required_argument, NULL, OPT_CLUSTER },
+	{ "master", required_argument, NULL, OPT_MASTER },
+	{ "token-file", required_argument, NULL, OPT_TOKEN },
+	{ "task", required_argument, NULL, OPT_TASK },
+	{ "json", no_argument, NULL, OPT_JSON },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char job_help[] =
+	"usage: dg job ls|show|cancel ... [--cluster FILE | --master HOST:PORT]\n"
+	"\n"
+	"List, inspect and cancel the jobs of a cluster. A job lives on the task that\n"
+	"mastered it (the one 'dg submit' sent it to); the commands ask the tasks of\n"
+	"job \"worker\" (every task when the cluster has no such job).\n"
+	"\n"
+	"  ls [--json]                   one line per job: ID TASK STATE STEPS ELAPSED\n"
+	"                                ERROR (--json: the jobs as JSON, with \"task\")\n"
+	"  show ID [--task J/I] [--json] a job's state, steps, error, placement, timings\n"
+	"  cancel ID [--task J/I]        cancel a job and wait (10 s at most) until it\n"
+	"                                stops\n"
+	"\n"
+	"options:\n"
+	"  --cluster FILE     the cluster spec (default: $DG_CLUSTER, then the last\n"
+	"                     'dg up')\n"
+	"  --master HOST:PORT talk to this one server instead of a cluster\n"
+	"  --task J/I         the task holding the job, e.g. worker/1 (default: the\n"
+	"                     one that knows the ID)\n"
+	"  --token-file F     send the bearer token in F (first line)\n"
+	"  -h, --help         show this help\n";
+
+/* --- the masters ---------------------------------------------------------------- */
+
+struct target {
+	char label[64];                 /* "worker/1", or the address with --master */
+	struct dg_http_client *c;
+};
+
+struct targets {
+	struct target *t;
+	int n;
+};
+
+static void targets_close(struct targets *ts)
+{
+	for (int i = 0; i < ts->n; i++)
+		dg_http_client_free(ts->t[i].c);
+	free(ts->t);
+	ts->t = NULL;
+	ts->n = 0;
+}
+
+static enum dg_status target_add(struct targets *ts, const char *label, const char *address,
+				 const char *token, struct dg_err *err)
+{
+	struct target *t = &ts->t[ts->n];
+
+	snprintf(t->label, sizeof t->label, "%s", label);
+	t->c = dg_http_client_new(address, token, QUERY_TIMEOUT_MS, err);
+	if (!t->c)
+		return err->code;
+	ts->n++;
+	return DG_OK;
+}
+
+/* "worker/1" into job (buf) and index; -1 when it is not J/I. */
+static int parse_task(const char *s, char *job, size_t job_len, int *index)
+{
+	const char *slash = strrchr(s, '/');
+	char *end;
+	long v;
+
+	if (!slash || slash == s || (size_t)(slash - s) >= job_len || !slash[1])
+		return -1;
+	v = strtol(slash + 1, &end, 10);
+	if (*end || v < 0 || v > 1000000)
+		return -1;
+	memcpy(job, s, (size_t)(slash - s));
+	job[slash - s] = '\0';
+	*index = (int)v;
+	return 0;
+}
+
+/* The servers to ask: --master, else --task's task, else the tasks of job
+ * "worker" of the cluster (every task when it has no "worker" job). */
+static enum dg_status targets_open(const struct job_args *a, struct targets *ts,
+				   struct dg_err *err)
+{
+	struct dg_cluster *cl = NULL;
+	char *token = NULL;
+	enum dg_status st = DG_OK;
+	char job[64];
+	int index = 0;
+
+	ts->t = NULL;
+	ts->n = 0;
+	if (a->token_file && !(token = cli_token_load(a->token_file, err)))
+		return err->code;
+	if (!a->master && !(cl = cli_cluster_load(a->cluster, err))) {
+		free(token);
+		return err->code;
+	}
+	int cap = a->master ? 1 : cl->n_tasks;
+	ts->t = calloc((size_t)(cap > 0 ? cap : 1), sizeof *ts->t);
+	if (!ts->t) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+	} else if (a->master) {
+		st = target_add(ts, a->master, a->master, token, err);
+	} else if (a->task) {
+		const struct dg_task_addr *ta;
+		parse_task(a->task, job, sizeof job, &index);      /* checked by parse_args */
+		if (!(ta = dg_cluster_task(cl, job, index, err)))
+			st = err->code;
+		else
+			st = target_add(ts, a->task, ta->address, token, err);
+	} else {
+		bool has_worker = dg_cluster_job_size(cl, "worker") > 0;
+		for (int i = 0; st == DG_OK && i < cl->n_tasks; i++) {
+			const struct dg_task_addr *ta = &cl->tasks[i];
+			char label[64];
+			if (has_worker && strcmp(ta->job, "worker") != 0)
+				continue;
+			snprintf(label, sizeof label, "%s/%d", ta->job, ta->index);
+			st = target_add(ts, label, ta->address, token, err);
+		}
+		if (st == DG_OK && ts->n == 0)
+			st = dg_err_set(err, DG_EINVAL, "the cluster spec has no tasks");
+	}
+	if (st != DG_OK)
+		targets_close(ts);
+	dg_cluster_free(cl);
+	free(token);
+	return st;
+}
+
+/* One request whose answer is JSON: *out owned (json_decref) or NULL with
+ * *err set, prefixed with the task when there are several to tell apart. */
+static enum dg_status call_json(const struct target *t, const char *method, const char *path,
+				json_t **out, struct dg_err *err)
+{
+	struct dg_http_result res;
+	enum dg_status st;
+
+	*out = NULL;
+	dg_http_result_init(&res);
+	st = dg_http_request(t->c, method, path, NULL, 0, NULL, 0, &res, err);
+	if (st == DG_OK) {
+		*out = json_loadb(res.body.data ? res.body.data : "", res.body.len, 0, NULL);
+		if (!*out || !json_is_object(*out)) {
+			json_decref(*out);
+			*out = NULL;
+			st = dg_err_set(err, DG_EIO, "%s %s on %s: the answer is not a JSON object",
+					method, path, dg_http_client_url(t->c));
+			dg_err_hint(err, "is this address a dg server of this version?");
+		}
+	}
+	dg_http_result_deinit(&res);
+	return st;
+}
+
+/* "/v1/jobs/ID" with ID percent-encoded. */
+static enum dg_status job_path(const char *id, struct dg_buf *path, struct dg_err *err)
+{
+	if (dg_buf_append(path, "/v1/jobs/", 9, err) != DG_OK)
+		return err->code;
+	return dg_http_escape_path(id, path, err);
+}
+
+/* The task that knows job id: its index in ts and the job's status (*out,
+ * owned). ENOTFOUND when none does; ECONFLICT when several do (IDs are per
+ * master); a task that could not answer makes the lookup fail with its error,
+ * since the job might be there. */
+static enum dg_status find_job(const struct targets *ts, const char *id, int *which,
+			       json_t **out, struct dg_err *err)
+{
+	struct dg_buf path = { 0 };
+	struct dg_err e, failed = { 0 };
+	const char *failed_label = NULL;
+	char found[256] = "";
+	enum dg_status st;
+	int n_found = 0;
+
+	*out = NULL;
+	*which = -1;
+	if ((st = job_path(id, &path, err)) != DG_OK)
+		goto out;
+	for (int i = 0; i < ts->n; i++) {
+		json_t *o;
+		memset(&e, 0, sizeof e);
+		if (call_json(&ts->t[i], "GET", path.data, &o, &e) != DG_OK) {
+			if (e.code != DG_ENOTFOUND && !failed_label) {
+				failed = e;
+				failed_label = ts->t[i].label;
+			}
+			continue;
+		}
+		size_t used = strlen(found);
+		snprintf(found + used, sizeof found - used, "%s%s", n_found ? ", " : "",
+			 ts->t[i].label);
+		if (n_found++ == 0) {
+			*out = o;
+			*which = i;
+		} else {
+			json_decref(o);
+		}
+	}
+	if (n_found > 1) {
+		json_decref(*out);
+		*out = NULL;
+		st = dg_err_set(err, DG_ECONFLICT, "job '%s' exists on several tasks: %s", id,
+				found);
+		dg_err_hint(err, "name one with --task J/I, e.g. --task %s", ts->t[*which].label);
+	} else if (n_found == 1) {
+		st = DG_OK;
+	} else if (failed_label) {
+		*err = failed;
+		if (ts->n > 1)
+			dg_err_prefix(err, "%s", failed_label);
+		st = err->code;
+	} else {
+		char asked[256] = "";
+		for (int i = 0; i < ts->n; i++) {
+			size_t used = strlen(asked);
+			snprintf(asked + used, sizeof asked - used, "%s%s", i ? ", " : "",
+				 ts->t[i].label);
+		}
+		st = dg_err_set(err, DG_ENOTFOUND, "job '%s' not found on %s", id, asked);
+		dg_err_hint(err, "list the jobs with: dg job ls");
+	}
+out:
+	dg_buf_deinit(&path);
+	return st;
+}
+
+/* --- printing --------------------------------------------------------------------- */
+
+static const char *str_or(const json_t *o, const char *key, const char *dflt)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+
+	return s ? s : dflt;
+}
+
+static long long int_of(const json_t *o, const char *key)
+{
+	return (long long)json_integer_value(json_object_get(o, key));
+}
+
+static double ms_of(const json_t *o, const char *key)
+{
+	return json_number_value(json_object_get(json_object_get(o, "ms"), key));
+}
+
+/* A duration for people: "850 ms", "12.3 s", "4m05s". */
+static void fmt_ms(double ms, char *buf, size_t n)
+{
+	if (ms < 1000)
+		snprintf(buf, n, "%.1f ms", ms);
+	else if (ms < 60000)
+		snprintf(buf, n, "%.1f s", ms / 1000);
+	else
+		snprintf(buf, n, "%dm%02ds", (int)(ms / 60000), (int)(ms / 1000) % 60);
+}
+
+/* The error of a failed or canceled job, "-" when it has none. */
+static void fmt_error(const json_t *job, char *buf, size_t n)
+{
+	const json_t *e = json_object_get(job, "error");
+
+	if (!json_is_object(e))
+		snprintf(buf, n, "-");
+	else
+		snprintf(buf, n, "%s: %s", str_or(e, "code", "?"), str_or(e, "message", ""));
+}
+
+static void print_status(const char *label, const json_t *j)
+{
+	const json_t *e = json_object_get(j, "error"), *v;
+	char t1[32], t2[32], t3[32];
+	size_t i;
+
+	fmt_ms(ms_of(j, "total"), t1, sizeof t1);
+	fmt_ms(ms_of(j, "last_step"), t2, sizeof t2);
+	fmt_ms(ms_of(j, "mean_step"), t3, sizeof t3);
+	printf("job:        %s\n", str_or(j, "id", "?"));
+	printf("task:       %s\n", label);
+	printf("state:      %s\n", str_or(j, "state", "?"));
+	printf("steps:      %lld/%lld\n", int_of(j, "steps_done"), int_of(j, "steps"));
+	if (json_is_object(e)) {
+		printf("error:      %s: %s\n", str_or(e, "code", "?"), str_or(e, "message", ""));
+		if (str_or(e, "hint", "")[0])
+			printf("hint:       %s\n", str_or(e, "hint", ""));
+	} else {
+		printf("error:      -\n");
+	}
+	printf("time:       %s total, %s last step, %s mean step\n", t1, t2, t3);
+	fputs("fetch:     ", stdout);
+	json_array_foreach(json_object_get(j, "fetch"), i, v)
+		printf(" %s", json_string_value(v) ? json_string_value(v) : "?");
+	fputs(i ? "\n" : " -\n", stdout);
+	printf("fragments:  %lld\n", int_of(j, "fragments"));
+	json_array_foreach(json_object_get(j, "tasks"), i, v)
+		printf("  %-24s %-22s %lld nodes\n", str_or(v, "device", "?"),
+		       str_or(v, "address", "?"), int_of(v, "nodes"));
+	json_array_foreach(json_object_get(j, "soft"), i, v)
+		printf("soft:       %s placed on the CPU (asked for %s)\n", str_or(v, "node", "?"),
+		       str_or(v, "device", "?"));
+}
+
+static int print_json(json_t *o)
+{
+	char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	struct dg_err err = { 0 };
+
+	if (!s) {
+		dg_err_set(&err, DG_ENOMEM, "out of memory");
+		return cli_fail(&err);
+	}
+	puts(s);
+	free(s);
+	return 0;
+}
+
+/* --- the subcommands ------------------------------------------------------------- */
+
+/* ls: every target's list; a task that does not answer is reported on stderr
+ * and makes the exit code its error's, but the others are still listed. */
+static int job_ls(const struct job_args *a, const struct targets *ts)
+{
+	struct dg_err err = { 0 }, first = { 0 };
+	json_t *all = json_array();
+	int rc = 0;
+
+	if (!all) {
+		dg_err_set(&err, DG_ENOMEM, "out of memory");
+		return cli_fail(&err);
+	}
+	for (int i = 0; i < ts->n; i++) {
+		json_t *o, *v;
+		size_t k;
+		memset(&err, 0, sizeof err);
+		if (call_json(&ts->t[i], "GET", "/v1/jobs", &o, &err) != DG_OK) {
+			dg_err_prefix(&err, "%s", ts->t[i].label);
+			if (!first.code)
+				first = err;
+			fprintf(stderr, "dg: %s\n", err.msg);
+			continue;
+		}
+		json_array_foreach(json_object_get(o, "jobs"), k, v) {
+			if (!json_is_object(v))
+				continue;
+			json_object_set_new(v, "task", json_string(ts->t[i].label));
+			json_array_append(all, v);
+		}
+		json_decref(o);
+	}
+	if (a->json) {
+		json_t *doc = json_pack("{s:O}", "jobs", all);
+		rc = doc ? print_json(doc) : 0;
+		json_decref(doc);
+	} else {
+		size_t k;
+		json_t *v;
+		printf("%-8s %-12s %-9s %-15s %-10s %s\n", "ID", "TASK", "STATE", "STEPS",
+		       "ELAPSED", "ERROR");
+		json_array_foreach(all, k, v) {
+			char steps[48], el[32], e[320];
+			snprintf(steps, sizeof steps, "%lld/%lld", int_of(v, "steps_done"),
+				 int_of(v, "steps"));
+			fmt_ms(ms_of(v, "total"), el, sizeof el);
+			fmt_error(v, e, sizeof e);
+			printf("%-8s %-12s %-9s %-15s %-10s %s\n", str_or(v, "id", "?"),
+			       str_or(v, "task", "?"), str_or(v, "state", "?"), steps, el, e);
+		}
+	}
+	json_decref(all);
+	if (first.code) {
+		if (first.hint[0])
+			fprintf(stderr, "dg: hint: %s\n", first.hint);
+		return dg_status_to_exit(first.code);
+	}
+	return rc;
+}
+
+static int job_show(const struct job_args *a, const struct targets *ts)
+{
+	struct dg_err err = { 0 };
+	json_t *o;
+	int which, rc;
+
+	if (find_job(ts, a->pos[0], &which, &o, &err) != DG_OK)
+		return cli_fail(&err);
+	if (a->json) {
+		rc = print_json(o);
+	} else {
+		print_status(ts->t[which].label, o);
+		rc = 0;
+	}
+	json_decref(o);
+	return rc;
+}
+
+static bool is_final(const char *state)
+{
+	return strcmp(state, "done") == 0 || strcmp(state, "failed") == 0 ||
+	       strcmp(state, "canceled") == 0;
+}
+
+/* cancel: DELETE on the task that knows the job, then poll its status until
+ * the running step has been aborted (the master stops it asynchronously). */
+static int job_cancel(const struct job_args *a, const struct targets *ts)
+{
+	struct dg_err err = { 0 };
+	struct dg_buf path = { 0 };
+	const struct timespec pause = { 0, 50 * 1000000L };
+	json_t *o = NULL;
+	int which, rc;
+
+	if (find_job(ts, a->pos[0], &which, &o, &err) != DG_OK)
+		return cli_fail(&err);
+	const struct target *t = &ts->t[which];
+	bool was_final = is_final(str_or(o, "state", ""));
+	json_decref(o);
+	o = NULL;
+	if (job_path(a->pos[0], &path, &err) != DG_OK ||
+	    call_json(t, "DELETE", path.data, &o, &err) != DG_OK)
+		goto fail;
+	for (int waited = 0; !is_final(str_or(o, "state", "")) && waited < CANCEL_WAIT_MS;
+	     waited += 50) {
+		nanosleep(&pause, NULL);
+		json_decref(o);
+		if (call_json(t, "GET", path.data, &o, &err) != DG_OK)
+			goto fail;
+	}
+	const char *state = str_or(o, "state", "?");
+	if (was_final)
+		printf("job %s on %s had already ended: %s\n", a->pos[0], t->label, state);
+	else if (!is_final(state))
+		printf("job %s on %s: cancel asked, still %s after %d s\n", a->pos[0], t->label,
+		       state, CANCEL_WAIT_MS / 1000);
+	else
+		printf("job %s on %s: %s\n", a->pos[0], t->label, state);
+	json_decref(o);
+	dg_buf_deinit(&path);
+	return 0;
+fail:
+	rc = cli_fail(&err);
+	json_decref(o);
+	dg_buf_deinit(&path);
+	return rc;
+}
+
+/* --- entry ---------------------------------------------------------------------- */
+
+/* Returns -1 to go on, else the exit code (help printed or usage error). */
+static int parse_args(int argc, char **argv, struct job_args *a)
+{
+	char cmd[32], job[64];
+	int c, index;
+
+	snprintf(cmd, sizeof cmd, "job %s", a->sub);
+	optind = 0;      /* glibc: full re-initialisation, argv[0] is the subcommand */
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {
+		switch (c) {
+		case 'h': fputs(job_help, stdout); return 0;
+		case OPT_CLUSTER: a->cluster = optarg; break;
+		case OPT_MASTER: a->master = optarg; break;
+		case OPT_TOKEN: a->token_file = optarg; break;
+		case OPT_TASK: a->task = optarg; break;
+		case OPT_JSON: a->json = true; break;
+		case ':': return cli_usage(cmd, "option '%s' needs a value", argv[optind - 1]);
+		default: return cli_usage(cmd, "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	a->pos = argv + optind;
+	a->n_pos = argc - optind;
+	bool ls = strcmp(a->sub, "ls") == 0;
+	if (a->cluster && a->master)
+		return cli_usage(cmd, "give --cluster or --master, not both");
+	if (a->task && a->master)
+		return cli_usage(cmd, "give --task or --master, not both");
+	if (a->task && ls)
+		return cli_usage(cmd, "--task does not apply to 'dg job ls'");
+	if (a->task && parse_task(a->task, job, sizeof job, &index) != 0)
+		return cli_usage(cmd, "--task '%s': use JOB/INDEX, e.g. worker/0", a->task);
+	if (a->json && strcmp(a->sub, "cancel") == 0)
+		return cli_usage(cmd, "--json does not apply to 'dg job cancel'");
+	if (!ls && a->n_pos < 1)
+		return cli_usage(cmd, "missing the job ID (see 'dg job ls')");
+	if (a->n_pos > (ls ? 0 : 1))
+		return cli_usage(cmd, "unexpected argument '%s'", a->pos[ls ? 0 : 1]);
+	return -1;
+}
+
+int cmd_job(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int (*fn)(const struct job_args *a, const struct targets *ts);
+	} subs[] = { { "ls", job_ls }, { "show", job_show }, { "cancel", job_cancel } };
+	struct job_args a = { 0 };
+	struct targets ts;
+	struct dg_err err = { 0 };
+	int rc;
+
+	if (argc < 2)
+		return cli_usage("job", "missing subcommand: ls, show or cancel");
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		fputs(job_help, stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+		if (strcmp(argv[1], subs[i].name) != 0)
+			continue;
+		a.sub = subs[i].name;
+		if ((rc = parse_args(argc - 1, argv + 1, &a)) >= 0)
+			return rc;
+		if (targets_open(&a, &ts, &err) != DG_OK)
+			return cli_fail(&err);
+		rc = subs[i].fn(&a, &ts);
+		targets_close(&ts);
+		return rc;
+	}
+	if (argv[1][0] == '-')
+		return cli_usage("job", "'%s' before the subcommand: options go after it, e.g. "
+				 "'dg job ls --cluster FILE'", argv[1]);
+	return cli_usage("job", "unknown subcommand '%s' (ls, show, cancel)", argv[1]);
+}
