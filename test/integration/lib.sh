@@ -86,3 +86,33 @@ kill_wait() {
 		wait "$p" 2>/dev/null || true
 	done
 }
+
+# start_small_cluster: 1 ps + 2 workers of "$DG server" on free loopback ports,
+# spec in $TMP/cluster.json, logs in $TMP/{ps,w0,w1}.log. The caller declares
+# `declare -A pid=()` (filled here: pid[ps], pid[w0], pid[w1]) and kills them
+# in its trap. Exits the script with "0 passed, 1 failed" if one does not start.
+start_small_cluster() {
+	local p0 p1 p2 name
+	read -r p0 p1 p2 < <(free_ports 3)
+	printf '{"ps": ["127.0.0.1:%s"], "worker": ["127.0.0.1:%s", "127.0.0.1:%s"]}\n' \
+		"$p0" "$p1" "$p2" >"$TMP/cluster.json"
+	_start_server ps ps 0
+	_start_server w0 worker 0
+	_start_server w1 worker 1
+	for name in ps w0 w1; do
+		if ! wait_port "$TMP/$name.port" >/dev/null; then
+			echo "server $name did not start:"; cat "$TMP/$name.log"
+			echo "0 passed, 1 failed"; exit 1
+		fi
+	done
+	# The caller reads the ports (messages name addresses).
+	# shellcheck disable=SC2034
+	P0=$p0 P1=$p1 P2=$p2
+}
+
+_start_server() {   # NAME JOB TASK; pid is the caller's associative array
+	"$DG" server --cluster "$TMP/cluster.json" --job "$2" --task "$3" \
+		--port-file "$TMP/$1.port" 2>"$TMP/$1.log" &
+	# shellcheck disable=SC2034
+	pid[$1]=$!
+}

@@ -27,25 +27,7 @@ check_err() {
 }
 
 # Three free loopback ports: every server needs the final spec.
-read -r P0 P1 P2 < <(free_ports 3)
-cat >"$TMP/cluster.json" <<JSON
-{"ps": ["127.0.0.1:$P0"], "worker": ["127.0.0.1:$P1", "127.0.0.1:$P2"]}
-JSON
-
-start() {   # start NAME JOB TASK
-	"$DG" server --cluster "$TMP/cluster.json" --job "$2" --task "$3" \
-		--port-file "$TMP/$1.port" 2>"$TMP/$1.log" &
-	pid[$1]=$!
-}
-start ps ps 0
-start w0 worker 0
-start w1 worker 1
-for name in ps w0 w1; do
-	if ! wait_port "$TMP/$name.port" >/dev/null; then
-		echo "server $name did not start:"; cat "$TMP/$name.log"
-		echo "0 passed, 1 failed"; exit 1
-	fi
-done
+start_small_cluster
 C=(--cluster "$TMP/cluster.json")
 
 # --- the seed program -------------------------------------------------------
