@@ -17,6 +17,7 @@ int cmd_up(int argc, char **argv);       /* cmd_up.c: dg up, dg down, dg status 
 int cmd_down(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_job(int argc, char **argv);      /* cmd_job.c: dg job ls|show|cancel */
+int cmd_checkpoint(int argc, char **argv);   /* cmd_checkpoint.c: dg checkpoint save */
 /* Whether this dg has the subcommand name (main.c's table): e.g. `mount` is
  * absent from a build without FUSE. Thread-safe (reads a constant table). */
 bool cli_command_exists(const char *name);

@@ -28,6 +28,7 @@ static const struct cli_cmd {
 	{ "down", cmd_down, "stop the cluster 'dg up' started" },
 	{ "status", cmd_status, "health of every task of the cluster" },
 	{ "job", cmd_job, "list, show and cancel jobs on the cluster's masters" },
+	{ "checkpoint", cmd_checkpoint, "make every ps of the cluster write a snapshot now" },
 	{ "help", cmd_help, "show this list; 'dg help CMD' shows a command's options" },
 };
 

@@ -149,6 +149,18 @@ enum dg_status ps_apply_check_dtype(const struct ps_apply_args *a, enum dg_dtype
 DEF_SGD(sgd_f32, float)
 DEF_SGD(sgd_f64, double)
 
+/* w[n] = src[n] - lr * g[n]: sgd into a fresh block (copy-on-write) in one
+ * pass, instead of copying src and updating the copy. */
+#define DEF_SGD_FROM(NAME, T)                                                                \
+	static void NAME(int64_t n, T *restrict w, const T *restrict src, const T *restrict g,  \
+			 T lr)                                                               \
+	{                                                                                    \
+		for (int64_t i = 0; i < n; i++)                                              \
+			w[i] = src[i] - lr * g[i];                                           \
+	}
+DEF_SGD_FROM(sgd_from_f32, float)
+DEF_SGD_FROM(sgd_from_f64, double)
+
 /* m = mu*m + g; w -= lr * (nesterov ? g + mu*m : m), all [n] */
 #define DEF_MOMENTUM(NAME, T)                                                                \
 	static void NAME(int64_t n, T *restrict w, const T *restrict g, T *restrict m, T lr,  \
@@ -258,6 +270,25 @@ void ps_apply_rule(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, v
 			momentum_f64(n, w, g, slots[0], a->lr, a->momentum, a->nesterov);
 		break;
 	case PS_ADAM: adam(a, dt, n, w, g, slots); break;
+	}
+}
+
+void ps_apply_rule_from(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, void *w,
+			const void *src, const void *g, void *const *slots)
+{
+	size_t nb = (size_t)n * dg_dtype_size(dt);
+
+	if (a->rule == PS_ASSIGN) {
+		if (nb)
+			memcpy(w, g, nb);       /* the old value is not read at all */
+	} else if (a->rule == PS_SGD && dt == DG_F32) {
+		sgd_from_f32(n, w, src, g, (float)a->lr);
+	} else if (a->rule == PS_SGD) {
+		sgd_from_f64(n, w, src, g, a->lr);
+	} else {
+		if (nb)
+			memcpy(w, src, nb);
+		ps_apply_rule(a, dt, n, w, g, slots);
 	}
 }
 

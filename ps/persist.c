@@ -842,7 +842,8 @@ static enum dg_status snap_write_all(struct writer *w, uint64_t wal_seq, uint64_
 }
 
 enum dg_status ps_snapshot_write(const char *dir, uint64_t wal_seq, uint64_t ceiling,
-				 const struct ps_snap_item *items, size_t n, struct dg_err *err)
+				 const struct ps_snap_item *items, size_t n, uint64_t *bytes,
+				 struct dg_err *err)
 {
 	char *tmp = path_join(dir, SNAP_TMP), *path = path_join(dir, SNAP_NAME);
 	struct writer w = { .fd = -1, .path = tmp, .cap = 1 << 20 };
@@ -871,6 +872,8 @@ enum dg_status ps_snapshot_write(const char *dir, uint64_t wal_seq, uint64_t cei
 		st = fsync_dir(dir, err);
 	else
 		unlink(tmp);
+	if (st == DG_OK && bytes)
+		*bytes = w.off;         /* every byte went through the writer */
 	if (st != DG_OK && err && !err->hint[0])
 		dg_err_hint(err, "the previous snapshot and the log still hold the data; check "
 			    "free space in the data directory");

@@ -92,9 +92,11 @@ struct ps_snap_item {
 };
 /* Write DIR/snapshot.dgs via snapshot.dgs.tmp (fsync, rename, directory
  * fsync). wal_seq: the first log segment that is not in this snapshot;
- * ceiling: the version ceiling at the cut. */
+ * ceiling: the version ceiling at the cut. *bytes (may be NULL) gets the
+ * file's size. */
 enum dg_status ps_snapshot_write(const char *dir, uint64_t wal_seq, uint64_t ceiling,
-				 const struct ps_snap_item *items, size_t n, struct dg_err *err);
+				 const struct ps_snap_item *items, size_t n, uint64_t *bytes,
+				 struct dg_err *err);
 
 /* --- recovery -------------------------------------------------------------- */
 

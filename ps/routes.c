@@ -289,9 +289,14 @@ static void tensor_headers(struct dg_http_resp *w, enum dg_dtype dt, const struc
 		dg_http_add_header(w, "Last-Modified", buf);
 }
 
+/* The tensor headers of a stored value, and Dg-Step: its sync step. */
 static void value_headers(struct dg_http_resp *w, const struct ps_value *v)
 {
+	char buf[24];
+
 	tensor_headers(w, v->dtype, &v->shape, v->version, v->mtime);
+	snprintf(buf, sizeof buf, "%" PRId64, v->step);
+	dg_http_add_header(w, "Dg-Step", buf);
 }
 
 static json_t *shape_json(const struct dg_shape *s)
@@ -494,6 +499,7 @@ struct var_wait {
 	struct ps_store *store;
 	const char *name;
 	uint64_t min_version;
+	int64_t min_step;               /* 0: no step condition */
 	struct ps_value **out;          /* the current value after a timeout */
 };
 
@@ -503,7 +509,8 @@ static enum dg_status var_wait_slice(void *arg, int64_t slice_ms, struct dg_err 
 
 	ps_value_release(*a->out);
 	*a->out = NULL;
-	return ps_store_wait(a->store, a->name, a->min_version, slice_ms, a->out, err);
+	return ps_store_wait_step(a->store, a->name, a->min_version, a->min_step, slice_ms,
+				  a->out, err);
 }
 
 /* --------------------------------------------------------- variable routes */
@@ -523,6 +530,7 @@ static enum dg_status h_var_list(void *vc, struct dg_http_req *r, struct dg_http
 	for (int i = 0; st == DG_OK && i < n; i++) {
 		json_t *e = var_json(v[i].name, v[i].dtype, &v[i].shape, v[i].bytes, v[i].version);
 		if (!e || json_object_set_new(e, "mtime", json_real(v[i].mtime)) ||
+		    json_object_set_new(e, "step", json_integer(v[i].step)) ||
 		    json_array_append_new(list, e))
 			st = dg_err_set(err, DG_ENOMEM, "out of memory listing variables");
 	}
@@ -545,23 +553,24 @@ static enum dg_status h_var_get(void *vc, struct dg_http_req *r, struct dg_http_
 	struct ps_value *v = NULL;
 	const char *name;
 	enum dg_encoding enc;
-	int64_t min_version, timeout_ms;
+	int64_t min_version, min_step, timeout_ms;
 	enum dg_status st;
 
 	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
 	    (st = encoding_arg(r, true, &enc, err)) != DG_OK ||
 	    (st = query_range(r, "min_version", 0, 0, INT64_MAX, &min_version, err)) != DG_OK ||
+	    (st = query_range(r, "min_step", 0, 0, INT64_MAX, &min_step, err)) != DG_OK ||
 	    (st = query_range(r, "timeout_ms", DEFAULT_TIMEOUT_MS, 0, PS_MAX_TIMEOUT_MS,
 			      &timeout_ms, err)) != DG_OK)
 		return st;
-	if (min_version > 0) {
-		struct var_wait a = { c->store, name, (uint64_t)min_version, &v };
+	if (min_version > 0 || min_step > 0) {
+		struct var_wait a = { c->store, name, (uint64_t)min_version, min_step, &v };
 		st = sliced_wait(c, name, timeout_ms, var_wait_slice, &a, err);
 	} else {
 		st = ps_store_get(c->store, name, &v, err);
 	}
 	if (st == DG_ETIMEOUT && v) {
-		/* The version did not come: 304 with the current version's headers. */
+		/* The version (or step) did not come: 304 with the current headers. */
 		value_headers(w, v);
 		dg_http_set_status(w, 304);
 		ps_value_release(v);
@@ -852,6 +861,49 @@ static enum dg_status apply_sync_args(const struct dg_http_req *r, struct ps_app
 	return DG_OK;
 }
 
+/* Does the request ask for a reply without a body (Prefer: return=minimal,
+ * RFC 7240)? */
+static bool prefers_minimal(const struct dg_http_req *r)
+{
+	const char *h = dg_http_header(r, "Prefer");
+
+	for (const char *p = h; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0)) {
+		p += strspn(p, " \t");
+		if (!strncasecmp(p, "return=minimal", 14) && strchr(",; \t", p[14]))
+			return true;
+	}
+	return false;
+}
+
+/* An apply's reply. The small JSON is printed directly (an apply is the
+ * hottest route of training; jansson's pack and dump cost more than the
+ * update of a small variable). An applied update with Prefer:
+ * return=minimal gets 204 and the version headers alone. */
+static enum dg_status apply_reply(const struct dg_http_req *r, struct dg_http_resp *w,
+				  const struct ps_apply_args *a, const struct ps_apply_result *res,
+				  struct dg_err *err)
+{
+	struct dg_buf *b;
+
+	if (res->applied)
+		version_headers(w, res->version);
+	if (res->applied && a->step < 0 && prefers_minimal(r)) {
+		dg_http_set_status(w, 204);
+		return DG_OK;
+	}
+	if (!(b = dg_http_body_buf(w, "application/json")))
+		return dg_err_set(err, DG_ENOMEM, "out of memory for an apply's reply");
+	dg_http_set_status(w, res->applied ? 200 : 202);
+	if (a->step < 0)
+		return dg_buf_printf(b, err, "{\"applied\":%s,\"version\":%" PRIu64 "}\n",
+				     res->applied ? "true" : "false", res->version);
+	if (res->applied)
+		return dg_buf_printf(b, err, "{\"applied\":true,\"version\":%" PRIu64
+				     ",\"step\":%" PRId64 "}\n", res->version, res->step);
+	return dg_buf_printf(b, err, "{\"applied\":false,\"pending\":%d,\"step\":%" PRId64
+			     "}\n", res->pending, res->step);
+}
+
 static enum dg_status h_var_apply(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
 				  struct dg_err *err)
 {
@@ -860,7 +912,6 @@ static enum dg_status h_var_apply(void *vc, struct dg_http_req *r, struct dg_htt
 	struct ps_apply_result res = { 0 };
 	struct dg_tensor *g = NULL;
 	const char *name;
-	json_t *j;
 	enum dg_status st;
 
 	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
@@ -872,18 +923,7 @@ static enum dg_status h_var_apply(void *vc, struct dg_http_req *r, struct dg_htt
 	dg_tensor_free(g);
 	if (st != DG_OK)
 		return st;
-	if (res.applied)
-		version_headers(w, res.version);
-	if (a.step < 0)
-		j = json_pack("{s:b, s:I}", "applied", res.applied, "version",
-			      (json_int_t)res.version);
-	else if (res.applied)
-		j = json_pack("{s:b, s:I, s:I}", "applied", 1, "version", (json_int_t)res.version,
-			      "step", (json_int_t)res.step);
-	else
-		j = json_pack("{s:b, s:i, s:I}", "applied", 0, "pending", res.pending, "step",
-			      (json_int_t)res.step);
-	return reply_json(w, res.applied ? 200 : 202, j, err);
+	return apply_reply(r, w, &a, &res, err);
 }
 
 /* ------------------------------------------------------------ queue routes */
@@ -1052,6 +1092,22 @@ static enum dg_status h_queue_delete(void *vc, struct dg_http_req *r, struct dg_
 	return reply_json(w, 200, json_pack("{s:s, s:b}", "name", name, "deleted", 1), err);
 }
 
+/* ------------------------------------------------------------ checkpoints */
+
+static enum dg_status h_checkpoint(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				   struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct ps_ckpt_info info;
+	enum dg_status st = ps_store_checkpoint_now(c->store, &info, err);
+
+	if (st != DG_OK)
+		return st;
+	return reply_json(w, 200, json_pack("{s:I, s:I, s:I, s:f}", "epoch",
+					    (json_int_t)info.epoch, "vars", (json_int_t)info.vars,
+					    "bytes", (json_int_t)info.bytes, "ms", info.ms), err);
+}
+
 /* ------------------------------------------------------- health, metrics */
 
 /* The GPUs this process sees, as health's "gpus" array; NULL when out of memory. A GPU
@@ -1168,11 +1224,12 @@ const struct dg_route ps_routes[] = {
 	{ "GET", "/v1/metrics", h_metrics, "Prometheus text metrics" },
 	{ "GET", "/v1/vars", h_var_list, "list variables (?prefix=P)" },
 	{ "POST", "/v1/vars/{name...}/apply", h_var_apply, "apply an update rule" },
-	{ "GET", "/v1/vars/{name...}", h_var_get, "read a variable (Range, ?min_version)" },
+	{ "GET", "/v1/vars/{name...}", h_var_get, "read a variable (Range, ?min_version/step)" },
 	{ "HEAD", "/v1/vars/{name...}", h_var_get, "a variable's tensor headers" },
 	{ "PUT", "/v1/vars/{name...}", h_var_put, "create or replace a variable" },
 	{ "PATCH", "/v1/vars/{name...}", h_var_patch, "write part of a variable" },
 	{ "DELETE", "/v1/vars/{name...}", h_var_delete, "delete a variable and its slots" },
+	{ "POST", "/v1/checkpoint", h_checkpoint, "write a snapshot of every variable now" },
 	{ "GET", "/v1/queues", h_queue_list, "list queues" },
 	{ "POST", "/v1/queues/{name...}/enqueue", h_queue_enqueue, "enqueue examples" },
 	{ "POST", "/v1/queues/{name...}/dequeue", h_queue_dequeue, "dequeue a batch" },

@@ -262,11 +262,13 @@ static void stat_add(struct ps_store *s, int64_t vars, int64_t bytes)
 	atomic_fetch_add(&s->stat_bytes, bytes);
 }
 
-/* Replace v's value with b (caller holds v->mu), keeping the byte count. */
+/* Replace v's value with b (caller holds v->mu), keeping the byte count.
+ * Invariant kept here and in the sync apply: v->val->v.step == v->sync_step. */
 static void var_set_value(struct ps_store *s, struct var *v, struct block *b)
 {
 	int64_t old = v->val ? (int64_t)v->val->v.nbytes : 0;
 
+	b->v.step = v->sync_step;
 	if (v->val != b) {
 		block_release(v->val);
 		v->val = b;
@@ -336,6 +338,7 @@ static enum dg_status rc_add(struct recover_ctx *c, const char *name, struct blo
 	}
 	v->val = b;
 	v->sync_step = sync_step;
+	b->v.step = sync_step;
 	enum dg_status st = map_insert(c->s, v, err);
 	if (st != DG_OK) {
 		var_unref(v);
@@ -600,7 +603,10 @@ static enum dg_status ckpt_cut(struct ps_store *s, int fd, uint64_t seq,
 	return ps_wal_switch(s->wal, fd, seq, err);
 }
 
-enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err)
+/* One snapshot (caller checked that the store has a data directory);
+ * *n_vars and *bytes (may be NULL) get what it wrote. */
+static enum dg_status checkpoint_run(struct ps_store *s, int64_t *n_vars, uint64_t *bytes,
+				     struct dg_err *err)
 {
 	struct ps_snap_item *items = NULL;
 	struct var **vars = NULL;
@@ -609,8 +615,6 @@ enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err)
 	enum dg_status st;
 	int fd;
 
-	if (!s->wal)
-		return DG_OK;   /* memory only: nothing to write */
 	pthread_mutex_lock(&s->ckpt_mu);
 	seq = ps_wal_seq(s->wal) + 1;
 	/* the slow part of starting a segment happens before the cut */
@@ -622,9 +626,11 @@ enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err)
 	}
 	if (st == DG_OK) {
 		qsort(items, n, sizeof *items, cmp_item);
-		st = ps_snapshot_write(s->dir, seq, ceiling, items, n, err);
+		st = ps_snapshot_write(s->dir, seq, ceiling, items, n, bytes, err);
 	}
 	if (st == DG_OK) {
+		if (n_vars)
+			*n_vars = (int64_t)n;
 		ps_wal_remove_before(s->dir, seq);
 		atomic_store(&s->ckpt_changes, mark);
 		atomic_fetch_add(&s->checkpoints, 1);
@@ -638,6 +644,41 @@ enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err)
 	pthread_mutex_unlock(&s->ckpt_mu);
 	if (st != DG_OK)
 		dg_err_prefix(err, "checkpoint of '%s'", s->dir);
+	return st;
+}
+
+enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err)
+{
+	if (!s->wal)
+		return DG_OK;   /* memory only: nothing to write */
+	return checkpoint_run(s, NULL, NULL, err);
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+enum dg_status ps_store_checkpoint_now(struct ps_store *s, struct ps_ckpt_info *info,
+				       struct dg_err *err)
+{
+	struct ps_ckpt_info got = { .epoch = s->epoch };
+	double t0 = mono_s();
+	enum dg_status st;
+
+	if (!s->wal) {
+		dg_err_set(err, DG_EUNSUPPORTED, "this server keeps its variables in memory only: "
+			   "there is no data directory to write a checkpoint to");
+		dg_err_hint(err, "start the server with --data-dir DIR to make checkpoints");
+		return DG_EUNSUPPORTED;
+	}
+	st = checkpoint_run(s, &got.vars, &got.bytes, err);
+	got.ms = (mono_s() - t0) * 1e3;
+	if (st == DG_OK && info)
+		*info = got;
 	return st;
 }
 
@@ -702,6 +743,19 @@ enum dg_status ps_store_get(struct ps_store *s, const char *name, struct ps_valu
 enum dg_status ps_store_wait(struct ps_store *s, const char *name, uint64_t min_version,
 			     int64_t timeout_ms, struct ps_value **out, struct dg_err *err)
 {
+	return ps_store_wait_step(s, name, min_version, 0, timeout_ms, out, err);
+}
+
+/* Has v (caller holds v->mu, not deleted) reached both conditions? */
+static bool wait_done(const struct var *v, uint64_t min_version, int64_t min_step)
+{
+	return v->val->v.version >= min_version && v->sync_step >= min_step;
+}
+
+enum dg_status ps_store_wait_step(struct ps_store *s, const char *name, uint64_t min_version,
+				  int64_t min_step, int64_t timeout_ms, struct ps_value **out,
+				  struct dg_err *err)
+{
 	struct timespec dl;
 	enum dg_status st = DG_OK;
 	struct var *v;
@@ -725,20 +779,24 @@ enum dg_status ps_store_wait(struct ps_store *s, const char *name, uint64_t min_
 		dl.tv_sec++;
 		dl.tv_nsec -= 1000000000L;
 	}
+	/* Every change of the value or of the sync step broadcasts v->cv (a sync
+	 * step moves only with a new value, in var_set_value's critical section). */
 	pthread_mutex_lock(&v->mu);
-	while (!v->deleted && v->val->v.version < min_version) {
+	while (!v->deleted && !wait_done(v, min_version, min_step)) {
 		if (pthread_cond_timedwait(&v->cv, &v->mu, &dl) == ETIMEDOUT)
 			break;
 	}
 	if (v->deleted) {
 		st = dg_err_set(err, DG_ENOTFOUND, "variable '%.200s' was deleted while waiting "
-				"for version %" PRIu64, name, min_version);
+				"for version %" PRIu64 " and step %" PRId64, name, min_version,
+				min_step);
 	} else {
 		*out = &block_ref(v->val)->v;
-		if (v->val->v.version < min_version) {
+		if (!wait_done(v, min_version, min_step)) {
 			st = dg_err_set(err, DG_ETIMEOUT, "variable '%.200s' is at version %" PRIu64
-					", not %" PRIu64 " after %" PRId64 " ms", name,
-					v->val->v.version, min_version, timeout_ms);
+					" step %" PRId64 ", not version %" PRIu64 " step %" PRId64
+					" after %" PRId64 " ms", name, v->val->v.version,
+					v->sync_step, min_version, min_step, timeout_ms);
 			dg_err_hint(err, "wait longer, or check that the updates it waits for "
 				    "are sent");
 		}
@@ -796,6 +854,7 @@ enum dg_status ps_store_list(struct ps_store *s, const char *prefix, struct dg_v
 			d->bytes = v->val->v.nbytes;
 			d->version = v->val->v.version;
 			d->mtime = v->val->v.mtime;
+			d->step = v->sync_step;
 		}
 		pthread_mutex_unlock(&v->mu);
 	}
@@ -1187,6 +1246,8 @@ struct apply_ctx {
 	struct var *v, *slot[PS_MAX_SLOTS];
 	struct block *out[1 + PS_MAX_SLOTS];     /* [0]: variable, [1+i]: slot i */
 	bool reset;                              /* slots did not fit: out[1..] are zeros */
+	const void *src;                         /* copy-on-write: out[0] is a fresh block
+						  * the rule computes from these bytes */
 	void *mean;                              /* sync: the mean gradient (var dtype) */
 	uint32_t crc;                            /* assign: CRC of the logged value */
 };
@@ -1272,6 +1333,8 @@ static enum dg_status grad_check(const struct apply_ctx *c, struct dg_err *err)
 	const struct dg_tensor *g = c->g;
 	char a[160], b[160];
 
+	if (g->dtype == w->dtype && dg_shape_eq(&g->shape, &w->shape))
+		return DG_OK;   /* the common case: no message to format */
 	dg_shape_format(&g->shape, a, sizeof a);
 	dg_shape_format(&w->shape, b, sizeof b);
 	if (g->dtype != w->dtype) {
@@ -1308,7 +1371,7 @@ static enum dg_status sync_arrive(struct apply_ctx *c, struct ps_apply_result *r
 			   "is ahead of the variable, which is at step %lld; dropped",
 			   (long long)a->step, c->name, (long long)v->sync_step);
 		dg_err_hint(err, past ? "read the variable again and compute the next step"
-				      : "wait for the variable's step (GET with min_version)");
+				      : "wait for the variable's step (GET with ?min_step=S)");
 		return DG_ESTALE;
 	}
 	if (acc->count && (acc->replicas != a->replicas || acc->backup != a->backup)) {
@@ -1381,10 +1444,16 @@ static enum dg_status apply_prepare(struct apply_ctx *c, struct dg_err *err)
 	c->reset = reset;
 	for (int i = 0; i <= c->n_slots; i++) {
 		struct block *cur = i ? c->slot[i - 1]->val : c->v->val;
+		bool priv = block_is_private(cur);
 		if (i && reset)
 			c->out[i] = slot_zero(c, i - 1, w);
-		else
-			c->out[i] = block_is_private(cur) ? cur : block_copy(cur);
+		else if (i || priv)
+			c->out[i] = priv ? cur : block_copy(cur);
+		else    /* a reader holds the value: the rule writes a fresh block from it */
+			c->out[i] = block_new(cur->v.dtype, &cur->v.shape, cur->v.nbytes, NULL,
+					      false);
+		if (!i && !priv && c->out[i])
+			c->src = cur->mem;
 		if (!c->out[i])
 			return dg_err_set(err, DG_ENOMEM, "out of memory updating '%s'", c->name);
 	}
@@ -1434,7 +1503,11 @@ static enum dg_status apply_commit(struct ps_store *s, struct apply_ctx *c, uint
 		return st;
 	for (int i = 0; i < c->n_slots; i++)
 		slots[i] = c->out[1 + i]->mem;
-	ps_apply_rule(c->a, c->g->dtype, c->g->numel, c->out[0]->mem, g, slots);
+	if (c->src)
+		ps_apply_rule_from(c->a, c->g->dtype, c->g->numel, c->out[0]->mem, c->src, g,
+				   slots);
+	else
+		ps_apply_rule(c->a, c->g->dtype, c->g->numel, c->out[0]->mem, g, slots);
 	for (int i = 0; i <= c->n_slots; i++) {
 		c->out[i]->v.version = ver[i];
 		c->out[i]->v.mtime = now;
@@ -1465,6 +1538,8 @@ static enum dg_status apply_locked(struct ps_store *s, struct apply_ctx *c,
 		} else if (c->a->step >= 0) {
 			acc_reset(&c->v->acc);
 			c->v->sync_step++;
+			/* no reference to the new value was taken yet (we hold v->mu) */
+			c->v->val->v.step = c->v->sync_step;
 		}
 	}
 	res->applied = st == DG_OK && apply;

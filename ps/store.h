@@ -30,8 +30,20 @@ void ps_store_close(struct ps_store *s);
 /* Restart counter: 1 on first start of a data dir, +1 each open (memory-only: 1). */
 uint64_t ps_store_epoch(const struct ps_store *s);
 /* Write a snapshot now and truncate the log (also run by the checkpoint
- * thread and on close). */
+ * thread and on close). Memory only: does nothing, DG_OK. */
 enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err);
+
+/* What one snapshot wrote (POST /v1/checkpoint). */
+struct ps_ckpt_info {
+	uint64_t epoch;                 /* the store's restart counter */
+	int64_t vars;                   /* variables in the snapshot, slots included */
+	uint64_t bytes;                 /* size of the snapshot file */
+	double ms;                      /* wall time of the whole checkpoint */
+};
+/* Write a snapshot now, whether or not anything changed, and report it.
+ * DG_EUNSUPPORTED for a memory-only store (nothing could be written). */
+enum dg_status ps_store_checkpoint_now(struct ps_store *s, struct ps_ckpt_info *info,
+				       struct dg_err *err);
 
 /* An immutable view of one variable at one version. Holding it keeps the
  * bytes alive (reference-counted), so a large GET is sent without a copy
@@ -44,6 +56,9 @@ struct ps_value {
 	const void *data;
 	uint64_t version;
 	double mtime;                   /* seconds since the Unix epoch */
+	int64_t step;                   /* the variable's sync step while this value
+					 * is current (Dg-Step): what the next sync
+					 * apply must carry */
 };
 /* Take a reference to the current value (DG_ENOTFOUND naming the variable). */
 enum dg_status ps_store_get(struct ps_store *s, const char *name, struct ps_value **out,
@@ -53,6 +68,12 @@ enum dg_status ps_store_get(struct ps_store *s, const char *name, struct ps_valu
  * its headers and releases it). A variable deleted while waiting: DG_ENOTFOUND. */
 enum dg_status ps_store_wait(struct ps_store *s, const char *name, uint64_t min_version,
 			     int64_t timeout_ms, struct ps_value **out, struct dg_err *err);
+/* ps_store_wait with a second condition: the variable's sync step >= min_step
+ * as well (min_step <= 0: none). A synchronous replica's pull for step S waits
+ * with min_step S: the value after step S-1 was applied. */
+enum dg_status ps_store_wait_step(struct ps_store *s, const char *name, uint64_t min_version,
+				  int64_t min_step, int64_t timeout_ms, struct ps_value **out,
+				  struct dg_err *err);
 void ps_value_release(struct ps_value *v);   /* NULL is fine */
 
 /* All variables whose name starts with prefix (NULL/"" = all), sorted by

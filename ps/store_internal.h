@@ -39,6 +39,12 @@ bool ps_rule_slot_is_counter(enum ps_rule r, int i);
  * Arguments were checked by the functions above. */
 void ps_apply_rule(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, void *w,
 		   const void *g, void *const *slots);
+/* The same update written into a fresh block w (n elements) whose current
+ * value is src (copy-on-write: a reader holds src). assign and sgd compute w
+ * from src and g in one pass; the other rules copy src first. w, src and g do
+ * not overlap. */
+void ps_apply_rule_from(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, void *w,
+			const void *src, const void *g, void *const *slots);
 
 /* Synchronous accumulation. acc holds n 8-byte sums: double for float32 and
  * float64 variables, wrapping int64 for integer ones. */

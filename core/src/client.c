@@ -265,6 +265,7 @@ static enum dg_status info_from_headers(struct dg_client *c, const char *name,
 	snprintf(v.name, sizeof v.name, "%s", name);
 	v.bytes = (uint64_t)numel * dg_dtype_size(v.dtype);
 	v.version = res->dg_version;
+	v.step = res->dg_step;
 	*info = v;
 	return DG_OK;
 }
@@ -313,6 +314,9 @@ static enum dg_status list_entry(const json_t *e, struct dg_var_info *v, struct 
 	v->bytes = (uint64_t)json_integer_value(json_object_get(e, "bytes"));
 	v->version = (uint64_t)json_integer_value(json_object_get(e, "version"));
 	v->mtime = json_number_value(json_object_get(e, "mtime"));
+	/* servers before sync steps were listed leave it out */
+	v->step = json_is_integer(json_object_get(e, "step")) ?
+		  json_integer_value(json_object_get(e, "step")) : -1;
 	return DG_OK;
 }
 
@@ -532,9 +536,12 @@ enum dg_status dg_var_get_stream(struct dg_client *c, const char *name, enum dg_
 	return st;
 }
 
-enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_version,
-			   long timeout_ms, struct dg_tensor **out, struct dg_var_info *info,
-			   struct dg_err *err)
+/* GET ?KEY=V&timeout_ms=T (KEY min_version or min_step, V >= 0): the value
+ * once the condition holds, DG_ETIMEOUT (info from the 304's headers) when
+ * it did not in time. */
+static enum dg_status wait_get(struct dg_client *c, const char *name, const char *key,
+			       uint64_t min, long timeout_ms, struct dg_tensor **out,
+			       struct dg_var_info *info, struct dg_err *err)
 {
 	struct dg_http_result *res;
 	struct dg_var_info v;
@@ -548,7 +555,7 @@ enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_v
 	res->aligned_body = true;       /* the body becomes the tensor's data */
 	st = path_set(c, "/v1/vars/", name, "", err);
 	if (st == DG_OK)
-		st = query_uint(c, "min_version", min_version, err);
+		st = query_uint(c, key, min, err);
 	if (st == DG_OK)
 		st = query_int(c, "timeout_ms", timeout_ms, err);
 	if (st == DG_OK)
@@ -559,9 +566,12 @@ enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_v
 		if (st == DG_OK && info)
 			*info = v;
 		if (st == DG_OK) {
-			dg_err_set(err, DG_ETIMEOUT, "variable '%s' did not reach version %" PRIu64
+			dg_err_set(err, DG_ETIMEOUT, "variable '%s' did not reach %s %" PRIu64
 				   " within %ld ms on %s (it is at version %" PRIu64 ")", name,
-				   min_version, timeout_ms, dg_http_client_url(c->http), v.version);
+				   strcmp(key, "min_step") ? "version" : "step", min, timeout_ms,
+				   dg_http_client_url(c->http), v.version);
+			dg_err_hint(err, "check that every replica sends its updates, or wait "
+				    "longer");
 			st = DG_ETIMEOUT;
 		}
 	} else if (st == DG_OK && res->status != 200) {
@@ -570,6 +580,49 @@ enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_v
 		st = decode_var(c, name, res, out, info, err);
 	}
 	res_end(c);
+	return st;
+}
+
+enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_version,
+			   long timeout_ms, struct dg_tensor **out, struct dg_var_info *info,
+			   struct dg_err *err)
+{
+	return wait_get(c, name, "min_version", min_version, timeout_ms, out, info, err);
+}
+
+enum dg_status dg_var_wait_step(struct dg_client *c, const char *name, int64_t min_step,
+				long timeout_ms, struct dg_tensor **out, struct dg_var_info *info,
+				struct dg_err *err)
+{
+	if (min_step < 0) {
+		*out = NULL;
+		return dg_err_set(err, DG_EINVAL, "wait for variable '%s': negative step %" PRId64,
+				  name ? name : "", min_step);
+	}
+	return wait_get(c, name, "min_step", (uint64_t)min_step, timeout_ms, out, info, err);
+}
+
+enum dg_status dg_ps_checkpoint(struct dg_client *c, json_t **reply, struct dg_err *err)
+{
+	struct dg_http_result *res;
+	json_t *j = NULL;
+	enum dg_status st;
+
+	if (reply)
+		*reply = NULL;
+	res = res_begin(c);
+	st = path_plain(c, "/v1/checkpoint", err);
+	if (st == DG_OK)
+		st = send_req(c, "POST", NULL, 0, NULL, 0, res, err);
+	if (st == DG_OK && res->status != 200)
+		st = unexpected(c, "POST", res, err);
+	if (st == DG_OK)
+		st = reply_json(c, res, &j, err);
+	res_end(c);
+	if (st == DG_OK && reply)
+		*reply = j;
+	else
+		json_decref(j);
 	return st;
 }
 
@@ -745,10 +798,16 @@ static enum dg_status apply_query(struct dg_client *c, const struct dg_apply *a,
 	return st;
 }
 
-/* 200 {"applied":true,"version":V[,"step":S]} or 202 {"applied":false,
- * "pending":n,"step":S}. */
+/* 200 {"applied":true,"version":V[,"step":S]}, 202 {"applied":false,
+ * "pending":n,"step":S}, or 204 with Dg-Version alone (an async apply sent
+ * with Prefer: return=minimal). */
 static void apply_reply(const struct dg_http_result *res, struct dg_apply_result *out)
 {
+	if (res->status == 204) {
+		*out = (struct dg_apply_result){ .applied = true, .version = res->dg_version,
+						 .step = -1 };
+		return;
+	}
 	json_t *j = json_loadb(res->body.data ? res->body.data : "", res->body.len, 0, NULL);
 	json_t *applied = json_object_get(j, "applied"), *step = json_object_get(j, "step");
 
@@ -765,7 +824,7 @@ enum dg_status dg_var_apply(struct dg_client *c, const char *name, const struct 
 			    const struct dg_tensor *grad, struct dg_apply_result *res,
 			    struct dg_err *err)
 {
-	struct dg_http_header h[3];
+	struct dg_http_header h[4];
 	struct dg_http_result *r;
 	char shape[SHAPE_HDR];
 	enum dg_status st;
@@ -780,9 +839,12 @@ enum dg_status dg_var_apply(struct dg_client *c, const char *name, const struct 
 	h[0] = (struct dg_http_header){ "Content-Type", "application/octet-stream" };
 	h[1] = (struct dg_http_header){ "Dg-Dtype", dg_dtype_name(grad->dtype) };
 	h[2] = (struct dg_http_header){ "Dg-Shape", shape };
+	/* An async apply needs only the new version: the server answers 204
+	 * with Dg-Version and no JSON to build or parse. */
+	h[3] = (struct dg_http_header){ "Prefer", "return=minimal" };
 	r = res_begin(c);
-	st = send_req(c, "POST", h, 3, grad->data, grad->nbytes, r, err);
-	if (st == DG_OK && r->status != 200 && r->status != 202)
+	st = send_req(c, "POST", h, a->step < 0 ? 4 : 3, grad->data, grad->nbytes, r, err);
+	if (st == DG_OK && r->status != 200 && r->status != 202 && r->status != 204)
 		st = unexpected(c, "POST", r, err);
 	if (st == DG_OK && res)
 		apply_reply(r, res);

@@ -53,6 +53,7 @@ void dg_http_result_init(struct dg_http_result *r)
 	memset(r, 0, sizeof *r);
 	dg_buf_init(&r->body);
 	r->dg_count = -1;
+	r->dg_step = -1;
 }
 
 void dg_http_result_deinit(struct dg_http_result *r)
@@ -87,6 +88,7 @@ static void result_reset(struct dg_http_result *r)
 	r->dg_epoch = 0;
 	r->content_range[0] = '\0';
 	r->dg_count = -1;
+	r->dg_step = -1;
 	r->sink_off = 0;
 	r->aligned_len = 0;             /* the block itself is kept for the next body */
 }
@@ -229,6 +231,9 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 	} else if (IS("Dg-Count")) {
 		if (parse_u64(v, vl, &u) && u <= INT64_MAX)
 			r->dg_count = (int64_t)u;
+	} else if (IS("Dg-Step")) {
+		if (parse_u64(v, vl, &u) && u <= INT64_MAX)
+			r->dg_step = (int64_t)u;
 	} else if (IS("Content-Length")) {
 		/* Size the body once. A failed reservation is not an error here: the
 		 * body callback grows the buffer as data arrives (and reports OOM). */

@@ -721,6 +721,98 @@ Test(client, wait_is_woken_by_a_put_from_another_client)
 	dg_tensor_free(t);
 }
 
+/* --- sync steps and checkpoints -------------------------------------------- */
+
+/* The last replica of step 0 of "sync" (2 replicas, gradient 3), 150 ms late. */
+static void *late_replica(void *p)
+{
+	struct replica r1 = { .id = 1, .grad = 3, .step = 0, .replicas = 2 };
+
+	(void)p;
+	usleep(150 * 1000);
+	replica_main(&r1);
+	cr_assert_eq(r1.st, DG_OK);
+	cr_assert(r1.r.applied);
+	return NULL;
+}
+
+Test(client, wait_step_returns_the_value_after_the_step_or_times_out)
+{
+	float w[2] = { 10, 20 };
+	struct replica r0 = { .id = 0, .grad = 1, .step = 0, .replicas = 2 };
+	struct dg_var_info info = { 0 }, *list = NULL;
+	struct dg_tensor *t = NULL;
+	struct dg_err err = { 0 };
+	pthread_t th;
+	int n = 0;
+
+	put_f32("sync", 2, w);
+	replica_main(&r0);
+	cr_assert_eq(r0.st, DG_OK);
+	cr_assert_not(r0.r.applied);
+	pthread_create(&th, NULL, late_replica, NULL);
+	double t0 = now_ms();
+	enum dg_status st = dg_var_wait_step(cli, "sync", 1, 10000, &t, &info, &err);
+	double el = now_ms() - t0;
+	pthread_join(th, NULL);
+	cr_assert_eq(st, DG_OK, "%s", err.msg);
+	cr_assert_geq(el, 100, "returned after %.0f ms, before the step", el);
+	cr_assert_lt(el, 5000);
+	cr_assert_float_eq(((float *)t->data)[0], 8.0f, 0, "10 - mean(1, 3)");
+	cr_assert_float_eq(((float *)t->data)[1], 18.0f, 0);
+	dg_tensor_free(t);
+	t0 = now_ms();
+	st = dg_var_wait_step(cli, "sync", 2, 200, &t, &info, &err);
+	el = now_ms() - t0;
+	cr_assert_eq(st, DG_ETIMEOUT, "%d: %s", st, err.msg);
+	cr_assert_not_null(strstr(err.msg, "step 2"), "%s", err.msg);
+	cr_assert_null(t);
+	cr_assert_geq(el, 150);
+	cr_assert_eq(dg_var_wait_step(cli, "sync", -1, 10, &t, &info, &err), DG_EINVAL);
+	cr_assert_eq(dg_var_list(cli, "sync", &list, &n, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(list[0].step, 1);
+	free(list);
+}
+
+Test(client, checkpoint_of_a_memory_server_is_unsupported)
+{
+	struct dg_err err = { 0 };
+	json_t *reply = (json_t *)&err;         /* must be reset */
+
+	cr_assert_eq(dg_ps_checkpoint(cli, &reply, &err), DG_EUNSUPPORTED, "%s", err.msg);
+	cr_assert_null(reply);
+	cr_assert_not_null(strstr(err.hint, "--data-dir"), "hint: %s", err.hint);
+}
+
+Test(client, checkpoint_of_a_durable_server_reports_the_snapshot)
+{
+	char dir[] = "/tmp/dg-test-client-XXXXXX", cmd[64];
+	struct ps_server_config cfg = { .job = "ps", .task = 0, .data_dir = dir };
+	struct dg_err err = { 0 };
+	float w[3] = { 1, 2, 3 };
+	struct dg_tensor *t = f32(3, w);
+	json_t *reply = NULL;
+
+	cr_assert_not_null(mkdtemp(dir));
+	struct ps_server *s = ps_server_start(&cfg, &err);
+	cr_assert_not_null(s, "%s", err.msg);
+	struct dg_client *c = client_of(s, NULL);
+	put(c, "a", t);
+	put(c, "b", t);
+	cr_assert_eq(dg_ps_checkpoint(c, &reply, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(json_integer_value(json_object_get(reply, "vars")), 2);
+	cr_assert_eq(json_integer_value(json_object_get(reply, "epoch")), 1);
+	/* two 12-byte values and their records */
+	cr_assert_gt(json_integer_value(json_object_get(reply, "bytes")), 24);
+	json_decref(reply);
+	dg_tensor_free(t);
+	dg_client_free(c);
+	ps_server_stop(s);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
 /* --- errors ----------------------------------------------------------------- */
 
 Test(client, bad_names_are_refused_before_any_request)

@@ -393,6 +393,67 @@ Test(persist, slots_and_sync_steps_survive_a_restart)
 	ps_store_close(s);
 }
 
+/* The child of the checkpoint test: three sync steps of w (f64 [2] = 1, 2)
+ * with gradient (1, 2) at lr 0.5, a checkpoint, then an apply that no snapshot
+ * holds. Writes the checkpoint's report to fd, then "crashes". */
+static void child_checkpoint_then_apply(int fd)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_dir(3600, &err);
+	struct ps_apply_args a = rule(PS_SGD);
+	struct ps_ckpt_info info;
+
+	if (!s)
+		_exit(2);
+	put(s, "w", vec(DG_F64, 2, 1));
+	a.replicas = 1;
+	for (a.step = 0; a.step < 3; a.step++)
+		apply(s, "w", a, vec(DG_F64, 2, 1));
+	if (ps_store_checkpoint_now(s, &info, &err) != DG_OK)
+		_exit(3);
+	a.step = 3;
+	apply(s, "w", a, vec(DG_F64, 2, 100));
+	if (write(fd, &info, sizeof info) != (ssize_t)sizeof info)
+		_exit(4);
+}
+
+Test(persist, a_checkpoint_on_demand_keeps_applies_and_sync_steps_through_a_crash)
+{
+	struct ps_ckpt_info info = { 0 };
+	struct ps_apply_result res;
+	struct dg_err err = { 0 };
+	struct ps_value *v;
+	struct stat sb;
+	char path[128];
+	int rfd;
+
+	in_crashing_child(child_checkpoint_then_apply, &rfd);
+	cr_assert_eq(read(rfd, &info, sizeof info), (ssize_t)sizeof info);
+	close(rfd);
+	cr_assert_eq(WEXITSTATUS(wait_child()), 0);
+	cr_assert_eq(info.epoch, 1);
+	cr_assert_eq(info.vars, 1);
+	snprintf(path, sizeof path, "%s/snapshot.dgs", dir);
+	cr_assert_eq(stat(path, &sb), 0);
+	cr_assert_eq(info.bytes, (uint64_t)sb.st_size);
+	cr_assert(info.ms >= 0);
+	struct ps_store *s = reopen();
+	/* w - 3 * 0.5 * g with g = w = (1, 2): the apply after the checkpoint is lost */
+	cr_assert_eq(at(s, "w", 0), -0.5);
+	cr_assert_eq(at(s, "w", 1), -1.0);
+	cr_assert_eq(ps_store_get(s, "w", &v, &err), DG_OK);
+	cr_assert_eq(v->step, 3);
+	ps_value_release(v);
+	struct ps_apply_args a = rule(PS_SGD);
+	a.replicas = 1;
+	a.step = 3;
+	struct dg_tensor *g = vec(DG_F64, 2, 1);
+	cr_assert_eq(ps_store_apply(s, "w", &a, g, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(res.step, 4);
+	dg_tensor_free(g);
+	ps_store_close(s);
+}
+
 static void child_slot_writes(int fd)
 {
 	struct dg_err err = { 0 };

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1301,18 +1302,18 @@ Test(routes, a_restart_on_the_data_dir_keeps_values_and_raises_the_epoch)
 	resp_free(&r);
 }
 
+/* A long poll of w (arg: the query, e.g. "min_version=99"). */
 static void *long_poll(void *arg)
 {
 	CURL *c = curl_easy_init();
 	struct resp r;
 
-	(void)arg;
 	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
 	/* Answered 503 or cut off by the stop: either way it returns. */
 	{
-		char url[128];
-		snprintf(url, sizeof url,
-			 "http://127.0.0.1:%d/v1/vars/w?min_version=99&timeout_ms=60000", port);
+		char url[160];
+		snprintf(url, sizeof url, "http://127.0.0.1:%d/v1/vars/w?%s&timeout_ms=60000",
+			 port, (const char *)arg);
 		memset(&r, 0, sizeof r);
 		curl_easy_setopt(c, CURLOPT_URL, url);
 		curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
@@ -1331,12 +1332,230 @@ Test(routes, stopping_does_not_wait_for_long_polls)
 	double t0;
 
 	put_w();
-	cr_assert_eq(pthread_create(&th, NULL, long_poll, NULL), 0);
+	cr_assert_eq(pthread_create(&th, NULL, long_poll, "min_version=99"), 0);
 	usleep(300 * 1000);
 	t0 = now_s();
 	stop_server();
 	cr_assert_lt(now_s() - t0, 3.0, "stop took %.2f s", now_s() - t0);
 	pthread_join(th, NULL);
+}
+
+Test(routes, stopping_does_not_wait_for_polls_of_a_sync_step)
+{
+	pthread_t th;
+	double t0;
+
+	put_w();
+	cr_assert_eq(pthread_create(&th, NULL, long_poll, "min_step=5"), 0);
+	usleep(300 * 1000);
+	t0 = now_s();
+	stop_server();
+	cr_assert_lt(now_s() - t0, 3.0, "stop took %.2f s", now_s() - t0);
+	pthread_join(th, NULL);
+}
+
+Test(routes, prefer_return_minimal_answers_an_async_apply_with_204_and_its_version)
+{
+	static const float g[6] = { 1, 1, 1, 1, 1, 1 };
+	const char *h[] = { "Dg-Dtype: float32", "Dg-Shape: 2,3", "Prefer: respond-async, "
+			    "return=minimal", NULL };
+	float want[6];
+	struct resp r;
+	json_t *j;
+	uint64_t v = put_w();
+
+	cr_assert_eq(req("POST", "/v1/vars/w/apply?rule=sgd&lr=0.5", h, g, sizeof g, &r), 204);
+	cr_assert_eq(r.body.len, 0);
+	cr_assert_eq(hdr_u64(&r, "Dg-Version"), v + 1);
+	resp_free(&r);
+	for (int i = 0; i < 6; i++)
+		want[i] = W0[i] - 0.5f;
+	expect_w(want, 0);
+	/* a sync apply still answers with its JSON (pending, step) */
+	cr_assert_eq(req("POST", "/v1/vars/w/apply?rule=sgd&lr=0.5&step=0&replicas=2", h, g,
+			 sizeof g, &r), 202);
+	j = body_json(&r);
+	cr_assert_eq(json_int_at(j, "pending"), 1);
+	json_decref(j);
+	resp_free(&r);
+	/* without the preference: 200 and the JSON of the documented reply */
+	cr_assert_eq(apply("rule=sgd&lr=0.5", g, &j), 200);
+	cr_assert(json_is_true(json_object_get(j, "applied")));
+	cr_assert_eq(json_int_at(j, "version"), (int64_t)v + 2);
+	json_decref(j);
+}
+
+/* ------------------------------------------------------------ sync steps */
+
+/* Two replicas complete step `step` of w after delay_ms: sgd lr 1 with
+ * gradients g and 3g (mean 2g). */
+struct step_push {
+	int delay_ms;
+	int step;
+	float g;
+};
+
+static void *complete_step_later(void *arg)
+{
+	struct step_push *p = arg;
+	CURL *c = curl_easy_init();
+	float g[6];
+	char path[200];
+	struct resp r;
+
+	usleep((useconds_t)p->delay_ms * 1000);
+	for (int k = 0; k < 2; k++) {
+		for (int i = 0; i < 6; i++)
+			g[i] = p->g * (k ? 3.0f : 1.0f);
+		snprintf(path, sizeof path, "/v1/vars/w/apply?rule=sgd&lr=1&step=%d&replicas=2"
+			 "&replica=%d", p->step, k);
+		req_on(c, "POST", path, NULL, g, sizeof g, &r);
+		resp_free(&r);
+	}
+	curl_easy_cleanup(c);
+	return NULL;
+}
+
+Test(routes, get_and_head_report_the_sync_step_in_dg_step)
+{
+	struct resp r;
+	json_t *j;
+	char buf[32];
+
+	put_w();
+	cr_assert_eq(req("HEAD", "/v1/vars/w", NULL, NULL, 0, &r), 200);
+	cr_assert_str_eq(hdr(&r, "Dg-Step", buf, sizeof buf), "0");
+	resp_free(&r);
+	cr_assert_eq(apply("rule=sgd&lr=1&step=0&replicas=1", W0, &j), 200);
+	cr_assert_eq(json_int_at(j, "step"), 1);
+	json_decref(j);
+	cr_assert_eq(apply("rule=sgd&lr=1&step=1&replicas=1", W0, &j), 200);
+	json_decref(j);
+	/* an async apply and a PUT keep the step */
+	cr_assert_eq(apply("rule=sgd&lr=1", W0, &j), 200);
+	json_decref(j);
+	cr_assert_eq(put_f32("w", W0, 6, "2,3", &r), 200);
+	resp_free(&r);
+	cr_assert_eq(req("GET", "/v1/vars/w", NULL, NULL, 0, &r), 200);
+	cr_assert_str_eq(hdr(&r, "Dg-Step", buf, sizeof buf), "2");
+	resp_free(&r);
+	cr_assert_eq(req("GET", "/v1/vars", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_eq(json_int_at(json_array_get(json_object_get(j, "vars"), 0), "step"), 2);
+	json_decref(j);
+	resp_free(&r);
+}
+
+Test(routes, min_step_waits_until_a_sync_step_completes_or_answers_304)
+{
+	struct step_push p = { 300, 0, 0.5f };
+	struct resp r;
+	pthread_t th;
+	char buf[32];
+	double t0;
+	uint64_t v = put_w();
+
+	cr_assert_eq(pthread_create(&th, NULL, complete_step_later, &p), 0);
+	t0 = now_s();
+	cr_assert_eq(req("GET", "/v1/vars/w?min_step=1&timeout_ms=10000", NULL, NULL, 0, &r),
+		     200);
+	cr_assert_geq(now_s() - t0, 0.25);
+	cr_assert_lt(now_s() - t0, 5.0);
+	cr_assert_str_eq(hdr(&r, "Dg-Step", buf, sizeof buf), "1");
+	cr_assert_eq(hdr_u64(&r, "Dg-Version"), v + 1);
+	cr_assert_eq(r.body.len, sizeof W0);
+	for (int i = 0; i < 6; i++)     /* w - 1 * mean(0.5, 1.5) */
+		cr_assert_float_eq(((float *)(void *)r.body.data)[i], W0[i] - 1.0f, 0);
+	resp_free(&r);
+	pthread_join(th, NULL);
+	/* already there: answered at once */
+	cr_assert_eq(req("GET", "/v1/vars/w?min_step=1&timeout_ms=0", NULL, NULL, 0, &r), 200);
+	resp_free(&r);
+	t0 = now_s();
+	cr_assert_eq(req("GET", "/v1/vars/w?min_step=2&timeout_ms=300", NULL, NULL, 0, &r), 304);
+	cr_assert_geq(now_s() - t0, 0.25);
+	cr_assert_eq(r.body.len, 0);
+	cr_assert_str_eq(hdr(&r, "Dg-Step", buf, sizeof buf), "1");
+	cr_assert_eq(hdr_u64(&r, "Dg-Version"), v + 1);
+	resp_free(&r);
+	/* both conditions: the version is there, the step is not */
+	snprintf(buf, sizeof buf, "%llu", (unsigned long long)v + 1);
+	char path[160];
+	snprintf(path, sizeof path, "/v1/vars/w?min_version=%s&min_step=2&timeout_ms=200", buf);
+	cr_assert_eq(req("GET", path, NULL, NULL, 0, &r), 304);
+	resp_free(&r);
+	snprintf(path, sizeof path, "/v1/vars/w?min_version=%s&min_step=1&timeout_ms=200", buf);
+	cr_assert_eq(req("GET", path, NULL, NULL, 0, &r), 200);
+	resp_free(&r);
+	req("GET", "/v1/vars/w?min_step=-1", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("GET", "/v1/vars/w?min_step=x", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+Test(routes, checkpoint_without_a_data_dir_is_501_and_says_how_to_get_one)
+{
+	struct resp r;
+	json_t *j;
+	uint64_t v = put_w();
+
+	cr_assert_eq(req("POST", "/v1/checkpoint", NULL, NULL, 0, &r), 501);
+	j = body_json(&r);
+	cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+			 "unsupported");
+	cr_assert_not_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"),
+								    "hint")), "--data-dir"));
+	json_decref(j);
+	resp_free(&r);
+	expect_unchanged(W0, v);
+}
+
+Test(routes, checkpoint_reports_the_snapshot_and_a_restart_keeps_values_and_steps)
+{
+	struct ps_server_config cfg = { .job = "ps", .task = 0, .data_dir = data_dir };
+	struct resp r;
+	struct stat sb;
+	char path[128], buf[32];
+	float want[6];
+	json_t *j;
+
+	snprintf(data_dir, sizeof data_dir, "/tmp/dg-test-routes-XXXXXX");
+	cr_assert_not_null(mkdtemp(data_dir));
+	stop_server();
+	start_server(&cfg);
+	put_w();
+	for (int s = 0; s < 3; s++) {   /* three sync steps of w -= 1 * W0... */
+		snprintf(path, sizeof path, "rule=sgd&lr=0.5&step=%d&replicas=1", s);
+		cr_assert_eq(apply(path, W0, &j), 200);
+		json_decref(j);
+	}
+	for (int i = 0; i < 6; i++)
+		want[i] = W0[i] - 3 * 0.5f * W0[i];
+	cr_assert_eq(req("POST", "/v1/checkpoint", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_eq(json_int_at(j, "epoch"), 1);
+	cr_assert_eq(json_int_at(j, "vars"), 1);
+	snprintf(path, sizeof path, "%s/snapshot.dgs", data_dir);
+	cr_assert_eq(stat(path, &sb), 0);
+	cr_assert_eq(json_int_at(j, "bytes"), (int64_t)sb.st_size);
+	cr_assert_gt(sb.st_size, (off_t)sizeof W0);
+	cr_assert(json_number_value(json_object_get(j, "ms")) >= 0);
+	json_decref(j);
+	resp_free(&r);
+	stop_server();
+	start_server(&cfg);
+	expect_w(want, 0);
+	cr_assert_eq(req("HEAD", "/v1/vars/w", NULL, NULL, 0, &r), 200);
+	cr_assert_str_eq(hdr(&r, "Dg-Step", buf, sizeof buf), "3");
+	cr_assert_eq(hdr_u64(&r, "Dg-Epoch"), 2);
+	resp_free(&r);
+	cr_assert_eq(apply("rule=sgd&lr=0.5&step=2&replicas=1", W0, &j), 409);
+	json_decref(j);
+	cr_assert_eq(apply("rule=sgd&lr=0.5&step=3&replicas=1", W0, &j), 200);
+	cr_assert_eq(json_int_at(j, "step"), 4);
+	json_decref(j);
 }
 
 /* ------------------------------------------------------------ bad requests */

@@ -482,6 +482,170 @@ Test(store, wait_on_a_variable_deleted_meanwhile_is_not_found)
 	ps_store_close(s);
 }
 
+Test(store, every_rule_gives_the_same_bits_whether_or_not_a_reader_holds_the_value)
+{
+	static const enum ps_rule rules[] = { PS_ASSIGN, PS_ASSIGN_ADD, PS_SGD, PS_MOMENTUM,
+					      PS_ADAM };
+	struct ps_store *s = open_mem();
+
+	for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) {
+		struct ps_value *held, *a, *b;
+		struct dg_tensor *x = iota_f32(4), *y = iota_f32(4);
+
+		put(s, "plain", x);
+		put(s, "held", y);
+		get_f32(s, "held", &held);      /* the rule must write a fresh block */
+		for (int k = 0; k < 3; k++) {   /* twice with momentum/adam slots in use */
+			apply_rule(s, "plain", rules[r], 1.5f + (float)k);
+			apply_rule(s, "held", rules[r], 1.5f + (float)k);
+		}
+		get_f32(s, "plain", &a);
+		get_f32(s, "held", &b);
+		cr_assert_eq(memcmp(a->data, b->data, 16), 0, "rule %d: copy-on-write differs",
+			     (int)rules[r]);
+		for (int i = 0; i < 4; i++)     /* and the held value did not move */
+			cr_assert_float_eq(((const float *)held->data)[i], (float)i, 0);
+		if (rules[r] == PS_SGD)         /* i - 0.1 * (1.5 + 2.5 + 3.5) */
+			cr_assert_float_eq(((const float *)b->data)[2], 2.0f - 0.75f, 1e-6);
+		ps_value_release(held);
+		ps_value_release(a);
+		ps_value_release(b);
+		cr_assert_eq(ps_store_delete(s, "plain", 0, NULL), DG_OK);
+		cr_assert_eq(ps_store_delete(s, "held", 0, NULL), DG_OK);
+	}
+	ps_store_close(s);
+}
+
+/* --- sync steps ------------------------------------------------------------------------------- */
+
+/* Replica r's sgd gradient (lr 1, two replicas) of every element g for step. */
+static enum dg_status sync_push(struct ps_store *s, int64_t step, int64_t replica, float g,
+				struct dg_err *err)
+{
+	struct ps_apply_args a = { .rule = PS_SGD, .lr = 1, .step = step, .replicas = 2,
+				   .replica = replica };
+	struct dg_tensor *t = filled(3, 0, g);
+	enum dg_status st = ps_store_apply(s, "w", &a, t, NULL, err);
+
+	dg_tensor_free(t);
+	return st;
+}
+
+struct step_later {
+	struct ps_store *s;
+	int delay_ms;
+};
+
+/* Completes step 0 of w after delay_ms: replica 0 at once, replica 1 later. */
+static void *step_later_main(void *p)
+{
+	struct step_later *l = p;
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(sync_push(l->s, 0, 0, 1, &err), DG_OK, "%s", err.msg);
+	usleep((useconds_t)l->delay_ms * 1000);
+	cr_assert_eq(sync_push(l->s, 0, 1, 3, &err), DG_OK, "%s", err.msg);
+	return NULL;
+}
+
+Test(store, wait_step_wakes_when_the_last_replica_completes_the_step)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_value *v;
+	uint64_t ver = put(s, "w", filled(3, 0, 10));
+	struct step_later l = { s, 200 };
+	struct timespec t0, t1;
+	pthread_t th;
+
+	cr_assert_eq(ps_store_wait_step(s, "w", 0, 0, 100, &v, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(v->step, 0);
+	ps_value_release(v);
+	pthread_create(&th, NULL, step_later_main, &l);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	cr_assert_eq(ps_store_wait_step(s, "w", 0, 1, 10000, &v, &err), DG_OK, "%s", err.msg);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	pthread_join(th, NULL);
+	double sec = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	cr_assert_geq(sec, 0.15, "returned after %.3f s, before the step completed", sec);
+	cr_assert_lt(sec, 5.0);
+	cr_assert_eq(v->step, 1);
+	cr_assert_eq(v->version, ver + 1);
+	for (int i = 0; i < 3; i++)     /* 10 - 1 * mean(1, 3) */
+		cr_assert_float_eq(((const float *)v->data)[i], 8.0f, 0);
+	ps_value_release(v);
+	ps_store_close(s);
+}
+
+Test(store, wait_step_times_out_with_the_current_value_and_its_step)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_value *v;
+	uint64_t ver = put(s, "w", filled(3, 0, 10));
+
+	cr_assert_eq(sync_push(s, 0, 0, 1, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(sync_push(s, 0, 1, 1, &err), DG_OK, "%s", err.msg);
+	/* one arrival of step 1 does not complete it */
+	cr_assert_eq(sync_push(s, 1, 0, 1, &err), DG_OK, "%s", err.msg);
+	assert_err(ps_store_wait_step(s, "w", 0, 2, 150, &v, &err), DG_ETIMEOUT, &err, "step 1");
+	cr_assert_not_null(v);
+	cr_assert_eq(v->step, 1);
+	cr_assert_eq(v->version, ver + 1);
+	ps_value_release(v);
+	/* the version condition holds, the step one does not: still a timeout */
+	assert_err(ps_store_wait_step(s, "w", ver, 2, 50, &v, &err), DG_ETIMEOUT, &err, "step");
+	ps_value_release(v);
+	cr_assert_eq(ps_store_wait_step(s, "w", ver + 1, 1, 50, &v, &err), DG_OK, "%s", err.msg);
+	ps_value_release(v);
+	ps_store_close(s);
+}
+
+Test(store, values_and_the_list_carry_the_sync_step_across_puts_and_async_applies)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = { .rule = PS_SGD, .lr = 1, .step = -1, .replica = -1 };
+	struct dg_var_info *info = NULL;
+	struct ps_value *v;
+	struct dg_tensor *g;
+	int n = 0;
+
+	put(s, "w", filled(3, 0, 10));
+	put(s, "x", filled(2, 0, 1));
+	for (int64_t k = 0; k < 2; k++) {
+		cr_assert_eq(sync_push(s, k, 0, 1, &err), DG_OK, "%s", err.msg);
+		cr_assert_eq(sync_push(s, k, 1, 1, &err), DG_OK, "%s", err.msg);
+	}
+	g = filled(3, 0, 1);
+	cr_assert_eq(ps_store_apply(s, "w", &a, g, NULL, &err), DG_OK, "%s", err.msg);
+	dg_tensor_free(g);
+	put(s, "w", filled(3, 0, 5));
+	get_f32(s, "w", &v);
+	cr_assert_eq(v->step, 2);
+	ps_value_release(v);
+	cr_assert_eq(ps_store_list(s, NULL, &info, &n, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(n, 2);
+	cr_assert_str_eq(info[0].name, "w");
+	cr_assert_eq(info[0].step, 2);
+	cr_assert_eq(info[1].step, 0);
+	free(info);
+	ps_store_close(s);
+}
+
+Test(store, checkpoint_now_of_a_memory_store_is_unsupported)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_ckpt_info info = { .vars = -7 };
+
+	put(s, "w", filled(3, 0, 10));
+	assert_err(ps_store_checkpoint_now(s, &info, &err), DG_EUNSUPPORTED, &err, "memory");
+	cr_assert_not_null(strstr(err.hint, "--data-dir"), "hint: %s", err.hint);
+	cr_assert_eq(info.vars, -7, "info is left alone on failure");
+	ps_store_close(s);
+}
+
 /* --- copy-on-write --------------------------------------------------------------------------- */
 
 Test(store, a_held_value_stays_intact_while_put_patch_and_apply_change_the_variable)

@@ -28,6 +28,8 @@ struct dg_var_info {
 	uint64_t bytes;
 	uint64_t version;
 	double mtime;                   /* seconds since the Unix epoch */
+	int64_t step;                   /* sync step (the step the next synchronous apply
+					 * must carry; Dg-Step header); -1 when not reported */
 };
 
 /* Settings of a shared queue (POST /v1/queues/NAME). */
@@ -86,6 +88,18 @@ enum dg_status dg_var_get_stream(struct dg_client *c, const char *name, enum dg_
 enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_version,
 			   long timeout_ms, struct dg_tensor **out, struct dg_var_info *info,
 			   struct dg_err *err);
+
+/* GET ?min_step=S: wait until the variable's sync step is at least min_step
+ * (a synchronous replica's pull for step S waits for step S-1 to be applied).
+ * DG_ETIMEOUT when it did not get there in time. */
+enum dg_status dg_var_wait_step(struct dg_client *c, const char *name, int64_t min_step,
+				long timeout_ms, struct dg_tensor **out, struct dg_var_info *info,
+				struct dg_err *err);
+
+/* POST /v1/checkpoint: write a snapshot of every variable now. *reply (may be
+ * NULL) gets the server's JSON reply (owned). DG_EUNSUPPORTED when the server
+ * keeps variables in memory only (no --data-dir). */
+enum dg_status dg_ps_checkpoint(struct dg_client *c, json_t **reply, struct dg_err *err);
 
 struct dg_put_opts {
 	bool replace;                   /* allow another dtype/shape (?replace=1) */
