@@ -1,13 +1,17 @@
 /* The worker state and the fragment executor (dg/executor.h). Fragments are
  * validated once at registration, when the per-step plan is precomputed
- * (value numbering, consumer lists, reader counts); a run then walks a ready
- * list: every ready registry or worker op first, and only when none is left
- * it waits for whichever pending _Recv arrives first, so one thread never
- * blocks on one tensor while another it could use has arrived (no deadlock
- * however the master cut the graph). Values are freed after their last reader. */
+ * (value numbering, consumer lists, reader counts, the step-invariant part,
+ * the order of ops on one variable); a run then walks a ready list: ready
+ * kernels run on the run's thread, ps requests and remote _Sends go to a
+ * small pool of I/O threads, and only when nothing is ready it waits for
+ * whichever comes first, a pending _Recv or an I/O completion, so one thread
+ * never blocks on one tensor while another it could use has arrived (no
+ * deadlock however the master cut the graph). Values are freed after their
+ * last reader; step-invariant values are computed once per fragment. */
 #include "internal.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -22,12 +26,16 @@
 
 /* Per request to another task (a _Send's PUT returns at once on the peer). */
 #define SEND_TIMEOUT_MS 120000
+/* A sync VarRead's wait for its step is cut into polls of this many ms, so
+ * that an abort of the step ends it promptly. */
+#define MIN_STEP_POLL_MS 500
 
 struct fragment {
 	struct fragment *next;
+	struct worker *w;               /* for the cached-bytes gauge */
 	char id[24];
 	struct dg_graph *g;             /* owned */
-	int refs;                       /* the registry's + one per running step; under mu */
+	int refs;                       /* the registry's + one per running step; under w->mu */
 	/* The plan: output k of node v is value base[v] + k. */
 	int *base;                      /* n_nodes + 1 */
 	int n_values;
@@ -38,6 +46,21 @@ struct fragment {
 	int *recvs;                     /* the _Recv nodes */
 	int n_recv;
 	int max_in, max_out;
+	/* Ordering: pend0[v] = inputs from step-dependent nodes, + 1 when an
+	 * earlier op on the same variable (var_next of it is v) must end first. */
+	int *pend0;
+	int *var_next;                  /* per node: the next op on its variable, or -1 */
+	/* Step-invariant part: nodes whose op is not stateful and whose inputs are
+	 * all invariant. The values of it that step-dependent nodes read are
+	 * computed by the first step and kept here until the fragment goes. */
+	unsigned char *inv;             /* per node */
+	int n_inv;
+	unsigned char *keep;            /* per value: invariant and read by a dependent node */
+	int *inv_uses;                  /* per value: reading edges from invariant nodes */
+	struct dg_tensor **cache;       /* per value; owned where keep[] */
+	bool cache_ready;               /* under cache_mu */
+	uint64_t cached_bytes;
+	pthread_mutex_t cache_mu;
 };
 
 /* A kept-alive connection to a peer, reused across steps and threads. */
@@ -46,6 +69,20 @@ struct pooled {
 	bool is_var;                    /* dg_client (VarRead etc.) or dg_http_client (_Send) */
 	void *obj;
 	char addr[];
+};
+
+struct run;
+
+/* One ps request or remote _Send handed to an I/O thread. */
+struct io_job {
+	struct io_job *next;
+	struct run *r;                  /* the run waiting for it (outlives the job) */
+	int v;                          /* the node */
+	const struct dg_tensor *in;     /* borrowed from the run's values */
+	struct dg_tensor *out;          /* owned until the run takes it */
+	bool stale;                     /* a sync apply the ps dropped */
+	enum dg_status st;
+	struct dg_err err;
 };
 
 struct worker {
@@ -63,10 +100,17 @@ struct worker {
 	uint64_t next_id;
 	struct pooled *pool;            /* under mu */
 	atomic_bool stopping;
+	/* The I/O pool: threads started on demand, at most io_max. */
+	pthread_mutex_t io_mu;
+	pthread_cond_t io_cv;
+	struct io_job *io_head, *io_tail;   /* queued jobs; under io_mu */
+	int io_queued, io_idle, io_n, io_max;
+	bool io_quit;
+	pthread_t *io_threads;          /* io_max slots */
 	/* Metrics. */
 	atomic_uint_fast64_t steps_ok, steps_failed, nodes_run, step_us;
 	atomic_uint_fast64_t sent_local, sent_http, bytes_local, bytes_http;
-	atomic_uint_fast64_t recv_http, bytes_recv_http;
+	atomic_uint_fast64_t recv_http, bytes_recv_http, cached_bytes;
 };
 
 static int64_t now_ms(void)
@@ -77,17 +121,51 @@ static int64_t now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static double now_msf(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 /* ------------------------------------------------------------- the state */
+
+/* cfg->io_threads, else $DG_WORKER_IO_THREADS, else the default; 0 = none. */
+static int io_thread_count(const struct worker_config *cfg)
+{
+	const char *env = getenv("DG_WORKER_IO_THREADS");
+	char *end;
+	long n;
+
+	if (cfg->io_threads < 0)
+		return 0;
+	if (cfg->io_threads > 0)
+		return cfg->io_threads < WORKER_MAX_IO_THREADS ? cfg->io_threads :
+		       WORKER_MAX_IO_THREADS;
+	if (!env || !env[0])
+		return WORKER_DEFAULT_IO_THREADS;
+	n = strtol(env, &end, 10);
+	if (*end != '\0' || n < 0) {
+		dg_log(DG_LOG_WARN, "worker", "DG_WORKER_IO_THREADS='%.40s' is not a count >= 0; "
+		       "using %d", env, WORKER_DEFAULT_IO_THREADS);
+		return WORKER_DEFAULT_IO_THREADS;
+	}
+	return n < WORKER_MAX_IO_THREADS ? (int)n : WORKER_MAX_IO_THREADS;
+}
 
 struct worker *worker_new(const struct worker_config *cfg, struct dg_err *err)
 {
 	struct worker *w = calloc(1, sizeof *w);
+	int io_max = io_thread_count(cfg);
 
 	if (!w || !(w->job = strdup(cfg->job ? cfg->job : "worker")) ||
-	    (cfg->token && !(w->token = strdup(cfg->token))) || !(w->rv = dg_rendezvous_new())) {
+	    (cfg->token && !(w->token = strdup(cfg->token))) || !(w->rv = dg_rendezvous_new()) ||
+	    (io_max > 0 && !(w->io_threads = calloc((size_t)io_max, sizeof *w->io_threads)))) {
 		if (w) {
 			free(w->job);
 			free(w->token);
+			dg_rendezvous_free(w->rv);
 		}
 		free(w);
 		dg_err_set(err, DG_ENOMEM, "out of memory creating the worker state");
@@ -96,8 +174,11 @@ struct worker *worker_new(const struct worker_config *cfg, struct dg_err *err)
 	w->cluster = cfg->cluster;
 	w->task = cfg->task;
 	w->soft_placement = cfg->soft_placement;
+	w->io_max = io_max;
 	snprintf(w->address, sizeof w->address, "%s", cfg->address ? cfg->address : "");
 	pthread_mutex_init(&w->mu, NULL);
+	pthread_mutex_init(&w->io_mu, NULL);
+	pthread_cond_init(&w->io_cv, NULL);
 	atomic_init(&w->stopping, false);
 	w->group = (struct dg_route_group){ worker_routes, worker_n_routes, w };
 	return w;
@@ -122,6 +203,11 @@ static void fragment_free(struct fragment *f)
 {
 	if (!f)
 		return;
+	for (int i = 0; f->cache && i < f->n_values; i++)
+		dg_tensor_free(f->cache[i]);
+	if (f->w)
+		atomic_fetch_sub(&f->w->cached_bytes, f->cached_bytes);
+	pthread_mutex_destroy(&f->cache_mu);
 	dg_graph_free(f->g);
 	free(f->base);
 	free(f->uses);
@@ -129,6 +215,12 @@ static void fragment_free(struct fragment *f)
 	free(f->cons);
 	free(f->kind);
 	free(f->recvs);
+	free(f->pend0);
+	free(f->var_next);
+	free(f->inv);
+	free(f->keep);
+	free(f->inv_uses);
+	free(f->cache);
 	free(f);
 }
 
@@ -146,6 +238,13 @@ void worker_free(struct worker *w)
 	if (!w)
 		return;
 	worker_stop(w);
+	/* The I/O threads finish what is queued (failing fast: stopping is set). */
+	pthread_mutex_lock(&w->io_mu);
+	w->io_quit = true;
+	pthread_cond_broadcast(&w->io_cv);
+	pthread_mutex_unlock(&w->io_mu);
+	for (int i = 0; i < w->io_n; i++)
+		pthread_join(w->io_threads[i], NULL);
 	for (struct fragment *f = w->frags, *next; f; f = next) {
 		next = f->next;
 		fragment_free(f);
@@ -155,7 +254,10 @@ void worker_free(struct worker *w)
 		pooled_free(p);
 	}
 	dg_rendezvous_free(w->rv);
+	pthread_cond_destroy(&w->io_cv);
+	pthread_mutex_destroy(&w->io_mu);
 	pthread_mutex_destroy(&w->mu);
+	free(w->io_threads);
 	free(w->job);
 	free(w->token);
 	free(w);
@@ -232,6 +334,78 @@ static void pool_give(struct worker *w, struct pooled *p)
 
 /* ------------------------------------------------------------ fragments */
 
+static bool is_var_op(int kind)
+{
+	return kind == WOP_VAR_READ || kind == WOP_VAR_APPLY || kind == WOP_VAR_INIT;
+}
+
+/* The step-invariant nodes (in topological order, so producers come first)
+ * and the values of them that step-dependent nodes read. */
+static void plan_invariant(struct fragment *f)
+{
+	const struct dg_graph *g = f->g;
+
+	for (int k = 0; k < g->n_nodes; k++) {
+		int v = g->order[k];
+		const struct dg_node *nd = &g->nodes[v];
+		bool inv = f->kind[v] == WOP_NONE && !(nd->op->flags & DG_OPF_STATEFUL);
+		for (int i = 0; i < nd->n_in && inv; i++)
+			inv = f->inv[nd->in[i].node];
+		f->inv[v] = inv;
+		f->n_inv += inv;
+	}
+	for (int v = 0; v < g->n_nodes; v++) {
+		const struct dg_node *nd = &g->nodes[v];
+		for (int i = 0; i < nd->n_in; i++) {
+			int iv = f->base[nd->in[i].node] + nd->in[i].index;
+			if (!f->inv[nd->in[i].node])
+				continue;
+			if (f->inv[v])
+				f->inv_uses[iv]++;
+			else
+				f->keep[iv] = 1;
+		}
+	}
+}
+
+/* Ops on one variable (same "ps" and "var") run one after the other in the
+ * fragment's topological order (file order among nodes ready together): each
+ * waits for the previous one to end. The order never contradicts a data edge,
+ * so it adds no cycle. */
+static enum dg_status plan_var_order(struct fragment *f, struct dg_err *err)
+{
+	const struct dg_graph *g = f->g;
+	int *last = malloc(((size_t)g->n_nodes + 1) * sizeof *last), n_last = 0;
+
+	for (int v = 0; v < g->n_nodes; v++)
+		f->var_next[v] = -1;
+	if (!last)
+		return dg_err_set(err, DG_ENOMEM, "out of memory planning a fragment of %d nodes",
+				  g->n_nodes);
+	for (int k = 0; k < g->n_nodes; k++) {
+		int v = g->order[k], j;
+		if (!is_var_op(f->kind[v]))
+			continue;
+		const char *var = json_string_value(json_object_get(g->nodes[v].attrs, "var"));
+		const char *ps = json_string_value(json_object_get(g->nodes[v].attrs, "ps"));
+		for (j = 0; j < n_last; j++) {
+			const json_t *a = g->nodes[last[j]].attrs;
+			if (strcmp(json_string_value(json_object_get(a, "var")), var) == 0 &&
+			    strcmp(json_string_value(json_object_get(a, "ps")), ps) == 0)
+				break;
+		}
+		if (j < n_last) {
+			f->var_next[last[j]] = v;
+			f->pend0[v]++;
+			last[j] = v;
+		} else {
+			last[n_last++] = v;
+		}
+	}
+	free(last);
+	return DG_OK;
+}
+
 /* Precompute what every run of f needs; refuse what no run could do. */
 static enum dg_status plan_fragment(struct fragment *f, struct dg_err *err)
 {
@@ -242,7 +416,11 @@ static enum dg_status plan_fragment(struct fragment *f, struct dg_err *err)
 	f->cons_off = calloc((size_t)n + 2, sizeof *f->cons_off);
 	f->kind = calloc((size_t)n + 1, 1);
 	f->recvs = malloc(((size_t)n + 1) * sizeof *f->recvs);
-	if (!f->base || !f->cons_off || !f->kind || !f->recvs)
+	f->pend0 = calloc((size_t)n + 1, sizeof *f->pend0);
+	f->var_next = malloc(((size_t)n + 1) * sizeof *f->var_next);
+	f->inv = calloc((size_t)n + 1, 1);
+	if (!f->base || !f->cons_off || !f->kind || !f->recvs || !f->pend0 || !f->var_next ||
+	    !f->inv)
 		return dg_err_set(err, DG_ENOMEM, "out of memory planning a fragment of %d nodes",
 				  n);
 	f->base[0] = 0;
@@ -273,8 +451,11 @@ static enum dg_status plan_fragment(struct fragment *f, struct dg_err *err)
 	f->n_values = f->base[n];
 	f->uses = calloc((size_t)f->n_values + 1, sizeof *f->uses);
 	f->cons = malloc(((size_t)n_edges + 1) * sizeof *f->cons);
+	f->keep = calloc((size_t)f->n_values + 1, 1);
+	f->inv_uses = calloc((size_t)f->n_values + 1, sizeof *f->inv_uses);
+	f->cache = calloc((size_t)f->n_values + 1, sizeof *f->cache);
 	int *fill = calloc((size_t)n + 1, sizeof *fill);
-	if (!f->uses || !f->cons || !fill) {
+	if (!f->uses || !f->cons || !fill || !f->keep || !f->inv_uses || !f->cache) {
 		free(fill);
 		return dg_err_set(err, DG_ENOMEM, "out of memory planning a fragment of %d nodes",
 				  n);
@@ -290,7 +471,13 @@ static enum dg_status plan_fragment(struct fragment *f, struct dg_err *err)
 		}
 	}
 	free(fill);
-	return DG_OK;
+	plan_invariant(f);
+	for (int v = 0; v < n; v++) {
+		const struct dg_node *nd = &g->nodes[v];
+		for (int k = 0; k < nd->n_in; k++)
+			f->pend0[v] += !f->inv[nd->in[k].node];
+	}
+	return plan_var_order(f, err);
 }
 
 enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t len, char *id,
@@ -301,6 +488,8 @@ enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t le
 
 	if (!f)
 		return dg_err_set(err, DG_ENOMEM, "out of memory registering a fragment");
+	pthread_mutex_init(&f->cache_mu, NULL);
+	f->w = w;
 	if (!(f->g = dg_graph_parse(json ? json : "", json ? len : 0, worker_op_find, err)))
 		st = err && err->code != DG_OK ? err->code : DG_EINVAL;
 	else
@@ -332,7 +521,7 @@ enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t le
 }
 
 /* Under mu: drop one reference; the last frees (outside the lock is not
- * needed: freeing touches nothing shared). */
+ * needed: freeing touches nothing shared but an atomic gauge). */
 static void fragment_unref_locked(struct fragment *f)
 {
 	if (--f->refs == 0)
@@ -365,26 +554,39 @@ enum dg_status worker_fragment_remove(struct worker *w, const char *id, struct d
 
 /* ------------------------------------------------------------------ runs */
 
+/* The state of a run, reused from step to step. The run's thread owns every
+ * field except the done list (under mu), which I/O threads fill. */
 struct run {
 	struct worker *w;
 	struct fragment *f;
 	const struct dg_graph *g;
-	uint64_t step;
+	uint64_t step;                  /* the step being run */
+	int64_t t;                      /* its training step */
+	bool id_is_kstep;               /* kernels see the step id, not t (plain runs) */
+	int64_t timeout_ms;
 	int64_t deadline;               /* now_ms() clock */
 	char self[300];                 /* this task's address */
-	struct dg_tensor **val;         /* n_values, owned */
+	struct dg_tensor **val;         /* n_values; owned unless f->keep[] (the cache's) */
 	int *uses;                      /* readers still to come, per value */
-	int *pending;                   /* inputs not yet computed, per node */
+	int *pending;                   /* inputs (and earlier var ops) still to come */
 	int *ready;                     /* min-heap of runnable non-_Recv nodes */
 	int n_ready;
+	int *recvs;                     /* _Recv nodes not yet received */
+	int n_recv;
 	const struct dg_tensor **ins;
 	struct dg_tensor **outs;
+	int inflight;                   /* jobs handed to the I/O pool, not yet taken back */
+	int count;                      /* nodes run this step */
+	int stale;                      /* sync applies dropped this step */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;              /* signalled with every job put on done */
+	struct io_job *done;            /* under mu */
+	atomic_bool has_done;
 	struct dg_err *err;
 };
 
-/* The ready set is a min-heap of node indices: independent nodes run in
- * file order, so stateful ops (VarInit before VarApply) keep the order the
- * fragment lists them in. */
+/* The ready set is a min-heap of node indices: independent nodes start in
+ * file order. */
 static void ready_push(struct run *r, int v)
 {
 	int i = r->n_ready++;
@@ -416,26 +618,29 @@ static int ready_pop(struct run *r)
 	return top;
 }
 
+/* A reader of value v is done; the last one frees it (cached values stay). */
 static void release(struct run *r, int v)
 {
 	if (--r->uses[v] == 0) {
-		dg_tensor_free(r->val[v]);
+		if (!r->f->keep[v])
+			dg_tensor_free(r->val[v]);
 		r->val[v] = NULL;
 	}
 }
 
-static enum dg_status send_remote(struct run *r, const char *to, const char *key,
-				  const struct dg_tensor *t)
+/* PUT t to another task's rendezvous. Runs on an I/O thread (or the run's). */
+static enum dg_status send_remote(const struct run *r, const char *to, const char *key,
+				  const struct dg_tensor *t, struct dg_err *err)
 {
 	struct dg_buf path = { 0 };
 	struct dg_http_result res;
 	char shape[200], step[32];
 	size_t off = 0;
 	enum dg_status st;
-	struct pooled *p = pool_take(r->w, false, to, r->err);
+	struct pooled *p = pool_take(r->w, false, to, err);
 
 	if (!p)
-		return r->err->code;
+		return err->code;
 	if (t->shape.ndim == 0)
 		snprintf(shape, sizeof shape, "[]");
 	else
@@ -450,35 +655,34 @@ static enum dg_status send_remote(struct run *r, const char *to, const char *key
 		{ "Content-Type", "application/octet-stream" },
 	};
 	dg_http_result_init(&res);
-	st = dg_buf_printf(&path, r->err, "/v1/steps/%s/tensors/", step);
+	st = dg_buf_printf(&path, err, "/v1/steps/%s/tensors/", step);
 	if (st == DG_OK)
-		st = dg_http_escape_path(key, &path, r->err);
+		st = dg_http_escape_path(key, &path, err);
 	if (st == DG_OK)
-		st = dg_http_request(p->obj, "PUT", path.data, h, 3, t->data, t->nbytes, &res,
-				     r->err);
+		st = dg_http_request(p->obj, "PUT", path.data, h, 3, t->data, t->nbytes, &res, err);
 	if (st != DG_OK)
-		dg_err_prefix(r->err, "sending '%s' to %s", key, to);
+		dg_err_prefix(err, "sending '%s' to %s", key, to);
 	dg_http_result_deinit(&res);
 	dg_buf_deinit(&path);
 	pool_give(r->w, p);
 	return st;
 }
 
-/* _Send: local delivery moves the value when this is its last reader. */
-static enum dg_status run_send(struct run *r, const struct dg_node *n, int iv)
+static const char *send_target(const struct dg_node *n)
+{
+	return json_string_value(json_object_get(n->attrs, "to"));
+}
+
+/* _Send to this task: local delivery moves the value when this is its last
+ * reader (and it is not a cached one). */
+static enum dg_status send_local(struct run *r, const struct dg_node *n, int iv)
 {
 	const char *key = json_string_value(json_object_get(n->attrs, "key"));
-	const char *to = json_string_value(json_object_get(n->attrs, "to"));
 	struct dg_tensor *t;
 
-	if (strcmp(to, r->self) != 0) {
-		atomic_fetch_add(&r->w->sent_http, 1);
-		atomic_fetch_add(&r->w->bytes_http, r->val[iv]->nbytes);
-		return send_remote(r, to, key, r->val[iv]);
-	}
 	atomic_fetch_add(&r->w->sent_local, 1);
 	atomic_fetch_add(&r->w->bytes_local, r->val[iv]->nbytes);
-	if (r->uses[iv] == 1) {
+	if (r->uses[iv] == 1 && !r->f->keep[iv]) {
 		t = r->val[iv];
 		r->val[iv] = NULL;
 	} else if (!(t = dg_tensor_clone(r->val[iv], r->err))) {
@@ -487,75 +691,289 @@ static enum dg_status run_send(struct run *r, const struct dg_node *n, int iv)
 	return dg_rendezvous_put(r->w->rv, r->step, key, t, r->err);
 }
 
-static struct dg_tensor *version_tensor(uint64_t version, struct dg_err *err)
+static struct dg_tensor *version_tensor(int64_t version, struct dg_err *err)
 {
 	struct dg_shape s = { 0 };
 	struct dg_tensor *t = dg_tensor_new(DG_I64, &s, err);
 
 	if (t)
-		*(int64_t *)t->data = (int64_t)version;
+		*(int64_t *)t->data = version;
 	return t;
 }
 
-/* VarRead, VarApply, VarInit: one request (two for VarInit) to the ps. */
-static enum dg_status run_var(struct run *r, const struct dg_node *n, int kind,
-			      const struct dg_tensor *in, struct dg_tensor **out)
+/* The learning rate of training step t: lr, lr * F^floor(t/E) ("step") or
+ * lr * F^(t/E) ("exponential"). Attrs were checked at registration. */
+static double scheduled_lr(const json_t *attrs, int64_t t)
+{
+	double zero = 0, one = 1, lr, factor;
+	int64_t every, one_i = 1;
+	const char *kind;
+
+	dg_attr_float(attrs, "lr", &zero, &lr, NULL);
+	dg_attr_string(attrs, "schedule", "constant", &kind, NULL);
+	dg_attr_float(attrs, "factor", &one, &factor, NULL);
+	dg_attr_int(attrs, "every", &one_i, &every, NULL);
+	if (strcmp(kind, "step") == 0)
+		return lr * pow(factor, (double)(t / every));
+	if (strcmp(kind, "exponential") == 0)
+		return lr * pow(factor, (double)t / (double)every);
+	return lr;
+}
+
+/* VarApply: the update of training step t; a sync gradient the ps dropped
+ * (409 stale) is not an error: *stale is set and the version output is -1. */
+static enum dg_status var_apply(const struct run *r, struct dg_client *c, const struct dg_node *n,
+				const char *var, const struct dg_tensor *g, struct dg_tensor **out,
+				bool *stale, struct dg_err *err)
+{
+	struct dg_apply a = { .step = -1, .replica = -1 };
+	struct dg_apply_result res = { 0 };
+	double zero = 0;
+	int64_t base, izero = 0, ione = 1, iminus = -1, replicas, backup;
+	bool no = false, sync;
+	enum dg_status st;
+
+	a.rule = json_string_value(json_object_get(n->attrs, "rule"));
+	a.lr = scheduled_lr(n->attrs, r->t);
+	dg_attr_float(n->attrs, "momentum", &zero, &a.momentum, NULL);
+	dg_attr_float(n->attrs, "beta1", &zero, &a.beta1, NULL);
+	dg_attr_float(n->attrs, "beta2", &zero, &a.beta2, NULL);
+	dg_attr_float(n->attrs, "eps", &zero, &a.eps, NULL);
+	dg_attr_bool(n->attrs, "nesterov", &no, &a.nesterov, NULL);
+	dg_attr_bool(n->attrs, "sync", &no, &sync, NULL);
+	if (sync) {
+		dg_attr_int(n->attrs, "step_base", &izero, &base, NULL);
+		dg_attr_int(n->attrs, "replicas", &ione, &replicas, NULL);
+		dg_attr_int(n->attrs, "backup", &izero, &backup, NULL);
+		dg_attr_int(n->attrs, "replica", &iminus, &a.replica, NULL);
+		a.step = base + r->t;
+		a.replicas = (int)replicas;
+		a.backup = (int)backup;
+	}
+	st = dg_var_apply(c, var, &a, g, &res, err);
+	if (st == DG_ESTALE && sync) {
+		dg_err_clear(err);
+		*stale = true;
+		res.version = (uint64_t)-1;
+		st = DG_OK;
+	}
+	if (st == DG_OK && !(*out = version_tensor((int64_t)res.version, err)))
+		st = err->code;
+	return st;
+}
+
+/* VarRead; with min_step_base >= 0 it waits until the variable's sync step
+ * reaches min_step_base + t (step t-1 applied), in polls that notice an abort. */
+static enum dg_status var_read(const struct run *r, struct dg_client *c, const struct dg_node *n,
+			       const char *var, struct dg_tensor **out, struct dg_err *err)
+{
+	int64_t base, none = -1;
+	enum dg_status st;
+
+	dg_attr_int(n->attrs, "min_step_base", &none, &base, NULL);
+	if (base < 0)
+		return dg_var_get(c, var, out, NULL, err);
+	for (;;) {
+		int64_t left = r->deadline - now_ms();
+		if ((st = dg_rendezvous_check(r->w->rv, r->step, err)) != DG_OK)
+			return st;
+		if (left <= 0) {
+			dg_err_set(err, DG_ETIMEOUT, "it did not reach sync step %" PRId64
+				   " within %" PRId64 " ms", base + r->t, r->timeout_ms);
+			dg_err_hint(err, "another replica may be slow or gone; raise the step's "
+				    "timeout_ms or use backup replicas");
+			return DG_ETIMEOUT;
+		}
+		st = dg_var_wait_step(c, var, base + r->t, left < MIN_STEP_POLL_MS ? (long)left :
+				      MIN_STEP_POLL_MS, out, NULL, err);
+		if (st != DG_ETIMEOUT)
+			return st;
+		dg_err_clear(err);
+	}
+}
+
+/* VarInit: create the variable unless it exists; with "reset" replace it. */
+static enum dg_status var_init(struct dg_client *c, const struct dg_node *n, const char *var,
+			       struct dg_tensor **out, struct dg_err *err)
+{
+	struct dg_var_info info = { 0 };
+	struct dg_tensor *t = NULL;
+	bool no = false, reset;
+	enum dg_status st;
+
+	dg_attr_bool(n->attrs, "reset", &no, &reset, NULL);
+	if (reset) {
+		struct dg_put_opts po = { .replace = true };
+		if (!(t = worker_init_tensor(n->attrs, err)))
+			st = err->code;
+		else
+			st = dg_var_put(c, var, t, &po, &info.version, err);
+	} else {
+		st = dg_var_stat(c, var, &info, err);
+		if (st == DG_ENOTFOUND) {
+			struct dg_put_opts po = { .create_only = true };
+			dg_err_clear(err);
+			if (!(t = worker_init_tensor(n->attrs, err)))
+				st = err->code;
+			else
+				st = dg_var_put(c, var, t, &po, &info.version, err);
+			if (st == DG_EEXIST || st == DG_ECONFLICT) {     /* created meanwhile */
+				dg_err_clear(err);
+				st = dg_var_stat(c, var, &info, err);
+			}
+		}
+	}
+	if (st == DG_OK && !(*out = version_tensor((int64_t)info.version, err)))
+		st = err->code;
+	dg_tensor_free(t);
+	return st;
+}
+
+/* VarRead, VarApply, VarInit: the request(s) to the ps. */
+static enum dg_status run_var(const struct run *r, const struct dg_node *n, int kind,
+			      const struct dg_tensor *in, struct dg_tensor **out, bool *stale,
+			      struct dg_err *err)
 {
 	const char *var = json_string_value(json_object_get(n->attrs, "var"));
 	const char *ps = json_string_value(json_object_get(n->attrs, "ps"));
-	struct dg_var_info info;
-	struct dg_tensor *t = NULL;
 	enum dg_status st;
-	struct pooled *p = pool_take(r->w, true, ps, r->err);
+	struct pooled *p = pool_take(r->w, true, ps, err);
 
 	if (!p)
-		return r->err->code;
+		return err->code;
 	if (kind == WOP_VAR_READ) {
-		st = dg_var_get(p->obj, var, out, NULL, r->err);
-		if (st == DG_OK && !dg_exec_type_ok(&n->out[0], *out, r->err))
-			dg_err_prefix(r->err, "variable '%s' on %s", var, ps);
-		st = r->err->code;
+		st = var_read(r, p->obj, n, var, out, err);
+		if (st == DG_OK && !dg_exec_type_ok(&n->out[0], *out, err))
+			st = err->code;
 	} else if (kind == WOP_VAR_APPLY) {
-		struct dg_apply a = { .step = -1, .replica = -1 };
-		struct dg_apply_result res = { 0 };
-		double zero = 0;
-		bool no = false;
-		a.rule = json_string_value(json_object_get(n->attrs, "rule"));
-		dg_attr_float(n->attrs, "lr", &zero, &a.lr, NULL);
-		dg_attr_float(n->attrs, "momentum", &zero, &a.momentum, NULL);
-		dg_attr_float(n->attrs, "beta1", &zero, &a.beta1, NULL);
-		dg_attr_float(n->attrs, "beta2", &zero, &a.beta2, NULL);
-		dg_attr_float(n->attrs, "eps", &zero, &a.eps, NULL);
-		dg_attr_bool(n->attrs, "nesterov", &no, &a.nesterov, NULL);
-		st = dg_var_apply(p->obj, var, &a, in, &res, r->err);
-		if (st == DG_OK && !(*out = version_tensor(res.version, r->err)))
-			st = r->err->code;
+		st = var_apply(r, p->obj, n, var, in, out, stale, err);
 	} else {
-		st = dg_var_stat(p->obj, var, &info, r->err);
-		if (st == DG_ENOTFOUND) {
-			struct dg_put_opts po = { .create_only = true };
-			dg_err_clear(r->err);
-			if (!(t = worker_init_tensor(n->attrs, r->err)))
-				st = r->err->code;
-			else
-				st = dg_var_put(p->obj, var, t, &po, &info.version, r->err);
-			if (st == DG_EEXIST || st == DG_ECONFLICT) {     /* created meanwhile */
-				dg_err_clear(r->err);
-				st = dg_var_stat(p->obj, var, &info, r->err);
-			}
-		}
-		if (st == DG_OK && !(*out = version_tensor(info.version, r->err)))
-			st = r->err->code;
+		st = var_init(p->obj, n, var, out, err);
 	}
-	if (st != DG_OK && kind != WOP_VAR_READ)
-		dg_err_prefix(r->err, "variable '%s' on %s", var, ps);
-	dg_tensor_free(t);
+	if (st != DG_OK) {
+		dg_tensor_free(*out);
+		*out = NULL;
+		dg_err_prefix(err, "variable '%s' on %s", var, ps);
+	}
 	pool_give(r->w, p);
 	return st;
 }
 
-/* The node became computed: store its outputs, release its inputs, and make
- * consumers whose inputs are all there ready. outs[] is taken. */
+/* True for the nodes that go to the I/O pool: they wait on the network. */
+static bool is_io(const struct run *r, int v)
+{
+	int kind = r->f->kind[v];
+
+	if (is_var_op(kind))
+		return true;
+	return kind == WOP_SEND && strcmp(send_target(&r->g->nodes[v]), r->self) != 0;
+}
+
+/* The network part of an I/O node (ins = the node's input or NULL). */
+static enum dg_status run_io(const struct run *r, int v, const struct dg_tensor *in,
+			     struct dg_tensor **out, bool *stale, struct dg_err *err)
+{
+	const struct dg_node *n = &r->g->nodes[v];
+
+	if (atomic_load(&r->w->stopping))
+		return dg_err_set(err, DG_EUNAVAILABLE, "the task is shutting down");
+	if (r->f->kind[v] == WOP_SEND) {
+		atomic_fetch_add(&r->w->sent_http, 1);
+		atomic_fetch_add(&r->w->bytes_http, in->nbytes);
+		return send_remote(r, send_target(n),
+				   json_string_value(json_object_get(n->attrs, "key")), in, err);
+	}
+	return run_var(r, n, r->f->kind[v], in, out, stale, err);
+}
+
+/* ------------------------------------------------------------ the I/O pool */
+
+/* Hand a finished job back to its run and wake the run's waits. */
+static void io_deliver(struct io_job *job)
+{
+	struct run *r = job->r;
+	struct dg_rendezvous *rv = r->w->rv;
+
+	pthread_mutex_lock(&r->mu);
+	job->next = r->done;
+	r->done = job;
+	atomic_store(&r->has_done, true);
+	pthread_cond_signal(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+	/* The job and r may be gone now: only the worker's rendezvous is used. */
+	dg_rendezvous_wake(rv);
+}
+
+static void *io_main(void *arg)
+{
+	struct worker *w = arg;
+
+	pthread_mutex_lock(&w->io_mu);
+	for (;;) {
+		while (!w->io_head && !w->io_quit) {
+			w->io_idle++;
+			pthread_cond_wait(&w->io_cv, &w->io_mu);
+			w->io_idle--;
+		}
+		struct io_job *job = w->io_head;
+		if (!job)
+			break;                  /* quitting with nothing queued */
+		w->io_head = job->next;
+		if (!w->io_head)
+			w->io_tail = NULL;
+		w->io_queued--;
+		pthread_mutex_unlock(&w->io_mu);
+		job->st = run_io(job->r, job->v, job->in, &job->out, &job->stale, &job->err);
+		io_deliver(job);
+		pthread_mutex_lock(&w->io_mu);
+	}
+	pthread_mutex_unlock(&w->io_mu);
+	return NULL;
+}
+
+/* Queue node v of r on the I/O pool, starting a thread when every started
+ * one is busy (up to io_max). False when the pool cannot take it (no
+ * threads, or out of memory): the caller runs it itself. */
+static bool io_submit(struct run *r, int v, const struct dg_tensor *in)
+{
+	struct worker *w = r->w;
+	struct io_job *job;
+	bool ok = true;
+
+	if (w->io_max == 0 || !(job = calloc(1, sizeof *job)))
+		return false;
+	job->r = r;
+	job->v = v;
+	job->in = in;
+	pthread_mutex_lock(&w->io_mu);
+	if (w->io_queued + 1 > w->io_idle && w->io_n < w->io_max && !w->io_quit) {
+		if (pthread_create(&w->io_threads[w->io_n], NULL, io_main, w) == 0)
+			w->io_n++;
+	}
+	if (w->io_n == 0 || w->io_quit) {
+		ok = false;
+	} else {
+		if (w->io_tail)
+			w->io_tail->next = job;
+		else
+			w->io_head = job;
+		w->io_tail = job;
+		w->io_queued++;
+		pthread_cond_signal(&w->io_cv);
+	}
+	pthread_mutex_unlock(&w->io_mu);
+	if (!ok)
+		free(job);
+	else
+		r->inflight++;
+	return ok;
+}
+
+/* ------------------------------------------------------------ the step loop */
+
+/* Node v is computed and its outputs are in r->outs (taken): store them,
+ * release its inputs, and make ready the consumers (and the next op on its
+ * variable) that wait for nothing else. */
 static void complete(struct run *r, int v)
 {
 	const struct fragment *f = r->f;
@@ -577,13 +995,27 @@ static void complete(struct run *r, int v)
 	for (int i = f->cons_off[v]; i < f->cons_off[v + 1]; i++)
 		if (--r->pending[f->cons[i]] == 0)
 			ready_push(r, f->cons[i]);
+	if (f->var_next[v] >= 0 && --r->pending[f->var_next[v]] == 0)
+		ready_push(r, f->var_next[v]);
+	r->count++;
 }
 
-static enum dg_status run_node(struct run *r, int v)
+static void free_outs(struct run *r, int n_out)
+{
+	for (int o = 0; o < n_out; o++) {
+		dg_tensor_free(r->outs[o]);
+		r->outs[o] = NULL;
+	}
+}
+
+/* Start node v: run a kernel or a local _Send at once, hand a network op to
+ * the I/O pool (or run it here when there is none). */
+static enum dg_status start_node(struct run *r, int v)
 {
 	const struct fragment *f = r->f;
 	const struct dg_node *n = &r->g->nodes[v];
 	enum dg_status st;
+	bool stale = false;
 	int iv = 0;
 
 	for (int k = 0; k < n->n_in; k++) {
@@ -591,95 +1023,237 @@ static enum dg_status run_node(struct run *r, int v)
 		r->ins[k] = r->val[iv];
 	}
 	memset(r->outs, 0, (size_t)n->n_out * sizeof *r->outs);
-	switch (f->kind[v]) {
-	case WOP_NONE:
-		return dg_exec_kernel(n, r->ins, r->outs, r->step, r->err);
-	case WOP_SEND:
-		st = run_send(r, n, iv);
+	if (f->kind[v] == WOP_NONE) {
+		uint64_t kstep = r->id_is_kstep ? r->step : (uint64_t)r->t;
+		if ((st = dg_exec_kernel(n, r->ins, r->outs, kstep, r->err)) == DG_OK)
+			complete(r, v);
+		return st;
+	}
+	if (is_io(r, v)) {
+		if (io_submit(r, v, n->n_in ? r->ins[0] : NULL))
+			return DG_OK;
+		st = run_io(r, v, n->n_in ? r->ins[0] : NULL, r->outs, &stale, r->err);
+		r->stale += stale;
+		if (st == DG_OK)
+			st = dg_rendezvous_check(r->w->rv, r->step, r->err);
+	} else {
+		st = send_local(r, n, iv);
 		if (st == DG_OK && !r->val[iv])
 			r->uses[iv] = 0;                /* moved into the rendezvous */
-		break;
-	default:
-		st = run_var(r, n, f->kind[v], n->n_in ? r->ins[0] : NULL, r->outs);
-		break;
 	}
 	if (st != DG_OK) {
-		for (int o = 0; o < n->n_out; o++) {
-			dg_tensor_free(r->outs[o]);
-			r->outs[o] = NULL;
-		}
+		free_outs(r, n->n_out);
 		dg_err_prefix(r->err, "node '%s' (%s)", n->name, n->op->name);
+		return st;
 	}
+	complete(r, v);
+	return DG_OK;
+}
+
+/* Take back the finished I/O jobs: complete their nodes, or keep the first
+ * error; then check that the step was not aborted meanwhile. discard (after
+ * an error, waiting for the jobs still out): drop their results, keep r->err. */
+static enum dg_status drain(struct run *r, bool wait, bool discard)
+{
+	enum dg_status st = DG_OK;
+	struct io_job *list;
+
+	pthread_mutex_lock(&r->mu);
+	while (wait && !r->done)
+		pthread_cond_wait(&r->cv, &r->mu);
+	list = r->done;
+	r->done = NULL;
+	atomic_store(&r->has_done, false);
+	pthread_mutex_unlock(&r->mu);
+	if (!list)
+		return DG_OK;
+	for (struct io_job *job = list, *next; job; job = next) {
+		const struct dg_node *n = &r->g->nodes[job->v];
+		next = job->next;
+		r->inflight--;
+		r->stale += job->stale;
+		if (discard) {
+			dg_tensor_free(job->out);
+		} else if (st == DG_OK && job->st == DG_OK) {
+			r->outs[0] = job->out;
+			complete(r, job->v);
+		} else {
+			dg_tensor_free(job->out);
+			if (st == DG_OK) {
+				st = job->st;
+				*r->err = job->err;
+				dg_err_prefix(r->err, "node '%s' (%s)", n->name, n->op->name);
+			}
+		}
+		free(job);
+	}
+	if (st == DG_OK && !discard)
+		st = dg_rendezvous_check(r->w->rv, r->step, r->err);
 	return st;
 }
 
-/* Wait for whichever pending _Recv arrives first and complete it. */
-static enum dg_status take_recv(struct run *r, int *recvs, int *n_recv)
+static bool run_woken(void *ud)
 {
-	const char **keys = malloc((size_t)*n_recv * sizeof *keys);
+	struct run *r = ud;
+
+	return atomic_load(&r->has_done);
+}
+
+/* Nothing is ready: wait for a pending _Recv or an I/O completion. */
+static enum dg_status wait_some(struct run *r)
+{
+	const char **keys = malloc(((size_t)r->n_recv + 1) * sizeof *keys);
 	struct dg_tensor *t = NULL;
+	int64_t timeout = r->n_recv > 0 ? r->deadline - now_ms() : 1000;
 	enum dg_status st;
-	int which = 0;
+	int which = -1;
 
 	if (!keys)
 		return dg_err_set(r->err, DG_ENOMEM, "out of memory waiting for tensors");
-	for (int i = 0; i < *n_recv; i++)
-		keys[i] = json_string_value(json_object_get(r->g->nodes[recvs[i]].attrs, "key"));
-	st = dg_rendezvous_take_any(r->w->rv, r->step, keys, *n_recv, r->deadline - now_ms(),
-				    &which, &t, r->err);
+	for (int i = 0; i < r->n_recv; i++)
+		keys[i] = json_string_value(json_object_get(r->g->nodes[r->recvs[i]].attrs,
+							    "key"));
+	st = dg_rendezvous_wait_any(r->w->rv, r->step, keys, r->n_recv, timeout,
+				    r->inflight > 0 ? run_woken : NULL, r, &which, &t, r->err);
 	free(keys);
+	if (st == DG_ETIMEOUT && r->n_recv == 0) {      /* only I/O in flight: keep waiting */
+		dg_err_clear(r->err);
+		return DG_OK;
+	}
 	if (st != DG_OK) {
-		if (*n_recv == 1 || st != DG_ETIMEOUT) {
-			const struct dg_node *n = &r->g->nodes[recvs[0]];
-			dg_err_prefix(r->err, "node '%s' (%s)", n->name, n->op->name);
+		if (r->n_recv == 1 || st != DG_ETIMEOUT) {
+			const struct dg_node *n = &r->g->nodes[r->recvs[0]];
+			if (r->n_recv > 0)
+				dg_err_prefix(r->err, "node '%s' (%s)", n->name, n->op->name);
 		}
 		return st;
 	}
-	int v = recvs[which];
+	if (which < 0)
+		return DG_OK;                   /* an I/O job finished */
+	int v = r->recvs[which];
 	const struct dg_node *n = &r->g->nodes[v];
 	if (!dg_exec_type_ok(&n->out[0], t, r->err)) {
 		dg_tensor_free(t);
 		dg_err_prefix(r->err, "node '%s' (%s): received tensor", n->name, n->op->name);
 		return r->err->code;
 	}
-	recvs[which] = recvs[--*n_recv];
+	r->recvs[which] = r->recvs[--r->n_recv];
 	r->outs[0] = t;
 	complete(r, v);
 	return DG_OK;
 }
 
-static enum dg_status execute(struct run *r, int *count)
+/* One step of the fragment, the step-invariant part already cached. */
+static enum dg_status execute(struct run *r)
 {
 	const struct fragment *f = r->f;
-	int n_recv = f->n_recv;
-	int *recvs = malloc(((size_t)f->n_recv + 1) * sizeof *recvs);
 	enum dg_status st = DG_OK;
 
-	if (!recvs)
-		return dg_err_set(r->err, DG_ENOMEM, "out of memory starting a step");
-	memcpy(recvs, f->recvs, (size_t)f->n_recv * sizeof *recvs);
-	for (int v = 0; v < r->g->n_nodes; v++) {
-		r->pending[v] = r->g->nodes[v].n_in;
-		if (r->pending[v] == 0 && f->kind[v] != WOP_RECV)
+	r->n_ready = 0;
+	r->n_recv = f->n_recv;
+	memcpy(r->recvs, f->recvs, (size_t)f->n_recv * sizeof *r->recvs);
+	memcpy(r->pending, f->pend0, (size_t)r->g->n_nodes * sizeof *r->pending);
+	for (int v = 0; v < r->g->n_nodes; v++)
+		if (!f->inv[v] && r->pending[v] == 0 && f->kind[v] != WOP_RECV)
 			ready_push(r, v);
-	}
-	while (st == DG_OK && (r->n_ready > 0 || n_recv > 0)) {
+	while (st == DG_OK && (r->n_ready > 0 || r->n_recv > 0 || r->inflight > 0)) {
 		if (atomic_load(&r->w->stopping)) {
 			st = dg_err_set(r->err, DG_EUNAVAILABLE, "the task is shutting down");
 			break;
 		}
-		if (r->n_ready == 0) {
-			if ((st = take_recv(r, recvs, &n_recv)) == DG_OK)
-				++*count;
+		if (r->inflight > 0 && atomic_load(&r->has_done) &&
+		    (st = drain(r, false, false)) != DG_OK)
+			break;
+		if (r->n_ready > 0)
+			st = start_node(r, ready_pop(r));
+		else if (r->n_recv > 0 || r->inflight > 0)
+			st = wait_some(r);
+	}
+	/* On error, wait for the jobs still out: they read this run's values. */
+	while (r->inflight > 0)
+		drain(r, true, true);
+	return st;
+}
+
+/* Compute the step-invariant part once per fragment and keep the values
+ * that step-dependent nodes read (in topological order; sequential). */
+static enum dg_status fill_cache(struct run *r)
+{
+	struct fragment *f = r->f;
+	const struct dg_graph *g = r->g;
+	struct dg_tensor **tmp;
+	int *left;
+	enum dg_status st = DG_OK;
+
+	if (!(tmp = calloc((size_t)f->n_values + 1, sizeof *tmp)) ||
+	    !(left = malloc(((size_t)f->n_values + 1) * sizeof *left))) {
+		free(tmp);
+		return dg_err_set(r->err, DG_ENOMEM, "out of memory for the step-invariant "
+				  "values of a fragment");
+	}
+	memcpy(left, f->inv_uses, (size_t)f->n_values * sizeof *left);
+	for (int k = 0; k < g->n_nodes && st == DG_OK; k++) {
+		int v = g->order[k];
+		const struct dg_node *n = &g->nodes[v];
+		if (!f->inv[v])
 			continue;
+		for (int i = 0; i < n->n_in; i++)
+			r->ins[i] = tmp[f->base[n->in[i].node] + n->in[i].index];
+		memset(r->outs, 0, (size_t)n->n_out * sizeof *r->outs);
+		if ((st = dg_exec_kernel(n, r->ins, r->outs, 0, r->err)) != DG_OK)
+			break;
+		r->count++;
+		for (int o = 0; o < n->n_out; o++) {
+			tmp[f->base[v] + o] = r->outs[o];
+			r->outs[o] = NULL;
 		}
-		int v = ready_pop(r);
-		if ((st = run_node(r, v)) == DG_OK) {
-			complete(r, v);
-			++*count;
+		/* Free what no later invariant node reads and no dependent node wants. */
+		for (int i = 0; i < n->n_in; i++) {
+			int iv = f->base[n->in[i].node] + n->in[i].index;
+			if (--left[iv] == 0 && !f->keep[iv]) {
+				dg_tensor_free(tmp[iv]);
+				tmp[iv] = NULL;
+			}
+		}
+		for (int o = 0; o < n->n_out; o++) {
+			int ov = f->base[v] + o;
+			if (left[ov] == 0 && !f->keep[ov]) {
+				dg_tensor_free(tmp[ov]);
+				tmp[ov] = NULL;
+			}
 		}
 	}
-	free(recvs);
+	for (int i = 0; i < f->n_values; i++) {
+		if (st == DG_OK && f->keep[i]) {
+			f->cache[i] = tmp[i];
+			f->cached_bytes += tmp[i]->nbytes;
+		} else {
+			dg_tensor_free(tmp[i]);
+		}
+	}
+	if (st == DG_OK)
+		atomic_fetch_add(&r->w->cached_bytes, f->cached_bytes);
+	free(tmp);
+	free(left);
+	return st;
+}
+
+/* Make sure the cache is filled (the first step of any run of f does it; a
+ * concurrent first step waits for it), then give the cached values to r. */
+static enum dg_status use_cache(struct run *r)
+{
+	struct fragment *f = r->f;
+	enum dg_status st = DG_OK;
+
+	if (f->n_inv == 0)
+		return DG_OK;
+	pthread_mutex_lock(&f->cache_mu);
+	if (!f->cache_ready && (st = fill_cache(r)) == DG_OK)
+		f->cache_ready = true;
+	pthread_mutex_unlock(&f->cache_mu);
+	for (int i = 0; st == DG_OK && i < f->n_values; i++)
+		if (f->keep[i])
+			r->val[i] = f->cache[i];
 	return st;
 }
 
@@ -698,21 +1272,142 @@ static struct fragment *fragment_get(struct worker *w, const char *id)
 	return f;
 }
 
-enum dg_status worker_run_fragment(struct worker *w, const char *id, uint64_t step,
-				   int64_t timeout_ms, int *nodes_run, struct dg_err *err)
+/* Take the collected keys of the step just run into values[]. */
+static enum dg_status collect(struct run *r, const struct worker_run_opts *o, double *values)
+{
+	for (int k = 0; k < o->n_collect; k++) {
+		struct dg_tensor *t = NULL;
+		enum dg_status st = dg_rendezvous_take(r->w->rv, r->step, o->collect[k], 0, &t,
+						       r->err);
+		if (st == DG_ETIMEOUT) {
+			dg_err_set(r->err, DG_ENOTFOUND, "collect key '%s' was not sent to this "
+				   "task in step %" PRIu64, o->collect[k], r->step);
+			dg_err_hint(r->err, "collect names keys the fragment _Sends to its own "
+				    "address, e.g. \"fetch:loss\"");
+			return DG_ENOTFOUND;
+		}
+		if (st != DG_OK)
+			return st;
+		if (t->numel != 1) {
+			dg_err_set(r->err, DG_EINVAL, "collect key '%s' of step %" PRIu64
+				   " holds %s with %" PRId64 " elements, not a scalar",
+				   o->collect[k], r->step, dg_dtype_name(t->dtype), t->numel);
+			dg_err_hint(r->err, "collect scalars (reduce the value with Sum or Mean)");
+			dg_tensor_free(t);
+			return DG_EINVAL;
+		}
+		values[k] = dg_tensor_get_f64(t, 0);
+		dg_tensor_free(t);
+	}
+	return DG_OK;
+}
+
+static enum dg_status check_opts(const struct worker_run_opts *o, struct dg_err *err)
+{
+	if (o->steps < 1 || o->steps > WORKER_MAX_RUN_STEPS)
+		return dg_err_set(err, DG_EINVAL, "a run has 1..%d steps, not %" PRId64,
+				  WORKER_MAX_RUN_STEPS, o->steps);
+	if (o->step > UINT64_MAX - (uint64_t)(o->steps - 1))
+		return dg_err_set(err, DG_EINVAL, "steps %" PRIu64 " + %" PRId64 " pass 2^64-1",
+				  o->step, o->steps);
+	if (o->train_step < 0 || o->train_step > INT64_MAX - o->steps)
+		return dg_err_set(err, DG_EINVAL, "train_step must be 0..2^63-1-steps, not %"
+				  PRId64, o->train_step);
+	if (o->n_collect < 0 || o->n_collect > WORKER_MAX_COLLECT ||
+	    (o->n_collect > 0 && !o->collect))
+		return dg_err_set(err, DG_EINVAL, "a run collects 0..%d keys, not %d",
+				  WORKER_MAX_COLLECT, o->n_collect);
+	for (int k = 0; k < o->n_collect; k++) {
+		if (dg_rendezvous_key_check(o->collect[k], err) != DG_OK) {
+			dg_err_prefix(err, "collect");
+			return DG_EINVAL;
+		}
+	}
+	return DG_OK;
+}
+
+/* The per-run arrays; false when out of memory. */
+static bool run_alloc(struct run *r)
+{
+	const struct fragment *f = r->f;
+
+	r->val = calloc((size_t)f->n_values + 1, sizeof *r->val);
+	r->uses = malloc(((size_t)f->n_values + 1) * sizeof *r->uses);
+	r->pending = malloc(((size_t)r->g->n_nodes + 1) * sizeof *r->pending);
+	r->ready = malloc(((size_t)r->g->n_nodes + 1) * sizeof *r->ready);
+	r->recvs = malloc(((size_t)f->n_recv + 1) * sizeof *r->recvs);
+	r->ins = malloc((size_t)f->max_in * sizeof *r->ins);
+	r->outs = calloc((size_t)f->max_out, sizeof *r->outs);
+	return r->val && r->uses && r->pending && r->ready && r->recvs && r->ins && r->outs;
+}
+
+/* Free the step's values (not the cached ones) so the arrays can be reused. */
+static void run_clear_values(struct run *r)
+{
+	for (int i = 0; r->val && i < r->f->n_values; i++) {
+		if (!r->f->keep[i])
+			dg_tensor_free(r->val[i]);
+		r->val[i] = NULL;
+	}
+}
+
+/* One step of a run: abort check, cache, nodes, collected values. */
+static enum dg_status run_one(struct run *r, const struct worker_run_opts *o, int64_t i,
+			      struct worker_step_result *sr)
+{
+	enum dg_status st;
+
+	r->step = o->step + (uint64_t)i;
+	r->t = o->train_step + i;
+	r->deadline = now_ms() + r->timeout_ms;
+	r->count = r->stale = 0;
+	sr->step = r->step;
+	sr->train_step = r->t;
+	if (atomic_load(&r->w->stopping))
+		return dg_err_set(r->err, DG_EUNAVAILABLE, "the task is shutting down");
+	if ((st = dg_rendezvous_check(r->w->rv, r->step, r->err)) != DG_OK)
+		return st;
+	memcpy(r->uses, r->f->uses, (size_t)r->f->n_values * sizeof *r->uses);
+	if ((st = use_cache(r)) == DG_OK)
+		st = execute(r);
+	run_clear_values(r);
+	if (st == DG_OK && o->n_collect > 0) {
+		if (!(sr->values = calloc((size_t)o->n_collect, sizeof *sr->values)))
+			st = dg_err_set(r->err, DG_ENOMEM, "out of memory for collected values");
+		else
+			st = collect(r, o, sr->values);
+	}
+	sr->stale = r->stale;
+	if (st != DG_OK) {
+		free(sr->values);
+		sr->values = NULL;
+		dg_rendezvous_abort(r->w->rv, r->step, r->err->msg);
+	}
+	return st;
+}
+
+enum dg_status worker_run_steps_mode(struct worker *w, const char *id,
+				     const struct worker_run_opts *o, bool id_is_kstep,
+				     struct worker_run_result *res, struct dg_err *err)
 {
 	struct dg_err local = { 0 };
-	struct run r = { .w = w, .step = step, .err = err ? err : &local };
-	enum dg_status st = DG_OK;
-	int count = 0;
+	struct run r = { .w = w, .id_is_kstep = id_is_kstep, .err = err ? err : &local };
+	enum dg_status st;
+	double t_run = now_msf();
 
+	memset(res, 0, sizeof *res);
 	dg_err_clear(r.err);
-	if (timeout_ms <= 0)
-		timeout_ms = WORKER_DEFAULT_TIMEOUT_MS;
-	if (timeout_ms > WORKER_MAX_TIMEOUT_MS)
-		timeout_ms = WORKER_MAX_TIMEOUT_MS;
-	int64_t t0 = now_ms();
-	r.deadline = t0 + timeout_ms;
+	if ((st = check_opts(o, r.err)) != DG_OK) {
+		dg_err_hint(r.err, "send {\"step\": S, \"steps\": K, \"train_step\": T, "
+			    "\"collect\": [\"fetch:loss\"]}");
+		return st;
+	}
+	r.timeout_ms = o->timeout_ms <= 0 ? WORKER_DEFAULT_TIMEOUT_MS :
+		       o->timeout_ms > WORKER_MAX_TIMEOUT_MS ? WORKER_MAX_TIMEOUT_MS :
+		       o->timeout_ms;
+	pthread_mutex_init(&r.mu, NULL);
+	pthread_cond_init(&r.cv, NULL);
+	atomic_init(&r.has_done, false);
 	if (!(r.f = fragment_get(w, id ? id : ""))) {
 		dg_err_set(r.err, DG_ENOTFOUND, "fragment '%.40s' not found", id ? id : "");
 		dg_err_hint(r.err, "register it first with POST /v1/fragments");
@@ -723,39 +1418,32 @@ enum dg_status worker_run_fragment(struct worker *w, const char *id, uint64_t st
 	pthread_mutex_lock(&w->mu);
 	memcpy(r.self, w->address, sizeof r.self);
 	pthread_mutex_unlock(&w->mu);
-	if (atomic_load(&w->stopping)) {
-		st = dg_err_set(r.err, DG_EUNAVAILABLE, "the task is shutting down");
+	if (!run_alloc(&r) || !(res->r = calloc((size_t)o->steps, sizeof *res->r))) {
+		st = dg_err_set(r.err, DG_ENOMEM, "out of memory for a run of %" PRId64 " steps "
+				"of %d nodes", o->steps, r.g->n_nodes);
 		goto out;
 	}
-	if (dg_rendezvous_is_aborted(w->rv, step)) {
-		st = dg_err_set(r.err, DG_ECANCELED, "step %" PRIu64 " was aborted before it "
-				"started here", step);
-		goto out;
+	for (int64_t i = 0; i < o->steps && st == DG_OK; i++) {
+		double t0 = now_msf();
+		st = run_one(&r, o, i, &res->r[i]);
+		res->r[i].ms = now_msf() - t0;
+		res->nodes_run += r.count;
+		atomic_fetch_add(st == DG_OK ? &w->steps_ok : &w->steps_failed, 1);
+		atomic_fetch_add(&w->nodes_run, (uint64_t)r.count);
+		atomic_fetch_add(&w->step_us, (uint64_t)(res->r[i].ms * 1000));
+		if (st == DG_OK)
+			res->steps_done++;
 	}
-	r.val = calloc((size_t)r.f->n_values + 1, sizeof *r.val);
-	r.uses = malloc(((size_t)r.f->n_values + 1) * sizeof *r.uses);
-	r.pending = malloc(((size_t)r.g->n_nodes + 1) * sizeof *r.pending);
-	r.ready = malloc(((size_t)r.g->n_nodes + 1) * sizeof *r.ready);
-	r.ins = malloc((size_t)r.f->max_in * sizeof *r.ins);
-	r.outs = calloc((size_t)r.f->max_out, sizeof *r.outs);
-	if (!r.val || !r.uses || !r.pending || !r.ready || !r.ins || !r.outs) {
-		st = dg_err_set(r.err, DG_ENOMEM, "out of memory for a step of %d nodes",
-				r.g->n_nodes);
-		goto out;
-	}
-	memcpy(r.uses, r.f->uses, (size_t)r.f->n_values * sizeof *r.uses);
-	st = execute(&r, &count);
-	if (st != DG_OK)
-		dg_rendezvous_abort(w->rv, step, r.err->msg);
 out:
 	if (st != DG_OK)
 		dg_err_prefix(r.err, "task %s/%d", w->job, w->task);
-	for (int i = 0; r.val && i < r.f->n_values; i++)
-		dg_tensor_free(r.val[i]);
+	if (r.f)
+		run_clear_values(&r);
 	free(r.val);
 	free(r.uses);
 	free(r.pending);
 	free(r.ready);
+	free(r.recvs);
 	free(r.ins);
 	free(r.outs);
 	if (r.f) {
@@ -763,12 +1451,48 @@ out:
 		fragment_unref_locked(r.f);
 		pthread_mutex_unlock(&w->mu);
 	}
-	if (nodes_run)
-		*nodes_run = count;
-	atomic_fetch_add(st == DG_OK ? &w->steps_ok : &w->steps_failed, 1);
-	atomic_fetch_add(&w->nodes_run, (uint64_t)count);
-	atomic_fetch_add(&w->step_us, (uint64_t)(now_ms() - t0) * 1000);
+	pthread_cond_destroy(&r.cv);
+	pthread_mutex_destroy(&r.mu);
+	res->ms = now_msf() - t_run;
 	return st;
+}
+
+enum dg_status worker_run_steps(struct worker *w, const char *id, const struct worker_run_opts *o,
+				struct worker_run_result *res, struct dg_err *err)
+{
+	return worker_run_steps_mode(w, id, o, false, res, err);
+}
+
+void worker_run_result_deinit(struct worker_run_result *res)
+{
+	if (!res)
+		return;
+	for (int64_t i = 0; res->r && i < res->steps_done; i++)
+		free(res->r[i].values);
+	free(res->r);
+	memset(res, 0, sizeof *res);
+}
+
+enum dg_status worker_run_fragment(struct worker *w, const char *id, uint64_t step,
+				   int64_t timeout_ms, int *nodes_run, struct dg_err *err)
+{
+	/* The training step (lr schedules, sync steps) of a plain run: the step id
+	 * folded into 0..2^62-1; its kernels see the step id itself. */
+	struct worker_run_opts o = { .step = step, .steps = 1, .timeout_ms = timeout_ms,
+				     .train_step = (int64_t)(step & (((uint64_t)1 << 62) - 1)) };
+	struct worker_run_result res;
+	enum dg_status st = worker_run_steps_mode(w, id, &o, true, &res, err);
+
+	if (nodes_run)
+		*nodes_run = res.nodes_run;
+	worker_run_result_deinit(&res);
+	return st;
+}
+
+enum dg_status worker_run_fragment_local(struct worker *w, const char *fragment_id,
+					 uint64_t step, int64_t timeout_ms, struct dg_err *err)
+{
+	return worker_run_fragment(w, fragment_id, step, timeout_ms, NULL, err);
 }
 
 void worker_count_received(struct worker *w, size_t n)
@@ -780,11 +1504,14 @@ void worker_count_received(struct worker *w, size_t n)
 enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 {
 	struct worker *w = vw;
-	int n_frags;
+	int n_frags, io_n;
 
 	pthread_mutex_lock(&w->mu);
 	n_frags = w->n_frags;
 	pthread_mutex_unlock(&w->mu);
+	pthread_mutex_lock(&w->io_mu);
+	io_n = w->io_n;
+	pthread_mutex_unlock(&w->io_mu);
 	return dg_buf_printf(out, err,
 		"# HELP dg_worker_steps_total Fragment runs (steps) on this task.\n"
 		"# TYPE dg_worker_steps_total counter\n"
@@ -799,6 +1526,12 @@ enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 		"# HELP dg_worker_fragments Fragments registered on this task.\n"
 		"# TYPE dg_worker_fragments gauge\n"
 		"dg_worker_fragments %d\n"
+		"# HELP dg_worker_cached_bytes Step-invariant values kept by fragments.\n"
+		"# TYPE dg_worker_cached_bytes gauge\n"
+		"dg_worker_cached_bytes %" PRIu64 "\n"
+		"# HELP dg_worker_io_threads I/O threads started (ps requests, remote sends).\n"
+		"# TYPE dg_worker_io_threads gauge\n"
+		"dg_worker_io_threads %d\n"
 		"# HELP dg_worker_tensors_sent_total Tensors sent by _Send.\n"
 		"# TYPE dg_worker_tensors_sent_total counter\n"
 		"dg_worker_tensors_sent_total{path=\"local\"} %" PRIu64 "\n"
@@ -818,15 +1551,9 @@ enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 		"dg_worker_rendezvous_tensors %d\n",
 		(uint64_t)atomic_load(&w->steps_ok), (uint64_t)atomic_load(&w->steps_failed),
 		(uint64_t)atomic_load(&w->nodes_run), (double)atomic_load(&w->step_us) * 1e-6,
-		n_frags, (uint64_t)atomic_load(&w->sent_local),
-		(uint64_t)atomic_load(&w->sent_http),
+		n_frags, (uint64_t)atomic_load(&w->cached_bytes), io_n,
+		(uint64_t)atomic_load(&w->sent_local), (uint64_t)atomic_load(&w->sent_http),
 		(uint64_t)atomic_load(&w->bytes_local), (uint64_t)atomic_load(&w->bytes_http),
 		(uint64_t)atomic_load(&w->recv_http), (uint64_t)atomic_load(&w->bytes_recv_http),
 		dg_rendezvous_count(w->rv));
-}
-
-enum dg_status worker_run_fragment_local(struct worker *w, const char *fragment_id,
-					 uint64_t step, int64_t timeout_ms, struct dg_err *err)
-{
-	return worker_run_fragment(w, fragment_id, step, timeout_ms, NULL, err);
 }

@@ -22,6 +22,13 @@ enum worker_opkind worker_op_kind(const struct dg_op_def *op);
  * scale*sqrt(6/(fan_in+fan_out))), reproducible from seed. Owned or NULL. */
 struct dg_tensor *worker_init_tensor(const json_t *attrs, struct dg_err *err);
 
+/* worker_run_steps; id_is_kstep: kernels see the step id (a plain run, as
+ * before training runs existed: POST run without "train_step") instead of the
+ * training step. */
+enum dg_status worker_run_steps_mode(struct worker *w, const char *id,
+				     const struct worker_run_opts *o, bool id_is_kstep,
+				     struct worker_run_result *res, struct dg_err *err);
+
 /* Count a tensor of n bytes received over HTTP (for worker_metrics). */
 void worker_count_received(struct worker *w, size_t n);
 

@@ -74,8 +74,14 @@ static enum dg_status check_var(struct dg_infer_ctx *c)
 
 static enum dg_status infer_var_read(struct dg_infer_ctx *c)
 {
-	if (check_var(c) != DG_OK)
+	int64_t base, none = -1;
+
+	if (check_var(c) != DG_OK ||
+	    dg_attr_int(c->attrs, "min_step_base", &none, &base, c->err) != DG_OK)
 		return c->err->code;
+	if (base < -1)
+		return dg_err_set(c->err, DG_EINVAL, "attr 'min_step_base' must be >= 0 (or -1: "
+				  "no wait), got %lld", (long long)base);
 	return typed_output(c, true);
 }
 
@@ -83,6 +89,51 @@ static void version_output(struct dg_infer_ctx *c)
 {
 	c->out[0].dtype = DG_I64;
 	c->out[0].shape.ndim = 0;
+}
+
+/* An int attr in lo..hi (def when absent). */
+static enum dg_status int_in(struct dg_infer_ctx *c, const char *key, int64_t def, int64_t lo,
+			     int64_t hi, int64_t *out)
+{
+	if (dg_attr_int(c->attrs, key, &def, out, c->err) != DG_OK)
+		return c->err->code;
+	if (*out < lo || *out > hi)
+		return dg_err_set(c->err, DG_EINVAL, "attr '%s' must be %lld..%lld, got %lld", key,
+				  (long long)lo, (long long)hi, (long long)*out);
+	return DG_OK;
+}
+
+/* The training attrs of VarApply: lr schedule and synchronous mode. */
+static enum dg_status check_schedule_sync(struct dg_infer_ctx *c)
+{
+	static const char *const kinds[] = { "constant", "step", "exponential" };
+	int64_t every, replicas, backup, replica, base;
+	double factor, one = 1;
+	const char *kind;
+	bool sync, no = false, known = false;
+
+	if (dg_attr_string(c->attrs, "schedule", "constant", &kind, c->err) != DG_OK)
+		return c->err->code;
+	for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+		known |= strcmp(kind, kinds[i]) == 0;
+	if (!known) {
+		dg_err_set(c->err, DG_EINVAL, "attr 'schedule' is '%.40s'", kind);
+		dg_err_hint(c->err, "schedules: constant, step, exponential");
+		return DG_EINVAL;
+	}
+	if (int_in(c, "every", 1, 1, INT64_MAX, &every) != DG_OK ||
+	    dg_attr_float(c->attrs, "factor", &one, &factor, c->err) != DG_OK)
+		return c->err->code;
+	if (!isfinite(factor) || factor <= 0)
+		return dg_err_set(c->err, DG_EINVAL, "attr 'factor' must be a finite number > 0, "
+				  "got %g", factor);
+	if (dg_attr_bool(c->attrs, "sync", &no, &sync, c->err) != DG_OK ||
+	    int_in(c, "replicas", 1, 1, 1 << 20, &replicas) != DG_OK ||
+	    int_in(c, "backup", 0, 0, replicas - 1, &backup) != DG_OK ||
+	    int_in(c, "replica", -1, -1, replicas - 1, &replica) != DG_OK ||
+	    int_in(c, "step_base", 0, 0, INT64_MAX / 2, &base) != DG_OK)
+		return c->err->code;
+	return DG_OK;
 }
 
 static enum dg_status infer_var_apply(struct dg_infer_ctx *c)
@@ -103,6 +154,8 @@ static enum dg_status infer_var_apply(struct dg_infer_ctx *c)
 		dg_err_hint(c->err, "rules: assign, assign_add, sgd, momentum, adam");
 		return DG_EINVAL;
 	}
+	if (check_schedule_sync(c) != DG_OK)
+		return c->err->code;
 	for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
 		double zero = 0;
 		if (dg_attr_float(c->attrs, num[i], &zero, &v, c->err) != DG_OK)
@@ -123,7 +176,7 @@ static enum dg_status infer_var_init(struct dg_infer_ctx *c)
 	enum dg_dtype dt;
 	int64_t numel, seed, zero = 0;
 	double scale, one = 1;
-	bool known = false;
+	bool known = false, no = false, reset;
 
 	if (check_var(c) != DG_OK ||
 	    dg_attr_dtype(c->attrs, "dtype", NULL, &dt, c->err) != DG_OK ||
@@ -131,7 +184,8 @@ static enum dg_status infer_var_init(struct dg_infer_ctx *c)
 	    dg_shape_numel(&shape, &numel, c->err) != DG_OK ||
 	    dg_attr_string(c->attrs, "init", "zeros", &init, c->err) != DG_OK ||
 	    dg_attr_float(c->attrs, "scale", &one, &scale, c->err) != DG_OK ||
-	    dg_attr_int(c->attrs, "seed", &zero, &seed, c->err) != DG_OK)
+	    dg_attr_int(c->attrs, "seed", &zero, &seed, c->err) != DG_OK ||
+	    dg_attr_bool(c->attrs, "reset", &no, &reset, c->err) != DG_OK)
 		return c->err->code;
 	for (size_t i = 0; i < sizeof inits / sizeof *inits; i++)
 		known |= strcmp(init, inits[i]) == 0;
@@ -162,6 +216,8 @@ static const struct dg_attr_spec var_read_attrs[] = {
 	{ "ps", DG_ATTR_STRING, true, "host:port of the ps holding it" },
 	{ "dtype", DG_ATTR_DTYPE, true, "the variable's dtype" },
 	{ "shape", DG_ATTR_SHAPE, false, "the variable's shape" },
+	{ "min_step_base", DG_ATTR_INT, false, "sync: at training step t wait until the "
+	  "variable's sync step is min_step_base + t (default -1: no wait)" },
 	{ NULL, 0, false, NULL },
 };
 static const struct dg_attr_spec var_apply_attrs[] = {
@@ -174,6 +230,15 @@ static const struct dg_attr_spec var_apply_attrs[] = {
 	{ "beta1", DG_ATTR_FLOAT, false, "adam beta1" },
 	{ "beta2", DG_ATTR_FLOAT, false, "adam beta2" },
 	{ "eps", DG_ATTR_FLOAT, false, "adam epsilon" },
+	{ "schedule", DG_ATTR_STRING, false, "lr at training step t: constant (default), step "
+	  "(lr*factor^floor(t/every)), exponential (lr*factor^(t/every))" },
+	{ "every", DG_ATTR_INT, false, "schedule period in training steps (default 1)" },
+	{ "factor", DG_ATTR_FLOAT, false, "schedule factor (default 1)" },
+	{ "sync", DG_ATTR_BOOL, false, "synchronous apply of step step_base + t" },
+	{ "replicas", DG_ATTR_INT, false, "sync: replicas per step (default 1)" },
+	{ "backup", DG_ATTR_INT, false, "sync: apply after replicas - backup arrivals" },
+	{ "replica", DG_ATTR_INT, false, "sync: this replica's id (default -1: anonymous)" },
+	{ "step_base", DG_ATTR_INT, false, "sync: the ps step of training step 0" },
 	{ NULL, 0, false, NULL },
 };
 static const struct dg_attr_spec var_init_attrs[] = {
@@ -184,6 +249,7 @@ static const struct dg_attr_spec var_init_attrs[] = {
 	{ "init", DG_ATTR_STRING, false, "zeros (default), ones, uniform, normal, glorot" },
 	{ "scale", DG_ATTR_FLOAT, false, "range, stddev or glorot gain (default 1)" },
 	{ "seed", DG_ATTR_INT, false, "random seed (default 0)" },
+	{ "reset", DG_ATTR_BOOL, false, "replace the variable even when it exists" },
 	{ NULL, 0, false, NULL },
 };
 
@@ -203,7 +269,8 @@ static const struct dg_op_def worker_ops[] = {
 	{ .name = "VarInit", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
 	  .attrs = var_init_attrs, .infer = infer_var_init,
 	  .flags = DG_OPF_SOURCE | DG_OPF_STATEFUL,
-	  .doc = "create a variable on its ps unless it exists; outputs its version" },
+	  .doc = "create a variable on its ps unless it exists (or replace it: reset); outputs "
+		 "its version" },
 };
 #define N_WORKER_OPS ((int)(sizeof worker_ops / sizeof *worker_ops))
 

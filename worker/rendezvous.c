@@ -144,14 +144,14 @@ static struct entry *unlink_entry(struct dg_rendezvous *rv, uint64_t step, const
 	return NULL;
 }
 
-/* Under mu: drop every entry of step. */
-static void drop_step(struct dg_rendezvous *rv, uint64_t step)
+/* Under mu: drop every entry of steps first..first+count-1 (one pass). */
+static void drop_steps(struct dg_rendezvous *rv, uint64_t first, uint64_t count)
 {
 	for (int b = 0; b < N_BUCKETS && rv->count > 0; b++) {
 		struct entry **pp = &rv->buckets[b];
 		while (*pp) {
 			struct entry *e = *pp;
-			if (e->step != step) {
+			if (e->step - first >= count) {         /* unsigned: below first wraps */
 				pp = &e->next;
 				continue;
 			}
@@ -224,9 +224,10 @@ static void deadline_after(struct timespec *ts, int64_t ms)
 	}
 }
 
-enum dg_status dg_rendezvous_take_any(struct dg_rendezvous *rv, uint64_t step,
+enum dg_status dg_rendezvous_wait_any(struct dg_rendezvous *rv, uint64_t step,
 				      const char *const *keys, int n, int64_t timeout_ms,
-				      int *which, struct dg_tensor **out, struct dg_err *err)
+				      bool (*woken)(void *ud), void *ud, int *which,
+				      struct dg_tensor **out, struct dg_err *err)
 {
 	enum dg_status st = DG_OK;
 	struct timespec deadline;
@@ -234,7 +235,8 @@ enum dg_status dg_rendezvous_take_any(struct dg_rendezvous *rv, uint64_t step,
 	bool timed_out = false;
 
 	*out = NULL;
-	if (n <= 0 || !keys)
+	*which = -1;
+	if (n < 0 || (n > 0 && !keys) || (n == 0 && !woken))
 		return dg_err_set(err, DG_EINVAL, "no tensor key to wait for");
 	for (int i = 0; i < n; i++)
 		if ((st = dg_rendezvous_key_check(keys[i], err)) != DG_OK)
@@ -252,10 +254,14 @@ enum dg_status dg_rendezvous_take_any(struct dg_rendezvous *rv, uint64_t step,
 			if ((e = unlink_entry(rv, step, keys[i])))
 				*which = i;
 		}
-		if (e)
+		if (e || (woken && woken(ud)))
 			break;
 		if (timed_out) {
-			if (n == 1)
+			if (n == 0)
+				st = dg_err_set(err, DG_ETIMEOUT, "step %" PRIu64 ": nothing "
+						"completed within %" PRId64 " ms", step,
+						timeout_ms);
+			else if (n == 1)
 				st = dg_err_set(err, DG_ETIMEOUT, "tensor '%s' of step %" PRIu64
 						" did not arrive within %" PRId64 " ms", keys[0],
 						step, timeout_ms);
@@ -278,6 +284,35 @@ enum dg_status dg_rendezvous_take_any(struct dg_rendezvous *rv, uint64_t step,
 	return st;
 }
 
+enum dg_status dg_rendezvous_take_any(struct dg_rendezvous *rv, uint64_t step,
+				      const char *const *keys, int n, int64_t timeout_ms,
+				      int *which, struct dg_tensor **out, struct dg_err *err)
+{
+	if (n <= 0 || !keys) {
+		*out = NULL;
+		return dg_err_set(err, DG_EINVAL, "no tensor key to wait for");
+	}
+	return dg_rendezvous_wait_any(rv, step, keys, n, timeout_ms, NULL, NULL, which, out,
+				      err);
+}
+
+void dg_rendezvous_wake(struct dg_rendezvous *rv)
+{
+	pthread_mutex_lock(&rv->mu);
+	pthread_cond_broadcast(&rv->cv);
+	pthread_mutex_unlock(&rv->mu);
+}
+
+enum dg_status dg_rendezvous_check(struct dg_rendezvous *rv, uint64_t step, struct dg_err *err)
+{
+	enum dg_status st;
+
+	pthread_mutex_lock(&rv->mu);
+	st = refused(rv, step, err);
+	pthread_mutex_unlock(&rv->mu);
+	return st;
+}
+
 enum dg_status dg_rendezvous_take(struct dg_rendezvous *rv, uint64_t step, const char *key,
 				  int64_t timeout_ms, struct dg_tensor **out, struct dg_err *err)
 {
@@ -286,19 +321,38 @@ enum dg_status dg_rendezvous_take(struct dg_rendezvous *rv, uint64_t step, const
 	return dg_rendezvous_take_any(rv, step, &key, 1, timeout_ms, &which, out, err);
 }
 
+/* Under mu: remember step as aborted (the first reason stays). */
+static void mark_aborted(struct dg_rendezvous *rv, uint64_t step, const char *reason)
+{
+	if (find_aborted(rv, step))
+		return;
+	struct aborted *a = &rv->ring[rv->ring_next];
+	a->step = step;
+	snprintf(a->reason, sizeof a->reason, "%s", reason && reason[0] ? reason :
+		 "no reason given");
+	rv->ring_next = (rv->ring_next + 1) % DG_RV_ABORTED_KEEP;
+	if (rv->ring_n < DG_RV_ABORTED_KEEP)
+		rv->ring_n++;
+}
+
 void dg_rendezvous_abort(struct dg_rendezvous *rv, uint64_t step, const char *reason)
 {
+	dg_rendezvous_abort_range(rv, step, 1, reason);
+}
+
+void dg_rendezvous_abort_range(struct dg_rendezvous *rv, uint64_t first, int64_t count,
+			       const char *reason)
+{
+	if (count < 1)
+		return;
+	if (count > DG_RV_ABORTED_KEEP)
+		count = DG_RV_ABORTED_KEEP;
+	if (first > UINT64_MAX - (uint64_t)(count - 1))         /* the range ends at 2^64-1 */
+		count = (int64_t)(UINT64_MAX - first) + 1;
 	pthread_mutex_lock(&rv->mu);
-	if (!find_aborted(rv, step)) {
-		struct aborted *a = &rv->ring[rv->ring_next];
-		a->step = step;
-		snprintf(a->reason, sizeof a->reason, "%s",
-			 reason && reason[0] ? reason : "no reason given");
-		rv->ring_next = (rv->ring_next + 1) % DG_RV_ABORTED_KEEP;
-		if (rv->ring_n < DG_RV_ABORTED_KEEP)
-			rv->ring_n++;
-	}
-	drop_step(rv, step);
+	for (int64_t i = 0; i < count; i++)
+		mark_aborted(rv, first + (uint64_t)i, reason);
+	drop_steps(rv, first, (uint64_t)count);
 	pthread_cond_broadcast(&rv->cv);
 	pthread_mutex_unlock(&rv->mu);
 }
@@ -316,7 +370,7 @@ bool dg_rendezvous_is_aborted(struct dg_rendezvous *rv, uint64_t step)
 void dg_rendezvous_finish(struct dg_rendezvous *rv, uint64_t step)
 {
 	pthread_mutex_lock(&rv->mu);
-	drop_step(rv, step);
+	drop_steps(rv, step, 1);
 	pthread_mutex_unlock(&rv->mu);
 }
 

@@ -1,14 +1,15 @@
 /* The worker group of `dg server`'s routes: fragments (register, delete, run
- * one step) and the step tensors of the rendezvous (put, take, abort). Each
- * handler parses the request, calls executor.c or the rendezvous, and encodes
- * the reply; ctx is the struct worker. */
+ * one or several steps) and the step tensors of the rendezvous (put, take,
+ * abort one step or a range). Each handler parses the request, calls
+ * executor.c or the rendezvous, and encodes the reply; ctx is the struct
+ * worker. */
 #include "internal.h"
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "dg/codec.h"
 
@@ -66,57 +67,126 @@ static enum dg_status h_fragment_delete(void *vc, struct dg_http_req *r,
 	return st;
 }
 
-/* {"step": S, "timeout_ms": T}: step required, timeout optional. */
-static enum dg_status run_args(struct dg_http_req *r, uint64_t *step, int64_t *timeout_ms,
-			       struct dg_err *err)
+/* An optional integer member in lo..hi (*out keeps its default when absent). */
+static enum dg_status json_int_in(const json_t *j, const char *key, int64_t lo, int64_t hi,
+				  int64_t *out, struct dg_err *err)
+{
+	const json_t *v = json_object_get(j, key);
+
+	if (!v)
+		return DG_OK;
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return dg_err_set(err, DG_EINVAL, "\"%s\" must be an integer %" PRId64 "..%" PRId64,
+				  key, lo, hi);
+	*out = json_integer_value(v);
+	return DG_OK;
+}
+
+/* {"step": S, "timeout_ms": T, "steps": K, "train_step": T0, "collect": [...]}:
+ * step required. The collect keys are borrowed from *j (the caller frees it);
+ * *plain is true without "train_step" (kernels see the step id). */
+static enum dg_status run_args(struct dg_http_req *r, json_t **j, struct worker_run_opts *o,
+			       const char **keys, bool *plain, struct dg_err *err)
 {
 	size_t len;
 	const char *body = dg_http_body(r, &len);
 	json_error_t je;
-	json_t *j = body ? json_loadb(body, len, 0, &je) : NULL;
-	json_t *js = json_object_get(j, "step"), *jt = json_object_get(j, "timeout_ms");
+	json_t *js, *jc;
+	int64_t step = -1;
 	enum dg_status st = DG_OK;
 
-	*timeout_ms = WORKER_DEFAULT_TIMEOUT_MS;
-	if (!json_is_object(j)) {
+	*j = body ? json_loadb(body, len, 0, &je) : NULL;
+	js = json_object_get(*j, "step");
+	jc = json_object_get(*j, "collect");
+	*o = (struct worker_run_opts){ .steps = 1, .timeout_ms = WORKER_DEFAULT_TIMEOUT_MS,
+				       .collect = keys };
+	*plain = !json_object_get(*j, "train_step");
+	if (!json_is_object(*j)) {
 		st = dg_err_set(err, DG_EINVAL, "the run request is not a JSON object%s%s",
-				j || !body ? "" : ": ", j || !body ? "" : je.text);
-	} else if (!json_is_integer(js) || json_integer_value(js) < 0) {
+				*j || !body ? "" : ": ", *j || !body ? "" : je.text);
+	} else if (!json_is_integer(js) || (step = json_integer_value(js)) < 0) {
 		st = dg_err_set(err, DG_EINVAL, "the run request needs \"step\": an integer >= 0");
-	} else if (jt && (!json_is_integer(jt) || json_integer_value(jt) <= 0 ||
-			  json_integer_value(jt) > WORKER_MAX_TIMEOUT_MS)) {
-		st = dg_err_set(err, DG_EINVAL, "\"timeout_ms\" must be an integer 1..%d",
-				WORKER_MAX_TIMEOUT_MS);
-	} else {
-		*step = (uint64_t)json_integer_value(js);
-		if (jt)
-			*timeout_ms = json_integer_value(jt);
+	} else if (json_int_in(*j, "timeout_ms", 1, WORKER_MAX_TIMEOUT_MS, &o->timeout_ms,
+			       err) != DG_OK ||
+		   json_int_in(*j, "steps", 1, WORKER_MAX_RUN_STEPS, &o->steps, err) != DG_OK ||
+		   json_int_in(*j, "train_step", 0, INT64_MAX / 2, &o->train_step, err) != DG_OK) {
+		st = DG_EINVAL;
+	} else if (jc && (!json_is_array(jc) || json_array_size(jc) > WORKER_MAX_COLLECT)) {
+		st = dg_err_set(err, DG_EINVAL, "\"collect\" must be an array of at most %d keys",
+				WORKER_MAX_COLLECT);
 	}
-	if (st != DG_OK)
-		dg_err_hint(err, "send {\"step\": 17, \"timeout_ms\": 30000}");
-	json_decref(j);
-	return st;
+	for (size_t i = 0; st == DG_OK && i < json_array_size(jc); i++) {
+		if (!(keys[i] = json_string_value(json_array_get(jc, i))))
+			st = dg_err_set(err, DG_EINVAL, "\"collect\"[%zu] is not a string", i);
+		o->n_collect = (int)i + 1;
+	}
+	if (st != DG_OK) {
+		dg_err_hint(err, "send {\"step\": 17, \"timeout_ms\": 30000} or, for several "
+			    "steps, {\"step\": 17, \"steps\": 100, \"train_step\": 0, "
+			    "\"collect\": [\"fetch:loss\"]}");
+		json_decref(*j);
+		*j = NULL;
+		return st;
+	}
+	o->step = (uint64_t)step;
+	if (*plain)             /* as worker_run_fragment: the step id, folded */
+		o->train_step = (int64_t)(o->step & (((uint64_t)1 << 62) - 1));
+	return DG_OK;
+}
+
+/* A collected value as JSON: a number, or null when not finite. */
+static json_t *value_json(double v)
+{
+	return isfinite(v) ? json_real(v) : json_null();
+}
+
+/* {"step", "steps", "nodes_run", "ms", "results": [...]} of a run. */
+static json_t *run_reply(const struct worker_run_opts *o, const struct worker_run_result *res)
+{
+	json_t *results = json_array();
+	json_t *j = json_pack("{s:I, s:I, s:i, s:f, s:o}", "step", (json_int_t)o->step,
+			      "steps", (json_int_t)o->steps, "nodes_run", res->nodes_run,
+			      "ms", res->ms, "results", results);
+
+	for (int64_t i = 0; j && i < res->steps_done; i++) {
+		const struct worker_step_result *sr = &res->r[i];
+		json_t *vals = json_object();
+		for (int k = 0; vals && k < o->n_collect; k++) {
+			if (json_object_set_new(vals, o->collect[k], value_json(sr->values[k]))) {
+				json_decref(vals);
+				vals = NULL;
+			}
+		}
+		json_t *e = vals ? json_pack("{s:I, s:I, s:f, s:o, s:i}", "step",
+					     (json_int_t)sr->step, "train_step",
+					     (json_int_t)sr->train_step, "ms", sr->ms,
+					     "values", vals, "stale", sr->stale) : NULL;
+		if (!e || json_array_append_new(results, e)) {
+			json_decref(j);
+			return NULL;
+		}
+	}
+	return j;
 }
 
 static enum dg_status h_fragment_run(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
 				     struct dg_err *err)
 {
-	struct timespec a, b;
-	uint64_t step = 0;
-	int64_t timeout_ms;
-	int n = 0;
-	enum dg_status st = run_args(r, &step, &timeout_ms, err);
+	const char *keys[WORKER_MAX_COLLECT];
+	struct worker_run_opts o;
+	struct worker_run_result res;
+	bool plain;
+	json_t *j;
+	enum dg_status st = run_args(r, &j, &o, keys, &plain, err);
 
 	if (st != DG_OK)
 		return st;
-	clock_gettime(CLOCK_MONOTONIC, &a);
-	st = worker_run_fragment(vc, dg_http_param(r, "id"), step, timeout_ms, &n, err);
-	clock_gettime(CLOCK_MONOTONIC, &b);
-	if (st != DG_OK)
-		return st;
-	double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) * 1e-6;
-	return reply_json(w, 200, json_pack("{s:I, s:i, s:f}", "step", (json_int_t)step,
-					    "nodes_run", n, "ms", ms), err);
+	st = worker_run_steps_mode(vc, dg_http_param(r, "id"), &o, plain, &res, err);
+	if (st == DG_OK)
+		st = reply_json(w, 200, run_reply(&o, &res), err);
+	worker_run_result_deinit(&res);
+	json_decref(j);
+	return st;
 }
 
 /* The body as a tensor: npy by Content-Type, else raw described by Dg-Dtype
@@ -231,22 +301,29 @@ static enum dg_status h_step_abort(void *vc, struct dg_http_req *r, struct dg_ht
 {
 	const char *reason = dg_http_query(r, "reason");
 	uint64_t step;
+	int64_t count;
 	enum dg_status st;
 
-	if ((st = step_arg(r, &step, err)) != DG_OK)
+	if ((st = step_arg(r, &step, err)) != DG_OK ||
+	    (st = dg_http_query_int(r, "count", 1, &count, err)) != DG_OK)
 		return st;
-	dg_rendezvous_abort(worker_rendezvous(vc), step, reason);
+	if (count < 1 || count > WORKER_MAX_RUN_STEPS)
+		return dg_err_set(err, DG_EINVAL, "count must be 1..%d, not %" PRId64,
+				  WORKER_MAX_RUN_STEPS, count);
+	dg_rendezvous_abort_range(worker_rendezvous(vc), step, count, reason);
 	dg_http_set_status(w, 204);
 	return DG_OK;
 }
 
 const struct dg_route worker_routes[] = {
 	{ "POST", "/v1/fragments", h_fragment_add, "register a fragment (graph JSON)" },
-	{ "POST", "/v1/fragments/{id}/run", h_fragment_run, "run a fragment once for a step" },
+	{ "POST", "/v1/fragments/{id}/run", h_fragment_run,
+	  "run a fragment for a step (or \"steps\" steps, collecting values)" },
 	{ "DELETE", "/v1/fragments/{id}", h_fragment_delete, "forget a fragment" },
 	{ "PUT", "/v1/steps/{step}/tensors/{key...}", h_tensor_put, "send a step's tensor here" },
 	{ "GET", "/v1/steps/{step}/tensors/{key...}", h_tensor_get,
 	  "wait for a step's tensor and take it (?timeout_ms)" },
-	{ "DELETE", "/v1/steps/{step}", h_step_abort, "abort a step (?reason=TEXT)" },
+	{ "DELETE", "/v1/steps/{step}", h_step_abort,
+	  "abort a step (?reason=TEXT, ?count=K: steps step..step+K-1)" },
 };
 const int worker_n_routes = (int)(sizeof worker_routes / sizeof *worker_routes);

@@ -16,6 +16,7 @@
 
 #include "dg/buf.h"
 #include "dg/client.h"
+#include "dg/codec.h"
 #include "dg/executor.h"
 #include "dg/http.h"
 #include "server.h"
@@ -186,10 +187,12 @@ Test(executor, seed_program_on_two_tasks_gives_238)
 		pthread_create(&th, NULL, run_over_http, &rb);
 		enum dg_status st = worker_run_fragment(wk[0], id_a, step, 20000, &n, &err);
 		pthread_join(th, NULL);
+		/* x, c300, y1 = x + c300 and c66 are step-invariant: computed by the
+		 * first step only and kept with the fragment. */
 		cr_assert_eq(st, DG_OK, "%s", err.msg);
-		cr_assert_eq(n, 8);
+		cr_assert_eq(n, step == 17 ? 8 : 5);
 		cr_assert_eq(rb.st, DG_OK, "%s", rb.err.msg);
-		cr_assert_eq(rb.nodes_run, 4);
+		cr_assert_eq(rb.nodes_run, step == 17 ? 4 : 3);
 		cr_assert_eq(dg_rendezvous_take(worker_rendezvous(wk[0]), step, "y:0", 0, &y, &err),
 			     DG_OK, "%s", err.msg);
 		cr_assert_eq(y->dtype, DG_I32);
@@ -218,7 +221,7 @@ Test(executor, seed_program_on_two_tasks_gives_238)
 	static const char *const want[][2] = {
 		{ "dg_worker_steps_total{result=\"ok\"} 3\n",
 		  "dg_worker_steps_total{result=\"ok\"} 3\n" },
-		{ "dg_worker_nodes_run_total 24\n", "dg_worker_nodes_run_total 12\n" },
+		{ "dg_worker_nodes_run_total 18\n", "dg_worker_nodes_run_total 10\n" },
 		{ "dg_worker_tensors_sent_total{path=\"local\"} 3\n",
 		  "dg_worker_tensors_received_total 6\n" },
 		{ "dg_worker_tensors_sent_total{path=\"http\"} 6\n",
@@ -601,4 +604,692 @@ Test(executor, step_tensor_routes_check_their_input)
 		     DG_EINVAL);
 	dg_http_result_deinit(&res);
 	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 0);
+}
+
+/* ------------------------------------------------ training runs (several steps) */
+
+/* A ps client of task i (free with dg_client_free). */
+static struct dg_client *ps_client(int i)
+{
+	struct dg_err err = { 0 };
+	struct dg_client *c = dg_client_new(addr[i], NULL, &err);
+
+	cr_assert_not_null(c, "%s", err.msg);
+	return c;
+}
+
+/* Create (or replace) the float32 variable name = vals[0..n) on task 1. */
+static void put_f32(const char *name, const float *vals, int n)
+{
+	struct dg_err err = { 0 };
+	struct dg_client *c = ps_client(1);
+	struct dg_tensor *t = dg_tensor_new(DG_F32, &(struct dg_shape){ 1, { n } }, &err);
+	struct dg_put_opts po = { .replace = true };
+
+	cr_assert_not_null(t);
+	memcpy(t->data, vals, (size_t)n * sizeof *vals);
+	cr_assert_eq(dg_var_put(c, name, t, &po, NULL, &err), DG_OK, "%s", err.msg);
+	dg_tensor_free(t);
+	dg_client_free(c);
+}
+
+static double var_elem(const char *name, int64_t i)
+{
+	struct dg_tensor *t = read_var(1, name);
+	double v = dg_tensor_get_f64(t, i);
+
+	dg_tensor_free(t);
+	return v;
+}
+
+/* The sync step of variable name on task 1 (from the listing). */
+static int64_t var_step(const char *name)
+{
+	struct dg_err err = { 0 };
+	struct dg_client *c = ps_client(1);
+	struct dg_var_info *vs = NULL;
+	int n = 0;
+	int64_t step = -2;
+
+	cr_assert_eq(dg_var_list(c, name, &vs, &n, &err), DG_OK, "%s", err.msg);
+	for (int i = 0; i < n; i++)
+		if (strcmp(vs[i].name, name) == 0)
+			step = vs[i].step;
+	free(vs);
+	dg_client_free(c);
+	cr_assert_geq(step, 0, "variable %s has no sync step", name);
+	return step;
+}
+
+/* Write x = [0, 1, ..., n-1] (float32) as a .npy file at path. */
+static void write_npy(const char *path, int n)
+{
+	struct dg_tensor *t = dg_tensor_new(DG_F32, &(struct dg_shape){ 1, { n } }, NULL);
+	struct dg_buf b = { 0 };
+	FILE *fp = fopen(path, "wb");
+
+	cr_assert_not_null(fp);
+	for (int i = 0; i < n; i++)
+		dg_tensor_set_f64(t, i, i);
+	cr_assert_eq(dg_npy_encode(t, &b, NULL), DG_OK);
+	cr_assert_eq(fwrite(b.data, 1, b.len, fp), b.len);
+	fclose(fp);
+	dg_buf_deinit(&b);
+	dg_tensor_free(t);
+}
+
+/* The value of metric name (a plain "name value" line) on task i. */
+static double metric(int i, const char *name)
+{
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	char want[128];
+	double v = -1;
+
+	cr_assert_eq(req(i, "GET", "/v1/metrics", NULL, &res, &err), DG_OK, "%s", err.msg);
+	snprintf(want, sizeof want, "\n%s ", name);
+	const char *p = strstr(res.body.data, want);
+	cr_assert_not_null(p, "no metric %s", name);
+	v = strtod(p + strlen(want), NULL);
+	dg_http_result_deinit(&res);
+	return v;
+}
+
+/* x = NpyReader [6] = 0..5, batches of 2 in file order: training step t reads
+ * examples 2(t%3), 2(t%3)+1, so "fetch:b" = sum of the batch = 4(t%3) + 1 and
+ * "fetch:c" = Sum(x) = 15 (step-invariant). */
+static void batch_fragment(char *f, size_t n, const char *npy)
+{
+	snprintf(f, n, "{\"nodes\": ["
+		 "{\"name\": \"x\", \"op\": \"NpyReader\", \"attrs\": {\"path\": \"%s\"}},"
+		 "{\"name\": \"sb\", \"op\": \"ShardBatch\", \"inputs\": [\"x\", \"x\"],"
+		 " \"attrs\": {\"batch\": 2, \"shuffle\": false}},"
+		 "{\"name\": \"b\", \"op\": \"Sum\", \"inputs\": [\"sb:0\"]},"
+		 "{\"name\": \"c\", \"op\": \"Sum\", \"inputs\": [\"x\"]},"
+		 "{\"name\": \"sendb\", \"op\": \"_Send\", \"inputs\": [\"b\"],"
+		 " \"attrs\": {\"key\": \"fetch:b\", \"to\": \"%s\"}},"
+		 "{\"name\": \"sendc\", \"op\": \"_Send\", \"inputs\": [\"c\"],"
+		 " \"attrs\": {\"key\": \"fetch:c\", \"to\": \"%s\"}}]}", npy, addr[0], addr[0]);
+}
+
+Test(executor, multi_step_run_collects_each_training_step_and_reads_the_file_once)
+{
+	char npy[] = "/tmp/dg_test_exec_XXXXXX", f[2048], id[24];
+	const char *keys[] = { "fetch:b", "fetch:c" };
+	struct worker_run_opts o = { .step = 500, .steps = 5, .train_step = 1,
+				     .timeout_ms = 10000, .collect = keys, .n_collect = 2 };
+	struct worker_run_result res;
+	struct dg_err err = { 0 };
+	int fd = mkstemp(npy);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	write_npy(npy, 6);
+	batch_fragment(f, sizeof f, npy);
+	add_fragment(0, f, id, sizeof id);
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(res.steps_done, 5);
+	for (int i = 0; i < 5; i++) {
+		int64_t t = 1 + i;
+		cr_assert_eq(res.r[i].step, 500 + (uint64_t)i);
+		cr_assert_eq(res.r[i].train_step, t);
+		cr_assert_float_eq(res.r[i].values[0], 4.0 * (double)(t % 3) + 1, 1e-9,
+				   "step %d: %g", i, res.r[i].values[0]);
+		cr_assert_float_eq(res.r[i].values[1], 15.0, 1e-9);
+		cr_assert_eq(res.r[i].stale, 0);
+		cr_assert_geq(res.r[i].ms, 0);
+	}
+	/* x and c ran once (step 500); sb, b and the two sends ran every step. */
+	cr_assert_eq(res.nodes_run, 2 + 5 * 4, "%d", res.nodes_run);
+	cr_assert_eq(metric(0, "dg_worker_cached_bytes"), 6 * 4 + 4);   /* x and c */
+	worker_run_result_deinit(&res);
+	cr_assert_null(res.r);
+	/* The reader's value is kept: with the file gone the fragment still runs. */
+	unlink(npy);
+	o.step = 600;
+	o.train_step = 0;
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(res.r[0].values[0], 1.0, 1e-9);
+	cr_assert_eq(res.nodes_run, 5 * 4);
+	worker_run_result_deinit(&res);
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 0);
+	/* Removing the fragment frees the cache. */
+	char path[64];
+	struct dg_http_result hr;
+	snprintf(path, sizeof path, "/v1/fragments/%s", id);
+	cr_assert_eq(req(0, "DELETE", path, NULL, &hr, &err), DG_OK, "%s", err.msg);
+	dg_http_result_deinit(&hr);
+	cr_assert_eq(metric(0, "dg_worker_cached_bytes"), 0);
+}
+
+Test(executor, multi_step_run_over_http_replies_with_results)
+{
+	char npy[] = "/tmp/dg_test_exec_XXXXXX", f[2048], id[24], path[96];
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	int fd = mkstemp(npy);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	write_npy(npy, 6);
+	batch_fragment(f, sizeof f, npy);
+	add_fragment(0, f, id, sizeof id);
+	snprintf(path, sizeof path, "/v1/fragments/%s/run", id);
+	cr_assert_eq(req(0, "POST", path, "{\"step\": 70, \"steps\": 4, \"train_step\": 2, "
+			 "\"timeout_ms\": 10000, \"collect\": [\"fetch:b\"]}", &res, &err), DG_OK,
+		     "%s", err.msg);
+	json_t *j = json_loadb(res.body.data, res.body.len, 0, NULL);
+	dg_http_result_deinit(&res);
+	cr_assert_not_null(j);
+	cr_assert_eq(json_integer_value(json_object_get(j, "step")), 70);
+	cr_assert_eq(json_integer_value(json_object_get(j, "steps")), 4);
+	cr_assert_eq(json_integer_value(json_object_get(j, "nodes_run")), 2 + 4 * 4);
+	cr_assert(json_is_number(json_object_get(j, "ms")));
+	json_t *rs = json_object_get(j, "results");
+	cr_assert_eq(json_array_size(rs), 4);
+	for (int i = 0; i < 4; i++) {
+		json_t *e = json_array_get(rs, (size_t)i);
+		cr_assert_eq(json_integer_value(json_object_get(e, "step")), 70 + i);
+		cr_assert_eq(json_integer_value(json_object_get(e, "train_step")), 2 + i);
+		cr_assert_eq(json_integer_value(json_object_get(e, "stale")), 0);
+		json_t *v = json_object_get(json_object_get(e, "values"), "fetch:b");
+		cr_assert_float_eq(json_number_value(v), 4.0 * ((2 + i) % 3) + 1, 1e-9);
+	}
+	json_decref(j);
+	/* fetch:c was sent but not collected: it waits in the rendezvous. */
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 4);
+	for (uint64_t s = 70; s < 74; s++)
+		dg_rendezvous_finish(worker_rendezvous(wk[0]), s);
+	/* A key the fragment does not send, a bad count, a bad key: 4xx naming them. */
+	cr_assert_eq(req(0, "POST", path, "{\"step\": 80, \"steps\": 2, \"train_step\": 0, "
+			 "\"collect\": [\"fetch:nope\"]}", &res, &err), DG_ENOTFOUND);
+	cr_assert_eq(res.status, 404);
+	cr_assert(strstr(err.msg, "fetch:nope") && strstr(err.msg, "step 80"), "%s", err.msg);
+	dg_http_result_deinit(&res);
+	cr_assert(dg_rendezvous_is_aborted(worker_rendezvous(wk[0]), 80));
+	cr_assert_eq(req(0, "POST", path, "{\"step\": 90, \"steps\": 5000}", &res, &err),
+		     DG_EINVAL);
+	cr_assert(strstr(err.msg, "\"steps\""), "%s", err.msg);
+	dg_http_result_deinit(&res);
+	cr_assert_eq(req(0, "POST", path, "{\"step\": 90, \"collect\": [\"bad key\"]}", &res,
+			 &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "bad key"), "%s", err.msg);
+	dg_http_result_deinit(&res);
+	cr_assert_eq(req(0, "POST", path, "{\"step\": 90, \"collect\": [\"fetch:b\", 3]}", &res,
+			 &err), DG_EINVAL);
+	dg_http_result_deinit(&res);
+	/* A collected value must be a scalar. */
+	snprintf(f, sizeof f, "{\"nodes\": [{\"name\": \"v\", \"op\": \"Const\", \"attrs\": "
+		 "{\"value\": [1, 2]}}, {\"name\": \"s\", \"op\": \"_Send\", \"inputs\": [\"v\"],"
+		 " \"attrs\": {\"key\": \"fetch:v\", \"to\": \"%s\"}}]}", addr[0]);
+	add_fragment(0, f, id, sizeof id);
+	const char *keys[] = { "fetch:v" };
+	struct worker_run_opts o = { .step = 95, .steps = 3, .collect = keys, .n_collect = 1 };
+	struct worker_run_result rr;
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &rr, &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "fetch:v") && strstr(err.msg, "2 elements"), "%s", err.msg);
+	cr_assert_eq(rr.steps_done, 0);
+	worker_run_result_deinit(&rr);
+	unlink(npy);
+}
+
+struct http_multi {
+	int task;
+	const char *body;
+	char path[96];
+	enum dg_status st;
+	struct dg_err err;
+	double took;
+};
+
+static void *post_run(void *arg)
+{
+	struct http_multi *m = arg;
+	struct dg_http_result res;
+	double t0 = now_s();
+
+	m->st = req(m->task, "POST", m->path, m->body, &res, &m->err);
+	dg_http_result_deinit(&res);
+	m->took = now_s() - t0;
+	return NULL;
+}
+
+Test(executor, abort_with_count_ends_a_multi_step_run_without_recv_promptly)
+{
+	char f[1024], id[24];
+	float zero = 0;
+	struct http_multi m = { .task = 0, .body = "{\"step\": 3000, \"steps\": 4096, "
+				"\"train_step\": 0, \"timeout_ms\": 60000}" };
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	pthread_t th;
+
+	/* Each step adds 1 to "ticks" on task 1's ps: no _Recv anywhere. */
+	put_f32("ticks", &zero, 1);
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"one\", \"op\": \"Const\", \"attrs\": {\"value\": "
+		 "{\"dtype\": \"float32\", \"shape\": [1], \"value\": 1}}},"
+		 "{\"name\": \"a\", \"op\": \"VarApply\", \"inputs\": [\"one\"],"
+		 " \"attrs\": {\"var\": \"ticks\", \"ps\": \"%s\", \"rule\": \"assign_add\"}}]}",
+		 addr[1]);
+	add_fragment(0, f, id, sizeof id);
+	snprintf(m.path, sizeof m.path, "/v1/fragments/%s/run", id);
+	pthread_create(&th, NULL, post_run, &m);
+	usleep(300000);
+	double t0 = now_s();
+	cr_assert_eq(req(0, "DELETE", "/v1/steps/3000?count=4096&reason=job%20cancelled", NULL,
+			 &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(res.status, 204);
+	dg_http_result_deinit(&res);
+	pthread_join(th, NULL);
+	cr_assert_eq(m.st, DG_ECANCELED, "%d: %s", m.st, m.err.msg);
+	cr_assert(strstr(m.err.msg, "was aborted: job cancelled"), "%s", m.err.msg);
+	cr_assert_lt(now_s() - t0, 1.0);
+	double ticks = var_elem("ticks", 0);
+	cr_assert(ticks >= 1 && ticks < 4096, "ticks %g", ticks);
+	/* Every step of the range is aborted; one past it is not. */
+	cr_assert(dg_rendezvous_is_aborted(worker_rendezvous(wk[0]), 3000 + 4095));
+	cr_assert_not(dg_rendezvous_is_aborted(worker_rendezvous(wk[0]), 3000 + 4096));
+	cr_assert_eq(req(0, "DELETE", "/v1/steps/1?count=0", NULL, &res, &err), DG_EINVAL);
+	dg_http_result_deinit(&res);
+	cr_assert_eq(req(0, "DELETE", "/v1/steps/1?count=4097", NULL, &res, &err), DG_EINVAL);
+	dg_http_result_deinit(&res);
+
+	/* A pure compute fragment is aborted before its next step too. */
+	add_fragment(0, "{\"nodes\": [{\"name\": \"r\", \"op\": \"RandomNormal\", \"attrs\": "
+		     "{\"shape\": [200, 200]}}, {\"name\": \"m\", \"op\": \"MatMul\", "
+		     "\"inputs\": [\"r\", \"r\"]}]}", id, sizeof id);
+	snprintf(m.path, sizeof m.path, "/v1/fragments/%s/run", id);
+	m.body = "{\"step\": 9000, \"steps\": 4096, \"train_step\": 0}";
+	pthread_create(&th, NULL, post_run, &m);
+	usleep(300000);
+	t0 = now_s();
+	dg_rendezvous_abort_range(worker_rendezvous(wk[0]), 9000, 4096, "stop now");
+	pthread_join(th, NULL);
+	cr_assert_eq(m.st, DG_ECANCELED, "%d: %s", m.st, m.err.msg);
+	cr_assert(strstr(m.err.msg, "stop now"), "%s", m.err.msg);
+	cr_assert_lt(now_s() - t0, 1.0);
+}
+
+/* Replica r of a sync step: read w (waiting for the previous step), send its
+ * sum as "fetch:w", apply the gradient g_r (made to depend on the read). */
+static void sync_fragment(char *f, size_t n, int r, double g, int backup, int64_t base)
+{
+	snprintf(f, n, "{\"nodes\": ["
+		 "{\"name\": \"rd\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"sw\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [2],"
+		 " \"min_step_base\": %" PRId64 "}},"
+		 "{\"name\": \"z\", \"op\": \"Const\", \"attrs\": {\"value\": "
+		 "{\"dtype\": \"float32\", \"shape\": [], \"value\": 0}}},"
+		 "{\"name\": \"gc\", \"op\": \"Const\", \"attrs\": {\"value\": "
+		 "{\"dtype\": \"float32\", \"shape\": [2], \"value\": %g}}},"
+		 "{\"name\": \"rz\", \"op\": \"Mul\", \"inputs\": [\"rd\", \"z\"]},"
+		 "{\"name\": \"g\", \"op\": \"Add\", \"inputs\": [\"rz\", \"gc\"]},"
+		 "{\"name\": \"s\", \"op\": \"Sum\", \"inputs\": [\"rd\"]},"
+		 "{\"name\": \"send\", \"op\": \"_Send\", \"inputs\": [\"s\"],"
+		 " \"attrs\": {\"key\": \"fetch:w\", \"to\": \"%s\"}},"
+		 "{\"name\": \"ap\", \"op\": \"VarApply\", \"inputs\": [\"g\"],"
+		 " \"attrs\": {\"var\": \"sw\", \"ps\": \"%s\", \"rule\": \"sgd\", \"lr\": 0.5,"
+		 " \"sync\": true, \"replicas\": 2, \"backup\": %d, \"replica\": %d,"
+		 " \"step_base\": %" PRId64 "}}]}",
+		 addr[1], base, g, addr[r], addr[1], backup, r, base);
+}
+
+struct replica_run {
+	int task;
+	char id[24];
+	struct worker_run_opts o;
+	struct worker_run_result res;
+	enum dg_status st;
+	struct dg_err err;
+};
+
+static void *replica_main(void *arg)
+{
+	struct replica_run *rr = arg;
+
+	rr->st = worker_run_steps(wk[rr->task], rr->id, &rr->o, &rr->res, &rr->err);
+	return NULL;
+}
+
+Test(executor, sync_replicas_step_together_against_a_real_ps)
+{
+	static const char *const keys[] = { "fetch:w" };
+	float zero[2] = { 0, 0 };
+	struct replica_run rr[2];
+	struct dg_err err = { 0 };
+	struct dg_client *c = ps_client(1);
+	pthread_t th[2];
+	char f[4096];
+
+	put_f32("sw", zero, 2);
+	int64_t base = var_step("sw");
+	/* Replica 0 (task 0) sends 1, replica 1 (task 1) 3: the mean 2 at lr 0.5
+	 * moves w by -1 a step, and each replica's read of step t sees -t. */
+	for (int r = 0; r < 2; r++) {
+		sync_fragment(f, sizeof f, r, r ? 3.0 : 1.0, 0, base);
+		rr[r] = (struct replica_run){ .task = r };
+		add_fragment(r, f, rr[r].id, sizeof rr[r].id);
+		rr[r].o = (struct worker_run_opts){ .step = 7000 + 100 * (uint64_t)r, .steps = 6,
+						    .train_step = 0, .timeout_ms = 20000,
+						    .collect = keys, .n_collect = 1 };
+		pthread_create(&th[r], NULL, replica_main, &rr[r]);
+	}
+	for (int r = 0; r < 2; r++) {
+		pthread_join(th[r], NULL);
+		cr_assert_eq(rr[r].st, DG_OK, "replica %d: %s", r, rr[r].err.msg);
+		cr_assert_eq(rr[r].res.steps_done, 6);
+		for (int t = 0; t < 6; t++) {
+			cr_assert_float_eq(rr[r].res.r[t].values[0], -2.0 * t, 1e-6,
+					   "replica %d step %d: %g", r, t,
+					   rr[r].res.r[t].values[0]);
+			cr_assert_eq(rr[r].res.r[t].stale, 0);
+		}
+		worker_run_result_deinit(&rr[r].res);
+	}
+	cr_assert_float_eq(var_elem("sw", 1), -6.0, 1e-6);
+	cr_assert_eq(var_step("sw"), base + 6);
+
+	/* backup 1: replica 0 alone moves the variable (lr 0.5 * 1 a step); a late
+	 * replica 1 then sends a gradient for an applied step: stale, counted. */
+	base += 6;
+	sync_fragment(f, sizeof f, 0, 1.0, 1, base);
+	add_fragment(0, f, rr[0].id, sizeof rr[0].id);
+	rr[0].o.step = 7500;
+	rr[0].o.steps = 3;
+	cr_assert_eq(worker_run_steps(wk[0], rr[0].id, &rr[0].o, &rr[0].res, &err), DG_OK, "%s",
+		     err.msg);
+	cr_assert_float_eq(rr[0].res.r[2].values[0], -12.0 - 2.0, 1e-6);
+	worker_run_result_deinit(&rr[0].res);
+	cr_assert_float_eq(var_elem("sw", 0), -3.0 - 1.5 * 3, 1e-6);
+	sync_fragment(f, sizeof f, 1, 3.0, 1, base);
+	add_fragment(1, f, rr[1].id, sizeof rr[1].id);
+	rr[1].o.step = 7600;
+	rr[1].o.steps = 2;
+	cr_assert_eq(worker_run_steps(wk[1], rr[1].id, &rr[1].o, &rr[1].res, &err), DG_OK, "%s",
+		     err.msg);
+	cr_assert_eq(rr[1].res.r[0].stale, 1);
+	cr_assert_eq(rr[1].res.r[1].stale, 1);
+	worker_run_result_deinit(&rr[1].res);
+	cr_assert_float_eq(var_elem("sw", 0), -7.5, 1e-6, "stale gradients are dropped");
+	dg_client_free(c);
+}
+
+Test(executor, a_sync_read_waits_for_its_step_within_the_timeout)
+{
+	static const char *const keys[] = { "fetch:w" };
+	float zero[2] = { 0, 0 };
+	struct dg_err err = { 0 };
+	struct dg_client *c = ps_client(1);
+	struct worker_run_result res;
+	char f[4096], id[24];
+
+	put_f32("sw", zero, 2);
+	/* Training step 1 needs step 0 applied by both replicas; none comes. */
+	sync_fragment(f, sizeof f, 0, 1.0, 0, var_step("sw"));
+	add_fragment(0, f, id, sizeof id);
+	struct worker_run_opts o = { .step = 7700, .steps = 1, .train_step = 1,
+				     .timeout_ms = 700, .collect = keys, .n_collect = 1 };
+	double t0 = now_s();
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_ETIMEOUT, "%s", err.msg);
+	cr_assert(strstr(err.msg, "node 'rd' (VarRead)") && strstr(err.msg, "sync step"), "%s",
+		  err.msg);
+	cr_assert(now_s() - t0 >= 0.6 && now_s() - t0 < 3.0, "%g s", now_s() - t0);
+	worker_run_result_deinit(&res);
+	dg_client_free(c);
+}
+
+/* u -= lr_t * 1 at each step; "fetch:u" is u before the step's apply. */
+static void schedule_fragment(char *f, size_t n, const char *var, const char *sched)
+{
+	snprintf(f, n, "{\"nodes\": ["
+		 "{\"name\": \"rd\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"%s\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [1]}},"
+		 "{\"name\": \"s\", \"op\": \"Sum\", \"inputs\": [\"rd\"]},"
+		 "{\"name\": \"send\", \"op\": \"_Send\", \"inputs\": [\"s\"],"
+		 " \"attrs\": {\"key\": \"fetch:u\", \"to\": \"%s\"}},"
+		 "{\"name\": \"g\", \"op\": \"Const\", \"attrs\": {\"value\": "
+		 "{\"dtype\": \"float32\", \"shape\": [1], \"value\": 1}}},"
+		 "{\"name\": \"ap\", \"op\": \"VarApply\", \"inputs\": [\"g\"],"
+		 " \"attrs\": {\"var\": \"%s\", \"ps\": \"%s\", \"rule\": \"sgd\","
+		 " \"lr\": 0.1, %s}}]}", var, addr[1], addr[0], var, addr[1], sched);
+}
+
+Test(executor, lr_schedules_scale_each_update_by_lr_at_the_training_step)
+{
+	static const char *const keys[] = { "fetch:u" };
+	static const struct {
+		const char *sched;
+		int64_t t0;
+		double lr[4];
+	} cases[] = {
+		{ "\"schedule\": \"constant\"", 5, { 0.1, 0.1, 0.1, 0.1 } },
+		{ "\"schedule\": \"step\", \"every\": 2, \"factor\": 0.5", 0,
+		  { 0.1, 0.1, 0.05, 0.05 } },
+		{ "\"schedule\": \"step\", \"every\": 2, \"factor\": 0.5", 3,
+		  { 0.05, 0.025, 0.025, 0.0125 } },
+		{ "\"schedule\": \"exponential\", \"every\": 2, \"factor\": 0.25", 2,
+		  { 0.025, 0.0125, 0.00625, 0.003125 } },
+	};
+	struct dg_err err = { 0 };
+	char f[2048], id[24], var[32];
+	float zero = 0;
+
+	for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+		struct worker_run_result res;
+		snprintf(var, sizeof var, "sched%zu", k);
+		put_f32(var, &zero, 1);
+		schedule_fragment(f, sizeof f, var, cases[k].sched);
+		add_fragment(0, f, id, sizeof id);
+		struct worker_run_opts o = { .step = 8000 + 10 * k, .steps = 4,
+					     .train_step = cases[k].t0, .collect = keys,
+					     .n_collect = 1 };
+		cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_OK, "%s", err.msg);
+		double u = 0;
+		for (int i = 0; i < 4; i++) {
+			cr_assert_float_eq(res.r[i].values[0], u, 1e-6, "case %zu step %d", k, i);
+			u -= cases[k].lr[i];
+		}
+		cr_assert_float_eq(var_elem(var, 0), u, 1e-6, "case %zu", k);
+		worker_run_result_deinit(&res);
+	}
+	/* Bad schedule attrs are refused at registration, naming the attr. */
+	static const char *const bad[][2] = {
+		{ "\"schedule\": \"cosine\"", "cosine" },
+		{ "\"schedule\": \"step\", \"every\": 0", "every" },
+		{ "\"factor\": -1", "factor" },
+		{ "\"sync\": true, \"replicas\": 2, \"backup\": 2", "backup" },
+		{ "\"sync\": true, \"replicas\": 2, \"replica\": 2", "replica" },
+		{ "\"step_base\": -3", "step_base" },
+	};
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		schedule_fragment(f, sizeof f, "sched0", bad[k][0]);
+		int status = refused_status(f, &err);
+		cr_assert_eq(status, 400, "case %zu: %d %s", k, status, err.msg);
+		cr_assert(strstr(err.msg, bad[k][1]) && strstr(err.msg, "'ap'"), "case %zu: %s",
+			  k, err.msg);
+	}
+}
+
+Test(executor, var_init_reset_replaces_an_existing_variable)
+{
+	float vals[3] = { 7, 8, 9 };
+	char f[1024], id[24];
+	struct dg_err err = { 0 };
+
+	put_f32("rv", vals, 3);
+	for (int reset = 0; reset < 2; reset++) {
+		snprintf(f, sizeof f, "{\"nodes\": [{\"name\": \"i\", \"op\": \"VarInit\", "
+			 "\"attrs\": {\"var\": \"rv\", \"ps\": \"%s\", \"dtype\": \"float32\", "
+			 "\"shape\": [3], \"init\": \"ones\", \"reset\": %s}}]}", addr[1],
+			 reset ? "true" : "false");
+		add_fragment(0, f, id, sizeof id);
+		cr_assert_eq(worker_run_fragment_local(wk[0], id, 8100 + (uint64_t)reset, 5000,
+						       &err), DG_OK, "%s", err.msg);
+		cr_assert_float_eq(var_elem("rv", 2), reset ? 1.0 : 9.0, 1e-6, "reset %d", reset);
+	}
+}
+
+/* 4 variables pulled, a little compute, 4 applies, and each variable's value
+ * sent back: the same results with and without the I/O pool. */
+static void four_vars_fragment(char *f, size_t n, const char *pre, const char *to)
+{
+	struct dg_buf b = { 0 };
+
+	dg_buf_printf(&b, NULL, "{\"nodes\": [");
+	for (int k = 0; k < 4; k++) {
+		char var[32];
+		snprintf(var, sizeof var, "%s%d", pre, k);
+		dg_buf_printf(&b, NULL, "%s{\"name\": \"i%d\", \"op\": \"VarInit\", \"attrs\": "
+			      "{\"var\": \"%s\", \"ps\": \"%s\", \"dtype\": \"float32\", "
+			      "\"shape\": [64], \"init\": \"ones\"}},", k ? "," : "", k, var,
+			      addr[1]);
+		dg_buf_printf(&b, NULL, "{\"name\": \"r%d\", \"op\": \"VarRead\", \"attrs\": "
+			      "{\"var\": \"%s\", \"ps\": \"%s\", \"dtype\": \"float32\", "
+			      "\"shape\": [64]}},", k, var, addr[1]);
+		dg_buf_printf(&b, NULL, "{\"name\": \"g%d\", \"op\": \"Mul\", \"inputs\": "
+			      "[\"r%d\", \"r%d\"]},", k, k, k);
+		dg_buf_printf(&b, NULL, "{\"name\": \"a%d\", \"op\": \"VarApply\", \"inputs\": "
+			      "[\"g%d\"], \"attrs\": {\"var\": \"%s\", \"ps\": \"%s\", "
+			      "\"rule\": \"sgd\", \"lr\": %g}},", k, k, var, addr[1],
+			      0.1 * (k + 1));
+		dg_buf_printf(&b, NULL, "{\"name\": \"s%d\", \"op\": \"Sum\", \"inputs\": "
+			      "[\"r%d\"]},", k, k);
+		dg_buf_printf(&b, NULL, "{\"name\": \"x%d\", \"op\": \"_Send\", \"inputs\": "
+			      "[\"s%d\"], \"attrs\": {\"key\": \"fetch:v%d\", \"to\": \"%s\"}}",
+			      k, k, k, to);
+	}
+	dg_buf_printf(&b, NULL, "]}");
+	cr_assert_lt(b.len, n);
+	memcpy(f, b.data, b.len + 1);
+	dg_buf_deinit(&b);
+}
+
+Test(executor, io_pool_gives_the_results_of_the_sequential_run)
+{
+	static const char *const keys[] = { "fetch:v0", "fetch:v1", "fetch:v2", "fetch:v3" };
+	struct worker_config wc = { .job = "worker", .task = 2, .io_threads = -1,
+				    .address = "127.0.0.1:9" };
+	struct dg_err err = { 0 };
+	struct worker *seq = worker_new(&wc, &err);
+	char f[8192], id[24], id2[24];
+	struct worker_run_result res[2];
+
+	cr_assert_not_null(seq, "%s", err.msg);
+	/* The same fragment with a fresh set of variables on each worker. */
+	four_vars_fragment(f, sizeof f, "pool", addr[0]);
+	add_fragment(0, f, id, sizeof id);
+	four_vars_fragment(f, sizeof f, "seq", "127.0.0.1:9");
+	cr_assert_eq(worker_fragment_add(seq, f, strlen(f), id2, sizeof id2, NULL, &err), DG_OK,
+		     "%s", err.msg);
+	struct worker_run_opts o = { .step = 8200, .steps = 3, .train_step = 0,
+				     .collect = keys, .n_collect = 4 };
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res[0], &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(worker_run_steps(seq, id2, &o, &res[1], &err), DG_OK, "%s", err.msg);
+	/* v_k starts at 1 (VarInit before VarRead of the same variable, always) and
+	 * loses lr_k * v^2 a step. */
+	for (int k = 0; k < 4; k++) {
+		double v = 1, lr = 0.1 * (k + 1);
+		for (int t = 0; t < 3; t++) {
+			cr_assert_float_eq(res[0].r[t].values[k], 64 * v, 1e-3, "k %d t %d", k, t);
+			cr_assert_float_eq(res[1].r[t].values[k], res[0].r[t].values[k], 1e-9);
+			v -= lr * v * v;
+		}
+	}
+	/* 4 VarInits + 4 VarReads were in flight together on task 0's pool. */
+	cr_assert_geq(metric(0, "dg_worker_io_threads"), 2);
+	worker_run_result_deinit(&res[0]);
+	worker_run_result_deinit(&res[1]);
+	worker_free(seq);
+}
+
+/* Many fragments, each VarInit of a new variable and a VarRead of it listed
+ * after it with no edge between them: the read never runs first. */
+Test(executor, ops_on_one_variable_keep_their_order_on_the_io_pool)
+{
+	struct dg_err err = { 0 };
+	char f[1024], id[24];
+
+	for (int i = 0; i < 20; i++) {
+		struct dg_tensor *t = NULL;
+		snprintf(f, sizeof f, "{\"nodes\": ["
+			 "{\"name\": \"i\", \"op\": \"VarInit\", \"attrs\": {\"var\": \"ord%d\","
+			 " \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [3],"
+			 " \"init\": \"ones\"}},"
+			 "{\"name\": \"r\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"ord%d\","
+			 " \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [3]}},"
+			 "{\"name\": \"s\", \"op\": \"Sum\", \"inputs\": [\"r\"]},"
+			 "{\"name\": \"x\", \"op\": \"_Send\", \"inputs\": [\"s\"],"
+			 " \"attrs\": {\"key\": \"sum\", \"to\": \"%s\"}}]}", i, addr[1], i,
+			 addr[1], addr[0]);
+		add_fragment(0, f, id, sizeof id);
+		cr_assert_eq(worker_run_fragment_local(wk[0], id, 8300 + (uint64_t)i, 5000, &err),
+			     DG_OK, "%s", err.msg);
+		cr_assert_eq(dg_rendezvous_take(worker_rendezvous(wk[0]), 8300 + (uint64_t)i,
+						"sum", 0, &t, &err), DG_OK, "%s", err.msg);
+		cr_assert_float_eq(dg_tensor_get_f64(t, 0), 3.0, 1e-6);
+		dg_tensor_free(t);
+	}
+}
+
+struct late_put {
+	uint64_t step;
+	double value;
+};
+
+static void *put_later(void *arg)
+{
+	struct late_put *lp = arg;
+	struct dg_tensor *t = dg_tensor_new(DG_F32, &(struct dg_shape){ 1, { 3 } }, NULL);
+
+	usleep(200000);
+	for (int i = 0; i < 3; i++)
+		dg_tensor_set_f64(t, i, lp->value);
+	dg_rendezvous_put(worker_rendezvous(wk[0]), lp->step, "in", t, NULL);
+	return NULL;
+}
+
+/* A _Recv and ps requests pending at once: the run takes whichever ends first;
+ * a failing request among others in flight reports its own node. */
+Test(executor, recv_and_io_in_flight_together_and_io_errors_name_their_node)
+{
+	float w[3] = { 1, 2, 3 };
+	struct late_put lp = { .step = 8400, .value = 10 };
+	struct dg_err err = { 0 };
+	struct dg_tensor *t = NULL;
+	char f[2048], id[24];
+	pthread_t th;
+
+	put_f32("rw", w, 3);
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"in\", \"op\": \"_Recv\", \"attrs\": {\"key\": \"in\","
+		 " \"dtype\": \"float32\", \"shape\": [3]}},"
+		 "{\"name\": \"rd\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"rw\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [3]}},"
+		 "{\"name\": \"y\", \"op\": \"Add\", \"inputs\": [\"in\", \"rd\"]},"
+		 "{\"name\": \"s\", \"op\": \"_Send\", \"inputs\": [\"y\"],"
+		 " \"attrs\": {\"key\": \"out\", \"to\": \"%s\"}}]}", addr[1], addr[0]);
+	add_fragment(0, f, id, sizeof id);
+	pthread_create(&th, NULL, put_later, &lp);
+	cr_assert_eq(worker_run_fragment_local(wk[0], id, lp.step, 5000, &err), DG_OK, "%s",
+		     err.msg);
+	pthread_join(th, NULL);
+	cr_assert_eq(dg_rendezvous_take(worker_rendezvous(wk[0]), lp.step, "out", 0, &t, &err),
+		     DG_OK, "%s", err.msg);
+	for (int i = 0; i < 3; i++)
+		cr_assert_float_eq(dg_tensor_get_f64(t, i), 10.0 + w[i], 1e-6);
+	dg_tensor_free(t);
+
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"a\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"rw\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\"}},"
+		 "{\"name\": \"missing\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"no/such\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\"}},"
+		 "{\"name\": \"b\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"rw\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\"}}]}", addr[1], addr[1], addr[1]);
+	add_fragment(0, f, id, sizeof id);
+	cr_assert_eq(worker_run_fragment_local(wk[0], id, 8401, 5000, &err), DG_ENOTFOUND);
+	cr_assert(strstr(err.msg, "task worker/0: node 'missing' (VarRead): ") == err.msg &&
+		  strstr(err.msg, "no/such"), "%s", err.msg);
+	cr_assert(dg_rendezvous_is_aborted(worker_rendezvous(wk[0]), 8401));
 }

@@ -1,9 +1,11 @@
 /* The rendezvous on its own: put/take in both orders, timeouts that name key
  * and step, abort waking waiters with the reason, concurrent steps kept
- * apart, take_any, key checks, and 8 threads exchanging through it. */
+ * apart, take_any, key checks, 8 threads exchanging through it, aborting a
+ * range of steps and waits that end on a wake-up callback. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -289,4 +291,102 @@ Test(rendezvous, eight_threads_exchange_without_mixing)
 				     i / 2);
 	}
 	cr_assert_eq(dg_rendezvous_count(rv), 0);
+}
+
+/* ---------------------------------------------- multi-step runs: range abort, wake */
+
+Test(rendezvous, abort_range_aborts_every_step_of_it_and_drops_their_tensors)
+{
+	struct dg_err err = { 0 };
+
+	for (uint64_t s = 99; s <= 105; s++)
+		cr_assert_eq(dg_rendezvous_put(rv, s, "k", scalar((double)s), &err), DG_OK);
+	dg_rendezvous_abort_range(rv, 100, 5, "job cancelled");
+	for (uint64_t s = 99; s <= 105; s++) {
+		bool in = s >= 100 && s < 105;
+		cr_assert_eq(dg_rendezvous_is_aborted(rv, s), in, "step %" PRIu64, s);
+		enum dg_status st = dg_rendezvous_check(rv, s, &err);
+		cr_assert_eq(st, in ? DG_ECANCELED : DG_OK, "step %" PRIu64, s);
+		if (in) {
+			char want[64];
+			snprintf(want, sizeof want, "step %" PRIu64 " was aborted: job cancelled",
+				 s);
+			cr_assert_str_eq(err.msg, want);
+		}
+	}
+	cr_assert_eq(dg_rendezvous_count(rv), 2);              /* steps 99 and 105 */
+	/* The range may end at the last step id without wrapping. */
+	dg_rendezvous_abort_range(rv, UINT64_MAX - 1, 10, NULL);
+	cr_assert(dg_rendezvous_is_aborted(rv, UINT64_MAX));
+	cr_assert_not(dg_rendezvous_is_aborted(rv, 0));
+	cr_assert_eq(dg_rendezvous_check(rv, UINT64_MAX, &err), DG_ECANCELED);
+	cr_assert(strstr(err.msg, "no reason given"), "%s", err.msg);
+}
+
+struct flag_waiter {
+	atomic_bool *flag;
+	enum dg_status st;
+	int which;
+	double took;
+};
+
+static bool flag_set(void *ud)
+{
+	return atomic_load((atomic_bool *)ud);
+}
+
+static void *wait_flag(void *arg)
+{
+	struct flag_waiter *fw = arg;
+	struct dg_tensor *t = NULL;
+	struct dg_err err = { 0 };
+	const char *key = "never";
+	double t0 = now_s();
+
+	fw->st = dg_rendezvous_wait_any(rv, 3, &key, 1, 10000, flag_set, fw->flag, &fw->which, &t,
+					&err);
+	fw->took = now_s() - t0;
+	dg_tensor_free(t);
+	return NULL;
+}
+
+Test(rendezvous, wait_any_returns_when_woken_without_a_tensor)
+{
+	atomic_bool flag;
+	struct flag_waiter fw = { .flag = &flag };
+	struct dg_tensor *t = NULL;
+	struct dg_err err = { 0 };
+	pthread_t th;
+	int which = 5;
+
+	atomic_init(&flag, false);
+	pthread_create(&th, NULL, wait_flag, &fw);
+	usleep(100000);
+	atomic_store(&flag, true);
+	dg_rendezvous_wake(rv);
+	pthread_join(th, NULL);
+	cr_assert_eq(fw.st, DG_OK);
+	cr_assert_eq(fw.which, -1);
+	cr_assert_lt(fw.took, 2.0);
+	/* No keys: only the flag, a timeout or an abort ends the wait. */
+	atomic_store(&flag, false);
+	cr_assert_eq(dg_rendezvous_wait_any(rv, 4, NULL, 0, 50, flag_set, &flag, &which, &t, &err),
+		     DG_ETIMEOUT);
+	cr_assert(strstr(err.msg, "step 4") && strstr(err.msg, "50 ms"), "%s", err.msg);
+	dg_rendezvous_abort(rv, 4, "gone");
+	cr_assert_eq(dg_rendezvous_wait_any(rv, 4, NULL, 0, 5000, flag_set, &flag, &which, &t,
+					    &err), DG_ECANCELED);
+	cr_assert(strstr(err.msg, "gone"), "%s", err.msg);
+	/* A key that is there wins over the flag being set. */
+	const char *key = "k";
+	atomic_store(&flag, true);
+	cr_assert_eq(dg_rendezvous_put(rv, 5, "k", scalar(2), &err), DG_OK);
+	cr_assert_eq(dg_rendezvous_wait_any(rv, 5, &key, 1, 0, flag_set, &flag, &which, &t, &err),
+		     DG_OK);
+	cr_assert_eq(which, 0);
+	cr_assert_float_eq(dg_tensor_get_f64(t, 0), 2.0, 1e-9);
+	dg_tensor_free(t);
+	/* Without a callback, no keys is a caller error. */
+	cr_assert_eq(dg_rendezvous_wait_any(rv, 5, NULL, 0, 0, NULL, NULL, &which, &t, &err),
+		     DG_EINVAL);
 }

@@ -1,8 +1,9 @@
 /* The worker face of `dg server`: fragments (graphs cut out of a submitted
  * graph by the master, doc/graph-format.md plus the worker ops _Send, _Recv,
- * VarRead, VarApply, VarInit) are registered, then run once per step with a
- * step id; tensors cross tasks through the rendezvous (dg/rendezvous.h) and
- * the routes of the worker group (POST /v1/fragments, /v1/steps/...). */
+ * VarRead, VarApply, VarInit) are registered, then run for a step id (or
+ * for a range of steps: worker_run_steps, training); tensors cross tasks
+ * through the rendezvous (dg/rendezvous.h) and the routes of the worker group
+ * (POST /v1/fragments, /v1/steps/...). */
 #ifndef DG_EXECUTOR_H
 #define DG_EXECUTOR_H
 
@@ -19,6 +20,10 @@
 #define WORKER_MAX_FRAGMENTS 4096        /* registered at once */
 #define WORKER_DEFAULT_TIMEOUT_MS 30000  /* a run's _Recv deadline when none is given */
 #define WORKER_MAX_TIMEOUT_MS 3600000
+#define WORKER_MAX_RUN_STEPS 4096        /* steps of one multi-step run */
+#define WORKER_MAX_COLLECT 64            /* keys collected after each step */
+#define WORKER_DEFAULT_IO_THREADS 16     /* I/O threads (started lazily, on demand) */
+#define WORKER_MAX_IO_THREADS 256
 
 struct worker_config {
 	const struct dg_cluster *cluster;  /* borrowed, may be NULL; must outlive the worker */
@@ -28,6 +33,10 @@ struct worker_config {
 					    * NULL until worker_set_address */
 	const char *token;                 /* for outgoing requests (copied); NULL = none */
 	bool soft_placement;               /* a device that is missing falls back to the CPU */
+	int io_threads;                    /* most threads running VarRead/VarApply/VarInit and
+					    * remote _Send; 0: $DG_WORKER_IO_THREADS, else
+					    * WORKER_DEFAULT_IO_THREADS; < 0 (or the env var
+					    * set to 0): none, they run on the step's thread */
 };
 
 struct worker;
@@ -56,8 +65,9 @@ int worker_task(const struct worker *w);
 bool worker_soft_placement(const struct worker *w);
 
 /* Append the worker's Prometheus metrics (steps run and failed, nodes run,
- * step seconds, fragments held, tensors and bytes sent in-process and over
- * HTTP, tensors received over HTTP, tensors waiting) to out. w is a struct
+ * step seconds, fragments held, bytes of step-invariant values cached, tensors
+ * and bytes sent in-process and over HTTP, tensors received over HTTP, tensors
+ * waiting, I/O threads started) to out. w is a struct
  * worker (void * to fit ps_server_config.extra_metrics). Thread-safe. */
 enum dg_status worker_metrics(void *w, struct dg_buf *out, struct dg_err *err);
 
@@ -73,8 +83,52 @@ enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t le
 /* Forget a fragment (runs in progress finish first). DG_ENOTFOUND. */
 enum dg_status worker_fragment_remove(struct worker *w, const char *id, struct dg_err *err);
 
+/* A multi-step run (worker_run_steps, POST /v1/fragments/ID/run with "steps"). */
+struct worker_run_opts {
+	uint64_t step;                  /* first step id */
+	int64_t steps;                  /* 1..WORKER_MAX_RUN_STEPS */
+	int64_t train_step;             /* training step of the first step (>= 0): step i of
+					 * the run is training step train_step + i, which the
+					 * kernels see as their step (ShardBatch's batch, the
+					 * random ops' counter) and VarApply/VarRead use for
+					 * lr schedules and sync steps */
+	int64_t timeout_ms;             /* per step (_Recv, min_step waits); <= 0: default */
+	const char *const *collect;     /* keys collected after each step (borrowed) */
+	int n_collect;                  /* 0..WORKER_MAX_COLLECT */
+};
+struct worker_step_result {
+	uint64_t step;
+	int64_t train_step;
+	double ms;
+	double *values;                 /* owned, n_collect values (NaN/inf possible) */
+	int stale;                      /* sync applies of the step the ps dropped (409) */
+};
+struct worker_run_result {
+	int64_t steps_done;             /* results r[0..steps_done) */
+	int nodes_run;                  /* summed over the steps */
+	double ms;
+	struct worker_step_result *r;   /* owned */
+};
+
+/* Run fragment id for steps o->step .. o->step + o->steps - 1 back to back,
+ * in-process. Before every step and after every ps request the run checks
+ * whether the step was aborted (DELETE /v1/steps/S?count=K,
+ * dg_rendezvous_abort_range) and then fails with DG_ECANCELED and the abort's
+ * reason. After each step the keys o->collect are taken from this task's
+ * rendezvous (values the fragment _Send'ed to its own address): each must be
+ * there (else DG_ENOTFOUND) and hold one element of a numeric or bool dtype
+ * (else DG_EINVAL), both naming the key. res (caller's memory, filled on
+ * success and error: the steps done are kept) is released with
+ * worker_run_result_deinit. Errors as worker_run_fragment; a failing step is
+ * aborted in this task's rendezvous, later steps do not run. Thread-safe. */
+enum dg_status worker_run_steps(struct worker *w, const char *id, const struct worker_run_opts *o,
+				struct worker_run_result *res, struct dg_err *err);
+/* Free what worker_run_steps put in res (zeroes it). NULL ok. */
+void worker_run_result_deinit(struct worker_run_result *res);
+
 /* Run every node of fragment id once for step, in-process (the master runs
- * the fragment placed on its own task this way; the HTTP route calls it too).
+ * the fragment placed on its own task this way): worker_run_steps with one
+ * step whose training step is the step id.
  * _Recv waits at most timeout_ms (<= 0: the default). *nodes_run (may be NULL)
  * gets the count. A failing node aborts step in this task's rendezvous and the
  * error says "task JOB/I: node 'y' (Add): ...". Thread-safe: several steps of

@@ -46,10 +46,31 @@ enum dg_status dg_rendezvous_take_any(struct dg_rendezvous *rv, uint64_t step,
 				      const char *const *keys, int n, int64_t timeout_ms,
 				      int *which, struct dg_tensor **out, struct dg_err *err);
 
+/* Like take_any, but n may be 0 and the wait also ends, with DG_OK, *which =
+ * -1 and *out NULL, as soon as woken(ud) is true (called under the
+ * rendezvous lock, so it must be quick and must not call the rendezvous).
+ * Whoever makes woken(ud) true calls dg_rendezvous_wake afterwards. The
+ * executor waits this way for a _Recv or the completion of one of its I/O
+ * requests, whichever comes first. DG_ETIMEOUT when neither came in time. */
+enum dg_status dg_rendezvous_wait_any(struct dg_rendezvous *rv, uint64_t step,
+				      const char *const *keys, int n, int64_t timeout_ms,
+				      bool (*woken)(void *ud), void *ud, int *which,
+				      struct dg_tensor **out, struct dg_err *err);
+/* Wake every waiter so that it re-checks its keys and woken(). Thread-safe. */
+void dg_rendezvous_wake(struct dg_rendezvous *rv);
+
+/* DG_OK while step may still run here; DG_ECANCELED ("step 17 was aborted:
+ * REASON") once it was aborted; DG_EUNAVAILABLE after close. Thread-safe. */
+enum dg_status dg_rendezvous_check(struct dg_rendezvous *rv, uint64_t step, struct dg_err *err);
+
 /* Abort step: drop its tensors, wake its waiters with DG_ECANCELED carrying
  * reason (copied; NULL = "no reason given") and refuse later put/take for it.
  * Idempotent (the first reason stays). Thread-safe. */
 void dg_rendezvous_abort(struct dg_rendezvous *rv, uint64_t step, const char *reason);
+/* Abort steps first..first+count-1 (count 1..DG_RV_ABORTED_KEEP; larger counts
+ * are clamped) in one pass: a multi-step run is aborted this way. */
+void dg_rendezvous_abort_range(struct dg_rendezvous *rv, uint64_t first, int64_t count,
+			       const char *reason);
 /* True when step was aborted (and is still remembered). */
 bool dg_rendezvous_is_aborted(struct dg_rendezvous *rv, uint64_t step);
 /* The step is over: drop any tensors left for it (not taken). Thread-safe. */
