@@ -62,16 +62,159 @@ const struct dg_op_def *place_variable_op(void)
 	return &variable_def;
 }
 
+/* --------------------------------------------------------- ApplyGradient op */
+
+static const struct dg_attr_spec apply_attrs[] = {
+	{ "variable", DG_ATTR_STRING, true, "the Variable node the gradient updates" },
+	{ "rule", DG_ATTR_STRING, true, "sgd, momentum or adam" },
+	{ "lr", DG_ATTR_FLOAT, false, "learning rate (> 0)" },
+	{ "momentum", DG_ATTR_FLOAT, false, "momentum (rule momentum)" },
+	{ "nesterov", DG_ATTR_BOOL, false, "Nesterov momentum" },
+	{ "beta1", DG_ATTR_FLOAT, false, "adam beta1" },
+	{ "beta2", DG_ATTR_FLOAT, false, "adam beta2" },
+	{ "eps", DG_ATTR_FLOAT, false, "adam epsilon" },
+	{ "schedule", DG_ATTR_STRING, false, "constant (default), step or exponential" },
+	{ "every", DG_ATTR_INT, false, "schedule period in training steps (>= 1)" },
+	{ "factor", DG_ATTR_FLOAT, false, "schedule decay factor (> 0)" },
+	{ "sync", DG_ATTR_BOOL, false, "synchronous replicas (the ps aggregates each step)" },
+	{ "replicas", DG_ATTR_INT, false, "number of replicas (sync)" },
+	{ "backup", DG_ATTR_INT, false, "backup replicas: a step needs replicas - backup (sync)" },
+	{ "replica", DG_ATTR_INT, false, "this replica's index (sync)" },
+	{ NULL, 0, false, NULL },
+};
+
+/* Check the attrs that do not depend on the graph; the Variable named by
+ * "variable" and the gradient's type against it are checked by place_graph. */
+static enum dg_status apply_infer(struct dg_infer_ctx *c)
+{
+	const char *rule, *sched;
+	double lr, factor, one = 1, def_lr = 0.01;
+	int64_t every, replicas, backup, replica, i1 = 1, i0 = 0;
+	enum dg_status st;
+
+	st = dg_attr_string(c->attrs, "rule", NULL, &rule, c->err);
+	if (st == DG_OK)
+		st = dg_attr_string(c->attrs, "schedule", "constant", &sched, c->err);
+	if (st == DG_OK)
+		st = dg_attr_float(c->attrs, "lr", &def_lr, &lr, c->err);
+	if (st == DG_OK)
+		st = dg_attr_float(c->attrs, "factor", &one, &factor, c->err);
+	if (st == DG_OK)
+		st = dg_attr_int(c->attrs, "every", &i1, &every, c->err);
+	if (st == DG_OK)
+		st = dg_attr_int(c->attrs, "replicas", &i1, &replicas, c->err);
+	if (st == DG_OK)
+		st = dg_attr_int(c->attrs, "backup", &i0, &backup, c->err);
+	if (st == DG_OK)
+		st = dg_attr_int(c->attrs, "replica", &i0, &replica, c->err);
+	if (st != DG_OK)
+		return st;
+	if (strcmp(rule, "sgd") && strcmp(rule, "momentum") && strcmp(rule, "adam")) {
+		dg_err_set(c->err, DG_EINVAL, "attr 'rule' is '%.64s'", rule);
+		dg_err_hint(c->err, "use sgd, momentum or adam");
+		return DG_EINVAL;
+	}
+	if (strcmp(rule, "momentum") == 0 && !json_object_get(c->attrs, "momentum"))
+		return dg_err_set(c->err, DG_EINVAL, "rule momentum needs attr 'momentum'");
+	if (strcmp(sched, "constant") && strcmp(sched, "step") && strcmp(sched, "exponential")) {
+		dg_err_set(c->err, DG_EINVAL, "attr 'schedule' is '%.64s'", sched);
+		dg_err_hint(c->err, "use constant, step or exponential");
+		return DG_EINVAL;
+	}
+	if (!(lr > 0) || !(factor > 0) || every < 1)
+		return dg_err_set(c->err, DG_EINVAL, "attrs lr %g, factor %g, every %lld: each "
+				  "must be > 0", lr, factor, (long long)every);
+	if (replicas < 1 || backup < 0 || backup >= replicas || replica < 0 || replica >= replicas)
+		return dg_err_set(c->err, DG_EINVAL, "attrs replicas %lld, backup %lld, replica "
+				  "%lld: need 0 <= backup < replicas and 0 <= replica < replicas",
+				  (long long)replicas, (long long)backup, (long long)replica);
+	if (!dg_dtype_is_float(c->in[0].dtype))
+		return dg_err_set(c->err, DG_EDTYPE, "the gradient is %s; it must be a float",
+				  dg_dtype_name(c->in[0].dtype));
+	c->out[0].dtype = DG_I64;
+	c->out[0].shape.ndim = 0;
+	return DG_OK;
+}
+
+static const struct dg_op_def apply_def = {
+	.name = "ApplyGradient",
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.n_outputs = 1,
+	.attrs = apply_attrs,
+	.infer = apply_infer,
+	.flags = DG_OPF_STATEFUL,
+	.doc = "apply the input gradient to a Variable with an update rule on its ps; outputs "
+	       "the new version (training jobs)",
+};
+
+const struct dg_op_def *place_apply_gradient_op(void)
+{
+	return &apply_def;
+}
+
 const struct dg_op_def *master_op_find(const char *name)
 {
 	if (name && strcmp(name, "Variable") == 0)
 		return &variable_def;
+	if (name && strcmp(name, "ApplyGradient") == 0)
+		return &apply_def;
 	return dg_op_find(name);
 }
 
 static bool is_variable(const struct dg_node *n)
 {
 	return n->op == &variable_def;
+}
+
+static bool is_apply(const struct dg_node *n)
+{
+	return n->op == &apply_def;
+}
+
+/* The Variable node an ApplyGradient updates, or -1 with *err set. */
+static int apply_target(const struct dg_graph *g, int n, struct dg_err *err)
+{
+	const struct dg_node *nd = &g->nodes[n];
+	const char *var = json_string_value(json_object_get(nd->attrs, "variable"));
+	int v = var ? dg_graph_find(g, var) : -1;
+
+	if (v < 0 || !is_variable(&g->nodes[v])) {
+		dg_err_set(err, DG_EINVAL, "node '%s' (ApplyGradient): attr 'variable' '%.128s' "
+			   "is not a Variable node of the graph", nd->name, var ? var : "");
+		dg_err_hint(err, "name the Variable node the gradient belongs to");
+		return -1;
+	}
+	return v;
+}
+
+/* The gradient must have the Variable's dtype and (where known) shape. */
+static enum dg_status check_apply(const struct dg_graph *g, int n, struct dg_err *err)
+{
+	const struct dg_node *nd = &g->nodes[n];
+	int v = apply_target(g, n, err);
+	const struct dg_ttype *gt, *vt;
+
+	if (v < 0)
+		return DG_EINVAL;
+	gt = &g->nodes[nd->in[0].node].out[nd->in[0].index];
+	vt = &g->nodes[v].out[0];
+	if (gt->dtype != vt->dtype) {
+		dg_err_set(err, DG_EDTYPE, "node '%s' (ApplyGradient): the gradient is %s but "
+			   "variable '%s' is %s", nd->name, dg_dtype_name(gt->dtype),
+			   g->nodes[v].name, dg_dtype_name(vt->dtype));
+		return DG_EDTYPE;
+	}
+	bool ok = gt->shape.ndim < 0 || gt->shape.ndim == vt->shape.ndim;
+	for (int i = 0; ok && gt->shape.ndim > 0 && i < gt->shape.ndim; i++)
+		ok = gt->shape.dim[i] < 0 || gt->shape.dim[i] == vt->shape.dim[i];
+	if (!ok) {
+		dg_err_set(err, DG_ESHAPE, "node '%s' (ApplyGradient): the gradient's shape does "
+			   "not match variable '%s'", nd->name, g->nodes[v].name);
+		dg_err_hint(err, "the gradient must have the variable's shape");
+		return DG_ESHAPE;
+	}
+	return DG_OK;
 }
 
 /* ------------------------------------------------------------ device specs */
@@ -298,9 +441,34 @@ static enum dg_status check_spec(struct placer *pl, int n, struct dg_err *err)
 	return DG_EUNSUPPORTED;
 }
 
+/* The task that already holds node n's variable (place_opts.existing), or -1. */
+static int existing_task(const struct placer *pl, int n)
+{
+	const struct dg_node *nd = &pl->g->nodes[n];
+	const char *var = json_string_value(json_object_get(nd->attrs, "var"));
+	json_t *v;
+
+	if (!pl->o || !json_is_object(pl->o->existing))
+		return -1;
+	v = json_object_get(pl->o->existing, var ? var : nd->name);
+	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+	    json_integer_value(v) >= pl->c->n_tasks)
+		return -1;
+	return (int)json_integer_value(v);
+}
+
 static void place_variable(struct placer *pl, int n)
 {
 	int best = -1, count = 0, pick;
+	int have = existing_task(pl, n);
+
+	if (have >= 0) {
+		/* Its value lives there: placing it elsewhere would start a second copy. */
+		pl->p->task[n] = have;
+		pl->bytes[have] += edge_bytes(pl->g, (struct dg_edge){ n, 0 });
+		pl->p->why[n] = "existing";
+		return;
+	}
 
 	for (int t = 0; t < pl->c->n_tasks; t++) {
 		if (!allowed(pl, n, t))
@@ -371,6 +539,21 @@ static void place_compute(struct placer *pl, int n)
 	}
 }
 
+/* An ApplyGradient runs where its gradient is computed: the gradient then
+ * travels once, straight to the ps, instead of to another worker first. */
+static void place_with_gradient(struct placer *pl, int n)
+{
+	int t = pl->p->task[pl->g->nodes[n].in[0].node];
+
+	if (!allowed(pl, n, t)) {
+		place_compute(pl, n);
+		return;
+	}
+	pl->p->task[n] = t;
+	pl->p->why[n] = "colocated";
+	pl->load[t] += 1;
+}
+
 static enum dg_status placer_init(struct placer *pl, struct dg_err *err)
 {
 	const struct dg_graph *g = pl->g;
@@ -437,6 +620,9 @@ enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
 	for (int n = 0; st == DG_OK && n < g->n_nodes; n++)
 		st = check_spec(&pl, n, err);
 	for (int n = 0; st == DG_OK && n < g->n_nodes; n++)
+		if (is_apply(&g->nodes[n]))
+			st = check_apply(g, n, err);
+	for (int n = 0; st == DG_OK && n < g->n_nodes; n++)
 		if (is_variable(&g->nodes[n]))
 			place_variable(&pl, n);
 	/* Computation in topological order, so every input's task is known (or
@@ -448,6 +634,9 @@ enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
 			continue;
 		if (g->nodes[n].n_in == 0 && !(d->job && d->task >= 0))
 			pl.deferred[n] = true;
+		else if (is_apply(&g->nodes[n]) && !(d->job && d->task >= 0) &&
+			 out->task[g->nodes[n].in[0].node] >= 0)
+			place_with_gradient(&pl, n);
 		else
 			place_compute(&pl, n);
 	}
@@ -493,6 +682,7 @@ struct cutter {
 	const struct dg_cluster *c;
 	const struct placement *p;
 	int master;
+	bool fetch_local;            /* fetch _Sends go to the producing task itself */
 	struct frag_build *main;     /* per task */
 	struct frag_build *init;     /* per task */
 	bool *fed;                   /* per node */
@@ -596,7 +786,8 @@ static enum dg_status value_on(struct cutter *ct, int t, struct dg_edge e, char 
 				  "shape", shape_json(&ty->shape)), err);
 }
 
-/* Mark what the fetches need, walking inputs backwards; fed nodes stop the walk. */
+/* Mark what the fetches and targets need, walking inputs backwards; fed nodes
+ * stop the walk. An ApplyGradient also needs its Variable (for its VarInit). */
 static enum dg_status mark_needed(struct cutter *ct, const struct dg_edge *fetch, int n_fetch,
 				  bool *need, struct dg_err *err)
 {
@@ -614,6 +805,17 @@ static enum dg_status mark_needed(struct cutter *ct, const struct dg_edge *fetch
 		int n = stack[--sp];
 		if (ct->fed[n])
 			continue;
+		if (is_apply(&ct->g->nodes[n])) {
+			int v = apply_target(ct->g, n, err);
+			if (v < 0) {
+				free(stack);
+				return DG_EINVAL;
+			}
+			if (!need[v]) {
+				need[v] = true;
+				stack[sp++] = v;
+			}
+		}
 		for (int i = 0; i < ct->g->nodes[n].n_in; i++) {
 			int s = ct->g->nodes[n].in[i].node;
 			if (!need[s]) {
@@ -624,6 +826,31 @@ static enum dg_status mark_needed(struct cutter *ct, const struct dg_edge *fetch
 	}
 	free(stack);
 	return DG_OK;
+}
+
+/* ApplyGradient n as a VarApply on its task (inputs taken): the Variable's
+ * ps var name and address, the other attrs as given. */
+static enum dg_status cut_apply(struct cutter *ct, int n, json_t *inputs, struct dg_err *err)
+{
+	const struct dg_node *nd = &ct->g->nodes[n];
+	int v = apply_target(ct->g, n, err);
+	const char *var;
+	json_t *a;
+
+	if (v < 0 || dg_attr_string(ct->g->nodes[v].attrs, "var", ct->g->nodes[v].name, &var,
+				    err) != DG_OK) {
+		json_decref(inputs);
+		return DG_EINVAL;
+	}
+	a = json_deep_copy(nd->attrs);
+	if (!a) {
+		json_decref(inputs);
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	}
+	json_object_del(a, "variable");
+	json_object_set_new(a, "var", json_string(var));
+	json_object_set_new(a, "ps", json_string(ct->c->tasks[ct->p->task[v]].address));
+	return add_node(&ct->main[ct->p->task[n]], nd->name, "VarApply", inputs, a, err);
 }
 
 /* Node n of the graph, as it appears in its task's fragments. */
@@ -669,8 +896,23 @@ static enum dg_status cut_node(struct cutter *ct, int n, struct dg_err *err)
 		json_decref(inputs);
 		return st;
 	}
-	return add_node(&ct->main[t], nd->name, nd->op->name, inputs, json_incref(nd->attrs),
-			err);
+	if (is_apply(nd))
+		return cut_apply(ct, n, inputs, err);
+	st = add_node(&ct->main[t], nd->name, nd->op->name, inputs, json_incref(nd->attrs), err);
+	/* A GPU placement travels with the node: the task's executor runs it on that
+	 * GPU (worker/exec.c); a soft-placed node stays on the CPU. */
+	if (st == DG_OK && nd->device && !ct->p->soft[n]) {
+		char buf[256], dev[32];
+		struct dev_spec d;
+		snprintf(buf, sizeof buf, "%s", nd->device);
+		if (parse_device(buf, &d) && d.gpu) {
+			json_t *last = json_array_get(ct->main[t].nodes,
+						      json_array_size(ct->main[t].nodes) - 1);
+			snprintf(dev, sizeof dev, "/gpu:%d", d.gpu_index);
+			json_object_set_new(last, "device", json_string(dev));
+		}
+	}
+	return st;
 }
 
 static enum dg_status finish_frags(struct frag_build *fb, int nt, struct place_fragment **out,
@@ -731,21 +973,23 @@ static enum dg_status resolve_feeds(struct cutter *ct, const char *const *feeds,
 	return DG_OK;
 }
 
-static enum dg_status cut(struct cutter *ct, const char *const *feeds, int n_feeds,
-			  const char *const *fetch, int n_fetch, struct partition *out,
-			  struct dg_err *err)
+static enum dg_status cut(struct cutter *ct, const struct partition_opts *o,
+			  struct partition *out, struct dg_err *err)
 {
 	const struct dg_graph *g = ct->g;
-	struct dg_edge *fe = calloc((size_t)(n_fetch > 0 ? n_fetch : g->n_fetch) + 1, sizeof *fe);
+	const char *const *feeds = o->feeds, *const *fetch = o->fetch;
+	int n_feeds = o->n_feeds, n_fetch = o->n_fetch, nt = o->targets ? o->n_targets : 0;
+	int nf = n_fetch > 0 || nt > 0 ? n_fetch : g->n_fetch;
+	/* fe: the fetches, then the targets (walked for need, never sent) */
+	struct dg_edge *fe = calloc((size_t)(nf + nt) + 1, sizeof *fe);
 	bool *need = calloc((size_t)g->n_nodes + 1, sizeof *need);
 	enum dg_status st = DG_OK;
-	int nf = n_fetch > 0 ? n_fetch : g->n_fetch;
 
 	if (!fe || !need) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
-	if (nf == 0) {
+	if (nf + nt == 0) {
 		st = dg_err_set(err, DG_EINVAL, "nothing to fetch");
 		dg_err_hint(err, "name outputs with --fetch NAME or the graph's \"fetch\" list");
 		goto out;
@@ -758,9 +1002,15 @@ static enum dg_status cut(struct cutter *ct, const char *const *feeds, int n_fee
 			goto out;
 		}
 	}
+	for (int i = 0; i < nt; i++) {
+		if ((st = dg_graph_ref(g, o->targets[i], &fe[nf + i], err)) != DG_OK) {
+			dg_err_prefix(err, "target '%s'", o->targets[i]);
+			goto out;
+		}
+	}
 	if ((st = resolve_feeds(ct, feeds, n_feeds, out, err)) != DG_OK)
 		goto out;
-	if ((st = mark_needed(ct, fe, nf, need, err)) != DG_OK)
+	if ((st = mark_needed(ct, fe, nf + nt, need, err)) != DG_OK)
 		goto out;
 	for (int i = 0; i < n_feeds; i++) {
 		struct dg_edge e;
@@ -778,6 +1028,7 @@ static enum dg_status cut(struct cutter *ct, const char *const *feeds, int n_fee
 	for (int i = 0; st == DG_OK && i < nf; i++) {
 		char ref[REF_MAX], val[REF_MAX], key[REF_MAX + 8], name[64];
 		int src = is_variable(&g->nodes[fe[i].node]) ? ct->master : ct->p->task[fe[i].node];
+		int dst = ct->fetch_local ? src : ct->master;
 		edge_ref(g, fe[i], ref, sizeof ref);
 		snprintf(key, sizeof key, "fetch:%s", n_fetch > 0 ? fetch[i] : ref);
 		snprintf(name, sizeof name, "_fetch/%d", i);
@@ -789,7 +1040,7 @@ static enum dg_status cut(struct cutter *ct, const char *const *feeds, int n_fee
 		if (st == DG_OK)
 			st = add_node(&ct->main[src], name, "_Send", json_pack("[s]", val),
 				      json_pack("{s:s, s:s}", "key", key, "to",
-						ct->c->tasks[ct->master].address), err);
+						ct->c->tasks[dst].address), err);
 	}
 	if (st == DG_OK)
 		st = finish_frags(ct->main, ct->c->n_tasks, &out->frags, &out->n_frags, err);
@@ -807,7 +1058,22 @@ enum dg_status place_partition(const struct dg_graph *g, const struct dg_cluster
 			       const char *const *fetch, int n_fetch,
 			       struct partition *out, struct dg_err *err)
 {
-	struct cutter ct = { .g = g, .c = c, .p = p, .master = master_task };
+	struct partition_opts o = {
+		.master_task = master_task, .feeds = feeds, .n_feeds = n_feeds,
+		.fetch = fetch, .n_fetch = n_fetch,
+	};
+
+	return place_partition_ex(g, c, p, &o, out, err);
+}
+
+enum dg_status place_partition_ex(const struct dg_graph *g, const struct dg_cluster *c,
+				  const struct placement *p, const struct partition_opts *o,
+				  struct partition *out, struct dg_err *err)
+{
+	int master_task = o->master_task;
+	struct cutter ct = {
+		.g = g, .c = c, .p = p, .master = master_task, .fetch_local = o->fetch_local,
+	};
 	enum dg_status st;
 
 	memset(out, 0, sizeof *out);
@@ -820,7 +1086,7 @@ enum dg_status place_partition(const struct dg_graph *g, const struct dg_cluster
 	if (!ct.main || !ct.init || !ct.fed)
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 	else
-		st = cut(&ct, feeds, n_feeds, fetch, n_fetch, out, err);
+		st = cut(&ct, o, out, err);
 	for (int t = 0; t < c->n_tasks; t++) {
 		if (ct.main) {
 			json_decref(ct.main[t].nodes);

@@ -33,7 +33,7 @@ struct graph_impl {
 	struct name_table names;
 };
 
-static const char *const top_keys[] = { "nodes", "fetch", "version", "doc", NULL };
+static const char *const top_keys[] = { "nodes", "fetch", "version", "doc", "training", NULL };
 static const char *const node_keys[] = { "name", "op", "inputs", "attrs", "device", "doc", NULL };
 
 static const char *json_kind(const json_t *v)
@@ -749,7 +749,7 @@ static enum dg_status check_top(const json_t *doc, struct dg_err *err)
 	json_object_foreach((json_t *)doc, k, v) {
 		if (!key_allowed(top_keys, k)) {
 			dg_err_set(err, DG_EINVAL, "graph has unknown top-level key '%.64s'", k);
-			dg_err_hint(err, "top-level keys are: nodes, fetch, version, doc");
+			dg_err_hint(err, "top-level keys are: nodes, fetch, version, doc, training");
 			return DG_EINVAL;
 		}
 	}

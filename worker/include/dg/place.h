@@ -18,8 +18,14 @@
  * a tensor held by a ps task. Only the master knows it; fragments carry
  * VarInit/VarRead instead. */
 const struct dg_op_def *place_variable_op(void);
-/* The lookup the master parses submitted graphs with: "Variable", then the
- * kernel registry (dg_op_find). Thread-safe. */
+/* The master-level op "ApplyGradient" (one input: the gradient; attrs
+ * variable = the Variable node's name, rule, lr, momentum, nesterov, beta1,
+ * beta2, eps, schedule, every, factor, sync, replicas, backup, replica;
+ * output: int64 scalar, the variable's new version). Placed with its gradient;
+ * partitioning turns it into a VarApply on the Variable's ps (doc/training.md). */
+const struct dg_op_def *place_apply_gradient_op(void);
+/* The lookup the master parses submitted graphs with: "Variable",
+ * "ApplyGradient", then the kernel registry (dg_op_find). Thread-safe. */
 const struct dg_op_def *master_op_find(const char *name);
 
 enum place_vars {
@@ -32,6 +38,9 @@ struct place_opts {
 	enum place_vars vars;
 	const int64_t *task_bytes;   /* per cluster task: bytes it holds now; NULL = all 0 */
 	const bool *task_gpu;        /* per cluster task: has a GPU; NULL = none has */
+	const json_t *existing;      /* object: ps var name -> cluster task index (integer) of
+				      * the task already holding it; such a Variable is placed
+				      * there whatever its device says. NULL = none */
 };
 
 struct placement {
@@ -88,6 +97,30 @@ enum dg_status place_partition(const struct dg_graph *g, const struct dg_cluster
 			       const char *const *feeds, int n_feeds,
 			       const char *const *fetch, int n_fetch,
 			       struct partition *out, struct dg_err *err);
+
+struct partition_opts {
+	int master_task;             /* receives the fetches (unless fetch_local) */
+	const char *const *feeds;    /* as place_partition */
+	int n_feeds;
+	const char *const *fetch;    /* NULL/0: the graph's fetch list, unless n_targets > 0 */
+	int n_fetch;
+	const char *const *targets;  /* nodes to run without fetching them (ApplyGradient) */
+	int n_targets;
+	bool fetch_local;            /* a fetched value's _Send goes to the producing task's
+				      * own address (key "fetch:<ref>"), so that task's worker
+				      * collects it; a fetched Variable is read on master_task */
+};
+
+/* place_partition with targets and local fetches. Targets are node names
+ * (refs to output 0 allowed); they and what they need are kept, nothing is
+ * sent for them. An ApplyGradient becomes a VarApply (var and ps from its
+ * Variable's placement, the other attrs copied) and keeps its Variable's
+ * VarInit. With targets, an empty fetch list means no fetches. Errors as
+ * place_partition, plus DG_ENOTFOUND for an unknown target and DG_EINVAL for
+ * an ApplyGradient whose "variable" is not a Variable node of g. */
+enum dg_status place_partition_ex(const struct dg_graph *g, const struct dg_cluster *c,
+				  const struct placement *p, const struct partition_opts *o,
+				  struct partition *out, struct dg_err *err);
 void partition_deinit(struct partition *part);
 
 /* The device string of task t: "/job:worker/task:1". Writes into buf. */

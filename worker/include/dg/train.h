@@ -1,0 +1,90 @@
+/* Distributed training, the master's side (doc/training.md): the "training"
+ * section of a graph document parsed into a train_spec, and the pure graph
+ * transformation that turns a forward graph into one replica graph per compute
+ * task (forward + backward + one ApplyGradient per trained Variable), plus the
+ * step counts the training loop (jobs.c) needs. No I/O. */
+#ifndef DG_TRAIN_H
+#define DG_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "dg/cluster.h"
+#include "dg/graph.h"
+
+struct train_spec {
+	char *loss; char **metrics; int n_metrics;          /* refs */
+	char rule[16]; double lr, momentum, beta1, beta2, eps; bool nesterov;
+	char schedule[16]; int64_t every; double factor;   /* "constant" | "step" | "exponential" */
+	int64_t epochs, steps;                              /* as given (0 = not given) */
+	int64_t batch;                                      /* 0 = as in the graph */
+	int replicas;                                       /* 0 = all compute tasks */
+	bool sync; int backup;
+	double checkpoint_secs;
+	char **eval_fetch; int n_eval_fetch; int64_t eval_every_epochs, eval_every_steps;
+	bool reinit;
+};
+
+/* Parse the "training" object (borrowed) of a graph document or job into *out
+ * (zeroed first; release with train_spec_deinit, also after an error). Fills
+ * the documented defaults (adam: lr 0.001, beta1 0.9, beta2 0.999, eps 1e-8;
+ * schedule "constant", every 1, factor 1; mode async). Errors are DG_EINVAL
+ * naming the key ("training.optimizer.lr must be > 0, got -1"): unknown keys at
+ * any level, wrong JSON kinds, both or neither of epochs/steps, values out of
+ * range, momentum without "momentum", backup outside sync. err may be NULL. */
+enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, struct dg_err *err);
+void train_spec_deinit(struct train_spec *s);   /* NULL is fine; zeroes *s */
+
+struct train_replica {
+	json_t *doc;              /* owned: the replica's graph document: forward + backward +
+	                           * ApplyGradient nodes; every non-Variable node has
+	                           * device = that replica's task */
+	char **targets; int n_targets;   /* owned: the ApplyGradient node names */
+	char **fetch; int n_fetch;       /* owned: loss then metrics refs (collected per step) */
+};
+
+struct train_plan {
+	int n_replicas;
+	int *replica_task;        /* owned: cluster task index of each replica */
+	struct train_replica *rep;/* owned, n_replicas */
+	int64_t steps_per_epoch;  /* 0 when the graph has no ShardBatch (then "epochs" is
+	                           * an error) */
+	int64_t steps;            /* per replica, total */
+	int64_t examples_per_step;/* the batch of one replica (0 if unknown) */
+	json_t *eval_doc;         /* owned or NULL: graph for the eval fetches (on replica
+	                           * 0's task) */
+	char **var_nodes; int n_vars;    /* owned: Variable node names trained */
+};
+
+/* g: the validated user graph (parsed with master_op_find); c: the cluster.
+ * Builds the replica graphs of contract section 1-2 (doc/training.md,
+ * "Replication"): replica r runs on the r-th compute task (tasks not in job
+ * "ps", cluster order); every node but the Variables gets that task's device
+ * (a /gpu:K suffix of the original device is kept); each ShardBatch gets
+ * shard = r, num_shards = R (and batch when s->batch); autodiff of s->loss
+ * w.r.t. every float Variable it depends on, then "_train/apply/<var node>"
+ * ApplyGradient nodes. Each replica doc is checked with dg_graph_from_json
+ * (master_op_find) and has "fetch" = loss then metrics. eval_doc (when
+ * s->n_eval_fetch) is the forward graph on replica 0's task with "fetch" =
+ * the eval refs. Errors (DG_EINVAL / DG_ENOTFOUND / DG_EDTYPE /
+ * DG_EUNSUPPORTED) name the training key or node: unknown loss/metric/eval
+ * ref, a loss that reaches no float Variable, more replicas than compute
+ * tasks, backup >= replicas, epochs without a ShardBatch of known size, a
+ * shard smaller than one batch. On DG_OK *out is owned (train_plan_deinit);
+ * on error *out is empty. All arguments borrowed. err may be NULL. */
+enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spec *s,
+				const struct dg_cluster *c, struct train_plan *out,
+				struct dg_err *err);
+void train_plan_deinit(struct train_plan *p);   /* NULL is fine; zeroes *p */
+
+/* The compute tasks of c (not job "ps"), in cluster order: fills idx (room for
+ * c->n_tasks) and returns their count. */
+int train_compute_tasks(const struct dg_cluster *c, int *idx);
+
+/* The learning rate at training step t (0-based) under s's schedule:
+ * constant lr; step lr * factor^floor(t/every); exponential lr * factor^(t/every). */
+double train_lr_at(const struct train_spec *s, int64_t t);
+
+#endif
