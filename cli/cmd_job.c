@@ -18,12 +18,13 @@
 #define QUERY_TIMEOUT_MS 10000L         /* per request: the answers are small JSON */
 #define CANCEL_WAIT_MS 10000            /* how long cancel waits for the job to stop */
 
-enum { OPT_CLUSTER = 256, OPT_MASTER, OPT_TOKEN, OPT_TASK, OPT_JSON };
+enum { OPT_CLUSTER = 256, OPT_MASTER, OPT_TOKEN, OPT_TASK, OPT_JSON, OPT_METRICS };
 
 struct job_args {
 	const char *sub;                /* "ls", "show", "cancel" */
 	const char *cluster, *master, *token_file, *task;
 	bool json;
+	bool metrics;                   /* show --metrics: the training job's CSV */
 	char **pos;                     /* positional arguments, borrowed from argv */
 	int n_pos;
 };
@@ -34,6 +35,7 @@ static const struct option long_opts[] = {
 	{ "token-file", required_argument, NULL, OPT_TOKEN },
 	{ "task", required_argument, NULL, OPT_TASK },
 	{ "json", no_argument, NULL, OPT_JSON },
+	{ "metrics", no_argument, NULL, OPT_METRICS },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -47,7 +49,10 @@ static const char job_help[] =
 	"\n"
 	"  ls [--json]                   one line per job: ID TASK STATE STEPS ELAPSED\n"
 	"                                ERROR (--json: the jobs as JSON, with \"task\")\n"
-	"  show ID [--task J/I] [--json] a job's state, steps, error, placement, timings\n"
+	"  show ID [--task J/I] [--json] a job's state, steps, error, placement, timings;\n"
+	"                                a training job's summary and metrics table\n"
+	"  show ID --metrics             a training job's metrics as CSV (step, time_s,\n"
+	"                                epoch, loss, metrics, examples_per_s, evals)\n"
 	"  cancel ID [--task J/I]        cancel a job and wait (10 s at most) until it\n"
 	"                                stops\n"
 	"\n"
@@ -413,21 +418,106 @@ static int job_ls(const struct job_args *a, const struct targets *ts)
 	return rc;
 }
 
+/* GET /v1/jobs/ID/metrics (CSV) into out. */
+static enum dg_status get_metrics(const struct target *t, const char *id, struct dg_buf *out,
+				  struct dg_err *err)
+{
+	struct dg_buf path = { 0 };
+	struct dg_http_result res;
+	enum dg_status st = job_path(id, &path, err);
+
+	dg_http_result_init(&res);
+	if (st == DG_OK)
+		st = dg_buf_printf(&path, err, "/metrics");
+	if (st == DG_OK)
+		st = dg_http_request(t->c, "GET", path.data, NULL, 0, NULL, 0, &res, err);
+	if (st == DG_OK)
+		st = dg_buf_append(out, res.body.data ? res.body.data : "", res.body.len, err);
+	dg_http_result_deinit(&res);
+	dg_buf_deinit(&path);
+	return st;
+}
+
+/* A number of the training object, "-" when null. */
+static void fmt_num(const json_t *v, const char *fmt, char *buf, size_t n)
+{
+	if (json_is_number(v))
+		snprintf(buf, n, fmt, json_number_value(v));
+	else
+		snprintf(buf, n, "-");
+}
+
+/* The training summary, then the metrics CSV as a table (columns aligned). */
+static void print_training(const json_t *tr, const char *csv)
+{
+	const json_t *v;
+	const char *k;
+	char a[32], b[32];
+
+	fmt_num(json_object_get(tr, "loss"), "%.6g", a, sizeof a);
+	fmt_num(json_object_get(tr, "examples_per_s"), "%.0f", b, sizeof b);
+	printf("training:   %s, %lld replica(s)", str_or(tr, "mode", "?"), int_of(tr, "replicas"));
+	if (int_of(tr, "backup"))
+		printf(", %lld backup(s)", int_of(tr, "backup"));
+	printf(", %lld epochs, %lld steps per replica, batch %lld\n", int_of(tr, "epochs"),
+	       int_of(tr, "steps"), int_of(tr, "batch"));
+	printf("examples:   %lld (%s examples/s), %lld stale applies\n", int_of(tr, "examples"), b,
+	       int_of(tr, "stale"));
+	printf("loss:       %s", a);
+	json_object_foreach((json_t *)json_object_get(tr, "metrics"), k, v) {
+		fmt_num(v, "%.6g", a, sizeof a);
+		printf("  %s %s", k, a);
+	}
+	fputs("\neval:      ", stdout);
+	if (!json_object_size(json_object_get(tr, "eval")))
+		fputs(" -", stdout);
+	json_object_foreach((json_t *)json_object_get(tr, "eval"), k, v) {
+		fmt_num(v, "%.6g", a, sizeof a);
+		printf(" %s %s", k, a);
+	}
+	fputs("\nmetrics:\n", stdout);
+	for (const char *line = csv; line && *line;) {
+		const char *nl = strchr(line, '\n'), *end = nl ? nl : line + strlen(line);
+		fputs("  ", stdout);
+		for (const char *c = line; c < end;) {
+			const char *comma = memchr(c, ',', (size_t)(end - c));
+			int len = (int)((comma ? comma : end) - c);
+			printf("%-13.*s ", len, c);
+			c = comma ? comma + 1 : end;
+		}
+		fputc('\n', stdout);
+		line = nl ? nl + 1 : end;
+	}
+}
+
 static int job_show(const struct job_args *a, const struct targets *ts)
 {
 	struct dg_err err = { 0 };
+	struct dg_buf csv = { 0 };
+	const json_t *tr;
 	json_t *o;
-	int which, rc;
+	int which, rc = 0;
 
 	if (find_job(ts, a->pos[0], &which, &o, &err) != DG_OK)
 		return cli_fail(&err);
-	if (a->json) {
+	tr = json_object_get(o, "training");
+	if ((a->metrics || (!a->json && tr)) &&
+	    get_metrics(&ts->t[which], a->pos[0], &csv, &err) != DG_OK) {
+		json_decref(o);
+		dg_buf_deinit(&csv);
+		return cli_fail(&err);
+	}
+	if (a->metrics) {
+		fwrite(csv.data ? csv.data : "", 1, csv.len, stdout);
+	} else if (a->json) {
 		rc = print_json(o);
 	} else {
 		print_status(ts->t[which].label, o);
-		rc = 0;
+		if (tr)
+			print_training(tr, csv.data);
 	}
 	json_decref(o);
+	dg_buf_deinit(&csv);
 	return rc;
 }
 
@@ -500,6 +590,7 @@ static int parse_args(int argc, char **argv, struct job_args *a)
 		case OPT_TOKEN: a->token_file = optarg; break;
 		case OPT_TASK: a->task = optarg; break;
 		case OPT_JSON: a->json = true; break;
+		case OPT_METRICS: a->metrics = true; break;
 		case ':': return cli_usage(cmd, "option '%s' needs a value", argv[optind - 1]);
 		default: return cli_usage(cmd, "unknown option '%s'", argv[optind - 1]);
 		}
@@ -515,6 +606,10 @@ static int parse_args(int argc, char **argv, struct job_args *a)
 		return cli_usage(cmd, "--task does not apply to 'dg job ls'");
 	if (a->task && parse_task(a->task, job, sizeof job, &index) != 0)
 		return cli_usage(cmd, "--task '%s': use JOB/INDEX, e.g. worker/0", a->task);
+	if (a->metrics && strcmp(a->sub, "show") != 0)
+		return cli_usage(cmd, "--metrics applies to 'dg job show' only");
+	if (a->metrics && a->json)
+		return cli_usage(cmd, "give --metrics or --json, not both");
 	if (a->json && strcmp(a->sub, "cancel") == 0)
 		return cli_usage(cmd, "--json does not apply to 'dg job cancel'");
 	if (!ls && a->n_pos < 1)

@@ -1,13 +1,17 @@
 /* `dg submit GRAPH.json`: send a graph to a master (task 0 of the cluster's
  * worker job by default), upload the feeds, follow the job's event stream
  * (a progress bar on a terminal, plain lines otherwise) and print the fetched
- * values as `dg eval` does (output.c), or write .npy files with --out. The
- * jobs API it speaks is in doc/http-api.md ("Executor and master"). */
+ * values as `dg eval` does (output.c), or write .npy files with --out. A graph
+ * with a "training" section is a training job (doc/training.md): epochs, loss,
+ * metrics and evals are followed, the last eval's values printed. The jobs API
+ * it speaks is in doc/http-api.md ("Executor and master"). */
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -16,15 +20,23 @@
 #include "dg/http.h"
 #include "dg/place.h"
 
+#define SUBMIT_LINE_S 2.0              /* a plain progress line this often (not a tty) */
+
 static const char usage_text[] =
 	"usage: dg submit GRAPH.json [--cluster FILE | --master HOST:PORT] [--feed NAME=VALUE]...\n"
 	"                 [--fetch NAME]... [--out DIR] [--steps N] [--explain]\n"
-	"                 [--soft-placement] [--token-file FILE] [--header]\n"
+	"                 [--soft-placement] [--token-file FILE] [--header] [--json]\n"
 	"\n"
 	"Run a graph on the cluster: the master places its nodes on the tasks\n"
 	"(devices such as /job:worker/task:1 first), cuts it into one fragment per\n"
 	"task, and runs it; the fetched values are printed as text, one row of the\n"
 	"last dimension per line (as dg eval does).\n"
+	"\n"
+	"A graph with a \"training\" section (doc/training.md) is trained instead:\n"
+	"progress goes to stderr (a bar on a terminal, a line every 2 s and per\n"
+	"epoch otherwise), the last evaluation's values to stdout as NAME: VALUE\n"
+	"lines, then a summary line on stderr. --feed, --fetch and --steps do not\n"
+	"apply to training graphs.\n"
 	"\n"
 	"  --cluster FILE     the cluster spec (default: $DG_CLUSTER, then the last 'dg up')\n"
 	"  --master HOST:PORT the server to submit to (default: task 0 of job 'worker')\n"
@@ -37,6 +49,7 @@ static const char usage_text[] =
 	"  --timeout-ms T     how long a task waits for a tensor from another (default 30000)\n"
 	"  --token-file FILE  bearer token for servers started with one\n"
 	"  --header           print the \"# dtype [shape]\" line before each value\n"
+	"  --json             print the job's final status JSON instead of the values\n"
 	"  -h, --help         show this help\n"
 	"\n"
 	"Exit status: 0 success, 1 usage error, otherwise the error's code (doc/errors.md):\n"
@@ -47,11 +60,11 @@ struct submit_args {
 	const char **feeds, **fetch;     /* borrowed from argv */
 	int n_feeds, n_fetch;
 	long long steps, timeout_ms;
-	bool explain, soft, header;
+	bool explain, soft, header, json, steps_given;
 };
 
 enum { OPT_FEED = 256, OPT_FETCH, OPT_CLUSTER, OPT_MASTER, OPT_STEPS, OPT_EXPLAIN, OPT_SOFT,
-       OPT_TOKEN, OPT_HEADER, OPT_TIMEOUT };
+       OPT_TOKEN, OPT_HEADER, OPT_TIMEOUT, OPT_JSON };
 
 static const struct option long_opts[] = {
 	{ "feed", required_argument, NULL, OPT_FEED },
@@ -65,6 +78,7 @@ static const struct option long_opts[] = {
 	{ "token-file", required_argument, NULL, OPT_TOKEN },
 	{ "header", no_argument, NULL, OPT_HEADER },
 	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
+	{ "json", no_argument, NULL, OPT_JSON },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -114,6 +128,7 @@ static int parse_args(int argc, char **argv, struct submit_args *a)
 			if (!parse_count(optarg, 1000000000LL, &a->steps))
 				return cli_usage("submit", "--steps '%s' is not a count from 1 to "
 						 "1000000000", optarg);
+			a->steps_given = true;
 			break;
 		case OPT_TIMEOUT:
 			if (!parse_count(optarg, 3600000LL, &a->timeout_ms))
@@ -124,6 +139,7 @@ static int parse_args(int argc, char **argv, struct submit_args *a)
 		case OPT_SOFT: a->soft = true; break;
 		case OPT_TOKEN: a->token_file = optarg; break;
 		case OPT_HEADER: a->header = true; break;
+		case OPT_JSON: a->json = true; break;
 		case 'h': fputs(usage_text, stdout); return 0;
 		case ':': return cli_usage("submit", "option '%s' needs a value", argv[optind - 1]);
 		default: return cli_usage("submit", "unknown option '%s'", argv[optind - 1]);
@@ -170,6 +186,11 @@ struct session {
 	struct dg_http_client *c;
 	char id[32];
 	const struct submit_args *a;
+	json_t *doc;                     /* the graph document as read (with "training") */
+	bool training;
+	int64_t spe;                     /* training: steps per epoch (0: none) */
+	double last_line;                /* training, not a terminal: last progress line (s) */
+	bool bar;                        /* a progress bar is on the terminal's last line */
 };
 
 /* One request; on an error answer, *err carries the server's message. */
@@ -191,7 +212,11 @@ static enum dg_status create_job(struct session *s, const struct dg_graph *g, ch
 				 struct dg_tensor **vals, struct dg_err *err)
 {
 	const struct submit_args *a = s->a;
-	json_t *body = json_pack("{s:O, s:I, s:I, s:b, s:b}", "graph", g->doc, "steps",
+	/* A training job's steps come from its "training" section. */
+	json_t *body = s->training ?
+		       json_pack("{s:O, s:I, s:b}", "graph", s->doc, "timeout_ms",
+				 (json_int_t)a->timeout_ms, "soft_placement", a->soft) :
+		       json_pack("{s:O, s:I, s:I, s:b, s:b}", "graph", g->doc, "steps",
 				 (json_int_t)a->steps, "timeout_ms", (json_int_t)a->timeout_ms,
 				 "soft_placement", a->soft, "start", a->n_feeds == 0);
 	json_t *fetch = json_array(), *up = json_array(), *st_json = NULL;
@@ -224,6 +249,8 @@ static enum dg_status create_job(struct session *s, const struct dg_graph *g, ch
 		return st;
 	snprintf(s->id, sizeof s->id, "%s", json_string_value(json_object_get(st_json, "id")) ?
 		 json_string_value(json_object_get(st_json, "id")) : "");
+	s->spe = json_integer_value(json_object_get(json_object_get(st_json, "training"),
+						    "steps_per_epoch"));
 	if (a->explain)
 		fputs(json_string_value(json_object_get(st_json, "explain")) ?
 		      json_string_value(json_object_get(st_json, "explain")) : "", stdout);
@@ -271,6 +298,123 @@ static void progress(const struct submit_args *a, json_t *ev, bool tty)
 	fflush(stderr);
 }
 
+/* "48.2k" for rates of people-sized precision. */
+static void fmt_rate(double x, char *buf, size_t n)
+{
+	if (!isfinite(x) || x < 0)
+		snprintf(buf, n, "-");
+	else if (x >= 1e6)
+		snprintf(buf, n, "%.1fM", x / 1e6);
+	else if (x >= 1e3)
+		snprintf(buf, n, "%.1fk", x / 1e3);
+	else
+		snprintf(buf, n, "%.0f", x);
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* x for a progress line: prec decimals, or prec significant digits when
+ * that would print a small value as 0.000. */
+static void fmt_val(double x, int prec, char *buf, size_t n)
+{
+	if (x != 0 && fabs(x) < 0.01)
+		snprintf(buf, n, "%.*g", prec, x);
+	else
+		snprintf(buf, n, "%.*f", prec, x);
+}
+
+/* The loss and metrics of a train event: " loss 0.412  accuracy 0.861" with
+ * prec digits after the point, sep between the items. */
+static void fmt_losses(const json_t *ev, int prec, const char *sep, char *buf, size_t n)
+{
+	const json_t *v = json_object_get(ev, "loss");
+	const char *k;
+	char x[48] = "-";
+	size_t len;
+
+	if (json_is_number(v))
+		fmt_val(json_number_value(v), prec, x, sizeof x);
+	snprintf(buf, n, "loss %s", x);
+	json_object_foreach((json_t *)json_object_get(ev, "metrics"), k, v) {
+		len = strlen(buf);
+		snprintf(x, sizeof x, "-");
+		if (json_is_number(v))
+			fmt_val(json_number_value(v), prec, x, sizeof x);
+		snprintf(buf + len, n - len, "%s%s %s", sep, k, x);
+	}
+}
+
+/* A train event: the bar on a terminal, else a line about every
+ * SUBMIT_LINE_S seconds and at each epoch's end. */
+static void train_progress(struct session *s, const json_t *ev, bool tty)
+{
+	int64_t step = json_integer_value(json_object_get(ev, "step"));
+	int64_t steps = json_integer_value(json_object_get(ev, "steps"));
+	int64_t epoch = json_integer_value(json_object_get(ev, "epoch"));
+	int64_t epochs = json_integer_value(json_object_get(ev, "epochs"));
+	double xps = json_number_value(json_object_get(ev, "examples_per_s"));
+	const json_t *eta = json_object_get(ev, "eta_s");
+	bool epoch_end = s->spe > 0 && step > 0 && step % s->spe == 0;
+	char losses[512], rate[32], ep[64] = "";
+	int width = 20, done = steps > 0 ? (int)((double)width * (double)step / (double)steps) : 0;
+
+	if (epochs > 0)
+		snprintf(ep, sizeof ep, "epoch %" PRId64 "/%" PRId64 " ", epoch, epochs);
+	if (!tty) {
+		if (step == 0 ||
+		    (!epoch_end && step < steps && mono_s() - s->last_line < SUBMIT_LINE_S))
+			return;
+		s->last_line = mono_s();
+		fmt_losses(ev, 4, " ", losses, sizeof losses);
+		fprintf(stderr, "dg: %sstep %" PRId64 "/%" PRId64 " %s %.0f ex/s\n", ep, step,
+			steps, losses, xps);
+		return;
+	}
+	fmt_losses(ev, 3, "  ", losses, sizeof losses);
+	fmt_rate(xps, rate, sizeof rate);
+	fprintf(stderr, "\r\033[K%s[", ep);
+	for (int i = 0; i < width; i++)
+		fputc(i < done ? '=' : i == done ? '>' : ' ', stderr);
+	fprintf(stderr, "] %" PRId64 "/%" PRId64 "  %s  %s ex/s", step, steps, losses, rate);
+	if (json_is_number(eta))
+		fprintf(stderr, "  ETA %d:%02d", (int)(json_number_value(eta) / 60),
+			(int)json_number_value(eta) % 60);
+	s->bar = true;
+	fflush(stderr);
+}
+
+/* An eval event: "dg: eval after epoch 1: test_accuracy 0.8312". */
+static void eval_line(struct session *s, const json_t *ev, bool tty)
+{
+	int64_t epoch = json_integer_value(json_object_get(ev, "epoch"));
+	const char *k;
+	json_t *v;
+
+	if (tty && s->bar)
+		fputs("\r\033[K", stderr);
+	if (epoch > 0)
+		fprintf(stderr, "dg: eval after epoch %" PRId64 ":", epoch);
+	else
+		fprintf(stderr, "dg: eval after step %" PRId64 ":",
+			(int64_t)json_integer_value(json_object_get(ev, "step")));
+	json_object_foreach(json_object_get(ev, "values"), k, v) {
+		char x[48];
+		if (json_is_number(v)) {
+			fmt_val(json_number_value(v), 4, x, sizeof x);
+			fprintf(stderr, " %s %s", k, x);
+		} else
+			fprintf(stderr, " %s (not a scalar)", k);
+	}
+	fputc('\n', stderr);
+	s->bar = false;
+}
+
 /* Follow the events until the job is over. DG_OK when it is done; else the
  * job's error (code from its name). */
 static enum dg_status follow(struct session *s, struct dg_err *err)
@@ -297,6 +441,10 @@ static enum dg_status follow(struct session *s, struct dg_err *err)
 			kind = json_string_value(json_object_get(ev, "event"));
 			if (kind && strcmp(kind, "step") == 0) {
 				progress(s->a, ev, tty);
+			} else if (kind && strcmp(kind, "train") == 0) {
+				train_progress(s, ev, tty);
+			} else if (kind && strcmp(kind, "eval") == 0) {
+				eval_line(s, ev, tty);
 			} else if (kind && (strcmp(kind, "failed") == 0 ||
 					    strcmp(kind, "canceled") == 0)) {
 				json_t *e = json_object_get(ev, "error");
@@ -315,6 +463,10 @@ static enum dg_status follow(struct session *s, struct dg_err *err)
 			json_decref(ev);
 		}
 		dg_http_result_deinit(&res);
+	}
+	if (s->bar) {
+		fputc('\n', stderr);
+		s->bar = false;
 	}
 	return st;
 }
@@ -380,6 +532,107 @@ static enum dg_status get_results(struct session *s, json_t *fetch, struct dg_er
 	return st;
 }
 
+/* GET the job's status (owned) into *out. */
+static enum dg_status job_status(struct session *s, json_t **out, struct dg_err *err)
+{
+	struct dg_http_result res;
+	char path[128];
+	enum dg_status st;
+
+	snprintf(path, sizeof path, "/v1/jobs/%s", s->id);
+	if ((st = call(s, "GET", path, NULL, 0, NULL, 0, &res, err)) != DG_OK)
+		return st;
+	*out = res_json(&res);
+	dg_http_result_deinit(&res);
+	return *out ? DG_OK : dg_err_set(err, DG_EIO, "GET %s: the answer is not JSON", path);
+}
+
+/* The end of a training job: the last eval's values on stdout ("NAME: VALUE";
+ * values of more than one element as dg eval prints them), or the status JSON
+ * with --json; then the summary line on stderr. */
+static enum dg_status training_report(struct session *s, struct dg_err *err)
+{
+	json_t *o = NULL, *fetch, *v;
+	const json_t *tr, *eval;
+	enum dg_status st = job_status(s, &o, err);
+	size_t i;
+
+	if (st != DG_OK)
+		return st;
+	tr = json_object_get(o, "training");
+	eval = json_object_get(tr, "eval");
+	fetch = json_object_get(o, "fetch");
+	if (s->a->json) {
+		char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		if (text)
+			puts(text);
+		free(text);
+		st = text ? DG_OK : dg_err_set(err, DG_ENOMEM, "out of memory");
+	} else if (s->a->out_dir) {
+		st = get_results(s, fetch, err);
+	} else {
+		json_array_foreach(fetch, i, v) {
+			const char *name = json_string_value(v);
+			const json_t *x = json_object_get(eval, name ? name : "");
+			if (!name)
+				continue;
+			if (json_is_number(x)) {
+				printf("%s: %.6g\n", name, json_number_value(x));
+				continue;
+			}
+			json_t *one = json_pack("[s]", name);
+			printf("%s:\n", name);
+			fflush(stdout);
+			st = one ? get_results(s, one, err) : DG_ENOMEM;
+			json_decref(one);
+			if (st != DG_OK)
+				break;
+		}
+	}
+	if (st == DG_OK) {
+		double secs = json_number_value(json_object_get(json_object_get(o, "ms"), "total"))
+			      / 1e3;
+		long long ex = (long long)json_integer_value(json_object_get(tr, "examples"));
+		long long epochs = (long long)json_integer_value(json_object_get(tr, "epochs"));
+		char what[64] = "";
+		if (epochs > 0)
+			snprintf(what, sizeof what, "%lld epoch%s ", epochs,
+				 epochs == 1 ? "" : "s");
+		fprintf(stderr, "dg: trained %s(%lld steps x %lld replica%s, %lld examples) in "
+			"%.1f s: %.0f examples/s\n", what,
+			(long long)json_integer_value(json_object_get(tr, "steps")),
+			(long long)json_integer_value(json_object_get(tr, "replicas")),
+			json_integer_value(json_object_get(tr, "replicas")) == 1 ? "" : "s", ex,
+			secs, secs > 0 ? (double)ex / secs : 0.0);
+	}
+	json_decref(o);
+	return st;
+}
+
+/* Load the graph file: a training graph's "training" section is kept in
+ * s->doc for the master and left out of the local validation (g). */
+static struct dg_graph *load_graph(struct session *s, const char *path, struct dg_err *err)
+{
+	json_error_t je;
+	json_t *copy;
+	struct dg_graph *g;
+
+	s->doc = json_load_file(path, 0, &je);
+	if (!s->doc || !json_is_object(s->doc) || !json_object_get(s->doc, "training"))
+		return dg_graph_load(path, master_op_find, err);   /* with its messages */
+	s->training = true;
+	if (!(copy = json_copy(s->doc))) {
+		dg_err_set(err, DG_ENOMEM, "out of memory");
+		return NULL;
+	}
+	json_object_del(copy, "training");
+	g = dg_graph_from_json(copy, master_op_find, err);
+	json_decref(copy);
+	if (!g)
+		dg_err_prefix(err, "%s", path);
+	return g;
+}
+
 static int run_submit(const struct submit_args *a)
 {
 	struct dg_err err = { 0 };
@@ -394,8 +647,16 @@ static int run_submit(const struct submit_args *a)
 		st = dg_err_set(&err, DG_ENOMEM, "out of memory");
 	/* Validate here first: errors come back at once, and --feed values are
 	 * read with the dtypes the graph declares. */
-	if (st == DG_OK && !(g = dg_graph_load(a->graph, master_op_find, &err)))
+	if (st == DG_OK && !(g = load_graph(&s, a->graph, &err)))
 		st = err.code;
+	if (st == DG_OK && s.training && (a->n_feeds || a->n_fetch || a->steps_given)) {
+		json_decref(s.doc);
+		dg_graph_free(g);
+		free(refs);
+		free(vals);
+		return cli_usage("submit", "--feed, --fetch and --steps do not apply to a training "
+				 "graph (its \"training\" section says what to run)");
+	}
 	for (int i = 0; st == DG_OK && i < a->n_feeds; i++)
 		st = cli_feed_parse(g, a->feeds[i], &refs[i], &vals[i], &err);
 	if (st == DG_OK && a->token_file && !(token = cli_token_load(a->token_file, &err)))
@@ -410,8 +671,20 @@ static int run_submit(const struct submit_args *a)
 		st = follow(&s, &err);
 	if (st == DG_OK)
 		st = report_soft(&s, &fetch, &err);
-	if (st == DG_OK)
+	if (st == DG_OK && s.training) {
+		st = training_report(&s, &err);
+	} else if (st == DG_OK && a->json) {
+		json_t *o = NULL;
+		if ((st = job_status(&s, &o, &err)) == DG_OK) {
+			char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+			if (text)
+				puts(text);
+			free(text);
+		}
+		json_decref(o);
+	} else if (st == DG_OK) {
 		st = get_results(&s, fetch, &err);
+	}
 	for (int i = 0; i < a->n_feeds; i++) {
 		if (refs)
 			free(refs[i]);
@@ -423,6 +696,7 @@ static int run_submit(const struct submit_args *a)
 	free(master);
 	free(token);
 	json_decref(fetch);
+	json_decref(s.doc);
 	dg_http_client_free(s.c);
 	dg_graph_free(g);
 	return st == DG_OK ? 0 : cli_fail(&err);

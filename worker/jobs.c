@@ -4,8 +4,11 @@
  * runs every fragment concurrently (one thread and one HTTP client per remote
  * fragment), with feeds put into the tasks' rendezvous first and fetches taken
  * from this task's rendezvous afterwards. A failing fragment aborts the step
- * on every task at once, so no _Recv is left waiting for its deadline. */
+ * on every task at once, so no _Recv is left waiting for its deadline. A
+ * training job (doc/training.md) runs one thread per replica instead, each
+ * running its fragment in chunks of steps, and a coordinator (train_main). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@
 #include "dg/client.h"
 #include "dg/exec.h"
 #include "dg/log.h"
+#include "dg/train.h"
 #include "master_internal.h"
 
 enum job_state { JOB_CREATED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELED };
@@ -24,9 +28,15 @@ static const char *const state_names[] = { "created", "running", "done", "failed
 #define JOB_MAX_EVENTS 4096        /* step events are thinned beyond this */
 #define JOB_RUN_SLACK_MS 10000     /* HTTP deadline of a run = its _Recv deadline + this */
 #define JOB_EXPLAIN_MAX_NODES 10000  /* larger graphs get a per-task summary */
+#define JOB_TRAIN_EVENT_MS 500     /* at most one train event this often (and per epoch) */
+#define JOB_CHUNK_MS 100           /* a replica's chunk of steps aims at this long */
+#define JOB_TRAIN_POLL_MS 200      /* the training coordinator looks around this often */
+
+struct train;
 
 struct job {
 	struct master *m;              /* borrowed */
+	struct train *tr;              /* owned; NULL for a job without "training" */
 	char id[16];
 	int refs;                      /* guarded by m->mu, like every field below that changes */
 	enum job_state state;
@@ -47,6 +57,60 @@ struct job {
 	char (*init_id)[24];           /* per part.init */
 	struct dg_http_client **clients; /* per part.frags: used only by that fragment's runner */
 	double t_created, t_started, t_finished, step_ms_sum, step_ms_last;   /* ms */
+};
+
+/* One replica of a training job (doc/training.md, "Replication"): its graph
+ * placed and cut into one step fragment on its compute task, run in chunks of
+ * steps by a thread of its own (train_replica_main). */
+struct replica {
+	int task;                      /* cluster task index */
+	struct dg_graph *g;
+	struct placement pl;
+	struct partition part;         /* frags[0]: the step fragment; init: VarInit */
+	char frag_id[24];              /* "" = not registered */
+	char (*init_id)[24];           /* per part.init; registered for replica 0 only */
+	struct dg_http_client *client; /* used only by the replica's thread */
+	/* Guarded by m->mu: */
+	int64_t done;                  /* training steps run */
+	uint64_t cur_step;             /* first step id of the chunk in flight; 0 = none */
+	int64_t cur_count;
+	bool finished;                 /* its thread is over (st, err say how) */
+	enum dg_status st;
+	struct dg_err err;
+};
+
+/* The training side of a job: spec, plan, replicas, and the running figures
+ * the events, the status and the metrics CSV are made of (guarded by m->mu). */
+struct train {
+	struct train_spec spec;
+	struct train_plan plan;
+	struct replica *reps;          /* plan.n_replicas */
+	int n_reps;
+	int n_collect;                 /* loss + metrics */
+	const char **collect;          /* borrowed from reps[r].part.fetch_keys (same for all r) */
+	int n_vars;                    /* trained variables */
+	char **var_name;               /* owned: name on the ps */
+	int *var_task;                 /* cluster task holding it */
+	int64_t *var_base;             /* sync step when training started */
+	int64_t steps;                 /* per replica */
+	int64_t spe;                   /* steps per epoch; 0 = no epochs */
+	int64_t epochs;                /* 0 when there are no epochs */
+	int64_t eval_every;            /* replica 0 steps between evals; 0 = only at the end */
+	bool stop;                     /* replicas leave at their next chunk */
+	char stop_reason[256];         /* why, for the aborts of the chunks in flight */
+	bool failed;                   /* a replica failed: the others were aborted */
+	double t0;                     /* ms when the replicas started */
+	double sum_loss, *sum_metric;  /* since the last train event */
+	int64_t n_agg;
+	double loss, *metric;          /* last train event's values (NAN: none yet) */
+	double *eval;                  /* per eval fetch: last eval's value (NAN: none) */
+	bool have_eval;
+	int64_t stale;
+	double last_event_ms;
+	int64_t last_event_step;       /* its mean step */
+	int64_t epochs_reported;       /* epochs whose end had a train event */
+	double examples_per_s;
+	struct dg_buf csv;             /* GET /v1/jobs/ID/metrics */
 };
 
 static double now_ms(void)
@@ -75,10 +139,13 @@ static void task_label(const struct master *m, int t, char *buf, size_t n)
 
 /* ------------------------------------------------------------ the table */
 
+static void train_free(struct train *tr);
+
 static void job_free(struct job *j)
 {
 	if (!j)
 		return;
+	train_free(j->tr);
 	for (int i = 0; j->feeds && i < j->part.n_feeds; i++)
 		dg_tensor_free(j->feeds[i]);
 	for (int i = 0; j->results && i < j->part.n_fetch; i++)
@@ -248,6 +315,23 @@ static enum dg_status task_request(struct master *m, int t, const char *method, 
 	return st;
 }
 
+/* Mark in used[] (per cluster task) the tasks the job has fragments on: its
+ * step and init fragments, and a training job's replicas. */
+static void job_tasks(const struct job *j, bool *used)
+{
+	for (int i = 0; i < j->part.n_frags; i++)
+		used[j->part.frags[i].task] = true;
+	for (int i = 0; i < j->part.n_init; i++)
+		used[j->part.init[i].task] = true;
+	for (int r = 0; j->tr && r < j->tr->n_reps; r++) {
+		const struct partition *p = &j->tr->reps[r].part;
+		for (int i = 0; i < p->n_frags; i++)
+			used[p->frags[i].task] = true;
+		for (int i = 0; i < p->n_init; i++)
+			used[p->init[i].task] = true;
+	}
+}
+
 /* Abort step on every task in the job's fragments (and this task's
  * rendezvous). Best effort: a task that is down has nothing to release. */
 static void abort_everywhere(struct master *m, struct job *j, uint64_t step, const char *reason)
@@ -263,16 +347,14 @@ static void abort_everywhere(struct master *m, struct job *j, uint64_t step, con
 			      (*s >= '0' && *s <= '9') ? "%c" : "%%%02X", (unsigned char)*s);
 	snprintf(path, sizeof path, "%s", q.data ? q.data : "/");
 	dg_buf_deinit(&q);
-	for (int i = 0; i < j->part.n_frags; i++) {
-		int t = j->part.frags[i].task;
-		if (t != self)
+	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
+	if (!used)
+		return;
+	job_tasks(j, used);
+	for (int t = 0; t < m->cluster->n_tasks; t++)
+		if (used[t] && t != self)
 			task_request(m, t, "DELETE", path, NULL, 0, NULL, 0, 2000, NULL, NULL);
-	}
-	for (int i = 0; i < j->part.n_init; i++) {
-		int t = j->part.init[i].task;
-		if (t != self)
-			task_request(m, t, "DELETE", path, NULL, 0, NULL, 0, 2000, NULL, NULL);
-	}
+	free(used);
 }
 
 /* Register fragment f on its task; id receives its id there. */
@@ -312,11 +394,34 @@ static enum dg_status register_frag(struct master *m, const struct place_fragmen
 	return st;
 }
 
+/* Remove fragment id (registered on task t); best effort. */
+static void unregister_one(struct master *m, int t, char *id)
+{
+	char path[64];
+
+	if (!id[0])
+		return;
+	if (t == master_self(m)) {
+		worker_fragment_remove(m->w, id, NULL);
+	} else {
+		snprintf(path, sizeof path, "/v1/fragments/%s", id);
+		task_request(m, t, "DELETE", path, NULL, 0, NULL, 0, 5000, NULL, NULL);
+	}
+	id[0] = '\0';
+}
+
 static void unregister_all(struct master *m, struct job *j)
 {
 	char path[64];
 	int self = master_self(m);
 
+	for (int r = 0; j->tr && r < j->tr->n_reps; r++) {
+		struct replica *rp = &j->tr->reps[r];
+		if (rp->part.n_frags > 0)
+			unregister_one(m, rp->part.frags[0].task, rp->frag_id);
+		for (int i = 0; rp->init_id && i < rp->part.n_init; i++)
+			unregister_one(m, rp->part.init[i].task, rp->init_id[i]);
+	}
 	for (int pass = 0; pass < 2; pass++) {
 		int n = pass ? j->part.n_init : j->part.n_frags;
 		for (int i = 0; i < n; i++) {
@@ -461,12 +566,13 @@ static const struct runner *primary_failure(const struct runner *rs, int n)
 	return best;
 }
 
-/* Run one step of frags (the job's step fragments, or its init fragments)
- * with a fresh cluster-unique step id; with fetch, take the fetched values. */
-static enum dg_status run_step(struct master *m, struct job *j, bool init, struct dg_err *err)
+/* Run one step of the n fragments frags (registered as ids) with a fresh
+ * cluster-unique step id; unless init, put the feeds first and take the
+ * fetched values into j->results. clients: per fragment kept clients or NULL. */
+static enum dg_status run_frags(struct master *m, struct job *j,
+				const struct place_fragment *frags, char (*ids)[24], int n,
+				struct dg_http_client **clients, bool init, struct dg_err *err)
 {
-	const struct place_fragment *frags = init ? j->part.init : j->part.frags;
-	int n = init ? j->part.n_init : j->part.n_frags;
 	uint64_t step = m->step_base | (atomic_fetch_add(&m->step_counter, 1) + 1);
 	struct runner *rs = calloc((size_t)n + 1, sizeof *rs);
 	pthread_t *th = calloc((size_t)n + 1, sizeof *th);
@@ -487,8 +593,7 @@ static enum dg_status run_step(struct master *m, struct job *j, bool init, struc
 		st = put_feeds(m, j, step, err);
 	for (int i = 0; st == DG_OK && i < n; i++) {
 		rs[i] = (struct runner){ .m = m, .j = j, .f = &frags[i], .step = step,
-					 .id = init ? j->init_id[i] : j->frag_id[i],
-					 .client = init ? NULL : &j->clients[i],
+					 .id = ids[i], .client = clients ? &clients[i] : NULL,
 					 .failed = &failed };
 		/* The last fragment runs on this thread: one thread fewer per step. */
 		if (i == n - 1)
@@ -532,6 +637,14 @@ out:
 	return st;
 }
 
+/* One step of the job's step fragments, or of its init fragments. */
+static enum dg_status run_step(struct master *m, struct job *j, bool init, struct dg_err *err)
+{
+	if (init)
+		return run_frags(m, j, j->part.init, j->init_id, j->part.n_init, NULL, true, err);
+	return run_frags(m, j, j->part.frags, j->frag_id, j->part.n_frags, j->clients, false, err);
+}
+
 static bool want_step_event(int64_t k, int64_t steps)
 {
 	int64_t every = steps / (JOB_MAX_EVENTS / 2);
@@ -570,6 +683,705 @@ static void *job_main(void *arg)
 	unregister_all(m, j);
 	finish_job(m, j, st, &err);
 	/* Last touch of m: master_free waits for n_threads to reach 0. */
+	pthread_mutex_lock(&m->mu);
+	job_put_locked(j);
+	m->n_threads--;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+/* ------------------------------------------------------------ training: run */
+
+/* A number for JSON: null when not finite (jansson refuses NaN and inf). */
+static json_t *num_json(double x)
+{
+	return isfinite(x) ? json_real(x) : json_null();
+}
+
+/* A CSV cell: empty when not finite. */
+static void csv_num(struct dg_buf *b, double x, bool comma)
+{
+	if (comma)
+		dg_buf_printf(b, NULL, ",");
+	if (isfinite(x))
+		dg_buf_printf(b, NULL, "%.9g", x);
+}
+
+/* The 1-based epoch a replica that ran done steps is in (the one just
+ * finished at a boundary); 0 without epochs. */
+static int64_t train_epoch(const struct train *tr, int64_t done)
+{
+	int64_t e;
+
+	if (tr->spe <= 0)
+		return 0;
+	e = (done + tr->spe - 1) / tr->spe;
+	if (e < 1)
+		e = 1;
+	return tr->epochs > 0 && e > tr->epochs ? tr->epochs : e;
+}
+
+/* Training steps done, summed over the replicas, and their mean. Locked. */
+static int64_t train_done_locked(const struct train *tr, int64_t *mean)
+{
+	int64_t sum = 0;
+
+	for (int r = 0; r < tr->n_reps; r++)
+		sum += tr->reps[r].done;
+	*mean = tr->n_reps ? sum / tr->n_reps : 0;
+	return sum;
+}
+
+/* A "train" event and a metrics row, at most every JOB_TRAIN_EVENT_MS, at each
+ * epoch's end (of the mean replica progress) and when forced (the last one).
+ * The loss and metrics are the means over the steps since the previous event,
+ * all replicas together. Called with m->mu held. */
+static void train_event_locked(struct master *m, struct job *j, bool force)
+{
+	struct train *tr = j->tr;
+	double now = now_ms(), elapsed, xps;
+	int64_t mean, sum = train_done_locked(tr, &mean), examples;
+	int64_t ep_done = tr->spe > 0 ? mean / tr->spe : 0;
+	bool epoch_end = tr->spe > 0 && ep_done > tr->epochs_reported;
+	json_t *ev, *metrics;
+
+	if (job_over(j) || (!force && !epoch_end && now - tr->last_event_ms < JOB_TRAIN_EVENT_MS))
+		return;
+	if (tr->n_agg == 0 && (!force || mean == tr->last_event_step))
+		return;
+	if (tr->n_agg > 0) {
+		tr->loss = tr->sum_loss / (double)tr->n_agg;
+		for (int i = 0; i < tr->n_collect - 1; i++)
+			tr->metric[i] = tr->sum_metric[i] / (double)tr->n_agg;
+	}
+	tr->sum_loss = 0;
+	for (int i = 0; i < tr->n_collect - 1; i++)
+		tr->sum_metric[i] = 0;
+	tr->n_agg = 0;
+	if (epoch_end)
+		tr->epochs_reported = ep_done;
+	tr->last_event_ms = now;
+	tr->last_event_step = mean;
+	elapsed = (now - tr->t0) / 1e3;
+	examples = sum * tr->plan.examples_per_step;
+	xps = elapsed > 0 ? (double)examples / elapsed : 0.0;
+	tr->examples_per_s = xps;
+	j->steps_done = mean;
+	metrics = json_object();
+	for (int i = 0; i < tr->n_collect - 1; i++)
+		json_object_set_new(metrics, tr->spec.metrics[i], num_json(tr->metric[i]));
+	ev = json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:I, s:o, s:o, s:o}",
+		       "event", "train", "epoch", (json_int_t)train_epoch(tr, mean),
+		       "epochs", (json_int_t)tr->epochs, "step", (json_int_t)mean,
+		       "steps", (json_int_t)tr->steps, "loss", num_json(tr->loss),
+		       "metrics", metrics, "examples", (json_int_t)examples,
+		       "examples_per_s", num_json(xps), "elapsed_s", num_json(elapsed),
+		       "eta_s", mean > 0 ? num_json(elapsed * (double)(tr->steps - mean) /
+						    (double)mean) : json_null());
+	add_event_locked(m, j, ev);
+	dg_buf_printf(&tr->csv, NULL, "%" PRId64 ",%.3f,%" PRId64, mean, elapsed,
+		      train_epoch(tr, mean));
+	csv_num(&tr->csv, tr->loss, true);
+	for (int i = 0; i < tr->n_collect - 1; i++)
+		csv_num(&tr->csv, tr->metric[i], true);
+	csv_num(&tr->csv, xps, true);
+	for (int i = 0; i < j->part.n_fetch; i++)
+		dg_buf_printf(&tr->csv, NULL, ",");
+	dg_buf_printf(&tr->csv, NULL, "\n");
+}
+
+/* Run the eval fragments once (a one-step run like an ordinary job's: the
+ * fetched values land in j->results) and report them for epoch (replica 0's)
+ * at the mean replica step, like the train events (the CSV's steps grow). */
+static enum dg_status train_eval(struct master *m, struct job *j, int64_t epoch,
+				 struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	enum dg_status st;
+	int64_t step;
+	json_t *vals;
+
+	if (j->part.n_frags == 0)
+		return DG_OK;
+	if ((st = run_step(m, j, false, err)) != DG_OK) {
+		dg_err_prefix(err, "evaluating");
+		return st;
+	}
+	pthread_mutex_lock(&m->mu);
+	train_done_locked(tr, &step);
+	vals = json_object();
+	for (int i = 0; i < j->part.n_fetch; i++) {
+		const struct dg_tensor *t = j->results[i];
+		/* Only one-element values make a number; larger ones stay in results. */
+		tr->eval[i] = t && t->numel == 1 ? dg_tensor_get_f64(t, 0) : NAN;
+		json_object_set_new(vals, j->part.fetch_keys[i] + 6, num_json(tr->eval[i]));
+	}
+	tr->have_eval = true;
+	add_event_locked(m, j, json_pack("{s:s, s:I, s:I, s:o}", "event", "eval", "epoch",
+					 (json_int_t)epoch, "step", (json_int_t)step, "values",
+					 vals));
+	dg_buf_printf(&tr->csv, NULL, "%" PRId64 ",%.3f,%" PRId64 ",", step,
+		      (now_ms() - tr->t0) / 1e3, epoch);
+	for (int i = 0; i < tr->n_collect - 1; i++)
+		dg_buf_printf(&tr->csv, NULL, ",");
+	dg_buf_printf(&tr->csv, NULL, ",");
+	for (int i = 0; i < j->part.n_fetch; i++)
+		csv_num(&tr->csv, tr->eval[i], true);
+	dg_buf_printf(&tr->csv, NULL, "\n");
+	pthread_mutex_unlock(&m->mu);
+	return DG_OK;
+}
+
+/* What one chunk of a replica brought back: per step done, n_collect values. */
+struct chunk {
+	int64_t done;
+	double *values;                /* owned: done * n_collect */
+	int64_t stale;
+};
+
+/* Run steps step..step+k-1 (training steps t0...) of the replica's fragment
+ * in-process (worker_run_steps). */
+static enum dg_status chunk_local(struct master *m, struct job *j, const char *id, uint64_t step,
+				  int64_t k, int64_t t0, struct chunk *c, struct dg_err *err)
+{
+	const struct train *tr = j->tr;
+	struct worker_run_opts o = { .step = step, .steps = k, .train_step = t0,
+				     .timeout_ms = j->timeout_ms, .collect = tr->collect,
+				     .n_collect = tr->n_collect };
+	struct worker_run_result res = { 0 };
+	enum dg_status st = worker_run_steps(m->w, id, &o, &res, err);
+
+	c->values = calloc((size_t)(res.steps_done * tr->n_collect) + 1, sizeof *c->values);
+	if (!c->values) {
+		worker_run_result_deinit(&res);
+		return st != DG_OK ? st : dg_err_set(err, DG_ENOMEM, "out of memory");
+	}
+	for (int64_t i = 0; i < res.steps_done; i++) {
+		for (int v = 0; v < tr->n_collect; v++)
+			c->values[i * tr->n_collect + v] = res.r[i].values ? res.r[i].values[v]
+									   : NAN;
+		c->stale += res.r[i].stale;
+	}
+	c->done = res.steps_done;
+	worker_run_result_deinit(&res);
+	/* A failed run leaves what its steps put here (the run takes only the
+	 * collected keys): drop it. */
+	for (int64_t i = 0; st != DG_OK && i < k; i++)
+		dg_rendezvous_finish(worker_rendezvous(m->w), step + (uint64_t)i);
+	return st;
+}
+
+/* The same on another task: POST /v1/fragments/ID/run with "steps" and
+ * "collect" over the replica's kept client. */
+static enum dg_status chunk_remote(struct master *m, struct job *j, struct replica *rp,
+				   const char *id, uint64_t step, int64_t k, int64_t t0,
+				   struct chunk *c, struct dg_err *err)
+{
+	const struct train *tr = j->tr;
+	struct dg_http_header h[] = { { "Content-Type", "application/json" } };
+	struct dg_http_result res;
+	json_t *collect = json_array(), *body, *reply = NULL, *results;
+	char path[64], *text;
+	enum dg_status st;
+
+	for (int v = 0; v < tr->n_collect; v++)
+		json_array_append_new(collect, json_string(tr->collect[v]));
+	body = json_pack("{s:I, s:I, s:I, s:I, s:o}", "step", (json_int_t)step, "timeout_ms",
+			 (json_int_t)j->timeout_ms, "steps", (json_int_t)k, "train_step",
+			 (json_int_t)t0, "collect", collect);
+	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	if (!text)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	if (!rp->client)
+		rp->client = dg_http_client_new(m->cluster->tasks[rp->task].address, m->token,
+						(long)(j->timeout_ms + JOB_RUN_SLACK_MS), err);
+	if (!rp->client) {
+		free(text);
+		return err ? err->code : DG_ENOMEM;
+	}
+	snprintf(path, sizeof path, "/v1/fragments/%s/run", id);
+	dg_http_result_init(&res);
+	st = dg_http_request(rp->client, "POST", path, h, 1, text, strlen(text), &res, err);
+	free(text);
+	if (st == DG_OK)
+		reply = json_loadb(res.body.data ? res.body.data : "", res.body.len, 0, NULL);
+	dg_http_result_deinit(&res);
+	if (st != DG_OK)
+		return st;
+	results = json_object_get(reply, "results");
+	c->values = calloc(json_array_size(results) * (size_t)tr->n_collect + 1,
+			   sizeof *c->values);
+	if (!c->values || !json_is_array(results)) {
+		json_decref(reply);
+		return c->values ? dg_err_set(err, DG_EINTERNAL, "POST %s answered without "
+					      "\"results\"", path)
+				 : dg_err_set(err, DG_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < json_array_size(results); i++) {
+		const json_t *ri = json_array_get(results, i);
+		const json_t *vals = json_object_get(ri, "values");
+		for (int v = 0; v < tr->n_collect; v++) {
+			const json_t *x = json_object_get(vals, tr->collect[v]);
+			c->values[(int64_t)i * tr->n_collect + v] = json_is_number(x) ?
+								      json_number_value(x) : NAN;
+		}
+		c->stale += json_integer_value(json_object_get(ri, "stale"));
+	}
+	c->done = (int64_t)json_array_size(results);
+	json_decref(reply);
+	return DG_OK;
+}
+
+/* Abort the chunk in flight on task t (steps step..step+count-1): in this
+ * task's rendezvous, or DELETE /v1/steps/S?count=K there. Best effort. */
+static void abort_chunk(struct master *m, int t, uint64_t step, int64_t count,
+			const char *reason)
+{
+	char path[256];
+	struct dg_buf q = { 0 };
+
+	if (t == master_self(m)) {
+		dg_rendezvous_abort_range(worker_rendezvous(m->w), step, count, reason);
+		return;
+	}
+	dg_buf_printf(&q, NULL, "/v1/steps/%" PRIu64 "?count=%" PRId64 "&reason=", step, count);
+	for (const char *s = reason; *s && q.len < 230; s++)
+		dg_buf_printf(&q, NULL, (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+			      (*s >= '0' && *s <= '9') ? "%c" : "%%%02X", (unsigned char)*s);
+	snprintf(path, sizeof path, "%s", q.data ? q.data : "/");
+	dg_buf_deinit(&q);
+	task_request(m, t, "DELETE", path, NULL, 0, NULL, 0, 2000, NULL, NULL);
+}
+
+/* Steps for the replica's next chunk: k (adapted to ~JOB_CHUNK_MS), cut at
+ * its last step, at epoch ends (so each epoch ends with an event) and, for
+ * replica 0, at the next eval. */
+static int64_t chunk_size(const struct train *tr, int r, int64_t done, int64_t k)
+{
+	int64_t n = k < tr->steps - done ? k : tr->steps - done;
+
+	if (tr->spe > 0 && n > tr->spe - done % tr->spe)
+		n = tr->spe - done % tr->spe;
+	if (r == 0 && tr->eval_every > 0 && n > tr->eval_every - done % tr->eval_every)
+		n = tr->eval_every - done % tr->eval_every;
+	return n < 1 ? 1 : n;
+}
+
+struct replica_arg {
+	struct job *j;
+	int r;
+};
+
+/* One replica: chunks of steps until it ran tr->steps, the job stops, or a
+ * chunk fails. Holds a job reference and counts in m->n_threads (a replica
+ * left behind on a stopped task ends when its request times out). */
+static void *train_replica_main(void *arg)
+{
+	struct replica_arg *a = arg;
+	struct job *j = a->j;
+	struct master *m = j->m;
+	struct train *tr = j->tr;
+	struct replica *rp = &tr->reps[a->r];
+	int r = a->r;
+	int64_t k = 1, done = 0;
+	enum dg_status st = DG_OK;
+	struct dg_err err = { 0 };
+	char id[24], label[200];
+
+	free(a);
+	snprintf(id, sizeof id, "%s", rp->frag_id);
+	while (st == DG_OK && done < tr->steps) {
+		int64_t n = chunk_size(tr, r, done, k);
+		uint64_t step = m->step_base |
+				(atomic_fetch_add(&m->step_counter, (uint64_t)n) + 1);
+		struct chunk c = { 0 };
+		bool stop;
+		double t0;
+
+		pthread_mutex_lock(&m->mu);
+		stop = j->cancel || tr->stop;
+		if (!stop) {
+			rp->cur_step = step;
+			rp->cur_count = n;
+		}
+		pthread_mutex_unlock(&m->mu);
+		if (stop)
+			break;
+		t0 = now_ms();
+		if (rp->task == master_self(m))
+			st = chunk_local(m, j, id, step, n, done, &c, &err);
+		else
+			st = chunk_remote(m, j, rp, id, step, n, done, &c, &err);
+		double ms = now_ms() - t0;
+		pthread_mutex_lock(&m->mu);
+		rp->cur_step = 0;
+		rp->done += c.done;
+		for (int64_t i = 0; i < c.done; i++) {
+			tr->sum_loss += c.values[i * tr->n_collect];
+			for (int v = 1; v < tr->n_collect; v++)
+				tr->sum_metric[v - 1] += c.values[i * tr->n_collect + v];
+		}
+		tr->n_agg += c.done;
+		tr->stale += c.stale;
+		if (c.done > 0) {
+			/* Per-step times of the mean replica (steps_done is the mean). */
+			j->step_ms_last = ms / (double)c.done;
+			j->step_ms_sum += ms / (double)tr->n_reps;
+		}
+		train_event_locked(m, j, false);
+		pthread_mutex_unlock(&m->mu);
+		done += c.done;
+		free(c.values);
+		if (st != DG_OK)
+			break;
+		/* Aim at JOB_CHUNK_MS per chunk, growing at most 4x at a time. */
+		double want = (double)JOB_CHUNK_MS * (double)n / (ms > 0.01 ? ms : 0.01);
+		k = want > (double)(4 * n) ? 4 * n : (int64_t)want;
+		k = k < 1 ? 1 : k > WORKER_MAX_RUN_STEPS ? WORKER_MAX_RUN_STEPS : k;
+		if (r == 0 && tr->eval_every > 0 && done < tr->steps && done % tr->eval_every == 0)
+			st = train_eval(m, j, train_epoch(tr, done), &err);
+	}
+	if (st != DG_OK && strncmp(err.msg, "task ", 5) != 0) {
+		task_label(m, rp->task, label, sizeof label);
+		dg_err_prefix(&err, "replica %d on %s", r, label);
+	} else if (st != DG_OK) {
+		dg_err_prefix(&err, "replica %d", r);
+	}
+	pthread_mutex_lock(&m->mu);
+	rp->finished = true;
+	rp->st = st;
+	rp->err = err;
+	job_put_locked(j);
+	m->n_threads--;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+/* POST /v1/checkpoint to every ps task; an event per snapshot. */
+static enum dg_status train_checkpoint(struct master *m, struct job *j, struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	for (int t = 0; st == DG_OK && t < m->cluster->n_tasks; t++) {
+		struct dg_client *c;
+		json_t *reply = NULL;
+		if (strcmp(m->cluster->tasks[t].job, "ps") != 0)
+			continue;
+		if (!(c = dg_client_new(m->cluster->tasks[t].address, m->token, err)))
+			return err ? err->code : DG_ENOMEM;
+		st = dg_ps_checkpoint(c, &reply, err);
+		dg_client_free(c);
+		if (st != DG_OK) {
+			dg_err_prefix(err, "checkpoint of ps %s", m->cluster->tasks[t].address);
+			break;
+		}
+		pthread_mutex_lock(&m->mu);
+		add_event_locked(m, j, json_pack("{s:s, s:s, s:O?}", "event", "checkpoint", "ps",
+						 m->cluster->tasks[t].address, "snapshot", reply));
+		pthread_mutex_unlock(&m->mu);
+		json_decref(reply);
+	}
+	return st;
+}
+
+/* The sync step of every trained variable into steps[] (-1: not reported),
+ * from GET /v1/vars of each ps task holding one (HEAD does not give it to
+ * the client). DG_ENOTFOUND naming a variable that is not there. */
+static enum dg_status var_steps(struct master *m, const struct train *tr, int64_t *steps,
+				struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	for (int v = 0; v < tr->n_vars; v++)
+		steps[v] = INT64_MIN;
+	for (int v = 0; st == DG_OK && v < tr->n_vars; v++) {
+		struct dg_var_info *vars = NULL;
+		int n = 0, t = tr->var_task[v];
+		const char *addr = m->cluster->tasks[t].address;
+		struct dg_client *c;
+		if (steps[v] != INT64_MIN)
+			continue;   /* listed with an earlier variable of the same task */
+		if (!(c = dg_client_new(addr, m->token, err)))
+			return err ? err->code : DG_ENOMEM;
+		st = dg_var_list(c, "", &vars, &n, err);
+		dg_client_free(c);
+		if (st != DG_OK)
+			dg_err_prefix(err, "listing the variables of ps %s", addr);
+		for (int i = 0; st == DG_OK && i < n; i++)
+			for (int u = v; u < tr->n_vars; u++)
+				if (tr->var_task[u] == t &&
+				    strcmp(vars[i].name, tr->var_name[u]) == 0)
+					steps[u] = vars[i].step;
+		free(vars);
+		if (st == DG_OK && steps[v] == INT64_MIN) {
+			dg_err_set(err, DG_ENOTFOUND, "variable '%s' is not on ps %s",
+				   tr->var_name[v], addr);
+			return DG_ENOTFOUND;
+		}
+	}
+	return st;
+}
+
+/* Whether every trained variable reached its sync step base + steps (sync
+ * with backups: the job is complete without the slow replicas). */
+static bool train_vars_reached(struct master *m, const struct train *tr)
+{
+	int64_t *steps = calloc((size_t)tr->n_vars + 1, sizeof *steps);
+	bool ok = steps && var_steps(m, tr, steps, NULL) == DG_OK;
+
+	for (int v = 0; ok && v < tr->n_vars; v++)
+		ok = steps[v] >= tr->var_base[v] + tr->steps;
+	free(steps);
+	return ok;
+}
+
+/* Whether v is the JSON string s. */
+static bool str_is(const json_t *v, const char *s)
+{
+	return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
+/* Set attrs[key] = value on every node of doc whose op is op, by "var". */
+static void patch_nodes(json_t *doc, const char *op, const char *key, const struct train *tr)
+{
+	size_t i;
+	json_t *n;
+
+	json_array_foreach(json_object_get(doc, "nodes"), i, n) {
+		json_t *attrs = json_object_get(n, "attrs");
+		const char *var = json_string_value(json_object_get(attrs, "var"));
+		if (!var || !str_is(json_object_get(n, "op"), op))
+			continue;
+		for (int v = 0; v < tr->n_vars; v++)
+			if (strcmp(tr->var_name[v], var) == 0)
+				json_object_set_new(attrs, key,
+						    json_integer((json_int_t)tr->var_base[v]));
+	}
+}
+
+/* Initialise the variables (replica 0's VarInit fragments, reset when the
+ * spec says reinit; then the eval's, which create only what is missing),
+ * read each variable's sync step, and register the replica and eval
+ * fragments (with the sync step bases patched in when sync). */
+static enum dg_status train_setup(struct master *m, struct job *j, struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	struct replica *rp0 = &tr->reps[0];
+	enum dg_status st = DG_OK;
+	size_t i;
+	json_t *n;
+
+	for (int f = 0; tr->spec.reinit && f < rp0->part.n_init; f++)
+		json_array_foreach(json_object_get(rp0->part.init[f].doc, "nodes"), i, n)
+			if (str_is(json_object_get(n, "op"), "VarInit"))
+				json_object_set_new(json_object_get(n, "attrs"), "reset",
+						    json_true());
+	for (int f = 0; st == DG_OK && f < rp0->part.n_init; f++)
+		st = register_frag(m, &rp0->part.init[f], rp0->init_id[f], err);
+	if (st == DG_OK && rp0->part.n_init > 0)
+		st = run_frags(m, j, rp0->part.init, rp0->init_id, rp0->part.n_init, NULL, true,
+			       err);
+	for (int f = 0; st == DG_OK && f < j->part.n_init; f++)
+		st = register_frag(m, &j->part.init[f], j->init_id[f], err);
+	if (st == DG_OK && j->part.n_init > 0)
+		st = run_step(m, j, true, err);
+	if (st != DG_OK) {
+		dg_err_prefix(err, "initialising variables");
+		return st;
+	}
+	if ((st = var_steps(m, tr, tr->var_base, err)) != DG_OK)
+		return st;
+	for (int v = 0; tr->spec.sync && v < tr->n_vars; v++) {
+		if (tr->var_base[v] >= 0)
+			continue;
+		dg_err_set(err, DG_EUNSUPPORTED, "ps %s does not report the sync step of "
+			   "variable '%s'", m->cluster->tasks[tr->var_task[v]].address,
+			   tr->var_name[v]);
+		dg_err_hint(err, "run every task with the same dg version");
+		return DG_EUNSUPPORTED;
+	}
+	for (int r = 0; st == DG_OK && r < tr->n_reps; r++) {
+		struct replica *rp = &tr->reps[r];
+		if (tr->spec.sync) {
+			patch_nodes(rp->part.frags[0].doc, "VarApply", "step_base", tr);
+			patch_nodes(rp->part.frags[0].doc, "VarRead", "min_step_base", tr);
+		}
+		st = register_frag(m, &rp->part.frags[0], rp->frag_id, err);
+	}
+	for (int f = 0; st == DG_OK && f < j->part.n_frags; f++)
+		st = register_frag(m, &j->part.frags[f], j->frag_id[f], err);
+	return st;
+}
+
+/* Start one thread per replica. */
+static enum dg_status train_start_replicas(struct master *m, struct job *j, struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	pthread_attr_t attr;
+	enum dg_status st = DG_OK;
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_mutex_lock(&m->mu);
+	tr->t0 = now_ms();
+	tr->last_event_ms = tr->t0;
+	for (int r = 0; r < tr->n_reps; r++) {
+		struct replica_arg *a = malloc(sizeof *a);
+		pthread_t th;
+		if (!a) {
+			st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		} else {
+			*a = (struct replica_arg){ j, r };
+			j->refs++;
+			m->n_threads++;
+			if (pthread_create(&th, &attr, train_replica_main, a) != 0) {
+				j->refs--;
+				m->n_threads--;
+				free(a);
+				st = dg_err_set(err, DG_ENOMEM, "cannot start a thread for "
+						"replica %d of job %s", r, j->id);
+			}
+		}
+		if (st != DG_OK) {
+			/* The replicas not started count as finished with this error. */
+			for (int q = r; q < tr->n_reps; q++) {
+				tr->reps[q].finished = true;
+				tr->reps[q].st = st;
+				tr->reps[q].err = *err;
+			}
+			tr->stop = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&m->mu);
+	pthread_attr_destroy(&attr);
+	return st;
+}
+
+/* Wait until the replicas are done (or, sync with backups, enough of them and
+ * every variable reached its last step), one failed, or the job was canceled;
+ * checkpoint every checkpoint_secs meanwhile. Then stop the replicas still
+ * running and abort their chunks in flight. */
+static enum dg_status train_wait(struct master *m, struct job *j, enum dg_status st,
+				 struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	double next_ckpt = tr->spec.checkpoint_secs > 0 ?
+			   now_ms() + tr->spec.checkpoint_secs * 1e3 : 0;
+	const char *reason = "the training job stopped";
+	int n = tr->n_reps;
+
+	pthread_mutex_lock(&m->mu);
+	while (st == DG_OK) {
+		int ok = 0, bad = -1;
+		for (int r = 0; r < n; r++) {
+			if (tr->reps[r].finished && tr->reps[r].st == DG_OK)
+				ok++;
+			else if (tr->reps[r].finished && bad < 0)
+				bad = r;
+		}
+		if (j->cancel) {
+			st = dg_err_set(err, DG_ECANCELED, "job %s was canceled", j->id);
+			reason = "job canceled";
+			break;
+		}
+		if (bad >= 0) {
+			*err = tr->reps[bad].err;
+			st = tr->reps[bad].st;
+			reason = err->msg;
+			break;
+		}
+		if (ok == n)
+			break;
+		if (tr->spec.sync && tr->spec.backup > 0 && ok >= n - tr->spec.backup) {
+			pthread_mutex_unlock(&m->mu);
+			bool reached = train_vars_reached(m, tr);
+			pthread_mutex_lock(&m->mu);
+			if (reached) {
+				reason = "the job finished without this replica (a backup)";
+				break;
+			}
+		}
+		if (next_ckpt > 0 && now_ms() >= next_ckpt) {
+			pthread_mutex_unlock(&m->mu);
+			st = train_checkpoint(m, j, err);
+			pthread_mutex_lock(&m->mu);
+			next_ckpt = now_ms() + tr->spec.checkpoint_secs * 1e3;
+			if (st != DG_OK) {
+				reason = err->msg;
+				break;
+			}
+			continue;
+		}
+		double wait_ms = JOB_TRAIN_POLL_MS;
+		if (next_ckpt > 0 && next_ckpt - now_ms() < wait_ms)
+			wait_ms = next_ckpt - now_ms() > 1 ? next_ckpt - now_ms() : 1;
+		struct timespec dl;
+		clock_gettime(CLOCK_REALTIME, &dl);
+		dl.tv_nsec += (long)(wait_ms * 1e6);
+		dl.tv_sec += dl.tv_nsec / 1000000000;
+		dl.tv_nsec %= 1000000000;
+		pthread_cond_timedwait(&m->cv, &m->mu, &dl);
+	}
+	tr->stop = true;
+	tr->failed = st != DG_OK;
+	snprintf(tr->stop_reason, sizeof tr->stop_reason, "%s", reason);
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
+/* Abort the chunks still in flight (replicas left behind, or all of them
+ * after a failure), after the job is over: a stopped task's DELETE waits for
+ * its timeout and must not delay the job's end. */
+static void train_abort_inflight(struct master *m, struct job *j)
+{
+	struct train *tr = j->tr;
+	int n = tr->n_reps;
+	uint64_t *steps = calloc((size_t)n + 1, sizeof *steps);
+	int64_t *counts = calloc((size_t)n + 1, sizeof *counts);
+
+	pthread_mutex_lock(&m->mu);
+	for (int r = 0; steps && counts && r < n; r++) {
+		steps[r] = tr->reps[r].finished ? 0 : tr->reps[r].cur_step;
+		counts[r] = tr->reps[r].cur_count;
+	}
+	pthread_mutex_unlock(&m->mu);
+	for (int r = 0; steps && counts && r < n; r++)
+		if (steps[r])
+			abort_chunk(m, tr->reps[r].task, steps[r], counts[r], tr->stop_reason);
+	free(steps);
+	free(counts);
+}
+
+/* The thread of a training job: set up, run the replicas, evaluate and
+ * checkpoint at the end, clean up. */
+static void *train_main(void *arg)
+{
+	struct job *j = arg;
+	struct master *m = j->m;
+	struct train *tr = j->tr;
+	struct dg_err err = { 0 };
+	enum dg_status st = train_setup(m, j, &err);
+
+	if (st == DG_OK)
+		st = train_start_replicas(m, j, &err);
+	st = train_wait(m, j, st, &err);
+	if (st == DG_OK) {
+		pthread_mutex_lock(&m->mu);
+		train_event_locked(m, j, true);
+		pthread_mutex_unlock(&m->mu);
+		st = train_eval(m, j, tr->epochs, &err);
+	}
+	if (st == DG_OK && tr->spec.checkpoint_secs > 0)
+		st = train_checkpoint(m, j, &err);
+	finish_job(m, j, st, &err);
+	/* After the job is over: a replica left on a stopped task must not hold
+	 * the job's end up while its DELETEs wait. */
+	train_abort_inflight(m, j);
+	unregister_all(m, j);
 	pthread_mutex_lock(&m->mu);
 	job_put_locked(j);
 	m->n_threads--;
@@ -773,12 +1585,318 @@ static char *explain_summary(const struct master *m, const struct job *j)
 	return b.data ? dg_buf_steal(&b, NULL) : NULL;
 }
 
+/* ------------------------------------------------------------ training: build */
+
+static void train_free(struct train *tr)
+{
+	if (!tr)
+		return;
+	for (int r = 0; tr->reps && r < tr->n_reps; r++) {
+		struct replica *rp = &tr->reps[r];
+		dg_http_client_free(rp->client);
+		free(rp->init_id);
+		partition_deinit(&rp->part);
+		placement_deinit(&rp->pl);
+		dg_graph_free(rp->g);
+	}
+	free(tr->reps);
+	for (int v = 0; tr->var_name && v < tr->n_vars; v++)
+		free(tr->var_name[v]);
+	free(tr->var_name);
+	free(tr->var_task);
+	free(tr->var_base);
+	free(tr->sum_metric);
+	free(tr->metric);
+	free(tr->eval);
+	dg_buf_deinit(&tr->csv);
+	train_plan_deinit(&tr->plan);
+	train_spec_deinit(&tr->spec);
+	free(tr);
+}
+
+/* The variables that exist now: name -> cluster task index, from GET /v1/vars
+ * on every ps task that answered the health probe. Owned. */
+static json_t *probe_vars(struct master *m, const enum dg_status *reach)
+{
+	json_t *o = json_object();
+
+	for (int t = 0; o && t < m->cluster->n_tasks; t++) {
+		struct dg_var_info *vars = NULL;
+		int n = 0;
+		if (strcmp(m->cluster->tasks[t].job, "ps") != 0 || reach[t] != DG_OK)
+			continue;
+		struct dg_client *c = dg_client_new(m->cluster->tasks[t].address, m->token, NULL);
+		if (c && dg_var_list(c, "", &vars, &n, NULL) == DG_OK)
+			for (int i = 0; i < n; i++)
+				json_object_set_new(o, vars[i].name, json_integer(t));
+		free(vars);
+		dg_client_free(c);
+	}
+	return o;
+}
+
+/* Place and cut replica r's graph: one step fragment on its task (targets:
+ * the ApplyGradient nodes; fetches sent to that task itself). */
+static enum dg_status build_replica(struct master *m, struct train *tr, int r,
+				    const struct place_opts *po, struct dg_err *err)
+{
+	const struct train_replica *tp = &tr->plan.rep[r];
+	struct replica *rp = &tr->reps[r];
+	struct partition_opts ppo = { 0 };
+	enum dg_status st;
+	char label[200];
+
+	rp->task = tr->plan.replica_task[r];
+	if (!(rp->g = dg_graph_from_json(tp->doc, master_op_find, err))) {
+		dg_err_prefix(err, "replica %d's graph", r);
+		return err ? err->code : DG_EINVAL;
+	}
+	if ((st = place_graph(rp->g, m->cluster, po, &rp->pl, err)) != DG_OK)
+		return st;
+	ppo.fetch = (const char *const *)tp->fetch;
+	ppo.n_fetch = tp->n_fetch;
+	ppo.targets = (const char *const *)tp->targets;
+	ppo.n_targets = tp->n_targets;
+	ppo.fetch_local = true;
+	ppo.master_task = master_self(m);
+	st = place_partition_ex(rp->g, m->cluster, &rp->pl, &ppo, &rp->part, err);
+	if (st != DG_OK)
+		return st;
+	if (rp->part.n_frags != 1 || rp->part.frags[0].task != rp->task) {
+		task_label(m, rp->task, label, sizeof label);
+		dg_err_set(err, DG_EINVAL, "replica %d of the training graph should run on %s "
+			   "alone, but its nodes span %d tasks", r, label, rp->part.n_frags);
+		dg_err_hint(err, "only Variables may be placed off the replica's task");
+		return DG_EINVAL;
+	}
+	if (rp->part.n_fetch != tp->n_fetch)
+		return dg_err_set(err, DG_EINTERNAL, "replica %d: %d fetch keys for %d fetches",
+				  r, rp->part.n_fetch, tp->n_fetch);
+	return DG_OK;
+}
+
+/* The trained variables (name on the ps, task) from replica 0's placement. */
+static enum dg_status train_vars(struct train *tr, struct dg_err *err)
+{
+	const struct replica *rp = &tr->reps[0];
+
+	tr->n_vars = tr->plan.n_vars;
+	tr->var_name = calloc((size_t)tr->n_vars + 1, sizeof *tr->var_name);
+	tr->var_task = calloc((size_t)tr->n_vars + 1, sizeof *tr->var_task);
+	tr->var_base = calloc((size_t)tr->n_vars + 1, sizeof *tr->var_base);
+	if (!tr->var_name || !tr->var_task || !tr->var_base)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int v = 0; v < tr->n_vars; v++) {
+		int n = dg_graph_find(rp->g, tr->plan.var_nodes[v]);
+		const char *name;
+		if (n < 0)
+			return dg_err_set(err, DG_EINTERNAL, "trained variable '%s' is not in "
+					  "replica 0's graph", tr->plan.var_nodes[v]);
+		if (dg_attr_string(rp->g->nodes[n].attrs, "var", rp->g->nodes[n].name, &name,
+				   err) != DG_OK)
+			return DG_EINVAL;
+		if (!(tr->var_name[v] = strdup(name)))
+			return dg_err_set(err, DG_ENOMEM, "out of memory");
+		tr->var_task[v] = rp->pl.task[n];
+	}
+	return DG_OK;
+}
+
+/* The header of the metrics CSV and the running figures. */
+static enum dg_status train_figures(struct job *j, struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	int nm = tr->n_collect - 1;
+
+	tr->sum_metric = calloc((size_t)nm + 1, sizeof *tr->sum_metric);
+	tr->metric = calloc((size_t)nm + 1, sizeof *tr->metric);
+	tr->eval = calloc((size_t)j->part.n_fetch + 1, sizeof *tr->eval);
+	if (!tr->sum_metric || !tr->metric || !tr->eval)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	tr->loss = NAN;
+	for (int i = 0; i < nm; i++)
+		tr->metric[i] = NAN;
+	for (int i = 0; i < j->part.n_fetch; i++)
+		tr->eval[i] = NAN;
+	dg_buf_init(&tr->csv);
+	dg_buf_printf(&tr->csv, NULL, "step,time_s,epoch,loss");
+	for (int i = 0; i < nm; i++)
+		dg_buf_printf(&tr->csv, NULL, ",%s", tr->spec.metrics[i]);
+	dg_buf_printf(&tr->csv, NULL, ",examples_per_s");
+	for (int i = 0; i < j->part.n_fetch; i++)
+		dg_buf_printf(&tr->csv, NULL, ",%s", j->part.fetch_keys[i] + 6);
+	return dg_buf_printf(&tr->csv, err, "\n");
+}
+
+/* Explain text: replica 0 (the others are alike) and the eval. Owned. */
+static char *train_explain(const struct master *m, const struct job *j)
+{
+	const struct replica *rp = &j->tr->reps[0];
+	struct dg_buf b;
+	char *part;
+
+	dg_buf_init(&b);
+	dg_buf_printf(&b, NULL, "training: %d replica(s), %" PRId64 " steps each, %s\n",
+		      j->tr->n_reps, j->tr->steps, j->tr->spec.sync ? "sync" : "async");
+	dg_buf_printf(&b, NULL, "replica 0 (the others differ in task and shard only):\n");
+	part = rp->g->n_nodes <= JOB_EXPLAIN_MAX_NODES ?
+	       place_explain(rp->g, m->cluster, &rp->pl, &rp->part) : NULL;
+	dg_buf_printf(&b, NULL, "%s", part ? part : "(too many nodes to list)\n");
+	free(part);
+	if (j->g) {
+		part = j->g->n_nodes <= JOB_EXPLAIN_MAX_NODES ?
+		       place_explain(j->g, m->cluster, &j->pl, &j->part) : NULL;
+		dg_buf_printf(&b, NULL, "eval:\n%s", part ? part : "(too many nodes to list)\n");
+		free(part);
+	}
+	return b.data ? dg_buf_steal(&b, NULL) : NULL;
+}
+
+/* A training job: the "training" section (the job's key, else the graph's)
+ * parsed, the plan built (worker/train.c), each replica placed and cut, the
+ * eval graph placed and cut like an ordinary one-step job (j->g, j->part: its
+ * fetched values are the job's results). */
+static enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
+				  struct place_opts *po, const enum dg_status *reach,
+				  const struct dg_err *errs, struct dg_err *err)
+{
+	const json_t *graph = json_object_get(body, "graph");
+	const json_t *section = json_object_get(body, "training");
+	json_t *gdoc = json_copy((json_t *)graph), *existing = NULL;
+	struct dg_graph *ug = NULL;
+	struct train *tr = calloc(1, sizeof *tr);
+	enum dg_status st = DG_OK;
+	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
+	char label[200];
+
+	if (!section)
+		section = json_object_get(graph, "training");
+	if (!gdoc || !tr || !used) {
+		free(tr);
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	j->tr = tr;
+	if (json_object_get(body, "feeds") || json_object_get(body, "upload") ||
+	    json_object_get(body, "fetch") || json_object_get(body, "steps")) {
+		st = dg_err_set(err, DG_EINVAL, "a training job takes no \"feeds\", \"upload\", "
+				"\"fetch\" or \"steps\"");
+		dg_err_hint(err, "read data with IdxReader/NpyReader; set training.steps or "
+			    "training.eval.fetch instead (doc/training.md)");
+		goto out;
+	}
+	if ((st = train_spec_parse(section, &tr->spec, err)) != DG_OK)
+		goto out;
+	json_object_del(gdoc, "training");
+	if (!(ug = dg_graph_from_json(gdoc, master_op_find, err))) {
+		st = err ? err->code : DG_EINVAL;
+		goto out;
+	}
+	if ((st = train_plan_build(ug, &tr->spec, m->cluster, &tr->plan, err)) != DG_OK)
+		goto out;
+	if (!(tr->reps = calloc((size_t)tr->plan.n_replicas + 1, sizeof *tr->reps))) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	tr->n_reps = tr->plan.n_replicas;
+	if (!(existing = probe_vars(m, reach))) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	po->existing = existing;
+	for (int r = 0; st == DG_OK && r < tr->n_reps; r++) {
+		st = build_replica(m, tr, r, po, err);
+		/* Every replica (and the eval) uses the variables where replica 0 put them. */
+		for (int n = 0; st == DG_OK && r == 0 && n < tr->reps[0].g->n_nodes; n++) {
+			const struct dg_node *nd = &tr->reps[0].g->nodes[n];
+			const char *var;
+			if (strcmp(nd->op->name, "Variable") == 0 &&
+			    dg_attr_string(nd->attrs, "var", nd->name, &var, err) == DG_OK)
+				json_object_set_new(existing, var,
+						    json_integer(tr->reps[0].pl.task[n]));
+		}
+	}
+	if (st != DG_OK)
+		goto out;
+	tr->collect = (const char **)tr->reps[0].part.fetch_keys;
+	tr->n_collect = tr->reps[0].part.n_fetch;
+	if (tr->n_collect < 1) {
+		st = dg_err_set(err, DG_EINTERNAL, "the training plan collects no loss");
+		goto out;
+	}
+	tr->reps[0].init_id = calloc((size_t)tr->reps[0].part.n_init + 1,
+				     sizeof *tr->reps[0].init_id);
+	if (!tr->reps[0].init_id) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((st = train_vars(tr, err)) != DG_OK)
+		goto out;
+	if (tr->plan.eval_doc) {
+		if (!(j->g = dg_graph_from_json(tr->plan.eval_doc, master_op_find, err))) {
+			dg_err_prefix(err, "the eval graph");
+			st = err ? err->code : DG_EINVAL;
+			goto out;
+		}
+		if ((st = place_graph(j->g, m->cluster, po, &j->pl, err)) != DG_OK ||
+		    (st = place_partition(j->g, m->cluster, &j->pl, master_self(m), NULL, 0,
+					  (const char *const *)tr->spec.eval_fetch,
+					  tr->spec.n_eval_fetch, &j->part, err)) != DG_OK)
+			goto out;
+	}
+	tr->steps = tr->plan.steps;
+	tr->spe = tr->plan.steps_per_epoch;
+	tr->epochs = tr->spec.epochs > 0 ? tr->spec.epochs :
+		     tr->spe > 0 ? (tr->steps + tr->spe - 1) / tr->spe : 0;
+	tr->eval_every = tr->spec.eval_every_steps > 0 ? tr->spec.eval_every_steps :
+			 tr->spec.eval_every_epochs > 0 ? tr->spec.eval_every_epochs * tr->spe : 0;
+	j->steps = tr->steps;
+	if ((st = train_figures(j, err)) != DG_OK)
+		goto out;
+	j->explain = train_explain(m, j);
+	if (!j->explain) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	job_tasks(j, used);
+	for (int t = 0; t < m->cluster->n_tasks; t++) {
+		if (!used[t] || reach[t] == DG_OK || t == master_self(m))
+			continue;
+		task_label(m, t, label, sizeof label);
+		st = dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", label, errs[t].msg);
+		dg_err_hint(err, "start that task (dg server --job %s --task %d) or check the "
+			    "cluster spec", m->cluster->tasks[t].job, m->cluster->tasks[t].index);
+		break;
+	}
+out:
+	po->existing = NULL;
+	json_decref(existing);
+	json_decref(gdoc);
+	dg_graph_free(ug);
+	free(used);
+	return st;
+}
+
+/* The per-feed, per-fetch and per-fragment arrays of j->part. */
+static enum dg_status job_arrays(struct job *j, struct dg_err *err)
+{
+	j->feeds = calloc((size_t)j->part.n_feeds + 1, sizeof *j->feeds);
+	j->results = calloc((size_t)j->part.n_fetch + 1, sizeof *j->results);
+	j->clients = calloc((size_t)j->part.n_frags + 1, sizeof *j->clients);
+	j->frag_id = calloc((size_t)j->part.n_frags + 1, sizeof *j->frag_id);
+	j->init_id = calloc((size_t)j->part.n_init + 1, sizeof *j->init_id);
+	if (!j->feeds || !j->results || !j->clients || !j->frag_id || !j->init_id)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	return DG_OK;
+}
+
 /* Parse, place and partition body into j. */
 static enum dg_status job_build(struct master *m, struct job *j, const json_t *body,
 				struct dg_err *err)
 {
 	static const char *const keys[] = { "graph", "fetch", "feeds", "upload", "steps",
-					    "timeout_ms", "soft_placement", "vars", "start" };
+					    "timeout_ms", "soft_placement", "vars", "start",
+					    "training" };
 	const char **feeds = NULL, **fetch = NULL, *k;
 	int n_feeds = 0, n_fetch = 0, nt = m->cluster->n_tasks;
 	struct place_opts po = { 0 };
@@ -808,6 +1926,14 @@ static enum dg_status job_build(struct master *m, struct job *j, const json_t *b
 	}
 	if ((st = job_options(j, body, &po, m->soft_placement, err)) != DG_OK)
 		goto out;
+	if (json_object_get(body, "training") ||
+	    json_object_get(json_object_get(body, "graph"), "training")) {
+		probe_tasks(m, bytes, reach, errs);
+		po.task_bytes = bytes;
+		if ((st = train_build(m, j, body, &po, reach, errs, err)) == DG_OK)
+			st = job_arrays(j, err);
+		goto out;
+	}
 	j->g = dg_graph_from_json(json_object_get(body, "graph"), master_op_find, err);
 	if (!j->g) {
 		st = err ? err->code : DG_EINVAL;
@@ -826,15 +1952,12 @@ static enum dg_status job_build(struct master *m, struct job *j, const json_t *b
 		goto out;
 	j->explain = j->g->n_nodes <= JOB_EXPLAIN_MAX_NODES ?
 		     place_explain(j->g, m->cluster, &j->pl, &j->part) : explain_summary(m, j);
-	j->feeds = calloc((size_t)j->part.n_feeds + 1, sizeof *j->feeds);
-	j->results = calloc((size_t)j->part.n_fetch + 1, sizeof *j->results);
-	j->clients = calloc((size_t)j->part.n_frags + 1, sizeof *j->clients);
-	j->frag_id = calloc((size_t)j->part.n_frags + 1, sizeof *j->frag_id);
-	j->init_id = calloc((size_t)j->part.n_init + 1, sizeof *j->init_id);
-	if (!j->explain || !j->feeds || !j->results || !j->clients || !j->frag_id || !j->init_id) {
+	if (!j->explain) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
+	if ((st = job_arrays(j, err)) != DG_OK)
+		goto out;
 	if ((st = literal_feeds(j, body, err)) != DG_OK)
 		goto out;
 	st = check_used(m, j, reach, errs, err);
@@ -874,7 +1997,8 @@ enum dg_status master_job_submit(struct master *m, const json_t *body, char *id,
 	if (st == DG_OK) {
 		snprintf(id, id_len, "%s", j->id);
 		add_event_locked(m, j, json_pack("{s:s, s:i, s:I}", "event", "created", "fragments",
-						 j->part.n_frags, "steps", (json_int_t)j->steps));
+						 j->part.n_frags + (j->tr ? j->tr->n_reps : 0),
+						 "steps", (json_int_t)j->steps));
 	}
 	pthread_mutex_unlock(&m->mu);
 	if (st != DG_OK) {
@@ -946,9 +2070,11 @@ enum dg_status master_job_start(struct master *m, const char *id, struct dg_err 
 		claimed = true;
 	}
 	pthread_mutex_unlock(&m->mu);
-	for (int i = 0; st == DG_OK && i < j->part.n_init; i++)
+	/* A training job registers its fragments in its thread (train_setup):
+	 * after the variables are initialised and their sync steps read. */
+	for (int i = 0; st == DG_OK && !j->tr && i < j->part.n_init; i++)
 		st = register_frag(m, &j->part.init[i], j->init_id[i], err);
-	for (int i = 0; st == DG_OK && i < j->part.n_frags; i++)
+	for (int i = 0; st == DG_OK && !j->tr && i < j->part.n_frags; i++)
 		st = register_frag(m, &j->part.frags[i], j->frag_id[i], err);
 	if (st == DG_OK) {
 		pthread_t th;
@@ -958,7 +2084,7 @@ enum dg_status master_job_start(struct master *m, const char *id, struct dg_err 
 		pthread_mutex_lock(&m->mu);
 		j->refs++;   /* the thread's reference, dropped by job_main */
 		m->n_threads++;
-		if (pthread_create(&th, &attr, job_main, j) == 0) {
+		if (pthread_create(&th, &attr, j->tr ? train_main : job_main, j) == 0) {
 			add_event_locked(m, j, json_pack("{s:s}", "event", "started"));
 		} else {
 			j->refs--;
@@ -981,6 +2107,31 @@ enum dg_status master_job_start(struct master *m, const char *id, struct dg_err 
 
 /* ------------------------------------------------------------ queries */
 
+/* The "training" object of a job's status. Called with m->mu held. */
+static json_t *train_json_locked(const struct job *j)
+{
+	const struct train *tr = j->tr;
+	json_t *metrics = json_object(), *eval = json_object(), *done = json_array();
+	int64_t mean, sum = train_done_locked(tr, &mean);
+
+	for (int i = 0; i < tr->n_collect - 1; i++)
+		json_object_set_new(metrics, tr->spec.metrics[i], num_json(tr->metric[i]));
+	for (int i = 0; tr->have_eval && i < j->part.n_fetch; i++)
+		json_object_set_new(eval, j->part.fetch_keys[i] + 6, num_json(tr->eval[i]));
+	for (int r = 0; r < tr->n_reps; r++)
+		json_array_append_new(done, json_integer(tr->reps[r].done));
+	return json_pack("{s:I, s:I, s:I, s:i, s:s, s:i, s:I, s:o, s:I, s:o, s:o, s:o, s:I, "
+			 "s:o}",
+			 "epochs", (json_int_t)tr->epochs, "steps", (json_int_t)tr->steps,
+			 "steps_per_epoch", (json_int_t)tr->spe, "replicas", tr->n_reps,
+			 "mode", tr->spec.sync ? "sync" : "async", "backup", tr->spec.backup,
+			 "examples", (json_int_t)(sum * tr->plan.examples_per_step),
+			 "examples_per_s", num_json(tr->examples_per_s),
+			 "batch", (json_int_t)tr->plan.examples_per_step,
+			 "loss", num_json(tr->loss), "metrics", metrics, "eval", eval,
+			 "stale", (json_int_t)tr->stale, "replica_steps", done);
+}
+
 static json_t *job_json_locked(const struct master *m, const struct job *j, bool full)
 {
 	double end = j->t_finished > 0 ? j->t_finished : now_ms();
@@ -989,7 +2140,7 @@ static json_t *job_json_locked(const struct master *m, const struct job *j, bool
 			      "id", j->id, "state", state_names[j->state],
 			      "steps", (json_int_t)j->steps,
 			      "steps_done", (json_int_t)j->steps_done,
-			      "fragments", j->part.n_frags,
+			      "fragments", j->part.n_frags + (j->tr ? j->tr->n_reps : 0),
 			      "ms", "total", j->t_started > 0 ? end - j->t_started : 0.0,
 			      "last_step", j->step_ms_last, "mean_step", mean);
 	char dev[128];
@@ -998,6 +2149,8 @@ static json_t *job_json_locked(const struct master *m, const struct job *j, bool
 		return NULL;
 	json_object_set_new(o, "error", j->state == JOB_FAILED || j->state == JOB_CANCELED ?
 			    err_json(&j->err) : json_null());
+	if (j->tr)
+		json_object_set_new(o, "training", train_json_locked(j));
 	if (!full)
 		return o;
 	json_t *fetch = json_array(), *feeds = json_array(), *tasks = json_array();
@@ -1007,6 +2160,16 @@ static json_t *job_json_locked(const struct master *m, const struct job *j, bool
 	for (int i = 0; i < j->part.n_feeds; i++)
 		json_array_append_new(feeds, json_pack("{s:s, s:b}", "name", j->part.feeds[i].ref,
 						       "given", j->feeds[i] != NULL));
+	/* A training job shows its replicas' fragments, then the eval's; its
+	 * placement is replica 0's (the others differ in task only). */
+	for (int r = 0; j->tr && r < j->tr->n_reps; r++) {
+		const struct place_fragment *f = &j->tr->reps[r].part.frags[0];
+		place_device_name(m->cluster, f->task, dev, sizeof dev);
+		json_array_append_new(tasks, json_pack("{s:s, s:s, s:i, s:i}", "device", dev,
+						       "address",
+						       m->cluster->tasks[f->task].address,
+						       "nodes", f->n_nodes, "replica", r));
+	}
 	for (int i = 0; i < j->part.n_frags; i++) {
 		int t = j->part.frags[i].task;
 		place_device_name(m->cluster, t, dev, sizeof dev);
@@ -1014,17 +2177,19 @@ static json_t *job_json_locked(const struct master *m, const struct job *j, bool
 						       m->cluster->tasks[t].address,
 						       "nodes", j->part.frags[i].n_nodes));
 	}
+	const struct dg_graph *g = j->tr ? j->tr->reps[0].g : j->g;
+	const struct placement *pl = j->tr ? &j->tr->reps[0].pl : &j->pl;
 	json_t *soft = json_array();
-	for (int n = 0; n < j->g->n_nodes; n++)
-		if (j->pl.soft[n])
+	for (int n = 0; n < g->n_nodes; n++)
+		if (pl->soft[n])
 			json_array_append_new(soft, json_pack("{s:s, s:s}", "node",
-							      j->g->nodes[n].name, "device",
-							      j->g->nodes[n].device));
+							      g->nodes[n].name, "device",
+							      g->nodes[n].device));
 	json_object_set_new(o, "soft", soft);
 	/* The whole map only for graphs a person would read; explain has the rest. */
-	for (int n = 0; n < j->g->n_nodes && n < 10000; n++) {
-		place_device_name(m->cluster, j->pl.task[n], dev, sizeof dev);
-		json_object_set_new(place, j->g->nodes[n].name, json_string(dev));
+	for (int n = 0; n < g->n_nodes && n < 10000; n++) {
+		place_device_name(m->cluster, pl->task[n], dev, sizeof dev);
+		json_object_set_new(place, g->nodes[n].name, json_string(dev));
 	}
 	json_object_set_new(o, "fetch", fetch);
 	json_object_set_new(o, "feeds", feeds);
@@ -1122,6 +2287,28 @@ enum dg_status master_job_result(struct master *m, const char *id, const char *n
 	return st;
 }
 
+enum dg_status master_job_metrics(struct master *m, const char *id, struct dg_buf *out,
+				  struct dg_err *err)
+{
+	struct job *j = job_get(m, id, err);
+	enum dg_status st;
+
+	if (!j)
+		return DG_ENOTFOUND;
+	pthread_mutex_lock(&m->mu);
+	if (!j->tr) {
+		st = dg_err_set(err, DG_ENOTFOUND, "job %s is not a training job: it has no "
+				"metrics", id);
+		dg_err_hint(err, "its progress is in GET /v1/jobs/%s/events", id);
+	} else {
+		st = dg_buf_append(out, j->tr->csv.data ? j->tr->csv.data : "", j->tr->csv.len,
+				   err);
+	}
+	job_put_locked(j);
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
 enum dg_status master_job_cancel(struct master *m, const char *id, struct dg_err *err)
 {
 	struct job *j = job_get(m, id, err);
@@ -1134,6 +2321,7 @@ enum dg_status master_job_cancel(struct master *m, const char *id, struct dg_err
 	j->cancel = true;
 	step = j->cur_step;
 	created = j->state == JOB_CREATED;
+	pthread_cond_broadcast(&m->cv);   /* a training job's coordinator stops its replicas */
 	pthread_mutex_unlock(&m->mu);
 	if (created)
 		finish_job(m, j, DG_ECANCELED, NULL);

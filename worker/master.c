@@ -170,6 +170,13 @@ static enum dg_status h_result(void *ctx, struct dg_http_req *r, struct dg_http_
 	return st;
 }
 
+static enum dg_status h_metrics(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+				struct dg_err *err)
+{
+	return master_job_metrics(ctx, dg_http_param(r, "id"), dg_http_body_buf(w, "text/csv"),
+				  err);
+}
+
 static const struct dg_route master_routes[] = {
 	{ "POST", "/v1/jobs", h_submit, "submit a graph: place, partition, run (JSON job)" },
 	{ "GET", "/v1/jobs", h_list, "list the jobs of this master" },
@@ -179,6 +186,7 @@ static const struct dg_route master_routes[] = {
 	{ "PUT", "/v1/jobs/{id}/feeds/{name...}", h_feed, "upload a feed (raw or .npy)" },
 	{ "GET", "/v1/jobs/{id}/events", h_events, "progress as JSON lines (long poll)" },
 	{ "GET", "/v1/jobs/{id}/results/{name...}", h_result, "a fetched value (raw/npy/text)" },
+	{ "GET", "/v1/jobs/{id}/metrics", h_metrics, "a training job's metrics and evals (CSV)" },
 };
 
 struct master *master_new(const struct master_config *cfg, struct worker *w,

@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "dg/buf.h"
 #include "dg/master.h"
 #include "dg/place.h"
 
@@ -63,6 +64,10 @@ enum dg_status master_job_events(struct master *m, const char *id, int64_t from,
 /* A clone (owned) of fetched value name from the job's last step. */
 enum dg_status master_job_result(struct master *m, const char *id, const char *name,
 				 struct dg_tensor **out, struct dg_err *err);
+/* The metrics CSV of a training job (doc/http-api.md, "Jobs") appended to
+ * out. DG_ENOTFOUND for an unknown job or one without "training". */
+enum dg_status master_job_metrics(struct master *m, const char *id, struct dg_buf *out,
+				  struct dg_err *err);
 /* Cancel: abort the running step on every task. DG_ENOTFOUND. */
 enum dg_status master_job_cancel(struct master *m, const char *id, struct dg_err *err);
 /* Join and free every job (master_free). */

@@ -1,0 +1,265 @@
+#!/usr/bin/env bash
+# Distributed training end to end (doc/training.md) on 1 ps + 3 workers of
+# `dg server` on loopback: a linear regression y = X w* + b* read with
+# NpyReader + ShardBatch is trained by 2 replicas async and sync and reaches
+# numpy's least-squares optimum; sync with 3 replicas and 1 backup finishes
+# while one worker is SIGSTOPped; bad training sections, checkpoints without a
+# data dir, a killed worker and a cancel fail clearly; dg job show --metrics
+# prints the CSV. Usage: test_train.sh PATH/TO/dg   (meson passes it)
+set -euo pipefail
+
+DG=${1:?usage: test_train.sh PATH/TO/dg}
+PY=/usr/bin/python3                     # Debian's python3 has numpy
+TMP=$(mktemp -d)
+declare -A pid=()
+spid=
+stopped=
+
+cleanup() {
+	[[ -n $stopped ]] && kill -CONT "$stopped" 2>/dev/null
+	[[ -n $spid ]] && kill_wait "$spid"
+	kill_wait "${pid[@]}"
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+SHOW_BYTES=1200
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+if ! $PY -c 'import numpy' 2>/dev/null; then
+	echo "ok - skipped: $PY has no numpy"
+	summary
+	exit 0
+fi
+
+# --- 1 ps + 3 workers ------------------------------------------------------------
+read -r p0 p1 p2 p3 < <(free_ports 4)
+printf '{"ps": ["127.0.0.1:%s"], "worker": ["127.0.0.1:%s", "127.0.0.1:%s", "127.0.0.1:%s"]}\n' \
+	"$p0" "$p1" "$p2" "$p3" >"$TMP/cluster.json"
+_start_server ps ps 0
+_start_server w0 worker 0
+_start_server w1 worker 1
+_start_server w2 worker 2
+for name in ps w0 w1 w2; do
+	if ! wait_port "$TMP/$name.port" >/dev/null; then
+		echo "server $name did not start:"; cat "$TMP/$name.log"
+		echo "0 passed, 1 failed"; exit 1
+	fi
+done
+C=(--cluster "$TMP/cluster.json")
+MASTER=127.0.0.1:$p1
+
+check() {
+	local desc=$1
+	shift
+	if eval "$@"; then ok "$desc"; else not_ok "$desc"; fi
+}
+
+# --- the data and the graphs -----------------------------------------------------
+# 1024 examples of 4 features; the optimum of the mean squared error is numpy's
+# least squares (with noise, not exactly w*, b*).
+$PY - "$TMP" <<'EOF'
+import json, sys
+import numpy as np
+d = sys.argv[1]
+rng = np.random.default_rng(7)
+X = rng.normal(size=(1024, 4)).astype(np.float32)
+w = np.array([[1.5], [-2.0], [0.5], [3.0]], np.float32)
+Y = (X @ w + 0.7 + 0.01 * rng.normal(size=(1024, 1))).astype(np.float32)
+np.save(d + "/x.npy", X)
+np.save(d + "/y.npy", Y)
+A = np.hstack([X, np.ones((1024, 1), np.float32)]).astype(np.float64)
+np.save(d + "/opt.npy", np.linalg.lstsq(A, Y.astype(np.float64), rcond=None)[0].ravel())
+nodes = [
+    {"name": "X", "op": "NpyReader", "attrs": {"path": d + "/x.npy"}},
+    {"name": "Y", "op": "NpyReader", "attrs": {"path": d + "/y.npy"}},
+    {"name": "batch", "op": "ShardBatch", "inputs": ["X", "Y"], "attrs": {"batch": 16, "seed": 1}},
+    {"name": "w", "op": "Variable", "attrs": {"var": "lr/w", "shape": [4, 1], "init": "zeros"}},
+    {"name": "b", "op": "Variable", "attrs": {"var": "lr/b", "shape": [1], "init": "zeros"}},
+    {"name": "p0", "op": "MatMul", "inputs": ["batch:0", "w"]},
+    {"name": "p", "op": "Add", "inputs": ["p0", "b"]},
+    {"name": "diff", "op": "Sub", "inputs": ["p", "batch:1"]},
+    {"name": "sq", "op": "Square", "inputs": ["diff"]},
+    {"name": "loss", "op": "Mean", "inputs": ["sq"]},
+    {"name": "absd", "op": "Abs", "inputs": ["diff"]},
+    {"name": "mae", "op": "Mean", "inputs": ["absd"]},
+    {"name": "fp0", "op": "MatMul", "inputs": ["X", "w"]},
+    {"name": "fp", "op": "Add", "inputs": ["fp0", "b"]},
+    {"name": "fd", "op": "Sub", "inputs": ["fp", "Y"]},
+    {"name": "fsq", "op": "Square", "inputs": ["fd"]},
+    {"name": "full_mse", "op": "Mean", "inputs": ["fsq"]},
+]
+base = {"loss": "loss", "metrics": ["mae"], "optimizer": {"rule": "sgd", "lr": 0.05},
+        "epochs": 10, "replicas": 2, "mode": "async", "reinit": True,
+        "eval": {"fetch": ["full_mse"], "every_epochs": 5}}
+def graph(name, **over):
+    t = dict(base)
+    t.update(over)
+    json.dump({"version": 1, "nodes": nodes, "training": t}, open(d + "/" + name, "w"))
+graph("async.json")
+graph("sync.json", mode="sync")
+# long enough to SIGSTOP a worker in the middle
+graph("backup.json", mode="sync", replicas=3, backup=1, epochs=60,
+      eval={"fetch": ["full_mse"], "every_steps": 1000})
+graph("long.json", epochs=100000)
+graph("bad.json", optimizer={"rule": "sgd", "lr": 0.1, "bogus": 1})
+graph("badloss.json", loss="nosuchnode")
+graph("ckpt.json", checkpoint_secs=1)
+EOF
+
+# weights_ok: lr/w and lr/b as stored on the ps are within 0.02 of the optimum.
+weights_ok() {
+	"$DG" var get lr/w --format npy -o "$TMP/w.npy" "${C[@]}" >/dev/null 2>&1 &&
+		"$DG" var get lr/b --format npy -o "$TMP/b.npy" "${C[@]}" >/dev/null 2>&1 &&
+		$PY - "$TMP" <<'EOF'
+import sys
+import numpy as np
+d = sys.argv[1]
+got = np.concatenate([np.load(d + "/w.npy").ravel(), np.load(d + "/b.npy").ravel()])
+opt = np.load(d + "/opt.npy")
+err = np.abs(got - opt).max()
+print("max |weights - least squares| =", err, file=sys.stderr)
+sys.exit(0 if err < 0.02 else 1)
+EOF
+}
+
+# job_json ID: the job's status JSON into $TMP/job.json.
+job_json() {
+	"$DG" job show "$1" --json "${C[@]}" >"$TMP/job.json" 2>/dev/null
+}
+
+# jq_py EXPR: print EXPR of the status in $TMP/job.json (j; t: its "training").
+jq_py() {
+	$PY -c "import json,sys; j=json.load(open(sys.argv[1])); t=j.get('training', {})
+print($1)" "$TMP/job.json"
+}
+
+# --- async and sync reach the optimum ----------------------------------------------
+run submit "$TMP/async.json" "${C[@]}"
+check "async training of 2 replicas exits 0" '[[ $rc -eq 0 ]]'
+check "the final eval is printed as NAME: VALUE with a small error" \
+	'grep -qE "^full_mse: [0-9.e+-]+$" "$TMP/out" &&
+	 $PY -c "import sys; sys.exit(0 if float(sys.argv[1]) < 3e-4 else 1)" \
+		"$(sed -n "s/^full_mse: //p" "$TMP/out")"'
+check "stderr has epoch lines, an eval line and the summary" \
+	'grep -q "^dg: epoch 10/10 step 320/320 loss " "$TMP/err" &&
+	 grep -q "^dg: eval after epoch 5: full_mse " "$TMP/err" &&
+	 grep -qE "^dg: trained 10 epochs \(320 steps x 2 replicas, 10240 examples\) in" "$TMP/err"'
+check "async: the weights on the ps are numpy's least squares" weights_ok
+job_json j1
+e='t["mode"], t["replicas"], t["examples"], t["replica_steps"]'
+check "the status has the training summary" '[[ "$(jq_py "$e")" == "async 2 10240 [320, 320]" ]]'
+
+run job show j1 --metrics "${C[@]}"
+header=step,time_s,epoch,loss,mae,examples_per_s,full_mse
+check "job show --metrics prints the CSV header" \
+	'[[ $rc -eq 0 && "$(head -n 1 "$TMP/out")" == "$header" ]]'
+check "the metrics rows have increasing steps, the last at 320 with an eval" \
+	'awk -F, "NR > 1 { if (\$1 < last) bad = 1; last = \$1; if (\$7 != \"\") ev = \$1 }
+		END { exit !(bad == 0 && last == 320 && ev == 320 && NR > 4) }" "$TMP/out"'
+check "train rows carry a loss and examples/s, eval rows the eval value" \
+	'awk -F, "NR > 1 && \$4 != \"\" && \$6 != \"\" { t++ } NR > 1 && \$7 != \"\" { e++ }
+		END { exit !(t >= 3 && e == 2) }" "$TMP/out"'
+run job show j1 "${C[@]}"
+check "job show prints the training summary and the table" \
+	'grep -q "^training:   async, 2 replica(s), 10 epochs, 320 steps per replica, batch 16" \
+		"$TMP/out" && grep -q "^metrics:" "$TMP/out"'
+
+run submit "$TMP/sync.json" "${C[@]}" --json
+check "sync training of 2 replicas exits 0 and --json prints the status" \
+	'[[ $rc -eq 0 ]] && cp "$TMP/out" "$TMP/job.json" &&
+	 [[ "$(jq_py "j[\"state\"], t[\"mode\"], t[\"stale\"]")" == "done sync 0" ]]'
+check "sync: the weights on the ps are numpy's least squares" weights_ok
+curl -s "http://127.0.0.1:$p0/v1/vars" >"$TMP/vars.json"
+check "sync: every variable's sync step advanced by the 320 steps" \
+	'$PY -c "import json,sys; v=json.load(open(sys.argv[1]))[\"vars\"];
+sys.exit(0 if sorted(x[\"step\"] for x in v) == [320, 320] else 1)" "$TMP/vars.json"'
+
+# --- sync with a backup finishes without a stopped worker ---------------------------
+"$DG" submit "$TMP/backup.json" "${C[@]}" >"$TMP/bout" 2>"$TMP/berr" &
+spid=$!
+for ((i = 0; i < 200; i++)); do
+	"$DG" job show j3 --json "${C[@]}" >"$TMP/job.json" 2>/dev/null &&
+		[[ "$(jq_py "min(t.get(\"replica_steps\", [0]))")" -gt 20 ]] &&
+		break
+	sleep 0.05
+done
+kill -STOP "${pid[w2]}"
+stopped=${pid[w2]}
+t0=$(date +%s)
+brc=0
+wait "$spid" || brc=$?
+spid=
+kill -CONT "$stopped"
+stopped=
+rc=$brc
+cp "$TMP/bout" "$TMP/out"
+cp "$TMP/berr" "$TMP/err"
+check "sync with 1 backup of 3 replicas finishes while worker 2 is stopped" \
+	'[[ $rc -eq 0 && $(( $(date +%s) - t0 )) -lt 60 ]]'
+job_json j3
+e='[s == t["steps"] for s in t["replica_steps"]]'
+check "the stopped replica ran fewer steps than the others, which ran them all" \
+	'[[ "$(jq_py "$e")" == "[True, True, False]" ]]'
+check "the backup job still reaches the optimum" weights_ok
+
+# --- errors --------------------------------------------------------------------------
+run submit "$TMP/bad.json" "${C[@]}"
+check_err "an unknown optimizer key is refused naming it" 2 "bogus"
+$PY -c "import json,sys; print(json.dumps({'graph': json.load(open(sys.argv[1]))}))" \
+	"$TMP/bad.json" >"$TMP/badjob.json"
+code=$(curl -s -o "$TMP/body" -w '%{http_code}' -X POST --data-binary @"$TMP/badjob.json" \
+	"http://$MASTER/v1/jobs" || true)
+rc=0
+check "a graph's training section with an unknown key: 400 naming it" \
+	'[[ $code == 400 ]] && grep -q bogus "$TMP/body"'
+run submit "$TMP/badloss.json" "${C[@]}"
+check_err "a loss that is not a node is refused naming it" 3 "nosuchnode"
+run submit "$TMP/async.json" --steps 5 "${C[@]}"
+check_err "--steps does not apply to a training graph" 1 "do not apply to a training graph"
+run submit "$TMP/ckpt.json" "${C[@]}"
+check "checkpoints on a ps without --data-dir fail the job naming the ps" \
+	'[[ $rc -ne 0 ]] && grep -q "checkpoint of ps 127.0.0.1:$p0" "$TMP/err"'
+
+# --- cancel and a dead worker ---------------------------------------------------------
+"$DG" submit "$TMP/long.json" "${C[@]}" >"$TMP/lout" 2>"$TMP/lerr" &
+spid=$!
+id=
+for ((i = 0; i < 200; i++)); do
+	[[ -n $id ]] && break
+	sleep 0.05
+	id=$("$DG" job ls --json "${C[@]}" 2>/dev/null | $PY -c '
+import json, sys
+r = [j["id"] for j in json.load(sys.stdin)["jobs"] if j["state"] == "running"]
+print(r[0] if r else "")')
+done
+run job cancel "$id" "${C[@]}"
+lrc=0
+wait "$spid" || lrc=$?
+spid=
+job_json "$id"
+check "a long training job is canceled: dg submit fails, the job is canceled" \
+	'[[ $lrc -ne 0 && "$(jq_py "j[\"state\"]")" == canceled ]] && grep -q canceled "$TMP/lerr"'
+
+"$DG" submit "$TMP/long.json" "${C[@]}" >"$TMP/lout" 2>"$TMP/lerr" &
+spid=$!
+sleep 1
+kill -KILL "${pid[w1]}"
+wait "${pid[w1]}" 2>/dev/null || true
+lrc=0
+wait "$spid" || lrc=$?
+spid=
+rc=$lrc
+cp "$TMP/lout" "$TMP/out"
+cp "$TMP/lerr" "$TMP/err"
+check "a killed worker fails the training job naming its task" \
+	'[[ $rc -ne 0 ]] && grep -q "task /job:worker/task:1" "$TMP/err"'
+
+# Sanitizer builds: the servers (the master's job threads included) stop
+# cleanly, with no leak or UB report in their logs.
+kill_wait "${pid[@]}"
+pid=()
+rc=0
+check "the servers stop without sanitizer reports" \
+	'! grep -qE "Sanitizer|runtime error:" "$TMP"/ps.log "$TMP"/w0.log "$TMP"/w2.log'
+
+summary
