@@ -6,6 +6,7 @@
  * run under it. */
 #include <errno.h>
 #include <jansson.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,6 +16,7 @@
 
 #define KV_BUCKETS 4096
 #define POOL_KEEP 16                    /* idle clients kept per task */
+#define BLOB_BUDGET_MAX ((uint64_t)4 << 30) /* bytes of published blobs kept, at most */
 
 struct dgfs_pool {
 	struct dg_client *idle[POOL_KEEP];
@@ -28,6 +30,8 @@ struct dgfs_kv {
 	int cache_users;                /* open handles that read through the page cache */
 	int writers;                    /* open writers (their writes drop pages) */
 	bool cache_full;                /* every page of cache_version was read into it */
+	struct dgfs_blob *blob;         /* a reference: the bytes of cache_version, or NULL */
+	uint64_t blob_seq;              /* when it was published */
 	uint64_t text_version, text_size;
 	int pending;                    /* uncommitted creations of this name */
 	char name[];
@@ -73,6 +77,9 @@ static enum dg_status tasks_init(struct dgfs *fs, struct dg_err *err)
 	if (!cl) {
 		st = add_task(fs, fs->cfg.server, fs->cfg.server, err);
 		json_object_set_new(spec, "server", json_string(fs->cfg.server));
+		fs->master = strdup(fs->cfg.server);
+		if (st == DG_OK && !fs->master)
+			st = dg_err_set(err, DG_ENOMEM, "out of memory");
 	} else {
 		bool has_ps = dg_cluster_job_size(cl, "ps") > 0;
 		for (int i = 0; st == DG_OK && i < cl->n_tasks; i++) {
@@ -91,6 +98,18 @@ static enum dg_status tasks_init(struct dgfs *fs, struct dg_err *err)
 		}
 		if (st == DG_OK && fs->n_tasks == 0)
 			st = dg_err_set(err, DG_EINVAL, "the cluster has no tasks");
+		/* the master of jobs/: as `dg submit` picks it */
+		const struct dg_task_addr *m = NULL;
+		for (int i = 0; i < cl->n_tasks && !m; i++)
+			if (strcmp(cl->tasks[i].job, "worker") == 0 && cl->tasks[i].index == 0)
+				m = &cl->tasks[i];
+		for (int i = 0; i < cl->n_tasks && !m; i++)
+			if (strcmp(cl->tasks[i].job, "ps") != 0)
+				m = &cl->tasks[i];
+		if (!m && cl->n_tasks > 0)
+			m = &cl->tasks[0];      /* a `dg server` of job ps is a master too */
+		if (st == DG_OK && m && !(fs->master = strdup(m->address)))
+			st = dg_err_set(err, DG_ENOMEM, "out of memory");
 	}
 	if (st == DG_OK) {
 		fs->cluster_text = json_dumps(spec, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -111,6 +130,11 @@ struct dgfs *dgfs_state_new(const struct dgfs_config *cfg, struct dg_err *err)
 	}
 	fs->cfg = *cfg;
 	fs->timeout_ms = (long)(cfg->timeout_s * 1000.0);
+	/* published blobs: an eighth of the memory, at most 4 GiB */
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	fs->blob_budget = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 8 : 0;
+	if (fs->blob_budget == 0 || fs->blob_budget > BLOB_BUDGET_MAX)
+		fs->blob_budget = BLOB_BUDGET_MAX;
 	fs->list_ttl_s = cfg->attr_timeout_s;
 	pthread_mutex_init(&fs->lock, NULL);
 	pthread_mutex_init(&fs->refresh_lock, NULL);
@@ -118,7 +142,8 @@ struct dgfs *dgfs_state_new(const struct dgfs_config *cfg, struct dg_err *err)
 		goto fail;
 	fs->pool = calloc((size_t)fs->n_tasks, sizeof *fs->pool);
 	fs->kv = calloc(KV_BUCKETS, sizeof *fs->kv);
-	if (!fs->pool || !fs->kv) {
+	fs->jobs = dgfs_jobcache_new();
+	if (!fs->pool || !fs->kv || !fs->jobs) {
 		dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -141,6 +166,7 @@ void dgfs_state_free(struct dgfs *fs)
 		struct dgfs_kv *e = fs->kv[b];
 		while (e) {
 			struct dgfs_kv *next = e->next;
+			dgfs_blob_put(e->blob);
 			free(e);
 			e = next;
 		}
@@ -153,6 +179,8 @@ void dgfs_state_free(struct dgfs *fs)
 	free(fs->tasks);
 	free(fs->list);
 	free(fs->cluster_text);
+	free(fs->master);
+	dgfs_jobcache_free(fs->jobs);
 	pthread_mutex_destroy(&fs->lock);
 	pthread_mutex_destroy(&fs->refresh_lock);
 	free(fs);
@@ -523,26 +551,78 @@ static struct dgfs_kv *kv_lookup(struct dgfs *fs, int view, const char *name, bo
 	return e;
 }
 
-bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, uint64_t version,
-		     bool only_cached, bool *keep)
+struct dgfs_blob *dgfs_blob_new(char *data, size_t len, bool aligned, uint64_t version)
 {
+	struct dgfs_blob *b = calloc(1, sizeof *b);
+
+	if (b) {
+		b->data = data;
+		b->len = len;
+		b->aligned = aligned;
+		b->version = version;
+		atomic_init(&b->refs, 1);
+	}
+	return b;
+}
+
+void dgfs_blob_get(struct dgfs_blob *b)
+{
+	atomic_fetch_add(&b->refs, 1);
+}
+
+void dgfs_blob_put(struct dgfs_blob *b)
+{
+	if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
+		return;
+	if (b->aligned)
+		dg_free_aligned(b->data);
+	else
+		free(b->data);
+	free(b);
+}
+
+/* Forget e's pages (no version) and its blob; the blob to put after the
+ * lock (its memory may be large to unmap) is returned. fs->lock held. */
+static struct dgfs_blob *kv_forget(struct dgfs *fs, struct dgfs_kv *e)
+{
+	struct dgfs_blob *b = e->blob;
+
+	e->cache_version = 0;
+	e->cache_full = false;
+	if (b)
+		fs->blob_bytes -= b->len;
+	e->blob = NULL;
+	return b;
+}
+
+bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, uint64_t version,
+		     bool only_cached, bool *keep, struct dgfs_blob **blob)
+{
+	struct dgfs_blob *drop = NULL;
 	bool use = false;
 
 	*keep = false;
+	if (blob)
+		*blob = NULL;
 	pthread_mutex_lock(&fs->lock);
 	struct dgfs_kv *e = kv_lookup(fs, view, name, true);
 	if (e && only_cached && (e->cache_version != version || e->writers > 0 ||
-				 !e->cache_full)) {
+				 !e->cache_full || !e->blob || e->blob->version != version ||
+				 !blob)) {
 		e = NULL;
+	} else if (e && only_cached) {
+		/* the pages are all there, and the blob backs any the kernel drops */
+		*keep = true;
+		dgfs_blob_get(e->blob);
+		*blob = e->blob;
+		use = true;
 	} else if (e && e->cache_users == 0) {
 		/* nobody fills the cache: keep it if it holds this version; else
 		 * the caller drops it (dgfs_cache_ready follows), and until then
 		 * the pages are of no version another reader could rely on */
 		*keep = e->cache_version == version;
-		if (!*keep) {
-			e->cache_version = 0;
-			e->cache_full = false;
-		}
+		if (!*keep)
+			drop = kv_forget(fs, e);
 		use = true;
 	} else if (e && e->cache_version == version) {
 		*keep = true;
@@ -551,21 +631,23 @@ bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, uint64_t versi
 	if (use)
 		e->cache_users++;
 	pthread_mutex_unlock(&fs->lock);
+	dgfs_blob_put(drop);
 	return use;
 }
 
 void dgfs_cache_writer(struct dgfs *fs, int view, const char *name, int delta)
 {
+	struct dgfs_blob *drop = NULL;
+
 	pthread_mutex_lock(&fs->lock);
 	struct dgfs_kv *e = kv_lookup(fs, view, name, delta > 0);
 	if (e) {
 		e->writers += delta;
-		if (delta > 0) {
-			e->cache_version = 0;
-			e->cache_full = false;
-		}
+		if (delta > 0)
+			drop = kv_forget(fs, e);
 	}
 	pthread_mutex_unlock(&fs->lock);
+	dgfs_blob_put(drop);
 }
 
 void dgfs_cache_ready(struct dgfs *fs, int view, const char *name, uint64_t version)
@@ -577,13 +659,57 @@ void dgfs_cache_ready(struct dgfs *fs, int view, const char *name, uint64_t vers
 	pthread_mutex_unlock(&fs->lock);
 }
 
-void dgfs_cache_full(struct dgfs *fs, int view, const char *name, uint64_t version)
+/* The entry holding the oldest published blob, other than keep. fs->lock held. */
+static struct dgfs_kv *oldest_blob(struct dgfs *fs, const struct dgfs_kv *keep)
 {
+	struct dgfs_kv *old = NULL;
+
+	for (int b = 0; b < KV_BUCKETS; b++)
+		for (struct dgfs_kv *e = fs->kv[b]; e; e = e->next)
+			if (e->blob && e != keep && (!old || e->blob_seq < old->blob_seq))
+				old = e;
+	return old;
+}
+
+void dgfs_cache_full(struct dgfs *fs, int view, const char *name, uint64_t version,
+		     struct dgfs_blob *blob)
+{
+	struct dgfs_blob *drop[8];
+	int n_drop = 0;
+
 	pthread_mutex_lock(&fs->lock);
 	struct dgfs_kv *e = kv_lookup(fs, view, name, false);
-	if (e && e->cache_version == version && e->writers == 0)
+	/* only a blob of the pages' version backs them; one larger than the
+	 * whole budget is not kept (later readers fetch instead of relying on
+	 * pages nothing backs) */
+	if (e && e->cache_version == version && e->writers == 0 && blob &&
+	    blob->version == version && blob->len <= fs->blob_budget) {
+		if (e->blob != blob) {
+			if (e->blob) {
+				drop[n_drop++] = e->blob;
+				fs->blob_bytes -= e->blob->len;
+			}
+			dgfs_blob_get(blob);
+			e->blob = blob;
+			fs->blob_bytes += blob->len;
+			e->blob_seq = ++fs->blob_seq;
+		}
 		e->cache_full = true;
+		/* within the budget: the oldest go (their pages stay, but new
+		 * readers fetch: nothing backs them any more) */
+		while (fs->blob_bytes > fs->blob_budget && n_drop < 8) {
+			struct dgfs_kv *old = oldest_blob(fs, e);
+			if (!old)
+				break;
+			drop[n_drop++] = old->blob;
+			fs->blob_bytes -= old->blob->len;
+			old->blob = NULL;
+			old->cache_full = false;
+		}
+	}
 	pthread_mutex_unlock(&fs->lock);
+	for (int i = 0; i < n_drop; i++)
+		dgfs_blob_put(drop[i]);
 }
 
 void dgfs_cache_close(struct dgfs *fs, int view, const char *name)

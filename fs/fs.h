@@ -6,6 +6,7 @@
 #define DG_FS_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -43,6 +44,11 @@ struct dgfs {
 	struct dgfs_task *tasks;        /* owned, n_tasks */
 	int n_tasks;
 	char *cluster_text;             /* owned: the spec as JSON (for /cluster) */
+	/* The master whose jobs jobs/ shows (as `dg submit` picks it): task 0
+	 * of job "worker", else the first task not in job ps, else the first
+	 * task; the --server. */
+	char *master;                   /* owned address */
+	struct dgfs_jobcache *jobs;     /* owned (jobs.c) */
 	long timeout_ms;
 	double list_ttl_s;              /* reuse of the variable list */
 
@@ -55,6 +61,9 @@ struct dgfs {
 	struct dgfs_kv **kv;            /* owned hash buckets: per-name memory (cache.c) */
 	char **prefixes;                /* owned: mkdir'ed name prefixes */
 	int n_prefixes;
+	uint64_t blob_bytes;            /* bytes of the blobs the per-name memory holds */
+	uint64_t blob_budget;           /* ... at most (older ones are dropped) */
+	uint64_t blob_seq;              /* publication counter (oldest first) */
 };
 
 /* --- paths.c ---------------------------------------------------------------- */
@@ -125,6 +134,25 @@ bool dgfs_prefix_remove(struct dgfs *fs, const char *name);
 /* Forget prefixes that name (a new variable) now makes real. */
 void dgfs_prefix_forget_parents(struct dgfs *fs, const char *name);
 
+/* A version's bytes shared by the handles that read it (refcounted; the
+ * last dgfs_blob_put frees them). The reader that filled the page cache with
+ * a whole version publishes its copy (dgfs_cache_full); readers that rely on
+ * those pages (lazy) hold a reference, so a page the kernel dropped is read
+ * from it: a reader always sees the version it opened, never EIO because the
+ * variable changed meanwhile. */
+struct dgfs_blob {
+	char *data;                     /* owned: malloc'ed, or dg_alloc_aligned */
+	size_t len;
+	uint64_t version;
+	bool aligned;
+	_Atomic int refs;
+};
+/* Wrap data (takes ownership, one reference) or NULL when out of memory
+ * (then data stays the caller's). */
+struct dgfs_blob *dgfs_blob_new(char *data, size_t len, bool aligned, uint64_t version);
+void dgfs_blob_get(struct dgfs_blob *b);
+void dgfs_blob_put(struct dgfs_blob *b);        /* NULL is fine */
+
 /* The kernel's page cache of a file is shared by all its open handles, so it
  * may serve a reader only while every handle filling it reads one version.
  * dgfs_cache_open: true when a reader of version may use the page cache
@@ -134,14 +162,20 @@ void dgfs_prefix_forget_parents(struct dgfs *fs, const char *name);
  * all there (dgfs_cache_full: a reader of that version read every byte).
  * version must be the one the handle's data is of (from its GET). When
  * *keep is false the caller drops the kernel's pages of the file and then
- * calls dgfs_cache_ready (until then other readers cannot rely on them). */
+ * calls dgfs_cache_ready (until then other readers cannot rely on them).
+ * With only_cached it also needs the version's published blob and gives the
+ * caller a reference (*blob; NULL otherwise). */
 bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, uint64_t version,
-		     bool only_cached, bool *keep);
+		     bool only_cached, bool *keep, struct dgfs_blob **blob);
 void dgfs_cache_ready(struct dgfs *fs, int view, const char *name, uint64_t version);
 /* A writer opens (+1) or is released (-1): while one is open no reader
  * relies on pages it did not fetch itself (writes drop pages). */
 void dgfs_cache_writer(struct dgfs *fs, int view, const char *name, int delta);
-void dgfs_cache_full(struct dgfs *fs, int view, const char *name, uint64_t version);
+/* A reader of version read every byte through the page cache: the pages are
+ * all there, and blob (its copy, borrowed: the memory takes its own
+ * reference when it keeps it, within fs->blob_budget) backs them. */
+void dgfs_cache_full(struct dgfs *fs, int view, const char *name, uint64_t version,
+		     struct dgfs_blob *blob);
 void dgfs_cache_close(struct dgfs *fs, int view, const char *name);
 /* The text size at a version (text/ getattr). */
 bool dgfs_kv_text_size(struct dgfs *fs, const char *name, uint64_t version, uint64_t *size);
@@ -152,6 +186,52 @@ void dgfs_kv_set_text_size(struct dgfs *fs, const char *name, uint64_t version, 
 void dgfs_pending_add(struct dgfs *fs, int view, const char *name);
 void dgfs_pending_remove(struct dgfs *fs, int view, const char *name);
 bool dgfs_pending_has(struct dgfs *fs, int view, const char *name);
+
+/* --- jobs.c ----------------------------------------------------------------- */
+
+struct dgfs_jobcache *dgfs_jobcache_new(void);          /* owned or NULL */
+void dgfs_jobcache_free(struct dgfs_jobcache *jc);
+/* Split the name under jobs/ ("ID" or "ID/FILE"): ENOENT (positive) when it
+ * is deeper or the id does not fit id_size; *file is "" for the directory. */
+int dgfs_jobs_split(const char *name, char *id, size_t id_size, const char **file);
+/* The files of a job directory (status, log, placement, metrics.csv). */
+const char *const *dgfs_job_file_names(int *n);
+bool dgfs_job_file_is_known(const char *file);
+/* The master's job ids, appended to ids NUL-separated (none without a
+ * master, or when the master has no job routes). */
+enum dg_status dgfs_jobs_list(struct dgfs *fs, struct dg_buf *ids, struct dg_err *err);
+/* The content of jobs/ID/FILE appended to out, fetched from the master or
+ * reused for half a second. DG_ENOTFOUND for an unknown job or file (also
+ * metrics.csv from a master without that route). */
+enum dg_status dgfs_job_file(struct dgfs *fs, const char *id, const char *file,
+			     struct dg_buf *out, struct dg_err *err);
+/* DG_OK when the master knows job id. */
+enum dg_status dgfs_job_exists(struct dgfs *fs, const char *id, struct dg_err *err);
+
+/* --- upload.c --------------------------------------------------------------- */
+
+/* A PUT of vars/NAME whose nbytes-long body is read from data (borrowed: the
+ * writer's staging block, which must outlive the upload) as the writer
+ * declares its prefix final with dgfs_upload_avail. Owned (finish or abort
+ * frees it) or NULL with *err. if_match 0: unconditional. */
+struct dgfs_upload;
+struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *name,
+				      enum dg_dtype dt, const struct dg_shape *shape,
+				      const char *data, uint64_t nbytes, uint64_t if_match,
+				      struct dg_err *err);
+/* Bytes [0, avail) of data are final: the upload may send them (all but the
+ * last byte of the body: that one goes at dgfs_upload_finish, so the ps can
+ * never apply the value before the commit). */
+void dgfs_upload_avail(struct dgfs_upload *u, uint64_t avail);
+/* Was byte off declared final (a write there must abort the upload)? */
+bool dgfs_upload_covers(struct dgfs_upload *u, uint64_t off);
+/* The whole body is final: wait for the reply and free u. DG_OK with
+ * *version; or the ps's error; or *retry set when the stream broke before
+ * the body was complete (the ps changed nothing: send it again). */
+enum dg_status dgfs_upload_finish(struct dgfs_upload *u, uint64_t *version, bool *retry,
+				  struct dg_err *err);
+/* Abort the transfer (the ps changes nothing) and free u. NULL is fine. */
+void dgfs_upload_abort(struct dgfs_upload *u);
 
 /* --- ops.c ------------------------------------------------------------------ */
 

@@ -42,10 +42,9 @@ struct handle {
 	bool writable, created, dirty;
 	bool replace;                   /* vars/: a whole replacement (O_TRUNC, truncate 0) */
 	bool has_base;                  /* vars/: buf holds the version at open */
-	bool lazy;                      /* page cache kept: fetch only if a read misses it */
+	bool lazy;                      /* page cache kept: blob serves only what it misses */
 	bool page_cache;                /* reads through the page cache (dgfs_cache_open) */
 	bool base_pending;              /* text/npy writer: fetch the content before use */
-	bool lost;                      /* lazy reader whose version is gone: reads fail */
 	bool spoiled;                   /* a write failed: nothing of this handle commits */
 	uint64_t served;                /* bytes read through this page-cache handle */
 	/* vars/: nbytes of raw bytes (base and staged writes); text/npy: the whole
@@ -56,15 +55,24 @@ struct handle {
 	char *stage;
 	struct range *ranges;           /* vars/: written ranges, sorted, merged */
 	int n_ranges, cap_ranges;
+	/* vars/ replacing writers of large values: the PUT streams from stage
+	 * while the writes arrive (upload.c); upload_tried: started once */
+	struct dgfs_upload *upload;
+	bool upload_tried;
 	/* A large read-only value streams into buf on its own thread while
 	 * reads are served from what has arrived (one GET: one version). */
 	bool streaming, stream_done, closing;
 	bool buf_aligned;               /* buf.data is the stream's dg_alloc_aligned block */
+	/* A reference to the version's shared bytes: a lazy reader's (taken at
+	 * open), or the blob a page-cache reader published its buf as; buf.data
+	 * then points into it and is not the handle's to free. */
+	struct dgfs_blob *blob;
 	bool stream_headers;            /* the reply's headers (h->info) arrived */
 	pthread_t stream_th;
 	struct dgfs *fs;                /* for the stream's thread */
 	pthread_cond_t arrived;         /* avail grew or the stream ended */
 	uint64_t avail, expect;         /* bytes of buf filled; bytes the GET must give */
+	uint64_t wake_at;               /* avail that a waiting read needs; 0: none waits */
 	enum dg_status stream_st;
 	struct dg_err stream_err;
 	/* the registry of open files of vars/text/npy (see below) */
@@ -73,11 +81,9 @@ struct handle {
 	struct handle *next_open;
 };
 
-/* Open files of vars/, text/, npy/. Two uses: the truncate to 0 that the
- * kernel sends right after an open with O_TRUNC, without the file handle,
- * must reach the writer it belongs to (same thread, same file); and a
- * writer's direct writes make the kernel drop the file's cached pages, so
- * readers that rely on those pages (lazy) take their copy first. */
+/* Open files of vars/, text/, npy/: the truncate to 0 that the kernel sends
+ * right after an open with O_TRUNC, without the file handle, must reach the
+ * writer it belongs to (same thread, same file). */
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct handle *open_files;
 
@@ -297,6 +303,74 @@ static int queue_exists(struct dgfs *fs, const char *name)
 	return rc;
 }
 
+/* jobs/, jobs/ID/ and jobs/ID/FILE (jobs.c): directories, and read-only
+ * files whose size is that of their content now. */
+static int jobs_stat(struct dgfs *fs, const char *name, struct stat *st)
+{
+	struct dg_err err = { 0 };
+	struct dg_buf b = { 0 };
+	char id[DG_VAR_NAME_MAX + 1];
+	const char *file;
+	int rc;
+
+	if (!name[0]) {
+		fill_dir(st);
+		return 0;
+	}
+	if ((rc = dgfs_jobs_split(name, id, sizeof id, &file)) != 0)
+		return -rc;
+	if (file[0] && !dgfs_job_file_is_known(file))
+		return -ENOENT;
+	enum dg_status s = dgfs_job_file(fs, id, file[0] ? file : "status", &b, &err);
+	if (s == DG_OK) {
+		if (file[0])
+			fill_file(fs, st, 0444, b.len, (double)time(NULL));
+		else
+			fill_dir(st);
+	}
+	dg_buf_deinit(&b);
+	return s == DG_OK ? 0 : fail(name, "stat jobs/", &err);
+}
+
+static int jobs_readdir(struct dgfs *fs, const char *name, void *buf, fuse_fill_dir_t filler)
+{
+	struct dg_err err = { 0 };
+	struct dg_buf b = { 0 };
+	char id[DG_VAR_NAME_MAX + 1];
+	const char *file;
+	int rc, n;
+
+	if (!name[0]) {
+		if (dgfs_jobs_list(fs, &b, &err) != DG_OK) {
+			dg_buf_deinit(&b);
+			return fail("jobs", "list", &err);
+		}
+		for (size_t o = 0; o < b.len; o += strlen(b.data + o) + 1)
+			filler(buf, b.data + o, NULL, 0, 0);
+		dg_buf_deinit(&b);
+		return 0;
+	}
+	if ((rc = dgfs_jobs_split(name, id, sizeof id, &file)) != 0)
+		return -rc;
+	if (file[0])
+		return dgfs_job_file_is_known(file) ? -ENOTDIR : -ENOENT;
+	if (dgfs_job_exists(fs, id, &err) != DG_OK)
+		return fail(name, "list jobs/", &err);
+	const char *const *names = dgfs_job_file_names(&n);
+	for (int i = 0; i < n; i++) {
+		/* metrics.csv only where the master serves it */
+		if (strcmp(names[i], "metrics.csv") == 0) {
+			struct dg_err e = { 0 };
+			enum dg_status s = dgfs_job_file(fs, id, names[i], &b, &e);
+			dg_buf_deinit(&b);
+			if (s != DG_OK)
+				continue;
+		}
+		filler(buf, names[i], NULL, 0, 0);
+	}
+	return 0;
+}
+
 static int dgfs_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
 	struct dgfs *fs = state();
@@ -328,10 +402,7 @@ static int dgfs_getattr(const char *path, struct stat *st, struct fuse_file_info
 		fill_file(fs, st, 0444, 0, (double)time(NULL));
 		return 0;
 	case DGFS_JOBS:
-		if (p.name[0])
-			return -ENOENT;
-		fill_dir(st);
-		return 0;
+		return jobs_stat(fs, p.name, st);
 	case DGFS_QUEUES:
 		if (!p.name[0]) {
 			fill_dir(st);
@@ -424,7 +495,7 @@ static int dgfs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off
 		return 0;
 	}
 	if (p.view == DGFS_JOBS)
-		return p.name[0] ? -ENOENT : 0;
+		return jobs_readdir(fs, p.name, buf, filler);
 	if (p.view == DGFS_QUEUES) {
 		struct dg_err err = { 0 };
 		struct dg_buf b = { 0 };
@@ -525,9 +596,12 @@ static void handle_free(struct handle *h)
 		pthread_mutex_unlock(&h->lock);
 		pthread_join(h->stream_th, NULL);
 	}
+	dgfs_upload_abort(h->upload);
 	pthread_cond_destroy(&h->arrived);
 	pthread_mutex_destroy(&h->lock);
-	if (h->buf_aligned)
+	if (h->blob)
+		dgfs_blob_put(h->blob);
+	else if (h->buf_aligned)
 		dg_free_aligned(h->buf.data);
 	else
 		dg_buf_deinit(&h->buf);
@@ -622,49 +696,17 @@ static enum dg_status fetch(struct dgfs *fs, struct handle *h, struct dg_err *er
 	return st;
 }
 
-/* A lazy reader's own copy, when the kernel's pages are (about to be) gone:
- * only of the version it opened, or it would mix two versions. h->lock held. */
-static int lazy_load(const char *path, struct handle *h)
+/* A lazy reader's read missed the kernel's pages (dropped under memory
+ * pressure or by a writer's direct writes): from now on it reads the blob of
+ * the version it opened (held since open), never another version. */
+static void lazy_load(struct handle *h)
 {
-	struct dg_err err = { 0 };
-	uint64_t want = h->info.version;
-
-	if (h->lost)
-		return -EIO;
 	if (!h->lazy)
-		return 0;
+		return;
 	h->lazy = false;
-	enum dg_status st = fetch(state(), h, &err);
-	if (st == DG_OK && h->info.version != want)
-		st = dg_err_set(&err, DG_EIO, "the variable changed (version %" PRIu64 " -> %"
-				PRIu64 ") after the kernel dropped the pages this file was "
-				"reading; reopen it", want, h->info.version);
-	if (st != DG_OK) {
-		h->lost = true;         /* every later read fails too */
-		return fail(path, "read", &err);
-	}
-	return 0;
-}
-
-/* A writer of the file is opening: its writes will make the kernel drop the
- * file's pages, so lazy readers of it take their copy now, while the
- * version they opened is (normally) still the current one. */
-static void readers_materialize(const struct handle *w)
-{
-	for (;;) {
-		struct handle *r = NULL;
-		pthread_mutex_lock(&open_lock);
-		for (struct handle *h = open_files; h && !r; h = h->next_open)
-			if (h->lazy && h->p.view == w->p.view && strcmp(h->p.name, w->p.name) == 0)
-				r = h;
-		if (r)
-			pthread_mutex_lock(&r->lock);   /* r cannot be released meanwhile */
-		pthread_mutex_unlock(&open_lock);
-		if (!r)
-			return;
-		lazy_load(r->p.name, r);
-		pthread_mutex_unlock(&r->lock);
-	}
+	h->buf.data = h->blob->data;
+	h->buf.len = h->blob->len;
+	h->buf.cap = h->blob->len;
 }
 
 /* Size a streaming reader's buf for n bytes before any byte arrived. The
@@ -721,7 +763,12 @@ static bool stream_sink(void *ud, const struct dg_var_info *info, uint64_t offse
 	memcpy(h->buf.data + offset, p, n);
 	pthread_mutex_lock(&h->lock);
 	h->avail = offset + n;
-	pthread_cond_broadcast(&h->arrived);
+	/* wake the readers only once the first of them can go on: the body
+	 * arrives in many small pieces, a read waits for up to 1 MiB */
+	if (h->wake_at && h->avail >= h->wake_at) {
+		h->wake_at = 0;
+		pthread_cond_broadcast(&h->arrived);
+	}
 	pthread_mutex_unlock(&h->lock);
 	return true;
 }
@@ -789,10 +836,19 @@ static int open_generated(struct dgfs *fs, const char *path, const struct dgfs_p
 		return fs->cfg.read_only ? -EROFS : -EPERM;
 	if (!(h = handle_new(p)))
 		return -ENOMEM;
-	if (p->view == DGFS_CLUSTER)
+	if (p->view == DGFS_CLUSTER) {
 		st = cluster_text(fs, &h->buf, &err);
-	else
+	} else if (p->view == DGFS_JOBS) {
+		char id[DG_VAR_NAME_MAX + 1];
+		const char *file = "";
+		if (dgfs_jobs_split(p->name, id, sizeof id, &file) != 0 || !file[0]) {
+			handle_free(h);
+			return -ENOENT;
+		}
+		st = dgfs_job_file(fs, id, file, &h->buf, &err);
+	} else {
 		st = queue_text(fs, p->name, &h->buf, &err);
+	}
 	if (st != DG_OK) {
 		handle_free(h);
 		return fail(path, "open", &err);
@@ -813,7 +869,8 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 
 	if (rc)
 		return -rc;
-	if (p.view == DGFS_CLUSTER || (p.view == DGFS_QUEUES && p.name[0]))
+	if (p.view == DGFS_CLUSTER || (p.view == DGFS_QUEUES && p.name[0]) ||
+	    (p.view == DGFS_JOBS && strchr(p.name, '/')))
 		return open_generated(fs, path, &p, fi);
 	if (!dgfs_view_is_var(p.view) || !p.name[0] || (p.view == DGFS_NPY && !p.npy_suffix))
 		return -EISDIR;
@@ -844,7 +901,7 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 	bool cached = false, reader = !h->writable && p.view != DGFS_TEXT;
 	if (st == DG_OK && reader)
 		h->lazy = h->page_cache = dgfs_cache_open(fs, p.view, p.name, h->info.version,
-							  true, &cached);
+							  true, &cached, &h->blob);
 	uint64_t size = h->info.bytes;
 	if (p.view == DGFS_NPY)
 		size += dg_npy_header_size(h->info.dtype, &h->info.shape);
@@ -855,7 +912,7 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 			st = fetch(fs, h, &err);
 		if (st == DG_OK && reader)
 			h->page_cache = dgfs_cache_open(fs, p.view, p.name, h->info.version, false,
-							&cached);
+							&cached, NULL);
 	}
 	if (st != DG_OK) {
 		if (h->page_cache)
@@ -880,10 +937,8 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 	fi->direct_io = !h->page_cache;
 	fi->keep_cache = 1;
 	fi->fh = (uint64_t)(uintptr_t)h;
-	if (h->writable) {
+	if (h->writable)
 		dgfs_cache_writer(fs, p.view, p.name, 1);
-		readers_materialize(h);
-	}
 	open_add(h);
 	return 0;
 }
@@ -926,20 +981,25 @@ static int dgfs_create(const char *path, mode_t mode, struct fuse_file_info *fi)
 	fi->keep_cache = 1;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	dgfs_cache_writer(fs, p.view, p.name, 1);
-	readers_materialize(h);
 	open_add(h);
 	return 0;
 }
 
 /* Count what a page-cache reader served: once it is every byte, the kernel
- * holds all pages of its version and later readers may rely on them. */
+ * holds all pages of its version and later readers may rely on them, backed
+ * by this handle's complete copy, which it publishes as the version's blob
+ * (no copy: buf becomes the blob's). h->lock held. */
 static void note_served(struct handle *h, size_t n, uint64_t total)
 {
 	if (!h->page_cache || h->lazy || n == 0 || h->served >= total)
 		return;
 	h->served += n;
-	if (h->served >= total)
-		dgfs_cache_full(h->fs, h->p.view, h->p.name, h->info.version);
+	if (h->served < total)
+		return;
+	if (!h->blob && h->buf.data && (!h->streaming || h->avail == h->expect))
+		h->blob = dgfs_blob_new(h->buf.data, h->buf.len, h->buf_aligned,
+					h->info.version);
+	dgfs_cache_full(h->fs, h->p.view, h->p.name, h->info.version, h->blob);
 }
 
 /* A text/npy writer's starting content, fetched when first needed. The
@@ -973,14 +1033,15 @@ static int dgfs_read(const char *path, char *out, size_t size, off_t off,
 		pthread_mutex_unlock(&h->lock);
 		return rc;
 	}
-	if ((rc = lazy_load(path, h)) != 0) {
-		pthread_mutex_unlock(&h->lock);
-		return rc;
-	}
+	lazy_load(h);
 	if (h->streaming) {
 		uint64_t want = (uint64_t)off + size < h->expect ? (uint64_t)off + size : h->expect;
-		while (!h->stream_done && h->avail < want)
+		while (!h->stream_done && h->avail < want) {
+			/* every waiter sets it again after a wake */
+			if (!h->wake_at || want < h->wake_at)
+				h->wake_at = want;
 			pthread_cond_wait(&h->arrived, &h->lock);
+		}
 		if (h->avail < want || (h->stream_done && h->stream_st != DG_OK &&
 					h->stream_st != DG_ECANCELED && h->avail < h->expect)) {
 			struct dg_err err = h->stream_err;
@@ -1014,17 +1075,36 @@ static int dgfs_read(const char *path, char *out, size_t size, off_t off,
 
 /* --- writes ---------------------------------------------------------------------- */
 
-/* Record [a, b) in the sorted, merged range list. */
+/* Record [a, b) in the sorted, merged range list (ranges neither overlap nor
+ * touch: each is separated from the next by a gap). */
 static int range_add(struct handle *h, uint64_t a, uint64_t b)
 {
-	int i = 0;
+	int i = 0, n = h->n_ranges;
 
 	/* Fast path: sequential writers extend the last range. */
-	if (h->n_ranges && h->ranges[h->n_ranges - 1].b == a) {
-		h->ranges[h->n_ranges - 1].b = b;
+	if (n && h->ranges[n - 1].b == a) {
+		h->ranges[n - 1].b = b;
 		return 0;
 	}
-	if (h->n_ranges == h->cap_ranges) {
+	/* ranges before i end before a; ranges i..j-1 overlap or touch [a, b) */
+	while (i < n && h->ranges[i].b < a)
+		i++;
+	int j = i;
+	while (j < n && h->ranges[j].a <= b) {
+		if (h->ranges[j].a < a)
+			a = h->ranges[j].a;
+		if (h->ranges[j].b > b)
+			b = h->ranges[j].b;
+		j++;
+	}
+	if (j > i) {
+		/* [a, b) replaces ranges i..j-1 */
+		h->ranges[i] = (struct range){ a, b };
+		memmove(h->ranges + i + 1, h->ranges + j, (size_t)(n - j) * sizeof *h->ranges);
+		h->n_ranges = n - (j - i - 1);
+		return 0;
+	}
+	if (n == h->cap_ranges) {
 		int cap = h->cap_ranges ? 2 * h->cap_ranges : 8;
 		struct range *g = realloc(h->ranges, (size_t)cap * sizeof *g);
 		if (!g)
@@ -1032,30 +1112,9 @@ static int range_add(struct handle *h, uint64_t a, uint64_t b)
 		h->ranges = g;
 		h->cap_ranges = cap;
 	}
-	while (i < h->n_ranges && h->ranges[i].b < a)
-		i++;
-	memmove(h->ranges + i + 1, h->ranges + i, (size_t)(h->n_ranges - i) * sizeof *h->ranges);
+	memmove(h->ranges + i + 1, h->ranges + i, (size_t)(n - i) * sizeof *h->ranges);
 	h->ranges[i] = (struct range){ a, b };
-	h->n_ranges++;
-	/* merge i with its overlapping or touching neighbours */
-	int j = i;
-	while (j + 1 < h->n_ranges && h->ranges[j + 1].a <= h->ranges[i].b) {
-		if (h->ranges[j + 1].b > h->ranges[i].b)
-			h->ranges[i].b = h->ranges[j + 1].b;
-		j++;
-	}
-	if (j > i) {
-		memmove(h->ranges + i + 1, h->ranges + j + 1,
-			(size_t)(h->n_ranges - j - 1) * sizeof *h->ranges);
-		h->n_ranges -= j - i;
-	}
-	if (i > 0 && h->ranges[i - 1].b >= h->ranges[i].a) {
-		if (h->ranges[i].b > h->ranges[i - 1].b)
-			h->ranges[i - 1].b = h->ranges[i].b;
-		memmove(h->ranges + i, h->ranges + i + 1,
-			(size_t)(h->n_ranges - i - 1) * sizeof *h->ranges);
-		h->n_ranges--;
-	}
+	h->n_ranges = n + 1;
 	return 0;
 }
 
@@ -1063,6 +1122,35 @@ static int range_add(struct handle *h, uint64_t a, uint64_t b)
 static char *vars_data(const struct handle *h)
 {
 	return h->stage ? h->stage : h->buf.data;
+}
+
+static uint64_t if_match(struct dgfs *fs, const struct handle *h);
+
+/* Stop the streaming PUT of h (the ps changes nothing); the staged bytes
+ * commit with one PUT instead. */
+static void upload_drop(struct handle *h)
+{
+	dgfs_upload_abort(h->upload);
+	h->upload = NULL;
+}
+
+/* A replacing writer of a large value starts its PUT at its first write at
+ * offset 0 and feeds it the written prefix [0, b) of its first range. */
+static void upload_feed(struct handle *h, uint64_t off)
+{
+	if (!h->upload && !h->upload_tried && off == 0 && h->replace && !h->has_base &&
+	    h->stage && h->info.bytes >= STREAM_MIN) {
+		struct dg_err err = { 0 };
+		h->upload_tried = true;
+		h->upload = dgfs_upload_start(h->fs, h->task, h->p.name, h->info.dtype,
+					      &h->info.shape, h->stage, h->info.bytes,
+					      if_match(h->fs, h), &err);
+		if (!h->upload)
+			dg_log(DG_LOG_DEBUG, "fs", "vars/%s: no streaming PUT (%s); the write "
+			       "commits at close", h->p.name, err.msg);
+	}
+	if (h->upload && h->n_ranges && h->ranges[0].a == 0)
+		dgfs_upload_avail(h->upload, h->ranges[0].b);
 }
 
 static int write_vars(struct handle *h, const char *data, size_t size, off_t off)
@@ -1080,11 +1168,15 @@ static int write_vars(struct handle *h, const char *data, size_t size, off_t off
 		if (!(h->stage = dg_alloc_aligned(h->info.bytes)))
 			return -ENOMEM;
 	}
+	/* bytes the stream may have sent change: it cannot take them back */
+	if (h->upload && dgfs_upload_covers(h->upload, (uint64_t)off))
+		upload_drop(h);
 	int rc = range_add(h, (uint64_t)off, end);
 	if (rc)
 		return rc;
 	memcpy(vars_data(h) + off, data, size);
 	h->dirty = true;
+	upload_feed(h, (uint64_t)off);
 	return (int)size;
 }
 
@@ -1127,6 +1219,7 @@ static int dgfs_write(const char *path, const char *data, size_t size, off_t off
 		h->spoiled = true;
 		h->dirty = false;
 		h->n_ranges = 0;
+		upload_drop(h);
 	}
 	pthread_mutex_unlock(&h->lock);
 	return rc;
@@ -1150,6 +1243,7 @@ static enum dg_status commit_vars(struct dgfs *fs, struct handle *h, struct dg_c
 		uint64_t got = 0;
 		for (int i = 0; i < h->n_ranges; i++)
 			got += h->ranges[i].b - h->ranges[i].a;
+		upload_drop(h);         /* an incomplete body: the ps changes nothing */
 		dg_err_set(err, DG_EINVAL, "vars/%s: %" PRIu64 " of the %" PRIu64 " bytes were "
 			   "written; a replacing write must write all of them", h->p.name, got, nb);
 		return DG_EINVAL;
@@ -1162,6 +1256,17 @@ static enum dg_status commit_vars(struct dgfs *fs, struct handle *h, struct dg_c
 				   dg_dtype_name(h->info.dtype), esz);
 			return DG_EINVAL;
 		}
+	}
+	if (h->replace && h->upload) {
+		struct dgfs_upload *u = h->upload;
+		bool retry;
+		h->upload = NULL;
+		enum dg_status st = dgfs_upload_finish(u, version, &retry, err);
+		if (!retry)
+			return st;
+		dg_log(DG_LOG_DEBUG, "fs", "vars/%s: the streaming PUT broke (%s); sending the "
+		       "staged bytes in one PUT", h->p.name, err->msg);
+		*err = (struct dg_err){ 0 };
 	}
 	if (h->replace) {
 		struct dg_put_opts o = { .if_match = if_match(fs, h) };
@@ -1315,7 +1420,7 @@ static int dgfs_release(const char *path, struct fuse_file_info *fi)
 	struct dgfs *fs = state();
 	struct handle *h = fh(fi);
 
-	open_remove(h);         /* first: readers_materialize must not find it now */
+	open_remove(h);         /* first: writer_find must not find it now */
 	commit_path(fs, path, h, "commit at release");
 	if (h->page_cache)
 		dgfs_cache_close(fs, h->p.view, h->p.name);
@@ -1335,6 +1440,8 @@ static int truncate_handle(const char *path, struct handle *h, off_t size)
 		h->replace = true;
 		h->dirty = true;
 		h->n_ranges = 0;
+		upload_drop(h);         /* the writes start over */
+		h->upload_tried = false;
 		return 0;
 	}
 	if (size == 0)

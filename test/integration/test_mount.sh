@@ -2,7 +2,8 @@
 # `dg mount` end to end (issue 4): a real `dg ps` on a loopback port, the cluster
 # mounted in a temporary directory, driven with the shell tools a user would
 # use (ls, od, cat, dd, cp, sed -i, getfattr, rm), numpy, concurrent writers and
-# readers (mount_tool.py), 10,000 variables, a stopped and a restarted ps.
+# readers (mount_tool.py), streaming writes of large values, 10,000 variables,
+# jobs/ of a cluster of dg servers, a stopped and a restarted ps.
 # Usage: test_mount.sh PATH/TO/dg   (exit 77 = skipped: no /dev/fuse or fusermount3)
 set -uo pipefail
 
@@ -392,6 +393,83 @@ head -c 800000 /dev/urandom >"$TMP/big2.bin"
 bad_write "cat of 800 KB into a 400 KB tensor fails and commits none of the chunks that fit" \
 	big 'cat "'"$TMP"'/big2.bin" > vars/big' "Invalid argument"
 
+# --- large values: the PUT streams while the writes arrive --------------------------------
+# (8 MiB: above the size where a replacing writer's PUT starts at its first write)
+dgr var create huge "${C[@]}" --shape 2097152
+wait_visible huge
+head -c 8388608 /dev/urandom >"$TMP/huge.bin"
+head -c 8388608 /dev/urandom >"$TMP/huge2.bin"
+n0=$(commits)
+sh 'cat "'"$TMP"'/huge.bin" > vars/huge'
+fetch huge "$TMP/after"
+n1=$(commits)
+check "cat of 8 MiB into vars/huge: the value arrives whole, in one PUT ($((n1 - n0)))" \
+	"$([[ $rc -eq 0 && $n1 -eq $((n0 + 1)) ]] && cmp -s "$TMP/after.bin" "$TMP/huge.bin"; echo $?)"
+sh "$PY $TOOL produce $TMP/huge2.bin 4093 65537 333 | cat > vars/huge"
+fetch huge "$TMP/after"
+check "8 MiB streamed in odd chunks (4093, 65537, 333) arrives whole" \
+	"$([[ $rc -eq 0 ]] && cmp -s "$TMP/after.bin" "$TMP/huge2.bin"; echo $?)"
+n0=$(commits)
+bad_write "6 MB of an 8 MiB tensor: EINVAL at close, the started PUT changes nothing" \
+	huge 'head -c 6000000 "'"$TMP"'/huge.bin" > vars/huge' "Invalid argument"
+check "  ... and the ps applied no PUT" "$([[ $(commits) -eq $n0 ]]; echo $?)"
+# every byte written, not closed yet: the ps has not applied it (the body's
+# last byte goes at close), then close commits it
+sh "$PY"' -c "import http.client, os, sys, time
+a = open(sys.argv[1], \"rb\").read()
+def version():
+	c = http.client.HTTPConnection(\"127.0.0.1\", int(sys.argv[2]))
+	c.request(\"HEAD\", \"/v1/vars/huge\")
+	return c.getresponse().getheader(\"Dg-Version\")
+v0 = version()
+fd = os.open(\"vars/huge\", os.O_WRONLY | os.O_TRUNC)
+n = 0
+while n < len(a):
+	n += os.write(fd, a[n:])
+time.sleep(0.5)
+v1 = version()
+os.close(fd)
+v2 = version()
+print(v0 == v1, v2 != v1, open(\"vars/huge\", \"rb\").read() == a)" '"$TMP/huge.bin $PA"
+check "a streaming write is applied at close, not when its last byte is written" \
+	"$([[ $rc -eq 0 && $(cat "$TMP/out") == "True True True" ]]; echo $?)"
+# pwrite order and rewrites: the second half first; then all of it, then 4 KiB
+# at 0 again (bytes the stream may have sent: it gives way to one PUT at close)
+sh "$PY"' -c "import os, sys
+a, b = open(sys.argv[1], \"rb\").read(), open(sys.argv[2], \"rb\").read()
+h = len(a) // 2
+fd = os.open(\"vars/huge\", os.O_WRONLY | os.O_TRUNC)
+os.pwrite(fd, a[h:], h); os.pwrite(fd, a[:h], 0); os.close(fd)
+ok1 = open(\"vars/huge\", \"rb\").read() == a
+fd = os.open(\"vars/huge\", os.O_WRONLY | os.O_TRUNC)
+os.pwrite(fd, b, 0); os.pwrite(fd, a[:4096], 0); os.close(fd)
+ok2 = open(\"vars/huge\", \"rb\").read() == a[:4096] + b[4096:]
+print(ok1, ok2)" '"$TMP/huge.bin $TMP/huge2.bin"
+fetch huge "$TMP/after"
+check "out of order writes (second half first) and a rewrite of offset 0 commit what was written" \
+	"$([[ $rc -eq 0 && $(cat "$TMP/out") == "True True" ]] &&
+		cmp -s <(head -c 4096 "$TMP/huge.bin"; tail -c +4097 "$TMP/huge2.bin") \
+		"$TMP/after.bin"; echo $?)"
+# another update while the stream runs (over HTTP from the same process: a
+# fork would close the descriptor in the child, which commits): the commit is
+# refused (ESTALE) and the other value stays
+sh "$PY"' -c "import errno, http.client, os, sys
+a, b = open(sys.argv[1], \"rb\").read(), open(sys.argv[2], \"rb\").read()
+fd = os.open(\"vars/huge\", os.O_WRONLY | os.O_TRUNC)
+os.write(fd, a[:len(a) // 2])
+c = http.client.HTTPConnection(\"127.0.0.1\", int(sys.argv[3]))
+c.request(\"PUT\", \"/v1/vars/huge\", b, {\"Dg-Dtype\": \"float32\", \"Dg-Shape\": \"2097152\"})
+assert c.getresponse().status in (200, 201, 204)
+os.write(fd, a[len(a) // 2:])
+try:
+	os.close(fd)
+	print(\"closed\")
+except OSError as e:
+	print(errno.errorcode[e.errno])" '"$TMP/huge.bin $TMP/huge2.bin $PA"
+fetch huge "$TMP/after"
+check "an update by another client during a streaming write: ESTALE at close, its value stays" \
+	"$([[ $(cat "$TMP/out") == ESTALE ]] && cmp -s "$TMP/after.bin" "$TMP/huge2.bin"; echo $?)"
+
 # --- rename over a variable (sed -i, mv) -----------------------------------------------------
 dgr var ls "${C[@]}"
 cp "$TMP/out" "$TMP/names.before"
@@ -429,6 +507,33 @@ check "8 concurrent writers of whole tensors never leave a torn tensor" "$rc"
 sh "$PY $TOOL updates 127.0.0.1:$PA r 200 $M/vars/r $M/npy/r.npy $M/vars/r"
 sed 's/^/  /' "$TMP/out"
 check "readers during 200 updates always see one whole version, never an older one" "$rc"
+
+# A reader that relies on the kernel's pages of the version it opened (a
+# repeated read), whose pages are dropped (POSIX_FADV_DONTNEED here, memory
+# pressure in life) after the variable changed: it still reads that whole
+# version (the mount keeps the bytes behind the pages), and a new open the new one.
+sh "$PY"' -c "import http.client, os, sys
+a, b = open(sys.argv[1], \"rb\").read(), open(sys.argv[2], \"rb\").read()
+def put(v):
+	c = http.client.HTTPConnection(\"127.0.0.1\", int(sys.argv[3]))
+	c.request(\"PUT\", \"/v1/vars/huge\", v, {\"Dg-Dtype\": \"float32\", \"Dg-Shape\": \"2097152\"})
+	assert c.getresponse().status in (200, 201, 204)
+put(a)
+assert open(\"vars/huge\", \"rb\").read() == a
+fd = os.open(\"vars/huge\", os.O_RDONLY)
+first = os.pread(fd, 4096, 0)
+put(b)
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+rest = b\"\"
+while True:
+	chunk = os.pread(fd, 1 << 20, 4096 + len(rest))
+	if not chunk:
+		break
+	rest += chunk
+os.close(fd)
+print(first + rest == a, open(\"vars/huge\", \"rb\").read() == b)" '"$TMP/huge.bin $TMP/huge2.bin $PA"
+check "a repeated reader whose pages were dropped after an update still reads its whole version" \
+	"$([[ $rc -eq 0 && $(cat "$TMP/out") == "True True" ]]; echo $?)"
 
 # --- ESTALE: the variable changed between open and close -------------------------------
 hold_stale() {   # hold_stale MOUNT: prints what the holder saw
@@ -531,6 +636,128 @@ if [[ $rc -eq 0 ]] && mount_dg "$MB" "$TMP/cluster_b.json"; then
 	check "fusermount3 -u of the 10,000-variable mount: its process exits 0" $?
 else
 	not_ok "10,000 variables created and mounted"
+fi
+
+# --- jobs/: the jobs of the cluster's master ---------------------------------------------
+# A cluster of `dg server`s (1 ps + 2 workers; ports picked first: every server
+# needs the final spec), mounted; jobs submitted with dg submit show up as
+# jobs/ID/ with status, log and placement, read-only files of their true size.
+read -r j0 j1 j2 < <(free_ports 3)
+printf '{"ps": ["127.0.0.1:%s"], "worker": ["127.0.0.1:%s", "127.0.0.1:%s"]}\n' \
+	"$j0" "$j1" "$j2" >"$TMP/jcluster.json"
+jobs_up=true
+for spec in ps:0 worker:0 worker:1; do
+	"$DG" server --cluster "$TMP/jcluster.json" --job "${spec%:*}" --task "${spec#*:}" \
+		--port-file "$TMP/j.${spec/:/}.port" >>"$TMP/j.${spec/:/}.log" 2>&1 &
+	pids+=("$!")
+done
+for spec in ps0 worker0 worker1; do
+	wait_port "$TMP/j.$spec.port" 150 0.1 >/dev/null || jobs_up=false
+done
+MJ=$TMP/mnt_j
+# jf FILE: a file of the (only) job, through the mount
+jf() { cat "$MJ/jobs/$J/$1"; }
+if $jobs_up && mount_dg "$MJ" "$TMP/jcluster.json"; then
+	rc=0
+	ls -A "$MJ/jobs" >"$TMP/out" 2>"$TMP/err" || rc=$?
+	check "jobs/ of a master without jobs is an empty directory" \
+		"$([[ $rc -eq 0 && ! -s $TMP/out ]]; echo $?)"
+	rc=0
+	"$DG" submit "$SRC/examples/seed_sum.json" --cluster "$TMP/jcluster.json" \
+		>"$TMP/out" 2>"$TMP/err" || rc=$?
+	J=$(ls "$MJ/jobs" 2>/dev/null)
+	check "dg submit seed_sum.json prints 238 and jobs/ lists its job ($J)" \
+		"$([[ $rc -eq 0 && $(cat "$TMP/out") == 238 && $J =~ ^[A-Za-z0-9_-]+$ ]]; echo $?)"
+	ls "$MJ/jobs/$J" >"$TMP/out" 2>"$TMP/err"
+	check "jobs/$J/ holds log, placement and status (no metrics.csv: not a training job)" \
+		"$(tr '\n' ' ' <"$TMP/out" | grep -qx 'log placement status '; echo $?)"
+	jf status >"$TMP/status.json" 2>"$TMP/err"
+	check "jobs/$J/status is the job's status JSON: done, 1 of 1 steps, 2 fragments" \
+		"$("$PY" -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+ok = s["id"] == sys.argv[2] and s["state"] == "done" and s["steps_done"] == 1
+ok = ok and s["fragments"] == 2 and s["placement"]["y2"] == "/job:worker/task:1"
+sys.exit(0 if ok else 1)' "$TMP/status.json" "$J"; echo $?)"
+	jf log >"$TMP/log.jsonl" 2>"$TMP/err"
+	check "jobs/$J/log holds the event lines created, started, step, done of that job" \
+		"$("$PY" -c 'import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+ok = [e["event"] for e in ev] == ["created", "started", "step", "done"]
+ok = ok and all(e["job"] == sys.argv[2] for e in ev) and ev[-1]["steps_done"] == 1
+sys.exit(0 if ok else 1)' "$TMP/log.jsonl" "$J"; echo $?)"
+	jf placement >"$TMP/out" 2>"$TMP/err"
+	check "jobs/$J/placement is the explain text (y2 on worker/1, the fetch of y)" \
+		"$(grep -qE '^  y2 +/job:worker/task:1 ' "$TMP/out" &&
+			grep -qF 'key fetch:y' "$TMP/out"; echo $?)"
+	sizes_ok=0
+	for f in status log placement; do
+		[[ $(stat -c %s "$MJ/jobs/$J/$f") -eq $(jf "$f" | wc -c) ]] || sizes_ok=1
+		[[ $(stat -c %A "$MJ/jobs/$J/$f") == -r--r--r-- ]] || sizes_ok=1
+	done
+	check "status, log and placement are read-only files of their true size" "$sizes_ok"
+	rc=0
+	(cd "$MJ" && timeout 30 bash -c "echo x > jobs/$J/status") >"$TMP/out" 2>"$TMP/err" ||
+		rc=$?
+	check "writing jobs/$J/status fails (Operation not permitted)" \
+		"$([[ $rc -ne 0 ]] && grep -qF 'Operation not permitted' "$TMP/err"; echo $?)"
+	rc=0
+	ls "$MJ/jobs/nope" "$MJ/jobs/$J/nope" >"$TMP/out" 2>"$TMP/err" || rc=$?
+	check "jobs/nope and jobs/$J/nope: No such file or directory" \
+		"$([[ $rc -ne 0 && $(grep -c 'No such file' "$TMP/err") -eq 2 ]]; echo $?)"
+	# a running job: its status file changes from running to done (cache 0.5 s)
+	"$DG" submit "$SRC/examples/seed_sum.json" --cluster "$TMP/jcluster.json" \
+		--steps 1500 >"$TMP/long.out" 2>&1 &
+	sub=$!
+	K=
+	seen_running=false
+	for _ in $(seq 1 100); do
+		for d in "$MJ"/jobs/*; do [[ ${d##*/} != "$J" ]] && K=${d##*/}; done
+		if [[ -n $K ]] && grep -qF '"state": "running"' "$MJ/jobs/$K/status" 2>/dev/null
+		then
+			seen_running=true
+			break
+		fi
+		sleep 0.05
+	done
+	wait "$sub"
+	sleep 0.6
+	check "a running job's status file shows running, then done once it ended" \
+		"$($seen_running && grep -qF '"state": "done"' "$MJ/jobs/$K/status" &&
+			grep -qF '"steps_done": 1500' "$MJ/jobs/$K/status"; echo $?)"
+	# a training job (contract: doc/training.md): its metrics.csv
+	cat >"$TMP/train.json" <<-'EOF'
+	{"version": 1, "nodes": [
+	 {"name": "w", "op": "Variable", "attrs": {"shape": [2], "dtype": "float32", "init": "zeros"}},
+	 {"name": "x", "op": "Const", "attrs": {"value": [1, 2], "dtype": "float32"}},
+	 {"name": "y", "op": "Const", "attrs": {"value": [3, 6], "dtype": "float32"}},
+	 {"name": "p", "op": "Mul", "inputs": ["w", "x"]},
+	 {"name": "e", "op": "Sub", "inputs": ["p", "y"]},
+	 {"name": "s", "op": "Square", "inputs": ["e"]},
+	 {"name": "loss", "op": "Sum", "inputs": ["s"]}],
+	 "training": {"loss": "loss", "optimizer": {"rule": "sgd", "lr": 0.05}, "steps": 40}}
+	EOF
+	rc=0
+	"$DG" submit "$TMP/train.json" --cluster "$TMP/jcluster.json" >"$TMP/out" 2>"$TMP/err" ||
+		rc=$?
+	T=
+	for d in "$MJ"/jobs/*; do [[ ${d##*/} != "$J" && ${d##*/} != "$K" ]] && T=${d##*/}; done
+	rc2=0
+	cat "$MJ/jobs/$T/metrics.csv" >"$TMP/metrics.csv" 2>>"$TMP/err" || rc2=$?
+	check "a training job's folder lists metrics.csv: step,time_s,epoch,loss,... up to step 40" \
+		"$([[ $rc -eq 0 && $rc2 -eq 0 && -n $T ]] &&
+			ls "$MJ/jobs/$T" | grep -qx metrics.csv &&
+			head -n 1 "$TMP/metrics.csv" | grep -q '^step,time_s,epoch,loss' &&
+			[[ $(tail -n 1 "$TMP/metrics.csv" | cut -d, -f1) == 40 ]] &&
+			[[ $(stat -c %s "$MJ/jobs/$T/metrics.csv") -eq $(wc -c <"$TMP/metrics.csv") ]]; \
+			echo $?)"
+	rc=0
+	cat "$MJ/jobs/$J/metrics.csv" >"$TMP/out" 2>"$TMP/err" || rc=$?
+	check "metrics.csv of a job that is not a training job: No such file or directory" \
+		"$([[ $rc -ne 0 ]] && grep -qF 'No such file' "$TMP/err"; echo $?)"
+	unmount_dg "$MJ"
+	check "fusermount3 -u of the jobs mount: its process exits 0" $?
+else
+	not_ok "a cluster of dg servers starts and is mounted"
 fi
 
 # --- a stopped ps: EIO within the deadline, then the mount works again -------------------
