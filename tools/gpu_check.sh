@@ -1,7 +1,9 @@
 #!/bin/sh
 # The one prepared check for a lent GPU machine (issue 7): configure a fresh
-# build with -Dcuda=enabled, build, run the CUDA parity suite, then the whole
-# suite, then bench_cuda, printing everything. Sized for ~8 minutes on 16 cores.
+# build with -Dcuda=enabled, build, run the CUDA suites (op parity, gradient
+# helpers, GPU-placed graphs and the MLP training step through worker/exec.c),
+# then the whole suite, then bench_cuda (kernels and the MLP step, GPU vs CPU),
+# printing everything. Sized for ~8 minutes on 16 cores.
 # Usage: tools/gpu_check.sh [build-dir]   (default build-gpu; run from the repo root)
 set -u
 B=${1:-build-gpu}
@@ -24,8 +26,11 @@ ninja -C "$B" -j"$JOBS" || exit 1
 
 step "meson test --suite cuda"
 meson test -C "$B" --suite cuda --print-errorlogs --timeout-multiplier 2 || fail=1
-# Criterion's own report with every test's line (skips would show here).
-"$B"/test/test_parity --verbose --short-filename 2>&1 | tail -40
+# Criterion's own report: one line per test of suites cuda and cuda_exec (a
+# SKIP here means the GPU was not seen), plus the executor's soft-placement
+# notes (ops that ran on the CPU inside GPU-placed graphs).
+DG_LOG=info "$B"/test/test_parity --verbose --short-filename --jobs=1 2>&1 |
+	grep -E '^\[(PASS|FAIL|SKIP|----|====)\]|exec:' | head -120
 
 step "whole suite"
 meson test -C "$B" --num-processes "$JOBS" --print-errorlogs || fail=1

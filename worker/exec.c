@@ -1,20 +1,47 @@
 /* The single-process evaluator (dg/exec.h): marks the nodes the fetches need,
- * substitutes feeds, runs each needed node's CPU kernel in the graph's
- * topological order and frees every intermediate value after its last reader.
- * Per-run state lives here; the validated graph (core/src/graph.c) is only
- * read, so one graph can be run by several threads. */
+ * substitutes feeds, runs each needed node's kernel in the graph's topological
+ * order and frees every intermediate value after its last reader. A node whose
+ * device names a GPU (".../gpu:K") runs its CUDA kernel (dg/cuda.h) when the GPU
+ * and the kernel exist, else on the CPU (soft placement, said once). In a run,
+ * values stay in device memory between GPU nodes; host copies are made only
+ * where a CPU node or a fetch reads them. Per-run state lives here; the graph
+ * is only read, so one graph can be run by several threads. */
 #include "dg/exec.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "dg/cuda.h"
+#include "dg/gpu.h"
+#include "dg/log.h"
+
+#define MAX_GPUS 16                      /* GPU indices a device string may name */
+#define POOL_STREAMS 64                  /* idle streams kept per GPU */
+#define DEAD_BYTES_MAX (256u << 20)      /* device bytes a run defers before syncing */
+
+/* Device copies released during a run: freed only after the run's streams have
+ * been synchronised, because the caching allocator may hand a freed block to
+ * another thread's stream while kernels queued on ours still read it. */
+struct gpu_run {
+	struct dg_cuda_stream *s[MAX_GPUS];   /* held for the run, from the pool */
+	bool broken[MAX_GPUS];                /* a sync failed: do not pool the stream */
+	struct dg_cuda_tensor **dead;
+	int n_dead, cap_dead;
+	size_t dead_bytes;
+};
 
 /* Per-run state. Values are numbered: output k of node v is value base[v] + k. */
 struct run {
 	const struct dg_graph *g;
 	int *base;                       /* n_nodes + 1 entries */
 	int n_values;
-	struct dg_tensor **val;          /* computed values, owned; NULL once freed */
+	struct dg_tensor **val;          /* host values, owned; NULL once freed or while
+					  * a value exists only on a GPU */
+	struct dg_cuda_tensor **dev;     /* device copies, owned; NULL when none */
+	struct gpu_run gpu;
 	const struct dg_tensor **fed;    /* fed values, borrowed; NULL when not fed */
 	int *uses;                       /* readers still to come: consumers + fetches */
 	unsigned char *needed;           /* per node: must run for the fetches */
@@ -53,6 +80,274 @@ bool dg_exec_type_ok(const struct dg_ttype *want, const struct dg_tensor *t, str
 static const char *node_label_op(const struct dg_node *n)
 {
 	return n->op ? n->op->name : "?";
+}
+
+/* ------------------------------------------------------------------ GPUs */
+
+/* The GPU a device string names: a "gpu:K" or "device:GPU:K" segment (as
+ * worker/place.c reads them), or -1 for the CPU and for strings without one. */
+static int device_gpu(const char *dev)
+{
+	const char *p = dev;
+
+	while (p && *p) {
+		const char *seg = *p == '/' ? p + 1 : p, *end = strchr(seg, '/'), *num = NULL;
+		size_t len = end ? (size_t)(end - seg) : strlen(seg);
+		if (len > 4 && strncmp(seg, "gpu:", 4) == 0)
+			num = seg + 4;
+		else if (len > 11 && strncmp(seg, "device:GPU:", 11) == 0)
+			num = seg + 11;
+		if (num) {
+			int k = 0;
+			for (; num < seg + len; num++) {
+				if (*num < '0' || *num > '9' || k >= MAX_GPUS)
+					return -1;
+				k = k * 10 + (*num - '0');
+			}
+			return k < MAX_GPUS ? k : -1;
+		}
+		p = end;
+	}
+	return -1;
+}
+
+/* Soft placement is said once per process for each missing GPU and once per
+ * op without a CUDA kernel (a table of the ops already named). */
+static pthread_mutex_t said_mu = PTHREAD_MUTEX_INITIALIZER;
+static const struct dg_op_def *said_ops[256];
+static int n_said_ops;
+static atomic_bool said_no_gpu[MAX_GPUS];
+
+static void say_no_gpu(const struct dg_node *n, int k)
+{
+	if (atomic_exchange(&said_no_gpu[k], true))
+		return;
+	dg_log(DG_LOG_WARN, "exec", "node '%s' is placed on %s, but GPU %d is not usable here "
+	       "(%s): nodes placed on it run on the CPU (soft placement)", n->name, n->device,
+	       k, dg_gpu_describe());
+}
+
+static void say_cpu_op(const struct dg_node *n, const char *why)
+{
+	bool said = false;
+
+	pthread_mutex_lock(&said_mu);
+	for (int i = 0; i < n_said_ops && !said; i++)
+		said = said_ops[i] == n->op;
+	if (!said && n_said_ops < (int)(sizeof said_ops / sizeof said_ops[0]))
+		said_ops[n_said_ops++] = n->op;
+	pthread_mutex_unlock(&said_mu);
+	if (!said)
+		dg_log((n->op->flags & DG_OPF_SOURCE) ? DG_LOG_DEBUG : DG_LOG_INFO, "exec",
+		       "%s nodes placed on a GPU run on the CPU: %s (first: '%s')", n->op->name,
+		       why, n->name);
+}
+
+/* The GPU node n runs on, or -1 for the CPU: its device names a GPU that this
+ * process has and its op has a CUDA kernel. */
+static int node_gpu(const struct dg_node *n)
+{
+	int k = device_gpu(n->device);
+
+	if (k < 0)
+		return -1;
+	if (!dg_cuda_available() || k >= dg_gpu_count()) {
+		say_no_gpu(n, k);
+		return -1;
+	}
+	if (!dg_cuda_supports(n->op) || n->n_out < 1 || n->n_out > 4) {
+		say_cpu_op(n, "no CUDA kernel");
+		return -1;
+	}
+	return k;
+}
+
+/* Idle streams per GPU, shared by all runs and threads (creating a stream and
+ * its cuBLAS handle costs milliseconds). A stream is idle when pooled. */
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct dg_cuda_stream *pool[MAX_GPUS][POOL_STREAMS];
+static int n_pool[MAX_GPUS];
+
+static enum dg_status stream_take(int k, struct dg_cuda_stream **s, struct dg_err *err)
+{
+	*s = NULL;
+	pthread_mutex_lock(&pool_mu);
+	if (n_pool[k] > 0)
+		*s = pool[k][--n_pool[k]];
+	pthread_mutex_unlock(&pool_mu);
+	return *s ? DG_OK : dg_cuda_stream_new(k, s, err);
+}
+
+static void stream_give(int k, struct dg_cuda_stream *s)
+{
+	pthread_mutex_lock(&pool_mu);
+	if (s && n_pool[k] < POOL_STREAMS) {
+		pool[k][n_pool[k]++] = s;
+		s = NULL;
+	}
+	pthread_mutex_unlock(&pool_mu);
+	dg_cuda_stream_free(s);
+}
+
+/* Checks a device value against inferred types like dg_exec_type_ok. */
+static bool dev_type_ok(const struct dg_ttype *want, const struct dg_cuda_tensor *d,
+			struct dg_err *err)
+{
+	struct dg_tensor h = { .dtype = d->dtype, .shape = d->shape, .numel = d->numel,
+			       .nbytes = d->nbytes };
+
+	return dg_exec_type_ok(want, &h, err);
+}
+
+/* Run n's CUDA kernel on device inputs din[] (borrowed, on s's GPU); dout[]
+ * receives owned device outputs checked against n's inference. *fallback is
+ * set (and err cleared) when the kernel does not cover these dtypes: the
+ * caller then runs the CPU kernel. The caller prefixes errors with the node. */
+static enum dg_status gpu_kernel(const struct dg_node *n, struct dg_cuda_stream *s,
+				 const struct dg_cuda_tensor *const *din,
+				 struct dg_cuda_tensor **dout, uint64_t step, bool *fallback,
+				 struct dg_err *err)
+{
+	enum dg_status st = dg_cuda_run(s, n->op, n->attrs, din, n->n_in, dout, n->n_out, step,
+					err);
+
+	*fallback = false;
+	if (st == DG_EUNSUPPORTED || st == DG_EDTYPE) {
+		say_cpu_op(n, err->msg);
+		dg_err_clear(err);
+		*fallback = true;
+		return st;
+	}
+	for (int o = 0; st == DG_OK && o < n->n_out; o++) {
+		if (!dev_type_ok(&n->out[o], dout[o], err)) {
+			dg_err_prefix(err, "GPU output %d disagrees with inference (a bug in the "
+				      "CUDA kernel)", o);
+			st = err->code = DG_EINTERNAL;
+		}
+	}
+	if (st != DG_OK) {
+		/* Nothing may still read the outputs once the stream is idle. */
+		dg_cuda_stream_sync(s, NULL);
+		for (int o = 0; o < n->n_out; o++) {
+			dg_cuda_tensor_free(dout[o]);
+			dout[o] = NULL;
+		}
+	}
+	return st;
+}
+
+/* One node on GPU k with host inputs and outputs (dg_exec_kernel's path, for
+ * callers that keep values on the host): upload, run, download, then free the
+ * device copies once the downloads have synchronised the stream. */
+static enum dg_status gpu_kernel_host(const struct dg_node *n, int k,
+				      const struct dg_tensor *const *ins, struct dg_tensor **outs,
+				      uint64_t step, bool *fallback, struct dg_err *err)
+{
+	struct dg_cuda_tensor *small_in[8], *small_out[4] = { 0 }, **din = small_in;
+	struct dg_cuda_stream *s = NULL;
+	enum dg_status st;
+	bool healthy = true;
+
+	*fallback = false;
+	if (n->n_in > 8 && !(din = calloc((size_t)n->n_in, sizeof *din)))
+		return dg_err_set(err, DG_ENOMEM, "node '%s': out of memory", n->name);
+	for (int i = 0; i < n->n_in; i++)
+		din[i] = NULL;
+	st = stream_take(k, &s, err);
+	for (int i = 0; st == DG_OK && i < n->n_in; i++)
+		if (!(din[i] = dg_cuda_upload(s, ins[i], err)))
+			st = err->code;
+	if (st == DG_OK)
+		st = gpu_kernel(n, s, (const struct dg_cuda_tensor *const *)din, small_out, step,
+				fallback, err);
+	for (int o = 0; st == DG_OK && o < n->n_out; o++)
+		if (!(outs[o] = dg_cuda_download(s, small_out[o], err)))
+			st = err->code;
+	if (st != DG_OK && !*fallback) {
+		for (int o = 0; o < n->n_out; o++) {
+			dg_tensor_free(outs[o]);
+			outs[o] = NULL;
+		}
+		dg_err_prefix(err, "node '%s' (%s)", n->name, n->op->name);
+	}
+	if (s)
+		healthy = dg_cuda_stream_sync(s, NULL) == DG_OK;
+	for (int o = 0; o < n->n_out && o < 4; o++)
+		dg_cuda_tensor_free(small_out[o]);
+	for (int i = 0; i < n->n_in; i++)
+		dg_cuda_tensor_free(din[i]);
+	if (din != small_in)
+		free(din);
+	if (s && healthy)
+		stream_give(k, s);
+	else
+		dg_cuda_stream_free(s);
+	return st;
+}
+
+/* --- a run's device state --- */
+
+static enum dg_status gr_stream(struct gpu_run *gr, int k, struct dg_cuda_stream **s,
+				struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	if (!gr->s[k])
+		st = stream_take(k, &gr->s[k], err);
+	*s = gr->s[k];
+	return st;
+}
+
+/* Wait for every stream of the run, then free the deferred device tensors. */
+static void gr_flush(struct gpu_run *gr)
+{
+	for (int k = 0; k < MAX_GPUS; k++)
+		if (gr->s[k] && dg_cuda_stream_sync(gr->s[k], NULL) != DG_OK)
+			gr->broken[k] = true;
+	for (int i = 0; i < gr->n_dead; i++)
+		dg_cuda_tensor_free(gr->dead[i]);
+	gr->n_dead = 0;
+	gr->dead_bytes = 0;
+}
+
+/* Release a device copy: deferred until the next flush (see struct gpu_run). */
+static void gr_drop(struct gpu_run *gr, struct dg_cuda_tensor *t)
+{
+	if (!t)
+		return;
+	if (gr->n_dead == gr->cap_dead) {
+		int cap = gr->cap_dead ? gr->cap_dead * 2 : 32;
+		struct dg_cuda_tensor **d = realloc(gr->dead, (size_t)cap * sizeof *d);
+		if (!d) {
+			gr_flush(gr);           /* no room to defer: make it safe now */
+			dg_cuda_tensor_free(t);
+			return;
+		}
+		gr->dead = d;
+		gr->cap_dead = cap;
+	}
+	gr->dead[gr->n_dead++] = t;
+	gr->dead_bytes += t->cap;
+	if (gr->dead_bytes > DEAD_BYTES_MAX)
+		gr_flush(gr);
+}
+
+/* End of a run: flush and return healthy streams to the pool. */
+static void gr_end(struct gpu_run *gr)
+{
+	gr_flush(gr);
+	free(gr->dead);
+	gr->dead = NULL;
+	gr->cap_dead = 0;
+	for (int k = 0; k < MAX_GPUS; k++) {
+		if (!gr->s[k])
+			continue;
+		if (gr->broken[k])
+			dg_cuda_stream_free(gr->s[k]);
+		else
+			stream_give(k, gr->s[k]);
+		gr->s[k] = NULL;
+	}
 }
 
 /* Fetch refs -> edges; NULL/0 selects the graph's default fetch list. */
@@ -176,11 +471,51 @@ static void release(struct run *r, int v)
 	if (--r->uses[v] == 0) {
 		dg_tensor_free(r->val[v]);
 		r->val[v] = NULL;
+		gr_drop(&r->gpu, r->dev[v]);
+		r->dev[v] = NULL;
 	}
 }
 
-enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
-			      struct dg_tensor **outs, uint64_t step, struct dg_err *err)
+/* The host form of value v (fed, computed, or downloaded now from its device
+ * copy, which stays for later GPU readers). NULL with r->err set on failure. */
+static const struct dg_tensor *host_of(struct run *r, int v)
+{
+	struct dg_cuda_stream *s;
+
+	if (r->fed[v])
+		return r->fed[v];
+	if (r->val[v])
+		return r->val[v];
+	if (!r->dev[v]) {
+		dg_err_set(r->err, DG_EINTERNAL, "value %d was read before it was computed", v);
+		return NULL;
+	}
+	if (gr_stream(&r->gpu, r->dev[v]->device, &s, r->err) != DG_OK)
+		return NULL;
+	r->val[v] = dg_cuda_download(s, r->dev[v], r->err);
+	return r->val[v];
+}
+
+/* The copy of value v on GPU k, uploaded now when there is none (and kept for
+ * later GPU readers). NULL with r->err set on failure. */
+static const struct dg_cuda_tensor *dev_of(struct run *r, int v, struct dg_cuda_stream *s)
+{
+	int k = dg_cuda_stream_device(s);
+	const struct dg_tensor *h;
+	struct dg_cuda_tensor *d;
+
+	if (r->dev[v] && r->dev[v]->device == k)
+		return r->dev[v];
+	if (!(h = host_of(r, v)) || !(d = dg_cuda_upload(s, h, r->err)))
+		return NULL;
+	gr_drop(&r->gpu, r->dev[v]);      /* a copy on another GPU */
+	r->dev[v] = d;
+	return d;
+}
+
+/* Node n's CPU kernel (the fallback of GPU nodes too). */
+static enum dg_status cpu_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
+				 struct dg_tensor **outs, uint64_t step, struct dg_err *err)
 {
 	enum dg_status st;
 
@@ -218,26 +553,82 @@ enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *c
 	return st;
 }
 
-/* Run node v's kernel: gather inputs, call it, check and store its outputs. */
-static enum dg_status run_node(struct run *r, int v, const struct dg_tensor **ins,
-			       struct dg_tensor **outs, uint64_t step)
+enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
+			      struct dg_tensor **outs, uint64_t step, struct dg_err *err)
+{
+	int k = node_gpu(n);
+
+	memset(outs, 0, (size_t)n->n_out * sizeof *outs);
+	if (k >= 0) {
+		bool fallback;
+		enum dg_status st = gpu_kernel_host(n, k, ins, outs, step, &fallback, err);
+		if (!fallback)
+			return st;
+	}
+	return cpu_kernel(n, ins, outs, step, err);
+}
+
+/* Node v on GPU k: inputs from their device copies (uploaded where a value has
+ * none), outputs left on the device. *fallback: run it on the CPU instead. */
+static enum dg_status run_node_gpu(struct run *r, int v, int k,
+				   const struct dg_cuda_tensor **din, struct dg_cuda_tensor **dout,
+				   uint64_t step, bool *fallback)
 {
 	const struct dg_node *n = &r->g->nodes[v];
-	enum dg_status st;
+	struct dg_cuda_stream *s;
+	enum dg_status st = gr_stream(&r->gpu, k, &s, r->err);
 
-	for (int k = 0; k < n->n_in; k++) {
-		int iv = value_of(r, n->in[k]);
-		ins[k] = r->fed[iv] ? r->fed[iv] : r->val[iv];
-	}
-	st = dg_exec_kernel(n, ins, outs, step, r->err);
-	if (st != DG_OK)
+	*fallback = false;
+	for (int i = 0; st == DG_OK && i < n->n_in; i++)
+		if (!(din[i] = dev_of(r, value_of(r, n->in[i]), s)))
+			st = r->err->code;
+	memset(dout, 0, (size_t)n->n_out * sizeof *dout);
+	if (st == DG_OK)
+		st = gpu_kernel(n, s, din, dout, step, fallback, r->err);
+	if (st != DG_OK) {
+		if (!*fallback)
+			dg_err_prefix(r->err, "node '%s' (%s)", n->name, n->op->name);
 		return st;
+	}
 	for (int o = 0; o < n->n_out; o++) {
 		int ov = r->base[v] + o;
 		if (r->fed[ov] || r->uses[ov] == 0)
-			dg_tensor_free(outs[o]);       /* overridden by a feed, or unread */
+			gr_drop(&r->gpu, dout[o]);     /* overridden by a feed, or unread */
 		else
-			r->val[ov] = outs[o];
+			r->dev[ov] = dout[o];
+	}
+	return DG_OK;
+}
+
+/* Run node v's kernel: gather inputs, call it, check and store its outputs. */
+static enum dg_status run_node(struct run *r, int v, const struct dg_tensor **ins,
+			       struct dg_tensor **outs, const struct dg_cuda_tensor **din,
+			       struct dg_cuda_tensor **dout, uint64_t step)
+{
+	const struct dg_node *n = &r->g->nodes[v];
+	int gpu = node_gpu(n);
+	bool fallback = true;
+	enum dg_status st;
+
+	if (gpu >= 0) {
+		st = run_node_gpu(r, v, gpu, din, dout, step, &fallback);
+		if (!fallback && st != DG_OK)
+			return st;
+	}
+	if (fallback) {
+		for (int k = 0; k < n->n_in; k++)
+			if (!(ins[k] = host_of(r, value_of(r, n->in[k]))))
+				return r->err->code;
+		st = cpu_kernel(n, ins, outs, step, r->err);
+		if (st != DG_OK)
+			return st;
+		for (int o = 0; o < n->n_out; o++) {
+			int ov = r->base[v] + o;
+			if (r->fed[ov] || r->uses[ov] == 0)
+				dg_tensor_free(outs[o]);       /* overridden by a feed, or unread */
+			else
+				r->val[ov] = outs[o];
+		}
 	}
 	for (int k = 0; k < n->n_in; k++)
 		release(r, value_of(r, n->in[k]));
@@ -260,17 +651,21 @@ static enum dg_status execute(struct run *r, uint64_t step, int *nodes_run)
 	}
 	const struct dg_tensor **ins = malloc((size_t)max_in * sizeof *ins);
 	struct dg_tensor **outs = malloc((size_t)max_out * sizeof *outs);
-	if (!ins || !outs)
+	const struct dg_cuda_tensor **din = malloc((size_t)max_in * sizeof *din);
+	struct dg_cuda_tensor **dout = malloc((size_t)max_out * sizeof *dout);
+	if (!ins || !outs || !din || !dout)
 		st = dg_err_set(r->err, DG_ENOMEM, "out of memory");
 	for (int k = 0; st == DG_OK && k < g->n_nodes; k++) {
 		int v = g->order[k];
 		if (!r->needed[v])
 			continue;
-		st = run_node(r, v, ins, outs, step);
+		st = run_node(r, v, ins, outs, din, dout, step);
 		count++;
 	}
 	free(ins);
 	free(outs);
+	free(din);
+	free(dout);
 	if (nodes_run)
 		*nodes_run = count;
 	return st;
@@ -282,6 +677,8 @@ static enum dg_status hand_over(struct run *r, struct dg_tensor **out)
 {
 	for (int i = 0; i < r->n_fetch; i++) {
 		int v = value_of(r, r->fetch[i]);
+		if (!host_of(r, v))
+			return r->err->code != DG_OK ? r->err->code : DG_ENOMEM;
 		if (r->fed[v]) {
 			out[i] = dg_tensor_clone(r->fed[v], r->err);
 		} else if (--r->uses[v] == 0) {
@@ -328,7 +725,8 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
 	r.fed = calloc((size_t)r.n_values + 1, sizeof *r.fed);
 	r.uses = calloc((size_t)r.n_values + 1, sizeof *r.uses);
 	r.needed = calloc((size_t)g->n_nodes + 1, 1);
-	if (!r.val || !r.fed || !r.uses || !r.needed) {
+	r.dev = calloc((size_t)r.n_values + 1, sizeof *r.dev);
+	if (!r.val || !r.fed || !r.uses || !r.needed || !r.dev) {
 		st = dg_err_set(r.err, DG_ENOMEM, "out of memory for a run of %d nodes",
 				g->n_nodes);
 		goto out;
@@ -351,6 +749,10 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
 out:
 	for (int i = 0; r.val && i < r.n_values; i++)
 		dg_tensor_free(r.val[i]);
+	for (int i = 0; r.dev && i < r.n_values; i++)
+		gr_drop(&r.gpu, r.dev[i]);
+	gr_end(&r.gpu);
+	free(r.dev);
 	free(r.val);
 	free(r.fed);
 	free(r.uses);

@@ -37,3 +37,34 @@ extern "C" cudaError_t dgc_copy(void *dst, int64_t dst_off, const void *src, int
 	}
 	return dgc_launched();
 }
+
+/* Every element set to the esz-byte pattern (OnesLike). */
+template <typename T> __global__ void k_fill(T *__restrict__ dst, int64_t n, T v)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+		dst[i] = v;
+}
+
+extern "C" cudaError_t dgc_fill(void *dst, int64_t n, int esz, uint64_t pattern, cudaStream_t s)
+{
+	if (n <= 0)
+		return cudaSuccess;
+	switch (esz) {
+	case 1:
+		k_fill<uint8_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>((uint8_t *)dst, n,
+								    (uint8_t)pattern);
+		break;
+	case 4:
+		k_fill<uint32_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>((uint32_t *)dst, n,
+								     (uint32_t)pattern);
+		break;
+	case 8:
+		k_fill<uint64_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>((uint64_t *)dst, n, pattern);
+		break;
+	default:
+		return cudaErrorInvalidValue;
+	}
+	return dgc_launched();
+}

@@ -17,6 +17,8 @@ struct dg_cuda_stream {
 	unsigned long long *flag;       /* device word for data-dependent errors */
 	size_t flag_cap;                /* its allocator block, bytes */
 	unsigned long long *flag_host;  /* pinned copy of it */
+	void *scratch;                  /* per-stream work memory (reductions, scalars) */
+	size_t scratch_cap;             /* its allocator block, bytes */
 };
 
 /* DG_EDEVICE naming the failed call and the runtime's text; clears the

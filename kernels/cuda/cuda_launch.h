@@ -1,5 +1,5 @@
-/* The host launchers of the .cu files, callable from C (dispatch.c) and
- * defined in C++ (eltwise.cu, reduce.cu, nn.cu, array.cu, random.cu). Plain
+/* The host launchers of the .cu files, callable from C (dispatch.c) and defined
+ * in C++ (eltwise.cu, reduce.cu, nn.cu, array.cu, random.cu, grad.cu). Plain
  * types only: the C glue checks shapes and attrs and turns the returned
  * cudaError_t into DG_EDEVICE (DG_CUDA_TRY in cuda_internal.h). Every launcher
  * queues work on stream s and returns without waiting. */
@@ -57,6 +57,9 @@ cudaError_t dgc_cast(int from, int to, const void *x, void *y, int64_t n,
 cudaError_t dgc_copy(void *dst, int64_t dst_off, const void *src, int64_t src_off,
 		     const struct dgc_walk *w, int64_t n, int esz, cudaStream_t s);
 
+/* dst[0..n) = the low esz bytes of pattern (esz = 1, 4 or 8), e.g. OnesLike. */
+cudaError_t dgc_fill(void *dst, int64_t n, int esz, uint64_t pattern, cudaStream_t s);
+
 enum dgc_reduce { DGC_RSUM, DGC_RMEAN, DGC_RMAX, DGC_RMIN };
 /* y[o] = reduce over r of x[koff(o) + roff(r)], o < n_out, r < count: kept
  * describes the output dims with their input strides (st[0]), red the reduced
@@ -84,6 +87,18 @@ cudaError_t dgc_xent(int dt, const void *x, const void *lab, void *loss, int64_t
  * outside [0, n) stores NaN and lowers *bad to its row. */
 cudaError_t dgc_sparse_xent(int dt, int ldt, const void *x, const void *lab, void *loss,
 			    int64_t rows, int64_t n, unsigned long long *bad, cudaStream_t s);
+
+/* The fused gradient helpers of grad.cu: o = f(g, v) over n elements of float
+ * dtype dt, with v the forward input (ReluGrad) or output (Sigmoid, Tanh). */
+enum dgc_grad { DGC_GRELU, DGC_GSIGMOID, DGC_GTANH };
+cudaError_t dgc_ew_grad(int op, int dt, const void *g, const void *v, void *o, int64_t n,
+			cudaStream_t s);
+/* o[r, :] = softmax(x[r, :]) - one_hot(lab[r]) for rows of n >= 1 classes; labels
+ * int32 (ldt DGC_I32) or int64. A label outside [0, n) fills its row with NaN and
+ * lowers *bad to the row. */
+cudaError_t dgc_sparse_xent_grad(int dt, int ldt, const void *x, const void *lab, void *o,
+				 int64_t rows, int64_t n, unsigned long long *bad,
+				 cudaStream_t s);
 
 /* The Philox4x32-10 stream of kernels/cpu/random.c, value for value. key from
  * the seed, step the counter's high half. */

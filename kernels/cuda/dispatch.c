@@ -68,6 +68,7 @@ void dg_cuda_stream_free(struct dg_cuda_stream *s)
 	if (s->blas)
 		cublasDestroy(s->blas);
 	dg_cuda_mem_release(s->device, s->flag, s->flag_cap);
+	dg_cuda_mem_release(s->device, s->scratch, s->scratch_cap);
 	dg_cuda_host_free(s->flag_host);
 	if (s->s)
 		cudaStreamDestroy(s->s);
@@ -106,6 +107,28 @@ static enum dg_status flag_read(struct dg_cuda_stream *s, unsigned long long *v,
 	if (st == DG_OK)
 		st = DG_CUDA_CHECK(cudaStreamSynchronize(s->s), err);
 	*v = st == DG_OK ? *s->flag_host : ~0ull;
+	return st;
+}
+
+/* At least n bytes of s's own work memory in *p. The block stays with the
+ * stream, so work queued on s may use it while later work queues behind: no
+ * other stream can be handed it. Growing waits for s before releasing the old
+ * block to the shared cache. */
+static enum dg_status stream_scratch(struct dg_cuda_stream *s, size_t n, void **p,
+				     struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	if (n > s->scratch_cap) {
+		st = DG_CUDA_CHECK(cudaStreamSynchronize(s->s), err);
+		if (st != DG_OK)
+			return st;
+		dg_cuda_mem_release(s->device, s->scratch, s->scratch_cap);
+		s->scratch = NULL;
+		s->scratch_cap = 0;
+		st = dg_cuda_mem_alloc(s->device, n, &s->scratch, &s->scratch_cap, err);
+	}
+	*p = s->scratch;
 	return st;
 }
 
@@ -426,25 +449,20 @@ static enum dg_status axes_mask(struct run *r, int ndim, unsigned *mask)
 	return DG_OK;
 }
 
-static enum dg_status run_reduce(struct run *r)
+/* Reduce x (float) over the dims in mask into o, whose C order is that of x's
+ * kept dims (Sum/Mean/Max/Min, and SumToShapeOf). */
+static enum dg_status reduce_masked(struct run *r, int op, const struct dg_cuda_tensor *x,
+				    struct dg_cuda_tensor *o, unsigned mask)
 {
-	static const char *const names[] = { "Sum", "Mean", "Max", "Min", NULL };
-	int op = name_index(names, r->op->name);
-	const struct dg_cuda_tensor *x = r->in[0];
-	struct dg_cuda_tensor *o = r->out[0];
 	struct dgc_walk kept = { 0 }, red = { 0 };
 	int64_t st_in[DG_MAX_DIMS], count = 1;
-	unsigned mask;
 	int cols;
 	void *scratch = NULL;
-	size_t cap = 0, need;
+	size_t need;
 	enum dg_status st;
 
-	if (x->dtype != DG_F32 && x->dtype != DG_F64)
-		return no_kernel(r, x->dtype);
-	st = axes_mask(r, x->shape.ndim, &mask);
-	if (st != DG_OK || o->numel == 0)
-		return st;
+	if (o->numel == 0)
+		return DG_OK;
 	c_strides(&x->shape, st_in);
 	for (int i = 0; i < x->shape.ndim; i++) {
 		struct dgc_walk *w = mask >> i & 1 ? &red : &kept;
@@ -471,16 +489,27 @@ static enum dg_status run_reduce(struct run *r)
 	cols = kept.st[0][kept.nd - 1] == 1 && o->numel > 1;
 	need = dgc_reduce_scratch(o->numel, count, cols);
 	if (need) {
-		st = dg_cuda_mem_alloc(r->s->device, need, &scratch, &cap, r->err);
+		st = stream_scratch(r->s, need, &scratch, r->err);
 		if (st != DG_OK)
 			return st;
 	}
-	st = launched(r, dgc_reduce(op, (int)x->dtype, x->data, o->data, o->numel, count, &kept,
-				    &red, cols, scratch, r->s->s));
-	/* Released right after queueing: the next user of the block is queued on
-	 * this same stream (see dg_cuda_tensor_free). */
-	dg_cuda_mem_release(r->s->device, scratch, cap);
-	return st;
+	return launched(r, dgc_reduce(op, (int)x->dtype, x->data, o->data, o->numel, count,
+				      &kept, &red, cols, scratch, r->s->s));
+}
+
+static enum dg_status run_reduce(struct run *r)
+{
+	static const char *const names[] = { "Sum", "Mean", "Max", "Min", NULL };
+	const struct dg_cuda_tensor *x = r->in[0];
+	unsigned mask;
+	enum dg_status st;
+
+	if (x->dtype != DG_F32 && x->dtype != DG_F64)
+		return no_kernel(r, x->dtype);
+	st = axes_mask(r, x->shape.ndim, &mask);
+	if (st != DG_OK)
+		return st;
+	return reduce_masked(r, name_index(names, r->op->name), x, r->out[0], mask);
 }
 
 /* outer, n, inner of x around axis. */
@@ -766,6 +795,228 @@ static enum dg_status run_zeros(struct run *r)
 			     r->err);
 }
 
+/* --- gradient helpers (kernels/cpu/grad.c) --------------------------------------- */
+
+static enum dg_status shape_pair_err(struct run *r, const char *fmt, const struct dg_shape *a,
+				     const struct dg_shape *b)
+{
+	char sa[96], sb[96];
+
+	dg_shape_format(a, sa, sizeof sa);
+	dg_shape_format(b, sb, sizeof sb);
+	return dg_err_set(r->err, DG_ESHAPE, fmt, sa, sb);
+}
+
+static bool is_f(enum dg_dtype dt)
+{
+	return dt == DG_F32 || dt == DG_F64;
+}
+
+/* ReluGrad(g, x), SigmoidGrad(g, y), TanhGrad(g, y): same shapes, float. */
+static enum dg_status run_grad_ew(struct run *r)
+{
+	static const char *const names[] = { "ReluGrad", "SigmoidGrad", "TanhGrad", NULL };
+	const struct dg_cuda_tensor *g = r->in[0], *v = r->in[1];
+
+	if (!is_f(g->dtype))
+		return no_kernel(r, g->dtype);
+	if (!dg_shape_eq(&g->shape, &v->shape))
+		return shape_pair_err(r, "shapes %s and %s differ", &g->shape, &v->shape);
+	return launched(r, dgc_ew_grad(name_index(names, r->op->name), (int)g->dtype, g->data,
+				       v->data, r->out[0]->data, g->numel, r->s->s));
+}
+
+/* SparseSoftmaxCrossEntropyGrad(logits [..., C], labels [...]); labels are
+ * checked on the device, so this synchronises like the sparse loss. */
+static enum dg_status run_sparse_grad(struct run *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0], *l = r->in[1];
+	int64_t rows = l->numel, n;
+	unsigned long long bad;
+	enum dg_status st;
+
+	if (!is_f(x->dtype))
+		return no_kernel(r, x->dtype);
+	if (x->shape.ndim < 1 || l->shape.ndim != x->shape.ndim - 1 ||
+	    memcmp(l->shape.dim, x->shape.dim, sizeof(int64_t) * (size_t)l->shape.ndim) != 0)
+		return shape_pair_err(r, "logits %s and labels %s do not match (labels are "
+				      "logits' shape without the class axis)", &x->shape,
+				      &l->shape);
+	n = x->shape.dim[x->shape.ndim - 1];
+	if (rows > 0 && n == 0)
+		return dg_err_set(r->err, DG_EINVAL, "logits have 0 classes");
+	if (rows == 0)
+		return DG_OK;
+	st = flag_reset(r->s, r->err);
+	if (st == DG_OK)
+		st = launched(r, dgc_sparse_xent_grad((int)x->dtype, (int)l->dtype, x->data,
+						      l->data, r->out[0]->data, rows, n,
+						      r->s->flag, r->s->s));
+	if (st == DG_OK)
+		st = flag_read(r->s, &bad, r->err);
+	if (st != DG_OK || bad == ~0ull)
+		return st;
+	dg_err_set(r->err, DG_EINVAL, "the label at index %llu is outside [0, %lld)", bad,
+		   (long long)n);
+	dg_err_hint(r->err, "labels are class indices below the logits' last dimension");
+	return DG_EINVAL;
+}
+
+/* SumToShapeOf(x, like): a Sum of x over the dims along which like (aligned on
+ * the right) broadcasts to x; like's C order is that of x's other dims. */
+static enum dg_status run_sum_to(struct run *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0], *like = r->in[1];
+	int off = x->shape.ndim - like->shape.ndim;
+	unsigned mask = 0;
+
+	if (!is_f(x->dtype))
+		return no_kernel(r, x->dtype);
+	if (off < 0)
+		return shape_pair_err(r, "%s has more dims than %s", &like->shape, &x->shape);
+	for (int j = 0; j < x->shape.ndim; j++) {
+		int64_t d = j >= off ? like->shape.dim[j - off] : 1;
+		if (d != 1 && d != x->shape.dim[j])
+			return shape_pair_err(r, "%s does not broadcast to %s", &like->shape,
+					      &x->shape);
+		if (d == 1)
+			mask |= 1u << j;
+	}
+	return reduce_masked(r, DGC_RSUM, x, r->out[0], mask);
+}
+
+/* A float scalar of dtype dt in the stream's scratch, for broadcasting. */
+static enum dg_status scalar_on_device(struct run *r, enum dg_dtype dt, double v, void **p)
+{
+	float f = (float)v;
+	enum dg_status st = stream_scratch(r->s, sizeof v, p, r->err);
+
+	/* Pageable source: the call returns once the bytes are staged. */
+	if (st == DG_OK)
+		st = DG_CUDA_CHECK(cudaMemcpyAsync(*p, dt == DG_F32 ? (void *)&f : (void *)&v,
+						   dg_dtype_size(dt), cudaMemcpyHostToDevice,
+						   r->s->s),
+				   r->err);
+	return st;
+}
+
+/* UnreduceLike(g, like; axis, mean): g broadcast over like's shape along the
+ * reduced axes, times 1/count when mean (1 otherwise: exact). */
+static enum dg_status run_unreduce(struct run *r)
+{
+	const struct dg_cuda_tensor *g = r->in[0], *like = r->in[1];
+	struct dg_cuda_tensor *o = r->out[0];
+	struct dg_shape keep = like->shape;
+	struct dgc_walk w = { .nd = like->shape.ndim };
+	int64_t st_keep[DG_MAX_DIMS], count = 1, kn = 1;
+	const bool no = false;
+	bool mean = false;
+	unsigned mask;
+	void *sc = NULL;
+	enum dg_status st;
+
+	if (!is_f(g->dtype))
+		return no_kernel(r, g->dtype);
+	st = axes_mask(r, like->shape.ndim, &mask);
+	if (st == DG_OK)
+		st = dg_attr_bool(r->attrs, "mean", &no, &mean, r->err);
+	if (st != DG_OK)
+		return st;
+	for (int i = 0; i < keep.ndim; i++) {
+		if (mask >> i & 1) {
+			count *= keep.dim[i];
+			keep.dim[i] = 1;
+		}
+		kn *= keep.dim[i];
+	}
+	if (kn != g->numel)
+		return shape_pair_err(r, "gradient %s does not match the reduction of %s",
+				      &g->shape, &like->shape);
+	if (o->numel == 0)
+		return DG_OK;
+	c_strides(&keep, st_keep);
+	for (int i = 0; i < w.nd; i++) {
+		w.dim[i] = like->shape.dim[i];
+		w.st[0][i] = keep.dim[i] == 1 ? 0 : st_keep[i];
+		w.st[1][i] = 0;
+	}
+	if (w.nd == 0)
+		w = (struct dgc_walk){ .nd = 1, .dim = { 1 } };
+	walk_compact(&w, 2);
+	st = scalar_on_device(r, g->dtype, mean && count > 0 ? 1.0 / (double)count : 1.0, &sc);
+	if (st == DG_OK)
+		st = launched(r, dgc_binary(DGC_MUL, (int)g->dtype, g->data, sc, o->data, o->numel,
+					    &w, r->s->s));
+	return st;
+}
+
+/* SliceGrad(g, like; begin): zeros of like's shape with g copied in at begin. */
+static enum dg_status run_slice_grad(struct run *r)
+{
+	const struct dg_cuda_tensor *g = r->in[0], *like = r->in[1];
+	struct dg_cuda_tensor *o = r->out[0];
+	int64_t begin[DG_MAX_DIMS], st_g[DG_MAX_DIMS], st_o[DG_MAX_DIMS], off = 0;
+	struct dgc_walk w = { .nd = g->shape.ndim };
+	int nb = 0;
+	enum dg_status st = dg_attr_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
+					 r->err);
+
+	if (st != DG_OK)
+		return st;
+	if (g->shape.ndim != like->shape.ndim || nb != g->shape.ndim)
+		return shape_pair_err(r, "slice gradient %s does not fit %s (rank or begin "
+				      "differ)", &g->shape, &like->shape);
+	for (int d = 0; d < nb; d++)
+		if (begin[d] < 0 || begin[d] + g->shape.dim[d] > like->shape.dim[d])
+			return shape_pair_err(r, "slice gradient %s does not fit in %s at begin",
+					      &g->shape, &like->shape);
+	if (o->nbytes > 0)
+		st = DG_CUDA_CHECK(cudaMemsetAsync(o->data, 0, o->nbytes, r->s->s), r->err);
+	if (st != DG_OK || g->numel == 0)
+		return st;
+	c_strides(&g->shape, st_g);
+	c_strides(&like->shape, st_o);
+	for (int d = 0; d < nb; d++) {
+		w.dim[d] = g->shape.dim[d];
+		w.st[0][d] = st_o[d];
+		w.st[1][d] = st_g[d];
+		off += begin[d] * st_o[d];
+	}
+	if (w.nd == 0)
+		w = (struct dgc_walk){ .nd = 1, .dim = { 1 } };
+	walk_compact(&w, 2);
+	return launched(r, dgc_copy(o->data, off, g->data, 0, &w, g->numel,
+				    (int)dg_dtype_size(g->dtype), r->s->s));
+}
+
+/* ReshapeLike(x, like): x's bytes in like's shape. */
+static enum dg_status run_reshape_like(struct run *r)
+{
+	if (r->in[0]->numel != r->in[1]->numel)
+		return shape_pair_err(r, "cannot reshape %s to %s: element counts differ",
+				      &r->in[0]->shape, &r->in[1]->shape);
+	return run_copy(r);
+}
+
+/* OnesLike: 1 in x's dtype (true for bool) in every element. */
+static enum dg_status run_ones(struct run *r)
+{
+	struct dg_cuda_tensor *o = r->out[0];
+	uint64_t bits = 1;             /* int32, int64, uint8, bool */
+	uint32_t u;
+	float f = 1.0f;
+	double d = 1.0;
+
+	if (o->dtype == DG_F32) {
+		memcpy(&u, &f, sizeof u);
+		bits = u;
+	} else if (o->dtype == DG_F64) {
+		memcpy(&bits, &d, sizeof bits);
+	}
+	return launched(r, dgc_fill(o->data, o->numel, (int)dg_dtype_size(o->dtype), bits,
+				    r->s->s));
+}
+
 struct family {
 	const char *name;
 	enum dg_status (*run)(struct run *r);
@@ -788,9 +1039,13 @@ static const struct family families[] = {
 	{ "MatMul", run_matmul }, { "BatchMatMul", run_matmul },
 	{ "Slice", run_slice }, { "Concat", run_concat }, { "Transpose", run_transpose },
 	{ "Reshape", run_copy }, { "Identity", run_copy }, { "ExpandDims", run_copy },
-	{ "Squeeze", run_copy }, { "ZerosLike", run_zeros },
+	{ "Squeeze", run_copy }, { "ZerosLike", run_zeros }, { "OnesLike", run_ones },
 	{ "RandomUniform", run_random }, { "RandomNormal", run_random },
 	{ "TruncatedNormal", run_random }, { "GlorotUniform", run_random },
+	{ "ReluGrad", run_grad_ew }, { "SigmoidGrad", run_grad_ew }, { "TanhGrad", run_grad_ew },
+	{ "SparseSoftmaxCrossEntropyGrad", run_sparse_grad }, { "SumToShapeOf", run_sum_to },
+	{ "UnreduceLike", run_unreduce }, { "SliceGrad", run_slice_grad },
+	{ "ReshapeLike", run_reshape_like },
 	{ NULL, NULL },
 };
 

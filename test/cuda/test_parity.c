@@ -2,15 +2,19 @@
  * its CPU kernel (dg_op_run) on the same random inputs (fixed seeds), for each
  * covered dtype, with broadcasting shapes, empty tensors and sizes that are not
  * multiples of the block size; data-dependent errors must match too. Plus the
- * allocator and transfers. Every test skips where no GPU is present. */
+ * allocator and transfers, and (suite cuda_exec) graphs placed on /gpu:0 run by
+ * worker/exec.c, up to an MLP training step. GPU tests skip where none is present. */
 #include <criterion/criterion.h>
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "dg/autodiff.h"
 #include "dg/cuda.h"
+#include "dg/exec.h"
 #include "dg/gpu.h"
+#include "dg/graph.h"
 #include "dg/kernels.h"
 
 static struct dg_cuda_stream *S;
@@ -732,4 +736,371 @@ Test(cuda, no_gpu_is_reported_cleanly)
 	cr_assert_null(s);
 	cr_assert_neq(err.msg[0], '\0');
 	cr_assert_eq(dg_gpu_count(), 0);
+}
+
+/* --- gradient helpers (kernels/cpu/grad.c) ------------------------------------------- */
+
+Test(cuda, fused_gradients_match_cpu)
+{
+	static const char *const ops[] = { "ReluGrad", "SigmoidGrad", "TanhGrad" };
+
+	NEED_GPU();
+	for (size_t s = 0; s < NS1; s++)
+		for (size_t o = 0; o < 3; o++)
+			for (int d = 0; d < 2; d++)
+				parity2(ops[o], NULL, FLOATS[d], SHAPES1[s], SHAPES1[s],
+					o == 0 ? G_TIES : G_PROB, ELT);
+	/* shapes that differ are refused by both (DG_ESHAPE) */
+	parity2("ReluGrad", NULL, DG_F32, "3,4", "4,3", G_ANY, ELT);
+}
+
+Test(cuda, sparse_cross_entropy_gradient_matches_cpu_and_checks_labels)
+{
+	static const char *const sh[][2] = { { "64,10", "64" }, { "3,4,7", "3,4" },
+					     { "1,1", "1" }, { "0,5", "0" }, { "5,1001", "5" } };
+
+	NEED_GPU();
+	for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+		for (int d = 0; d < 2; d++) {
+			for (int l = 0; l < 2; l++) {
+				struct dg_tensor *in[2] = { mk(FLOATS[d], sh[s][0], G_ANY),
+							    mk(l ? DG_I64 : DG_I32, sh[s][1],
+							       G_PROB) };
+				int64_t n = in[0]->shape.dim[in[0]->shape.ndim - 1];
+				for (int64_t i = 0; i < in[1]->numel; i++)
+					dg_tensor_set_f64(in[1], i, (double)((i * 5 + 1) % n));
+				parity("SparseSoftmaxCrossEntropyGrad", NULL, in, 2, 0, RED);
+				if (in[1]->numel > 0) {
+					dg_tensor_set_f64(in[1], 0, -1.0);    /* both: DG_EINVAL */
+					parity("SparseSoftmaxCrossEntropyGrad", NULL, in, 2, 0,
+					       RED);
+				}
+				dg_tensor_free(in[0]);
+				dg_tensor_free(in[1]);
+			}
+		}
+	}
+}
+
+Test(cuda, sum_to_shape_of_reverses_every_broadcast_like_cpu)
+{
+	/* x's shape, then the shape it is summed down to ("" is a scalar). */
+	static const char *const sh[][2] = {
+		{ "64,10", "10" }, { "64,10", "1,10" }, { "64,10", "64,1" }, { "64,10", "" },
+		{ "2,3,4,5", "3,1,5" }, { "2,3,4,5", "2,3,4,5" }, { "7,1,9", "9" },
+		{ "0,3", "3" }, { "3,0", "3,1" }, { "257,1025", "1025" }, { "4,5", "2,5" },
+		{ "5", "3,5" },
+	};
+
+	NEED_GPU();
+	for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++)
+		for (int d = 0; d < 2; d++)
+			parity2("SumToShapeOf", NULL, FLOATS[d], sh[s][0], sh[s][1], G_ANY, RED);
+}
+
+Test(cuda, unreduce_like_spreads_gradients_like_cpu)
+{
+	/* g's shape, like's shape, attrs */
+	static const char *const cs[][3] = {
+		{ "", "64", "{}" }, { "", "64", "{\"mean\": true}" },
+		{ "10", "64,10", "{\"axis\": 0, \"mean\": true}" },
+		{ "1,10", "64,10", "{\"axis\": [0], \"keepdims\": true}" },
+		{ "64", "64,10", "{\"axis\": -1}" },
+		{ "2,5", "2,3,4,5", "{\"axis\": [1, 2], \"mean\": true}" },
+		{ "", "0,3", "{\"mean\": true}" }, { "3", "4,5", "{\"axis\": 0}" },
+	};
+
+	NEED_GPU();
+	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++)
+		for (int d = 0; d < 2; d++)
+			parity2("UnreduceLike", cs[c][2], FLOATS[d], cs[c][0], cs[c][1], G_ANY,
+				ELT);
+}
+
+Test(cuda, slice_grad_reshape_like_and_ones_like_match_cpu)
+{
+	NEED_GPU();
+	for (size_t d = 0; d < sizeof ALL / sizeof ALL[0]; d++) {
+		parity2("SliceGrad", "{\"begin\": [1, 2]}", ALL[d], "2,3", "4,6", G_ANY, EXACT);
+		parity2("SliceGrad", "{\"begin\": [0, 0, 1]}", ALL[d], "2,3,4", "2,3,5", G_ANY,
+			EXACT);
+		parity2("SliceGrad", "{\"begin\": [3]}", ALL[d], "0", "3", G_ANY, EXACT);
+		parity2("SliceGrad", "{\"begin\": [3, 0]}", ALL[d], "2,3", "4,6", G_ANY, EXACT);
+		parity2("ReshapeLike", NULL, ALL[d], "6,4", "2,3,4", G_ANY, EXACT);
+		parity2("ReshapeLike", NULL, ALL[d], "6,4", "5,5", G_ANY, EXACT);
+		for (size_t s = 0; s < NS1; s++)
+			parity1("OnesLike", NULL, ALL[d], SHAPES1[s], G_ANY, EXACT);
+	}
+}
+
+/* --- the executor on GPU placements (worker/exec.c) ------------------------------------ */
+
+TestSuite(cuda_exec, .timeout = 240);
+
+static struct dg_graph *parse_graph(const char *js)
+{
+	struct dg_err err = { 0 };
+	struct dg_graph *g = dg_graph_parse(js, strlen(js), dg_op_find, &err);
+
+	cr_assert_not_null(g, "%s", err.msg);
+	return g;
+}
+
+/* Placement forms the executor reads: /gpu:K, /device:GPU:K with a job and task
+ * in front, a GPU this machine lacks (soft placement) and plain CPU nodes. */
+static const char mixed_graph[] =
+	"{\"version\": 1, \"nodes\": ["
+	"{\"name\": \"a\", \"op\": \"Const\", \"attrs\": {\"value\": [[1, 2], [3, 4]], "
+	"\"dtype\": \"float32\"}, \"device\": \"/gpu:0\"},"
+	"{\"name\": \"b\", \"op\": \"Const\", \"attrs\": {\"value\": [[5], [6]], "
+	"\"dtype\": \"float32\"}},"
+	"{\"name\": \"m\", \"op\": \"MatMul\", \"inputs\": [\"a\", \"b\"], "
+	"\"device\": \"/job:worker/task:0/device:GPU:0\"},"
+	"{\"name\": \"c\", \"op\": \"Const\", \"attrs\": {\"value\": 20.0}},"
+	"{\"name\": \"d\", \"op\": \"Sub\", \"inputs\": [\"m\", \"c\"], \"device\": \"/gpu:0\"},"
+	"{\"name\": \"r\", \"op\": \"Relu\", \"inputs\": [\"d\"], "
+	"\"device\": \"/job:worker/task:0/gpu:7\"},"
+	"{\"name\": \"s\", \"op\": \"Sum\", \"inputs\": [\"r\"], \"device\": \"/gpu:0\"},"
+	"{\"name\": \"n\", \"op\": \"Neg\", \"inputs\": [\"m\"], \"device\": \"/cpu:0\"}"
+	"]}";
+
+Test(cuda_exec, gpu_placed_nodes_compute_the_hand_checked_values)
+{
+	struct dg_err err = { 0 };
+	struct dg_graph *g = parse_graph(mixed_graph);
+	const char *fetch[] = { "m", "r", "s", "n", "m" };
+	struct dg_tensor *out[5];
+
+	/* m = [[17], [39]], d = m - 20, r = relu(d) = [[0], [19]], s = 19, n = -m */
+	cr_assert_eq(dg_exec_run(g, NULL, 0, fetch, 5, out, NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(dg_tensor_get_f64(out[0], 0), 17.0, 1e-6);
+	cr_assert_float_eq(dg_tensor_get_f64(out[0], 1), 39.0, 1e-6);
+	cr_assert_float_eq(dg_tensor_get_f64(out[1], 0), 0.0, 1e-6);
+	cr_assert_float_eq(dg_tensor_get_f64(out[1], 1), 19.0, 1e-6);
+	cr_assert_float_eq(dg_tensor_get_f64(out[2], 0), 19.0, 1e-6);
+	cr_assert_float_eq(dg_tensor_get_f64(out[3], 1), -39.0, 1e-6);
+	cr_assert_float_eq(dg_tensor_get_f64(out[4], 1), 39.0, 1e-6);
+	cr_assert_eq(out[0]->shape.ndim, 2);
+	cr_assert_eq(out[2]->shape.ndim, 0);
+	for (int i = 0; i < 5; i++)
+		dg_tensor_free(out[i]);
+	dg_graph_free(g);
+}
+
+Test(cuda_exec, gpu_errors_name_the_node_like_the_cpu)
+{
+	static const char js[] =
+		"{\"version\": 1, \"nodes\": ["
+		"{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": \"float32\", "
+		"\"shape\": [2, 3]}},"
+		"{\"name\": \"l\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": \"int32\", "
+		"\"shape\": [2]}},"
+		"{\"name\": \"ce\", \"op\": \"SparseSoftmaxCrossEntropyWithLogits\", "
+		"\"inputs\": [\"x\", \"l\"], \"device\": \"/gpu:0\"}]}";
+	struct dg_err err = { 0 };
+	struct dg_graph *g = parse_graph(js);
+	struct dg_shape sx = { .ndim = 2, .dim = { 2, 3 } }, sl = { .ndim = 1, .dim = { 2 } };
+	struct dg_tensor *x = dg_tensor_new(DG_F32, &sx, NULL);
+	struct dg_tensor *l = dg_tensor_new(DG_I32, &sl, NULL);
+	struct dg_feed f[2] = { { "x", x }, { "l", l } };
+	const char *fetch[] = { "ce" };
+	struct dg_tensor *out[1] = { NULL };
+
+	((int32_t *)l->data)[1] = 3;    /* outside 0..2 */
+	cr_assert_eq(dg_exec_run(g, f, 2, fetch, 1, out, NULL, &err), DG_EINVAL);
+	cr_assert_null(out[0]);
+	cr_assert_not_null(strstr(err.msg, "node 'ce'"), "%s", err.msg);
+	((int32_t *)l->data)[1] = 2;
+	/* uniform logits: each row's loss is log(3) */
+	cr_assert_eq(dg_exec_run(g, f, 2, fetch, 1, out, NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(dg_tensor_get_f64(out[0], 0), log(3.0), 1e-6);
+	cr_assert_float_eq(dg_tensor_get_f64(out[0], 1), log(3.0), 1e-6);
+	dg_tensor_free(out[0]);
+	dg_tensor_free(x);
+	dg_tensor_free(l);
+	dg_graph_free(g);
+}
+
+Test(cuda_exec, exec_kernel_runs_a_gpu_node_like_the_cpu)
+{
+	struct dg_err err = { 0 };
+	struct dg_graph *g = parse_graph(mixed_graph);
+	const struct dg_node *m = &g->nodes[dg_graph_find(g, "m")];
+	struct dg_tensor *in[2] = { NULL, NULL }, *out = NULL;
+	const char *fetch[] = { "a", "b" };
+
+	cr_assert_eq(dg_exec_run(g, NULL, 0, fetch, 2, in, NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_exec_kernel(m, (const struct dg_tensor *const *)in, &out, 0, &err), DG_OK,
+		     "%s", err.msg);
+	cr_assert_eq(out->numel, 2);
+	cr_assert_float_eq(dg_tensor_get_f64(out, 0), 17.0, 1e-6);
+	cr_assert_float_eq(dg_tensor_get_f64(out, 1), 39.0, 1e-6);
+	dg_tensor_free(out);
+	dg_tensor_free(in[0]);
+	dg_tensor_free(in[1]);
+	dg_graph_free(g);
+}
+
+/* The 784-256-10 MLP (batch 64) and one SGD step (lr 0.1) of it in the graph:
+ * forward, autodiff's backward and the updates. Nodes get device dev (NULL:
+ * none, the CPU). Returns the graph; refs[4] the gradients (owned). */
+static struct dg_graph *mlp_step_graph(const char *dev, char ***refs)
+{
+	static const char fwd[] =
+		"{\"version\": 1, \"nodes\": ["
+		"{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": \"float32\", "
+		"\"shape\": [64, 784]}},"
+		"{\"name\": \"y\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": \"int32\", "
+		"\"shape\": [64]}},"
+		"{\"name\": \"w1\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [784, 256]}},"
+		"{\"name\": \"b1\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [256]}},"
+		"{\"name\": \"w2\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [256, 10]}},"
+		"{\"name\": \"b2\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [10]}},"
+		"{\"name\": \"z1\", \"op\": \"MatMul\", \"inputs\": [\"x\", \"w1\"]},"
+		"{\"name\": \"a1\", \"op\": \"Add\", \"inputs\": [\"z1\", \"b1\"]},"
+		"{\"name\": \"h1\", \"op\": \"Relu\", \"inputs\": [\"a1\"]},"
+		"{\"name\": \"z2\", \"op\": \"MatMul\", \"inputs\": [\"h1\", \"w2\"]},"
+		"{\"name\": \"logits\", \"op\": \"Add\", \"inputs\": [\"z2\", \"b2\"]},"
+		"{\"name\": \"ce\", \"op\": \"SparseSoftmaxCrossEntropyWithLogits\", "
+		"\"inputs\": [\"logits\", \"y\"]},"
+		"{\"name\": \"loss\", \"op\": \"Mean\", \"inputs\": [\"ce\"]},"
+		"{\"name\": \"lr\", \"op\": \"Const\", \"attrs\": {\"value\": 0.1}}]}";
+	static const char *const wrt[4] = { "w1", "b1", "w2", "b2" };
+	struct dg_err err = { 0 };
+	struct dg_graph *g = parse_graph(fwd), *step;
+	json_t *doc = NULL, *nodes, *node;
+	size_t i;
+
+	cr_assert_eq(dg_autodiff(g, "loss", wrt, 4, &doc, refs, &err), DG_OK, "%s", err.msg);
+	nodes = json_object_get(doc, "nodes");
+	for (int k = 0; k < 4; k++) {
+		char name[32], scaled[32];
+		cr_assert_not_null((*refs)[k]);
+		snprintf(name, sizeof name, "%s_new", wrt[k]);
+		snprintf(scaled, sizeof scaled, "%s_step", wrt[k]);
+		json_array_append_new(nodes, json_pack("{s:s, s:s, s:[s, s]}", "name", scaled,
+						       "op", "Mul", "inputs", (*refs)[k], "lr"));
+		json_array_append_new(nodes, json_pack("{s:s, s:s, s:[s, s]}", "name", name, "op",
+						       "Sub", "inputs", wrt[k], scaled));
+	}
+	json_array_foreach(nodes, i, node) {
+		json_object_del(node, "device");
+		if (dev)
+			json_object_set_new(node, "device", json_string(dev));
+	}
+	step = dg_graph_from_json(doc, dg_op_find, &err);
+	cr_assert_not_null(step, "%s", err.msg);
+	json_decref(doc);
+	dg_graph_free(g);
+	return step;
+}
+
+/* Feeds of the MLP: x in [0, 1), labels 0..9, weights U(-0.05, 0.05), biases
+ * U(-0.01, 0.01), from the file's fixed generator. */
+static void mlp_feeds(struct dg_tensor **t, struct dg_feed *f)
+{
+	static const char *const names[6] = { "x", "y", "w1", "b1", "w2", "b2" };
+	static const char *const shapes[6] = { "64,784", "64", "784,256", "256", "256,10", "10" };
+
+	rng = 0x2545F4914F6CDD1Dull;
+	for (int k = 0; k < 6; k++) {
+		t[k] = mk(k == 1 ? DG_I32 : DG_F32, shapes[k], G_PROB);
+		for (int64_t i = 0; i < t[k]->numel; i++) {
+			double u = urand();
+			double v = k == 0 ? u : k == 1 ? floor(u * 10) : k % 2 ? (u - 0.5) * 0.02
+									  : (u - 0.5) * 0.1;
+			dg_tensor_set_f64(t[k], i, v);
+		}
+		f[k] = (struct dg_feed){ names[k], t[k] };
+	}
+}
+
+/* Run the step graph for dev; out[0] loss, out[1..4] new weights, out[5..8] grads. */
+static void mlp_run(const char *dev, struct dg_tensor **out)
+{
+	struct dg_err err = { 0 };
+	struct dg_tensor *t[6];
+	struct dg_feed f[6];
+	char **refs = NULL;
+	struct dg_graph *g = mlp_step_graph(dev, &refs);
+	const char *fetch[9] = { "loss", "w1_new", "b1_new", "w2_new", "b2_new",
+				 refs[0], refs[1], refs[2], refs[3] };
+	struct dg_exec_opts o = { .step = 1 };
+
+	mlp_feeds(t, f);
+	cr_assert_eq(dg_exec_run(g, f, 6, fetch, 9, out, &o, &err), DG_OK, "%s: %s",
+		     dev ? dev : "cpu", err.msg);
+	for (int k = 0; k < 6; k++)
+		dg_tensor_free(t[k]);
+	dg_autodiff_free_refs(refs, 4);
+	dg_graph_free(g);
+}
+
+/* |a - b| <= rel * max|cpu| elementwise (gradients have entries near zero). */
+static void expect_close_scaled(const struct dg_tensor *c, const struct dg_tensor *g, double rel,
+				const char *what)
+{
+	double mx = 0;
+
+	cr_assert(dg_shape_eq(&c->shape, &g->shape), "%s: shapes differ", what);
+	for (int64_t i = 0; i < c->numel; i++)
+		mx = fmax(mx, fabs(dg_tensor_get_f64(c, i)));
+	for (int64_t i = 0; i < c->numel; i++) {
+		double a = dg_tensor_get_f64(c, i), b = dg_tensor_get_f64(g, i);
+		cr_assert(fabs(a - b) <= rel * mx, "%s: element %lld cpu %.9g gpu %.9g (max %.3g)",
+			  what, (long long)i, a, b, mx);
+	}
+}
+
+static const char *const MLP_OUT[9] = { "loss", "w1_new", "b1_new", "w2_new", "b2_new",
+					"grad w1", "grad b1", "grad w2", "grad b2" };
+
+Test(cuda_exec, mlp_training_step_on_the_gpu_equals_the_cpu_step)
+{
+	struct dg_tensor *cpu[9], *gpu[9];
+	size_t used0;
+
+	NEED_GPU();
+	mlp_run(NULL, cpu);
+	/* A first run creates the pooled stream (its flag and work memory stay in use). */
+	mlp_run("/job:worker/task:0/gpu:0", gpu);
+	for (int k = 0; k < 9; k++)
+		dg_tensor_free(gpu[k]);
+	used0 = dg_cuda_mem_used_bytes(0);
+	mlp_run("/job:worker/task:0/gpu:0", gpu);
+	/* the run returned every device block it used to the cache */
+	cr_assert_eq(dg_cuda_mem_used_bytes(0), used0, "%zu bytes still in use, %zu before",
+		     dg_cuda_mem_used_bytes(0), used0);
+	cr_assert_gt(dg_cuda_mem_cached_bytes(0), 64 * 784 * sizeof(float), "no GPU memory used");
+	/* 10 classes and small weights: the loss is near log(10) */
+	cr_assert_float_eq(dg_tensor_get_f64(cpu[0], 0), log(10.0), 0.1);
+	cr_assert_float_eq(dg_tensor_get_f64(gpu[0], 0), dg_tensor_get_f64(cpu[0], 0),
+			   1e-5 * log(10.0));
+	for (int k = 1; k < 9; k++)
+		expect_close_scaled(cpu[k], gpu[k], k < 5 ? 1e-5 : 1e-4, MLP_OUT[k]);
+	for (int k = 0; k < 9; k++) {
+		dg_tensor_free(cpu[k]);
+		dg_tensor_free(gpu[k]);
+	}
+}
+
+/* Without a GPU the same placements fall back to the CPU kernels: identical bits. */
+Test(cuda_exec, mlp_step_placed_on_a_missing_gpu_runs_on_the_cpu)
+{
+	struct dg_tensor *cpu[9], *soft[9];
+
+	if (dg_cuda_available())
+		cr_skip_test("a GPU is present (%s): covered by the GPU step test",
+			     dg_gpu_describe());
+	mlp_run(NULL, cpu);
+	mlp_run("/gpu:0", soft);
+	cr_assert_float_eq(dg_tensor_get_f64(cpu[0], 0), log(10.0), 0.1, "loss %g",
+			   dg_tensor_get_f64(cpu[0], 0));
+	for (int k = 0; k < 9; k++) {
+		cr_assert_eq(cpu[k]->nbytes, soft[k]->nbytes, "%s", MLP_OUT[k]);
+		cr_assert_eq(memcmp(cpu[k]->data, soft[k]->data, cpu[k]->nbytes), 0, "%s",
+			     MLP_OUT[k]);
+		dg_tensor_free(cpu[k]);
+		dg_tensor_free(soft[k]);
+	}
 }

@@ -1,7 +1,9 @@
 /* The single-process evaluator: runs the part of a validated graph that the
- * fetches need, in topological order, through the op registry's CPU kernels.
- * Used by `dg eval` and, later, by workers to run their fragment of a graph.
- * Feeds are substituted for node outputs; devices in the graph are ignored. */
+ * fetches need, in topological order, through the op registry's kernels.
+ * Used by `dg eval`; workers run their fragments' kernels through dg_exec_kernel.
+ * Feeds are substituted for node outputs. A node whose device names a GPU
+ * (".../gpu:K") runs its CUDA kernel when the GPU and kernel exist, else on the
+ * CPU; in dg_exec_run values stay on the GPU between GPU nodes. */
 #ifndef DG_EXEC_H
 #define DG_EXEC_H
 
@@ -45,9 +47,11 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
 			   const char *const *fetch, int n_fetch, struct dg_tensor **out,
 			   const struct dg_exec_opts *opts, struct dg_err *err);
 
-/* Run node n's CPU kernel once: ins[0..n->n_in) borrowed, outs[0..n->n_out)
- * receives owned tensors, each checked against n's inferred output types. On
- * error outs[] is all NULL and *err (not NULL) is prefixed "node 'y' (Add): ".
+/* Run node n's kernel once (its CUDA kernel when n->device names a usable GPU
+ * and the op has one for these dtypes, else the CPU kernel): ins[0..n->n_in)
+ * borrowed, outs[0..n->n_out) receives owned tensors, each checked against n's
+ * inferred output types. On error outs[] is all NULL and *err (not NULL) is
+ * prefixed "node 'y' (Add): ".
  * Shared by dg_exec_run and the worker's fragment executor. Thread-safe. */
 enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
 			      struct dg_tensor **outs, uint64_t step, struct dg_err *err);
