@@ -17,6 +17,7 @@
 #include "dg/buf.h"
 #include "dg/cluster.h"
 #include "dg/executor.h"
+#include "dg/kernels.h"
 #include "dg/log.h"
 #include "dg/master.h"
 #include "server.h"
@@ -48,6 +49,8 @@ static const char usage_text[] =
 	"  --request-timeout S    idle or request time limit, seconds (default 300)\n"
 	"  --port-file F          write the bound port to F once serving (atomic)\n"
 	"  --soft-placement       run ops placed on a missing device (gpu) on the CPU\n"
+	"  --threads N            threads of each matrix product (OpenBLAS); default:\n"
+	"                         OpenBLAS's own (OPENBLAS_NUM_THREADS, else every CPU)\n"
 	"  -h, --help             show this help\n"
 	"\n"
 	"Prints one line when ready: 'dg: ps/0 serving on 127.0.0.1:2222 (epoch 3, ...)'.\n"
@@ -57,7 +60,7 @@ static const char usage_text[] =
 struct server_args {
 	const char *cluster, *job, *data_dir, *token_file, *bind, *port_file;
 	int task;                       /* -1: not given */
-	unsigned checkpoint_secs, max_connections, request_timeout_s;
+	unsigned checkpoint_secs, max_connections, request_timeout_s, threads;
 	size_t max_body;
 	bool soft_placement;
 };
@@ -65,7 +68,7 @@ struct server_args {
 enum {
 	OPT_CLUSTER = 256, OPT_JOB, OPT_TASK, OPT_DATA_DIR, OPT_TOKEN_FILE, OPT_BIND,
 	OPT_CHECKPOINT, OPT_MAX_BODY, OPT_MAX_CONN, OPT_REQ_TIMEOUT, OPT_PORT_FILE,
-	OPT_SOFT_PLACEMENT,
+	OPT_SOFT_PLACEMENT, OPT_THREADS,
 };
 
 static const struct option long_opts[] = {
@@ -81,6 +84,7 @@ static const struct option long_opts[] = {
 	{ "request-timeout", required_argument, NULL, OPT_REQ_TIMEOUT },
 	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
 	{ "soft-placement", no_argument, NULL, OPT_SOFT_PLACEMENT },
+	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -161,6 +165,11 @@ static int parse_args(int argc, char **argv, struct server_args *a)
 			if ((rc = num_arg(cmd, "--request-timeout", false, 1, 86400, &v)) >= 0)
 				return rc;
 			a->request_timeout_s = (unsigned)v;
+			break;
+		case OPT_THREADS:
+			if ((rc = num_arg(cmd, "--threads", false, 1, 1024, &v)) >= 0)
+				return rc;
+			a->threads = (unsigned)v;
 			break;
 		case 'h':
 			fputs(usage_text, stdout);
@@ -296,6 +305,8 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 		.cluster = t->cluster, .job = t->job, .task = t->index, .token = token,
 		.soft_placement = a->soft_placement,
 	};
+	if (a->threads)
+		dg_blas_set_threads((int)a->threads);
 	struct ps_server_config cfg = {
 		.job = t->job, .task = t->index, .bind = t->bind, .port = t->port,
 		.data_dir = a->data_dir, .token = token, .checkpoint_secs = a->checkpoint_secs,

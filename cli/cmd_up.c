@@ -393,13 +393,14 @@ static enum dg_status check_interrupt(struct dg_err *err)
 
 struct up_args {
 	int n_ps, n_workers;
+	int threads;                    /* 0: CPUs / workers */
 	const char *dir, *mount, *token_file;
 	bool foreground;
 };
 
 static const char up_usage[] =
 	"usage: dg up [--ps N] [--workers M] [--dir DIR] [--mount DIR] [--token-file F]\n"
-	"             [--foreground]\n"
+	"             [--threads T] [--foreground]\n"
 	"\n"
 	"Start a whole local cluster on free loopback ports: N parameter-server tasks\n"
 	"(job ps) and M worker tasks (job worker), each a `dg server` running in the\n"
@@ -415,6 +416,9 @@ static const char up_usage[] =
 	"                    else ~/.dg/cluster)\n"
 	"  --mount DIR       also mount the variables at DIR (`dg mount`)\n"
 	"  --token-file F    every task requires the bearer token in F\n"
+	"  --threads T       threads of each task's matrix products (default: the\n"
+	"                    CPUs divided among the workers, at least 1), so that\n"
+	"                    workers training side by side do not oversubscribe them\n"
 	"  --foreground      stay in the foreground; ^C (or SIGTERM) takes the cluster\n"
 	"                    down, and so does a task that exits\n"
 	"  -h, --help        show this help\n"
@@ -432,6 +436,7 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 		{ "dir", required_argument, NULL, 'd' },
 		{ "mount", required_argument, NULL, 'm' },
 		{ "token-file", required_argument, NULL, 'T' },
+		{ "threads", required_argument, NULL, 't' },
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -454,6 +459,14 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 						 c == 'p' ? "--ps" : "--workers", optarg,
 						 c == 'p' ? 1 : 0, MAX_TASKS / 2);
 			*(c == 'p' ? &a->n_ps : &a->n_workers) = (int)v;
+			break;
+		case 't':
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || *end || optarg[0] < '0' || optarg[0] > '9' || v < 1 || v > 1024)
+				return cli_usage(argv[0], "--threads '%s' is not a count in 1..1024",
+						 optarg);
+			a->threads = (int)v;
 			break;
 		case 'd': a->dir = optarg; break;
 		case 'm': a->mount = optarg; break;
@@ -480,6 +493,7 @@ struct up_ctx {
 	int n;
 	pid_t mount_pid;
 	char mnt[PATH_MAX];             /* the mount point, "" without --mount */
+	char threads[16];               /* --threads of every task */
 };
 
 /* DIR/JOB-I plus suffix. up_run refuses a DIR too long for these. */
@@ -495,7 +509,7 @@ static void task_file(const struct up_ctx *u, const struct task *t, const char *
 static enum dg_status start_task(struct up_ctx *u, struct task *t, struct dg_err *err)
 {
 	char data[PATH_MAX], port[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], idx[16], line[32];
-	char *argv[16];
+	char *argv[18];
 	int k = 0;
 	enum dg_status st;
 
@@ -517,6 +531,8 @@ static enum dg_status start_task(struct up_ctx *u, struct task *t, struct dg_err
 	argv[k++] = data;
 	argv[k++] = (char *)"--port-file";
 	argv[k++] = port;
+	argv[k++] = (char *)"--threads";
+	argv[k++] = u->threads;
 	if (u->token_file[0]) {
 		argv[k++] = (char *)"--token-file";
 		argv[k++] = u->token_file;
@@ -841,6 +857,13 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 		u->t[i].index = i < a->n_ps ? i : i - a->n_ps;
 	}
 	u->n = a->n_ps + a->n_workers;
+	if (a->threads > 0) {
+		snprintf(u->threads, sizeof u->threads, "%d", a->threads);
+	} else {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		long per = a->n_workers > 0 && cpus > 0 ? cpus / a->n_workers : cpus;
+		snprintf(u->threads, sizeof u->threads, "%ld", per < 1 ? 1 : per > 1024 ? 1024 : per);
+	}
 	if (start_all(u, &err) != DG_OK)
 		return cli_fail(&err);
 	if (link_pointer(u, &err) != DG_OK ||

@@ -7,6 +7,7 @@
 #include "cpu.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -525,11 +526,106 @@ static void shard_perm(const struct shard_opts *o, uint64_t epoch, int64_t *perm
 	}
 }
 
+/* The epoch's permutation is the same for every step of the epoch, so it is
+ * computed once and kept: a training step then costs the batch's row copies,
+ * not a shuffle of the whole shard. A few entries (workers in one process run
+ * one replica each, evaluation readers do not shuffle), shared by reference
+ * count so that a step still copying from an entry keeps it alive. */
+#define PERM_CACHE 8
+
+struct perm_entry {
+	struct shard_opts o;
+	uint64_t epoch;
+	int64_t n;
+	int refs;                      /* the cache's own reference + users */
+	uint64_t used;                 /* LRU clock */
+	int64_t perm[];
+};
+
+static pthread_mutex_t perm_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct perm_entry *perm_cache[PERM_CACHE];
+static uint64_t perm_clock;
+
+static bool perm_matches(const struct perm_entry *e, const struct shard_opts *o, uint64_t epoch,
+			 int64_t n)
+{
+	return e && e->n == n && e->epoch == epoch && e->o.seed == o->seed &&
+	       e->o.shard == o->shard && e->o.num_shards == o->num_shards &&
+	       e->o.shuffle == o->shuffle;
+}
+
+static void perm_put(struct perm_entry *e)
+{
+	bool last;
+
+	pthread_mutex_lock(&perm_mu);
+	last = --e->refs == 0;
+	pthread_mutex_unlock(&perm_mu);
+	if (last)
+		free(e);
+}
+
+/* The permutation of (o, epoch) over n examples, referenced (perm_put it) or
+ * NULL when out of memory. */
+static struct perm_entry *perm_get(const struct shard_opts *o, uint64_t epoch, int64_t n)
+{
+	struct perm_entry *e = NULL, *old = NULL;
+	int slot = 0;
+
+	pthread_mutex_lock(&perm_mu);
+	for (int i = 0; i < PERM_CACHE; i++) {
+		if (perm_matches(perm_cache[i], o, epoch, n)) {
+			e = perm_cache[i];
+			e->refs++;
+			e->used = ++perm_clock;
+			pthread_mutex_unlock(&perm_mu);
+			return e;
+		}
+	}
+	pthread_mutex_unlock(&perm_mu);
+	e = malloc(sizeof *e + (size_t)n * sizeof e->perm[0]);
+	if (!e)
+		return NULL;
+	*e = (struct perm_entry){ .o = *o, .epoch = epoch, .n = n, .refs = 2 };
+	shard_perm(o, epoch, e->perm, n);
+	pthread_mutex_lock(&perm_mu);
+	e->used = ++perm_clock;
+	for (int i = 0; i < PERM_CACHE; i++) {
+		if (!perm_cache[i]) {
+			slot = i;
+			break;
+		}
+		if (perm_cache[i]->used < perm_cache[slot]->used)
+			slot = i;
+	}
+	old = perm_cache[slot];
+	if (old && --old->refs > 0)
+		old = NULL;                    /* a step still uses it: its last user frees it */
+	perm_cache[slot] = e;
+	pthread_mutex_unlock(&perm_mu);
+	free(old);
+	return e;
+}
+
+/* Drop the cached permutations at exit, so leak checkers see none. */
+__attribute__((destructor)) static void perm_cache_free(void)
+{
+	pthread_mutex_lock(&perm_mu);
+	for (int i = 0; i < PERM_CACHE; i++) {
+		struct perm_entry *e = perm_cache[i];
+		perm_cache[i] = NULL;
+		if (e && --e->refs == 0)
+			free(e);
+	}
+	pthread_mutex_unlock(&perm_mu);
+}
+
 static enum dg_status shard_cpu(struct dg_kernel_ctx *c)
 {
 	struct shard_opts o;
 	enum dg_status st = shard_opts_read(c->attrs, &o, c->err);
-	int64_t n, n_shard, per_epoch, *perm;
+	int64_t n, n_shard, per_epoch;
+	struct perm_entry *pe;
 
 	if (st != DG_OK)
 		return st;
@@ -551,11 +647,11 @@ static enum dg_status shard_cpu(struct dg_kernel_ctx *c)
 		dg_err_hint(c->err, "use a smaller batch or fewer shards");
 		return DG_EINVAL;
 	}
-	perm = malloc((size_t)n_shard * sizeof *perm);
-	if (!perm)
+	pe = perm_get(&o, c->step / (uint64_t)per_epoch, n_shard);
+	if (!pe)
 		return dg_err_set(c->err, DG_ENOMEM, "out of memory for %lld indices",
 				  (long long)n_shard);
-	shard_perm(&o, c->step / (uint64_t)per_epoch, perm, n_shard);
+	const int64_t *perm = pe->perm;
 	int64_t first = (int64_t)(c->step % (uint64_t)per_epoch) * o.batch;
 	for (int i = 0; i < 2 && st == DG_OK; i++) {
 		const struct dg_tensor *x = c->in[i];
@@ -573,7 +669,7 @@ static enum dg_status shard_cpu(struct dg_kernel_ctx *c)
 			       row);
 		}
 	}
-	free(perm);
+	perm_put(pe);
 	return st;
 }
 
