@@ -671,12 +671,36 @@ static struct dgfs_kv *oldest_blob(struct dgfs *fs, const struct dgfs_kv *keep)
 	return old;
 }
 
+/* Blobs to put once fs->lock is released (the last put frees a large block). */
+struct drops {
+	struct dgfs_blob *stack[8], **b;
+	int n, cap;
+};
+
+/* Take b into d; false (nothing taken) when out of memory. */
+static bool drops_add(struct drops *d, struct dgfs_blob *b)
+{
+	if (d->n == d->cap) {
+		int cap = 2 * d->cap;
+		struct dgfs_blob **g = d->b == d->stack ? malloc((size_t)cap * sizeof *g)
+						       : realloc(d->b, (size_t)cap * sizeof *g);
+		if (!g)
+			return false;
+		if (d->b == d->stack)
+			memcpy(g, d->stack, sizeof d->stack);
+		d->b = g;
+		d->cap = cap;
+	}
+	d->b[d->n++] = b;
+	return true;
+}
+
 void dgfs_cache_full(struct dgfs *fs, int view, const char *name, uint64_t version,
 		     struct dgfs_blob *blob)
 {
-	struct dgfs_blob *drop[8];
-	int n_drop = 0;
+	struct drops d = { .n = 0, .cap = 8 };
 
+	d.b = d.stack;
 	pthread_mutex_lock(&fs->lock);
 	struct dgfs_kv *e = kv_lookup(fs, view, name, false);
 	/* only a blob of the pages' version backs them; one larger than the
@@ -684,32 +708,31 @@ void dgfs_cache_full(struct dgfs *fs, int view, const char *name, uint64_t versi
 	 * pages nothing backs) */
 	if (e && e->cache_version == version && e->writers == 0 && blob &&
 	    blob->version == version && blob->len <= fs->blob_budget) {
-		if (e->blob != blob) {
-			if (e->blob) {
-				drop[n_drop++] = e->blob;
+		if (e->blob != blob && (!e->blob || drops_add(&d, e->blob))) {
+			if (e->blob)
 				fs->blob_bytes -= e->blob->len;
-			}
 			dgfs_blob_get(blob);
 			e->blob = blob;
 			fs->blob_bytes += blob->len;
 			e->blob_seq = ++fs->blob_seq;
 		}
 		e->cache_full = true;
-		/* within the budget: the oldest go (their pages stay, but new
-		 * readers fetch: nothing backs them any more) */
-		while (fs->blob_bytes > fs->blob_budget && n_drop < 8) {
+		/* within the budget: the oldest go, as many as it takes (their
+		 * pages stay, but new readers fetch: nothing backs them any more) */
+		while (fs->blob_bytes > fs->blob_budget) {
 			struct dgfs_kv *old = oldest_blob(fs, e);
-			if (!old)
+			if (!old || !drops_add(&d, old->blob))
 				break;
-			drop[n_drop++] = old->blob;
 			fs->blob_bytes -= old->blob->len;
 			old->blob = NULL;
 			old->cache_full = false;
 		}
 	}
 	pthread_mutex_unlock(&fs->lock);
-	for (int i = 0; i < n_drop; i++)
-		dgfs_blob_put(drop[i]);
+	for (int i = 0; i < d.n; i++)
+		dgfs_blob_put(d.b[i]);
+	if (d.b != d.stack)
+		free(d.b);
 }
 
 void dgfs_cache_close(struct dgfs *fs, int view, const char *name)

@@ -6,11 +6,13 @@
  * that whole body arrived (an aborted upload changes nothing). dg/http.h has
  * no upload from a callback, hence libcurl directly here. */
 #include <curl/curl.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "dg/http.h"
 #include "dg/log.h"
@@ -33,6 +35,7 @@ struct dgfs_upload {
 	bool aborted;                   /* the writer gave up: abort the transfer */
 	bool done;                      /* the thread finished */
 	bool started;                   /* the thread was created */
+	bool stalled;                   /* on_read gave up: the writer paused too long */
 	long low_speed_s;               /* no byte moved for this long: give up */
 	/* the outcome */
 	CURLcode rc;
@@ -41,15 +44,27 @@ struct dgfs_upload {
 	struct dg_buf body;             /* the reply's body (error details) */
 };
 
-/* The body, as the writer makes it final; waits while it has not. */
+/* The body, as the writer makes it final; waits while it has not, but for
+ * low_speed_s at most: curl's own low-speed check cannot run while this
+ * callback blocks, so a writer that pauses that long ends the stream here
+ * (the commit then sends the staged bytes in one PUT) instead of holding the
+ * ps's connection until the ps drops it, which could fail the commit. */
 static size_t on_read(char *out, size_t size, size_t n, void *ud)
 {
 	struct dgfs_upload *u = ud;
 	size_t want = size * n, got = 0;
+	struct timespec deadline;
 
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += u->low_speed_s;
 	pthread_mutex_lock(&u->lock);
-	while (!u->aborted && u->avail <= u->sent)
-		pthread_cond_wait(&u->cond, &u->lock);
+	while (!u->aborted && u->avail <= u->sent) {
+		if (pthread_cond_timedwait(&u->cond, &u->lock, &deadline) == ETIMEDOUT &&
+		    u->avail <= u->sent) {
+			u->stalled = true;
+			u->aborted = true;
+		}
+	}
 	if (!u->aborted) {
 		uint64_t left = u->avail - u->sent;
 		got = left < want ? (size_t)left : want;
@@ -165,8 +180,13 @@ struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *nam
 		dg_err_set(err, DG_ENOMEM, "out of memory");
 		return NULL;
 	}
+	pthread_condattr_t ca;
+
 	pthread_mutex_init(&u->lock, NULL);
-	pthread_cond_init(&u->cond, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);         /* on_read's deadline */
+	pthread_cond_init(&u->cond, &ca);
+	pthread_condattr_destroy(&ca);
 	u->data = data;
 	u->nbytes = nbytes;
 	u->low_speed_s = fs->timeout_ms > 1000 ? fs->timeout_ms / 1000 : 1;

@@ -1,8 +1,10 @@
 /* The rendezvous (dg/rendezvous.h): a hash table of (step, key) -> tensor
  * under one mutex, one condition variable (CLOCK_MONOTONIC) broadcast on every
- * put, abort and close, and a ring of the last aborted step ids with their
- * reasons. Waiters re-check their keys on every wake: puts are rare compared
- * with the work they carry, so a broadcast per put costs nothing measurable. */
+ * put, abort and close, and a ring of the last aborts (a range of step ids
+ * each, so that aborting a long multi-step run takes one slot and does not push
+ * out the aborts of other steps) with their reasons. Waiters re-check their
+ * keys on every wake: puts are rare compared with the work they carry, so a
+ * broadcast per put costs nothing measurable. */
 #include "dg/rendezvous.h"
 
 #include <errno.h>
@@ -22,8 +24,10 @@ struct entry {
 	char key[];                     /* NUL-terminated */
 };
 
+/* Steps first..first+count-1 were aborted for reason. */
 struct aborted {
-	uint64_t step;
+	uint64_t first;
+	uint64_t count;                 /* >= 1 once used */
 	char reason[160];
 };
 
@@ -33,8 +37,8 @@ struct dg_rendezvous {
 	struct entry *buckets[N_BUCKETS];
 	int count;
 	bool closed;
-	struct aborted *ring;           /* DG_RV_ABORTED_KEEP slots */
-	int ring_n, ring_next;
+	struct aborted *ring;           /* DG_RV_ABORTED_KEEP aborts (ranges) */
+	int ring_n, ring_next;          /* slots used; the next to write (the oldest when full) */
 };
 
 static uint64_t hash(uint64_t step, const char *key)
@@ -105,12 +109,17 @@ enum dg_status dg_rendezvous_key_check(const char *key, struct dg_err *err)
 	return DG_OK;
 }
 
-/* Under mu: the ring slot of an aborted step, or NULL. */
+/* Under mu: the oldest remembered abort that covers step (its reason is the
+ * first one given), or NULL. */
 static const struct aborted *find_aborted(const struct dg_rendezvous *rv, uint64_t step)
 {
-	for (int i = 0; i < rv->ring_n; i++)
-		if (rv->ring[i].step == step)
-			return &rv->ring[i];
+	int start = rv->ring_n < DG_RV_ABORTED_KEEP ? 0 : rv->ring_next;
+
+	for (int k = 0; k < rv->ring_n; k++) {
+		const struct aborted *a = &rv->ring[(start + k) % DG_RV_ABORTED_KEEP];
+		if (step - a->first < a->count)         /* unsigned: below first wraps */
+			return a;
+	}
 	return NULL;
 }
 
@@ -321,13 +330,19 @@ enum dg_status dg_rendezvous_take(struct dg_rendezvous *rv, uint64_t step, const
 	return dg_rendezvous_take_any(rv, step, &key, 1, timeout_ms, &which, out, err);
 }
 
-/* Under mu: remember step as aborted (the first reason stays). */
-static void mark_aborted(struct dg_rendezvous *rv, uint64_t step, const char *reason)
+/* Under mu: remember steps first..first+count-1 as aborted, in one slot
+ * (steps aborted before keep their first reason: find_aborted looks at the
+ * oldest first). A repeated abort of steps all aborted already adds nothing. */
+static void mark_aborted(struct dg_rendezvous *rv, uint64_t first, uint64_t count,
+			 const char *reason)
 {
-	if (find_aborted(rv, step))
+	const struct aborted *old = find_aborted(rv, first);
+
+	if (old && first - old->first + count <= old->count)
 		return;
 	struct aborted *a = &rv->ring[rv->ring_next];
-	a->step = step;
+	a->first = first;
+	a->count = count;
 	snprintf(a->reason, sizeof a->reason, "%s", reason && reason[0] ? reason :
 		 "no reason given");
 	rv->ring_next = (rv->ring_next + 1) % DG_RV_ABORTED_KEEP;
@@ -350,8 +365,7 @@ void dg_rendezvous_abort_range(struct dg_rendezvous *rv, uint64_t first, int64_t
 	if (first > UINT64_MAX - (uint64_t)(count - 1))         /* the range ends at 2^64-1 */
 		count = (int64_t)(UINT64_MAX - first) + 1;
 	pthread_mutex_lock(&rv->mu);
-	for (int64_t i = 0; i < count; i++)
-		mark_aborted(rv, first + (uint64_t)i, reason);
+	mark_aborted(rv, first, (uint64_t)count, reason);
 	drop_steps(rv, first, (uint64_t)count);
 	pthread_cond_broadcast(&rv->cv);
 	pthread_mutex_unlock(&rv->mu);

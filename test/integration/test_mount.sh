@@ -433,6 +433,21 @@ v2 = version()
 print(v0 == v1, v2 != v1, open(\"vars/huge\", \"rb\").read() == a)" '"$TMP/huge.bin $PA"
 check "a streaming write is applied at close, not when its last byte is written" \
 	"$([[ $rc -eq 0 && $(cat "$TMP/out") == "True True True" ]]; echo $?)"
+# a writer that pauses longer than --timeout (2 s) halfway: the stream gives up
+# waiting for it (it would hold the ps's connection), and close commits the
+# staged bytes with one PUT
+n0=$(commits)
+sh "$PY"' -c "import os, sys, time
+a = open(sys.argv[1], \"rb\").read()
+fd = os.open(\"vars/huge\", os.O_WRONLY | os.O_TRUNC)
+os.write(fd, a[:len(a) // 2])
+time.sleep(3.5)
+os.write(fd, a[len(a) // 2:])
+os.close(fd)
+print(open(\"vars/huge\", \"rb\").read() == a)" '"$TMP/huge2.bin"
+n1=$(commits)
+check "a streaming writer that pauses past --timeout still commits its value, in one PUT" \
+	"$([[ $rc -eq 0 && $(cat "$TMP/out") == True && $n1 -eq $((n0 + 1)) ]]; echo $?)"
 # pwrite order and rewrites: the second half first; then all of it, then 4 KiB
 # at 0 again (bytes the stream may have sent: it gives way to one PUT at close)
 sh "$PY"' -c "import os, sys

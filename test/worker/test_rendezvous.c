@@ -1,7 +1,8 @@
 /* The rendezvous on its own: put/take in both orders, timeouts that name key
  * and step, abort waking waiters with the reason, concurrent steps kept
  * apart, take_any, key checks, 8 threads exchanging through it, aborting a
- * range of steps and waits that end on a wake-up callback. */
+ * range of steps (which keeps the aborts of other steps) and waits that end on
+ * a wake-up callback. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -389,4 +390,54 @@ Test(rendezvous, wait_any_returns_when_woken_without_a_tensor)
 	/* Without a callback, no keys is a caller error. */
 	cr_assert_eq(dg_rendezvous_wait_any(rv, 5, NULL, 0, 0, NULL, NULL, &which, &t, &err),
 		     DG_EINVAL);
+}
+
+/* A multi-step run aborted as one range of DG_RV_ABORTED_KEEP steps must not
+ * push out the aborts of other steps: a late put for such a step would then be
+ * held for good, and a take would wait for its timeout instead of failing. */
+Test(rendezvous, a_long_abort_range_keeps_the_aborts_of_other_steps)
+{
+	struct dg_err err = { 0 };
+	struct dg_tensor *t = NULL;
+
+	dg_rendezvous_abort(rv, 1, "first");
+	dg_rendezvous_abort_range(rv, 100, DG_RV_ABORTED_KEEP, "second");
+	cr_assert(dg_rendezvous_is_aborted(rv, 1));
+	cr_assert_eq(dg_rendezvous_put(rv, 1, "late", scalar(1), &err), DG_ECANCELED);
+	cr_assert_str_eq(err.msg, "step 1 was aborted: first");
+	cr_assert_eq(dg_rendezvous_take(rv, 1, "late", 5000, &t, &err), DG_ECANCELED);
+	cr_assert_null(t);
+	cr_assert_eq(dg_rendezvous_count(rv), 0);
+	cr_assert(dg_rendezvous_is_aborted(rv, 100));
+	cr_assert(dg_rendezvous_is_aborted(rv, 100 + DG_RV_ABORTED_KEEP - 1));
+	cr_assert_not(dg_rendezvous_is_aborted(rv, 100 + DG_RV_ABORTED_KEEP));
+	cr_assert_not(dg_rendezvous_is_aborted(rv, 99));
+	/* The first reason stays for steps aborted again inside a later range. */
+	dg_rendezvous_abort_range(rv, 50, 100, "third");
+	cr_assert_eq(dg_rendezvous_check(rv, 120, &err), DG_ECANCELED);
+	cr_assert_str_eq(err.msg, "step 120 was aborted: second");
+	cr_assert_eq(dg_rendezvous_check(rv, 60, &err), DG_ECANCELED);
+	cr_assert_str_eq(err.msg, "step 60 was aborted: third");
+}
+
+/* Aborts are forgotten oldest first once DG_RV_ABORTED_KEEP of them are kept;
+ * repeating an abort of a step aborted already does not use a slot. */
+Test(rendezvous, repeated_aborts_use_no_slot_and_the_oldest_is_forgotten_first)
+{
+	struct dg_err err = { 0 };
+
+	dg_rendezvous_abort(rv, 7, "seven");
+	for (int i = 0; i < 3 * DG_RV_ABORTED_KEEP; i++)
+		dg_rendezvous_abort(rv, 8, "eight");
+	for (int i = 0; i < DG_RV_ABORTED_KEEP - 2; i++)
+		dg_rendezvous_abort(rv, 1000 + (uint64_t)i, NULL);
+	cr_assert(dg_rendezvous_is_aborted(rv, 7), "only %d aborts were made",
+		  DG_RV_ABORTED_KEEP);
+	cr_assert_eq(dg_rendezvous_check(rv, 8, &err), DG_ECANCELED);
+	cr_assert_str_eq(err.msg, "step 8 was aborted: eight");
+	dg_rendezvous_abort(rv, 999, NULL);             /* one more: 7 goes */
+	cr_assert_not(dg_rendezvous_is_aborted(rv, 7));
+	cr_assert(dg_rendezvous_is_aborted(rv, 8));
+	cr_assert(dg_rendezvous_is_aborted(rv, 999));
+	cr_assert(dg_rendezvous_is_aborted(rv, 1000));
 }

@@ -12,7 +12,8 @@
 
 /* Keys: 1..DG_RV_KEY_MAX bytes of [A-Za-z0-9_.:/>-]. */
 #define DG_RV_KEY_MAX 512
-/* Aborted step ids remembered (oldest forgotten first). */
+/* Aborts remembered (each a step or a range of at most DG_RV_ABORTED_KEEP steps;
+ * oldest forgotten first). */
 #define DG_RV_ABORTED_KEEP 4096
 
 struct dg_rendezvous;
