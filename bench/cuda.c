@@ -17,12 +17,12 @@
 #include <cuda_runtime_api.h>
 
 #include "bench_util.h"
-#include "dg/autodiff.h"
 #include "dg/cuda.h"
 #include "dg/exec.h"
 #include "dg/gpu.h"
 #include "dg/graph.h"
 #include "dg/kernels.h"
+#include "../test/cuda/mlp_step.h"
 
 static int failures;
 
@@ -179,59 +179,16 @@ static void bench_bandwidth(struct dg_cuda_stream *s, cudaStream_t cs, int64_t n
 	dg_cuda_tensor_free(m);
 }
 
-/* The MLP's forward pass; mlp_graph adds autodiff's backward and SGD updates. */
-static const char mlp_fwd[] =
-	"{\"version\": 1, \"nodes\": ["
-	"{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [64, 784]}},"
-	"{\"name\": \"y\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": \"int32\", "
-	"\"shape\": [64]}},"
-	"{\"name\": \"w1\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [784, 256]}},"
-	"{\"name\": \"b1\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [256]}},"
-	"{\"name\": \"w2\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [256, 10]}},"
-	"{\"name\": \"b2\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [10]}},"
-	"{\"name\": \"z1\", \"op\": \"MatMul\", \"inputs\": [\"x\", \"w1\"]},"
-	"{\"name\": \"a1\", \"op\": \"Add\", \"inputs\": [\"z1\", \"b1\"]},"
-	"{\"name\": \"h1\", \"op\": \"Relu\", \"inputs\": [\"a1\"]},"
-	"{\"name\": \"z2\", \"op\": \"MatMul\", \"inputs\": [\"h1\", \"w2\"]},"
-	"{\"name\": \"logits\", \"op\": \"Add\", \"inputs\": [\"z2\", \"b2\"]},"
-	"{\"name\": \"ce\", \"op\": \"SparseSoftmaxCrossEntropyWithLogits\", "
-	"\"inputs\": [\"logits\", \"y\"]},"
-	"{\"name\": \"loss\", \"op\": \"Mean\", \"inputs\": [\"ce\"]},"
-	"{\"name\": \"lr\", \"op\": \"Const\", \"attrs\": {\"value\": 0.1}}]}";
-static const char *const mlp_wrt[4] = { "w1", "b1", "w2", "b2" };
-
-/* Forward, backward and "<w>_new" = w - lr * grad for each weight, every node
- * on device dev (NULL: the CPU). */
+/* The MLP step graph (test/cuda/mlp_step.h, the one the parity test checks)
+ * with every node on device dev (NULL: the CPU). */
 static struct dg_graph *mlp_graph(const char *dev)
 {
 	struct dg_err err = { 0 };
-	struct dg_graph *g = dg_graph_parse(mlp_fwd, strlen(mlp_fwd), dg_op_find, &err), *step;
-	json_t *doc = NULL, *nodes, *node;
-	char **refs = NULL;
-	size_t i;
+	struct dg_graph *g;
 
-	if (!g || dg_autodiff(g, "loss", mlp_wrt, 4, &doc, &refs, &err) != DG_OK)
-		die("MLP graph", err.msg);
-	nodes = json_object_get(doc, "nodes");
-	for (int k = 0; k < 4; k++) {
-		char name[32], scaled[32];
-		snprintf(name, sizeof name, "%s_new", mlp_wrt[k]);
-		snprintf(scaled, sizeof scaled, "%s_step", mlp_wrt[k]);
-		json_array_append_new(nodes, json_pack("{s:s, s:s, s:[s, s]}", "name", scaled,
-						       "op", "Mul", "inputs", refs[k], "lr"));
-		json_array_append_new(nodes, json_pack("{s:s, s:s, s:[s, s]}", "name", name, "op",
-						       "Sub", "inputs", mlp_wrt[k], scaled));
-	}
-	json_array_foreach(nodes, i, node)
-		if (dev)
-			json_object_set_new(node, "device", json_string(dev));
-	step = dg_graph_from_json(doc, dg_op_find, &err);
-	if (!step)
+	if (mlp_step_graph(dev, &g, NULL, &err) != DG_OK)
 		die("MLP step graph", err.msg);
-	dg_autodiff_free_refs(refs, 4);
-	json_decref(doc);
-	dg_graph_free(g);
-	return step;
+	return g;
 }
 
 /* Seconds per step (median) of reps steps; *loss gets the last step's loss.

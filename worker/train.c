@@ -15,29 +15,19 @@
 
 /* ------------------------------------------------------------ spec parsing */
 
-static const char *kind_name(const json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_OBJECT: return "an object";
-	case JSON_ARRAY: return "an array";
-	case JSON_STRING: return "a string";
-	case JSON_INTEGER: return "an integer";
-	case JSON_REAL: return "a number";
-	case JSON_TRUE:
-	case JSON_FALSE: return "a boolean";
-	default: return "null";
-	}
-}
-
-/* Every key of obj must be in keys; path names obj in the message. */
-static enum dg_status check_keys(const json_t *obj, const char *path, const char *const *keys,
-				 struct dg_err *err)
+/* obj must be a JSON object (NULL: absent) whose every key is in keys; path
+ * names obj in the message. */
+static enum dg_status check_object(const json_t *obj, const char *path,
+				   const char *const *keys, struct dg_err *err)
 {
 	const char *k;
 	json_t *v;
 	char list[256];
 	size_t off = 0;
 
+	if (!json_is_object(obj))
+		return dg_err_set(err, DG_EINVAL, "%s must be an object, got %s", path,
+				  dg_json_kind(obj, true));
 	json_object_foreach((json_t *)obj, k, v) {
 		bool ok = false;
 		for (int i = 0; keys[i] && !ok; i++)
@@ -72,7 +62,7 @@ static enum dg_status get_int(const json_t *obj, const char *path, const char *k
 		x = json_integer_value(v);
 	else
 		return dg_err_set(err, DG_EINVAL, "%s.%s must be an integer, got %s", path, key,
-				  kind_name(v));
+				  dg_json_kind(v, true));
 	if (x < min || x > max) {
 		dg_err_set(err, DG_EINVAL, "%s.%s is %lld; it must be in %lld..%lld", path, key,
 			   (long long)x, (long long)min, (long long)max);
@@ -95,7 +85,7 @@ static enum dg_status get_num(const json_t *obj, const char *path, const char *k
 		return DG_OK;
 	if (!json_is_number(v))
 		return dg_err_set(err, DG_EINVAL, "%s.%s must be a number, got %s", path, key,
-				  kind_name(v));
+				  dg_json_kind(v, true));
 	x = json_number_value(v);
 	if (!isfinite(x) || x < min || (min_open && x <= min) || x > max ||
 	    (max_open && x >= max)) {
@@ -120,7 +110,7 @@ static enum dg_status get_bool(const json_t *obj, const char *path, const char *
 		return DG_OK;
 	if (!json_is_boolean(v))
 		return dg_err_set(err, DG_EINVAL, "%s.%s must be true or false, got %s", path, key,
-				  kind_name(v));
+				  dg_json_kind(v, true));
 	*out = json_is_true(v);
 	return DG_OK;
 }
@@ -137,7 +127,7 @@ static enum dg_status get_choice(const json_t *obj, const char *path, const char
 		return DG_OK;
 	if (!json_is_string(v))
 		return dg_err_set(err, DG_EINVAL, "%s.%s must be a string, got %s", path, key,
-				  kind_name(v));
+				  dg_json_kind(v, true));
 	s = json_string_value(v);
 	for (int i = 0; choices[i]; i++)
 		if (strcmp(s, choices[i]) == 0) {
@@ -163,7 +153,8 @@ static enum dg_status get_refs(const json_t *obj, const char *path, const char *
 	if (!json_is_array(v) || (!allow_empty && json_array_size(v) == 0) ||
 	    json_array_size(v) > 4096)
 		return dg_err_set(err, DG_EINVAL, "%s.%s must be %sarray of value refs, got %s",
-				  path, key, allow_empty ? "an " : "a non-empty ", kind_name(v));
+				  path, key, allow_empty ? "an " : "a non-empty ",
+				  dg_json_kind(v, true));
 	*out = calloc(json_array_size(v) + 1, sizeof **out);
 	if (!*out)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
@@ -171,7 +162,7 @@ static enum dg_status get_refs(const json_t *obj, const char *path, const char *
 		if (!json_is_string(e) || !json_string_value(e)[0])
 			return dg_err_set(err, DG_EINVAL, "%s.%s[%zu] must be a value ref "
 					  "(\"node\" or \"node:k\"), got %s", path, key, i,
-					  kind_name(e));
+					  dg_json_kind(e, true));
 		(*out)[i] = strdup(json_string_value(e));
 		if (!(*out)[i])
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
@@ -221,10 +212,7 @@ static enum dg_status parse_optimizer(const json_t *opt, struct train_spec *s, s
 	if (!opt)
 		return missing(err, "training.optimizer",
 			       "e.g. \"optimizer\": {\"rule\": \"sgd\", \"lr\": 0.1}");
-	if (!json_is_object(opt))
-		return dg_err_set(err, DG_EINVAL, "%s must be an object, got %s", p,
-				  kind_name(opt));
-	if ((st = check_keys(opt, p, opt_keys, err)) != DG_OK)
+	if ((st = check_object(opt, p, opt_keys, err)) != DG_OK)
 		return st;
 	if (!json_object_get(opt, "rule"))
 		return missing(err, "training.optimizer.rule", "use sgd, momentum or adam");
@@ -268,9 +256,7 @@ static enum dg_status parse_schedule(const json_t *v, struct train_spec *s, stru
 
 	if (!v)
 		return DG_OK;
-	if (!json_is_object(v))
-		return dg_err_set(err, DG_EINVAL, "%s must be an object, got %s", p, kind_name(v));
-	if ((st = check_keys(v, p, sched_keys, err)) != DG_OK)
+	if ((st = check_object(v, p, sched_keys, err)) != DG_OK)
 		return st;
 	if (!json_object_get(v, "kind"))
 		return missing(err, "training.lr_schedule.kind",
@@ -307,9 +293,7 @@ static enum dg_status parse_eval(const json_t *v, struct train_spec *s, struct d
 
 	if (!v)
 		return DG_OK;
-	if (!json_is_object(v))
-		return dg_err_set(err, DG_EINVAL, "%s must be an object, got %s", p, kind_name(v));
-	if ((st = check_keys(v, p, eval_keys, err)) != DG_OK)
+	if ((st = check_object(v, p, eval_keys, err)) != DG_OK)
 		return st;
 	if (!json_object_get(v, "fetch"))
 		return missing(err, "training.eval.fetch",
@@ -338,10 +322,7 @@ enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, 
 	snprintf(out->schedule, sizeof out->schedule, "constant");
 	out->every = 1;
 	out->factor = 1;
-	if (!json_is_object(training))
-		return dg_err_set(err, DG_EINVAL, "training must be an object, got %s",
-				  training ? kind_name(training) : "nothing");
-	if ((st = check_keys(training, p, top_keys, err)) != DG_OK)
+	if ((st = check_object(training, p, top_keys, err)) != DG_OK)
 		return st;
 	v = json_object_get(training, "loss");
 	if (!v) {
@@ -351,7 +332,7 @@ enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, 
 	}
 	if (!json_is_string(v) || !json_string_value(v)[0])
 		return dg_err_set(err, DG_EINVAL, "training.loss must be a value ref (\"node\" or "
-				  "\"node:k\"), got %s", kind_name(v));
+				  "\"node:k\"), got %s", dg_json_kind(v, true));
 	if (!(out->loss = strdup(json_string_value(v))))
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	if ((st = get_refs(training, p, "metrics", true, &out->metrics, &out->n_metrics,
@@ -446,15 +427,17 @@ int train_compute_tasks(const struct dg_cluster *c, int *idx)
 
 #define DEV_MAX 160
 
-/* The device of a replica on task t: "/job:J/task:I", plus the "/gpu:K" (or
- * "/device:GPU:K") segment of the node's original device, if any. */
+/* The device of a replica on task t: "/job:J/task:I", plus the device segment
+ * ("/gpu:K", "/device:GPU:K", "/cpu:0", "/device:CPU:0") of the node's original
+ * device, if any, so that a node pinned to the CPU is not moved to a GPU. */
 static void replica_device(const struct dg_cluster *c, int t, const char *orig, char *buf,
 			   size_t n)
 {
-	const char *g = orig ? strstr(orig, "/gpu:") : NULL;
+	static const char *const segs[] = { "/gpu:", "/device:GPU:", "/cpu:", "/device:CPU:" };
+	const char *g = NULL;
 
-	if (orig && !g)
-		g = strstr(orig, "/device:GPU:");
+	for (size_t i = 0; orig && !g && i < sizeof segs / sizeof *segs; i++)
+		g = strstr(orig, segs[i]);
 	place_device_name(c, t, buf, n);
 	if (g) {
 		size_t len = strcspn(g + 1, "/") + 1, used = strlen(buf);

@@ -8,18 +8,23 @@
 #include <string.h>
 #include <strings.h>
 
-static const char *json_kind(const json_t *v)
+const char *dg_json_kind(const json_t *v, bool article)
 {
+	const char *s;
+
+	if (!v)
+		return "nothing";
 	switch (json_typeof(v)) {
-	case JSON_OBJECT: return "object";
-	case JSON_ARRAY: return "array";
-	case JSON_STRING: return "string";
-	case JSON_INTEGER: return "integer";
-	case JSON_REAL: return "number";
+	case JSON_OBJECT: s = "an object"; break;
+	case JSON_ARRAY: s = "an array"; break;
+	case JSON_STRING: s = "a string"; break;
+	case JSON_INTEGER: s = "an integer"; break;
+	case JSON_REAL: s = "a number"; break;
 	case JSON_TRUE:
-	case JSON_FALSE: return "bool";
+	case JSON_FALSE: s = "a bool"; break;
 	default: return "null";
 	}
+	return article ? s : strchr(s, ' ') + 1;
 }
 
 /* The attr's value, or NULL when missing (attrs may be NULL). */
@@ -36,7 +41,8 @@ static enum dg_status missing(const char *key, struct dg_err *err)
 static enum dg_status wrong(const char *key, const char *want, const json_t *v,
 			    struct dg_err *err)
 {
-	return dg_err_set(err, DG_EINVAL, "attr '%s' must be %s, got %s", key, want, json_kind(v));
+	return dg_err_set(err, DG_EINVAL, "attr '%s' must be %s, got %s", key, want,
+			  dg_json_kind(v, false));
 }
 
 enum dg_status dg_attr_int(const json_t *attrs, const char *key, const int64_t *def,
@@ -126,7 +132,7 @@ enum dg_status dg_attr_ints(const json_t *attrs, const char *key, bool required,
 	json_array_foreach(v, i, e) {
 		if (!json_is_integer(e))
 			return dg_err_set(err, DG_EINVAL, "attr '%s'[%zu] must be an integer, got %s",
-					  key, i, json_kind(e));
+					  key, i, dg_json_kind(e, false));
 		out[i] = json_integer_value(e);
 	}
 	*n = (int)json_array_size(v);
@@ -274,7 +280,7 @@ static enum dg_status scan(const json_t *v, int depth, struct lit *l, struct dg_
 		l->any_num = true;
 	} else {
 		return dg_err_set(err, DG_EINVAL, "tensor literal has a JSON %s where a number "
-						  "belongs", json_kind(v));
+						  "belongs", dg_json_kind(v, false));
 	}
 	return DG_OK;
 }
@@ -493,7 +499,8 @@ enum dg_status dg_attr_validate(const struct dg_op_def *op, const json_t *attrs,
 	json_t *v;
 
 	if (attrs && !json_is_object(attrs))
-		return dg_err_set(err, DG_EINVAL, "attrs must be a JSON object, got %s", json_kind(attrs));
+		return dg_err_set(err, DG_EINVAL, "attrs must be a JSON object, got %s",
+				  dg_json_kind(attrs, false));
 	json_object_foreach((json_t *)attrs, key, v) {
 		const struct dg_attr_spec *s = op->attrs;
 		while (s && s->name && strcmp(s->name, key) != 0)

@@ -36,20 +36,6 @@ struct graph_impl {
 static const char *const top_keys[] = { "nodes", "fetch", "version", "doc", "training", NULL };
 static const char *const node_keys[] = { "name", "op", "inputs", "attrs", "device", "doc", NULL };
 
-static const char *json_kind(const json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_OBJECT: return "an object";
-	case JSON_ARRAY: return "an array";
-	case JSON_STRING: return "a string";
-	case JSON_INTEGER: return "an integer";
-	case JSON_REAL: return "a number";
-	case JSON_TRUE:
-	case JSON_FALSE: return "a bool";
-	default: return "null";
-	}
-}
-
 static bool key_allowed(const char *const *keys, const char *k)
 {
 	for (; *keys; keys++)
@@ -273,7 +259,7 @@ static enum dg_status parse_name(struct graph_impl *gi, int i, const json_t *jn,
 	}
 	if (!json_is_string(jname))
 		return dg_err_set(err, DG_EINVAL, "nodes[%d] \"name\" must be a string, got %s", i,
-				  json_kind(jname));
+				  dg_json_kind(jname, true));
 	s = json_string_value(jname);
 	len = json_string_length(jname);
 	if (len == 0)
@@ -324,7 +310,7 @@ static enum dg_status parse_op(struct dg_node *n, const json_t *jn, dg_op_lookup
 	}
 	if (!json_is_string(jop))
 		return dg_err_set(err, DG_EINVAL, "node '%s': \"op\" must be a string, got %s",
-				  n->name, json_kind(jop));
+				  n->name, dg_json_kind(jop, true));
 	s = json_string_value(jop);
 	n->op = lookup(s);
 	if (n->op)
@@ -349,7 +335,8 @@ static enum dg_status parse_attrs(struct dg_node *n, const json_t *jn, json_t *e
 	if (ja && !json_is_null(ja)) {
 		if (!json_is_object(ja))
 			return dg_err_set(err, DG_EINVAL, "node '%s' (%s): \"attrs\" must be an "
-					  "object, got %s", n->name, n->op->name, json_kind(ja));
+					  "object, got %s", n->name, n->op->name,
+					  dg_json_kind(ja, true));
 		if (!attr_size_ok(ja, 1, &count)) {
 			dg_err_set(err, DG_ETOOLARGE, "node '%s' (%s): attrs nest deeper than %d "
 				   "or hold more than %lld values", n->name, n->op->name,
@@ -405,14 +392,14 @@ static enum dg_status parse_inputs(struct dg_node *n, const json_t *jn, struct d
 		if (!json_is_array(ji))
 			return dg_err_set(err, DG_EINVAL, "node '%s' (%s): \"inputs\" must be "
 					  "an array of names, got %s", n->name, op->name,
-					  json_kind(ji));
+					  dg_json_kind(ji, true));
 		count = json_array_size(ji);
 		json_array_foreach(ji, i, e) {
 			if (json_is_string(e))
 				continue;
 			return dg_err_set(err, DG_EINVAL, "node '%s' (%s): input %zu must be a "
 					  "string \"node\" or \"node:k\", got %s", n->name,
-					  op->name, i, json_kind(e));
+					  op->name, i, dg_json_kind(e, true));
 		}
 	}
 	if (count < (size_t)op->min_inputs || count > (size_t)max) {
@@ -449,7 +436,8 @@ static enum dg_status parse_node(struct graph_impl *gi, int i, const json_t *jn,
 	enum dg_status st;
 
 	if (!json_is_object(jn)) {
-		dg_err_set(err, DG_EINVAL, "nodes[%d] must be an object, got %s", i, json_kind(jn));
+		dg_err_set(err, DG_EINVAL, "nodes[%d] must be an object, got %s", i,
+			   dg_json_kind(jn, true));
 		dg_err_hint(err, "write each node as {\"name\": ..., \"op\": ..., "
 			    "\"inputs\": [...]}");
 		return DG_EINVAL;
@@ -470,7 +458,7 @@ static enum dg_status parse_node(struct graph_impl *gi, int i, const json_t *jn,
 	jd = json_object_get(jn, "doc");
 	if (jd && !json_is_string(jd))
 		return dg_err_set(err, DG_EINVAL, "node '%s' (%s): \"doc\" must be a string, "
-				  "got %s", n->name, n->op->name, json_kind(jd));
+				  "got %s", n->name, n->op->name, dg_json_kind(jd, true));
 	jd = json_object_get(jn, "device");
 	if (jd && !json_is_null(jd)) {
 		if (!json_is_string(jd) || json_string_length(jd) > DG_GRAPH_MAX_NAME)
@@ -742,7 +730,7 @@ static enum dg_status check_top(const json_t *doc, struct dg_err *err)
 
 	if (!json_is_object(doc)) {
 		dg_err_set(err, DG_EINVAL, "a graph must be a JSON object with a \"nodes\" array, "
-			   "got %s", json_kind(doc));
+			   "got %s", dg_json_kind(doc, true));
 		dg_err_hint(err, "see doc/graph-format.md");
 		return DG_EINVAL;
 	}
@@ -756,7 +744,7 @@ static enum dg_status check_top(const json_t *doc, struct dg_err *err)
 	v = json_object_get(doc, "version");
 	if (v && !json_is_integer(v))
 		return dg_err_set(err, DG_EINVAL, "graph \"version\" must be an integer, got %s",
-				  json_kind(v));
+				  dg_json_kind(v, true));
 	if (v && json_integer_value(v) != 1) {
 		dg_err_set(err, DG_EUNSUPPORTED, "graph version %lld is not supported",
 			   (long long)json_integer_value(v));
@@ -766,7 +754,7 @@ static enum dg_status check_top(const json_t *doc, struct dg_err *err)
 	v = json_object_get(doc, "doc");
 	if (v && !json_is_string(v))
 		return dg_err_set(err, DG_EINVAL, "graph \"doc\" must be a string, got %s",
-				  json_kind(v));
+				  dg_json_kind(v, true));
 	v = json_object_get(doc, "nodes");
 	if (!v) {
 		dg_err_set(err, DG_EINVAL, "graph has no \"nodes\" array");
@@ -775,7 +763,7 @@ static enum dg_status check_top(const json_t *doc, struct dg_err *err)
 	}
 	if (!json_is_array(v))
 		return dg_err_set(err, DG_EINVAL, "graph \"nodes\" must be an array, got %s",
-				  json_kind(v));
+				  dg_json_kind(v, true));
 	if (json_array_size(v) > DG_GRAPH_MAX_NODES) {
 		dg_err_set(err, DG_ETOOLARGE, "graph has %zu nodes; at most %d are allowed",
 			   json_array_size(v), DG_GRAPH_MAX_NODES);
@@ -796,7 +784,7 @@ static enum dg_status parse_fetch(struct graph_impl *gi, const json_t *doc, stru
 		return DG_OK;
 	if (!json_is_array(jf)) {
 		dg_err_set(err, DG_EINVAL, "graph \"fetch\" must be an array of names, got %s",
-			   json_kind(jf));
+			   dg_json_kind(jf, true));
 		dg_err_hint(err, "write e.g. \"fetch\": [\"y\"]");
 		return DG_EINVAL;
 	}
@@ -808,7 +796,7 @@ static enum dg_status parse_fetch(struct graph_impl *gi, const json_t *doc, stru
 	json_array_foreach(jf, i, e) {
 		if (!json_is_string(e))
 			return dg_err_set(err, DG_EINVAL, "graph \"fetch\"[%zu] must be a string, "
-					  "got %s", i, json_kind(e));
+					  "got %s", i, dg_json_kind(e, true));
 		if (resolve(gi, json_string_value(e), &g->fetch[i], err) != DG_OK) {
 			dg_err_prefix(err, "graph \"fetch\"[%zu]", i);
 			err->code = DG_EINVAL;

@@ -263,20 +263,6 @@ struct axes_attr {
 	int64_t v[DG_MAX_DIMS];
 };
 
-static const char *json_kind(const json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_OBJECT: return "an object";
-	case JSON_ARRAY: return "an array";
-	case JSON_STRING: return "a string";
-	case JSON_REAL: return "a fraction";
-	case JSON_TRUE:
-	case JSON_FALSE: return "a bool";
-	case JSON_NULL: return "null";
-	default: return "an integer";
-	}
-}
-
 static enum dg_status read_axes(const json_t *attrs, struct axes_attr *a, struct dg_err *err)
 {
 	const json_t *v = attrs ? json_object_get(attrs, "axis") : NULL;
@@ -295,7 +281,7 @@ static enum dg_status read_axes(const json_t *attrs, struct axes_attr *a, struct
 	}
 	if (!json_is_array(v)) {
 		dg_err_set(err, DG_EINVAL, "attr 'axis' must be an integer, a list of integers "
-			   "or null, got %s", json_kind(v));
+			   "or null, got %s", dg_json_kind(v, true));
 		dg_err_hint(err, "e.g. \"axis\": 1 or \"axis\": [0, 2]; leave it out for all "
 			    "axes");
 		return DG_EINVAL;
@@ -307,7 +293,7 @@ static enum dg_status read_axes(const json_t *attrs, struct axes_attr *a, struct
 	json_array_foreach(v, i, e) {
 		if (!json_is_integer(e)) {
 			return dg_err_set(err, DG_EINVAL, "attr 'axis'[%zu] must be an integer, "
-					  "got %s", i, json_kind(e));
+					  "got %s", i, dg_json_kind(e, true));
 		}
 		a->v[a->n++] = json_integer_value(e);
 	}

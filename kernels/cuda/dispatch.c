@@ -574,12 +574,28 @@ static enum dg_status run_softmax(struct run *r)
 				       !strcmp(r->op->name, "LogSoftmax"), r->s->s));
 }
 
+/* The end of a sparse-label kernel, launched after flag_reset with status st:
+ * read the flag (a sync) and turn the first label outside [0, n) it recorded
+ * into DG_EINVAL naming the label's index. */
+static enum dg_status labels_checked(struct run *r, enum dg_status st, int64_t n)
+{
+	unsigned long long bad;
+
+	if (st == DG_OK)
+		st = flag_read(r->s, &bad, r->err);
+	if (st != DG_OK || bad == ~0ull)
+		return st;
+	dg_err_set(r->err, DG_EINVAL, "the label at index %llu is outside [0, %lld)", bad,
+		   (long long)n);
+	dg_err_hint(r->err, "labels are class indices below the logits' last dimension");
+	return DG_EINVAL;
+}
+
 static enum dg_status run_xent(struct run *r)
 {
 	const struct dg_cuda_tensor *x = r->in[0], *l = r->in[1];
 	struct dg_cuda_tensor *o = r->out[0];
 	int64_t n = x->shape.dim[x->shape.ndim - 1];
-	unsigned long long bad;
 	enum dg_status st;
 
 	if (o->numel == 0)
@@ -591,14 +607,7 @@ static enum dg_status run_xent(struct run *r)
 	if (st == DG_OK)
 		st = launched(r, dgc_sparse_xent((int)x->dtype, (int)l->dtype, x->data, l->data,
 						 o->data, o->numel, n, r->s->flag, r->s->s));
-	if (st == DG_OK)
-		st = flag_read(r->s, &bad, r->err);
-	if (st != DG_OK || bad == ~0ull)
-		return st;
-	dg_err_set(r->err, DG_EINVAL, "the label at index %llu is outside [0, %lld)", bad,
-		   (long long)n);
-	dg_err_hint(r->err, "labels are class indices below the logits' last dimension");
-	return DG_EINVAL;
+	return labels_checked(r, st, n);
 }
 
 /* Ops whose output is the input's bytes under another shape. */
@@ -832,7 +841,6 @@ static enum dg_status run_sparse_grad(struct run *r)
 {
 	const struct dg_cuda_tensor *x = r->in[0], *l = r->in[1];
 	int64_t rows = l->numel, n;
-	unsigned long long bad;
 	enum dg_status st;
 
 	if (!is_f(x->dtype))
@@ -852,14 +860,7 @@ static enum dg_status run_sparse_grad(struct run *r)
 		st = launched(r, dgc_sparse_xent_grad((int)x->dtype, (int)l->dtype, x->data,
 						      l->data, r->out[0]->data, rows, n,
 						      r->s->flag, r->s->s));
-	if (st == DG_OK)
-		st = flag_read(r->s, &bad, r->err);
-	if (st != DG_OK || bad == ~0ull)
-		return st;
-	dg_err_set(r->err, DG_EINVAL, "the label at index %llu is outside [0, %lld)", bad,
-		   (long long)n);
-	dg_err_hint(r->err, "labels are class indices below the logits' last dimension");
-	return DG_EINVAL;
+	return labels_checked(r, st, n);
 }
 
 /* SumToShapeOf(x, like): a Sum of x over the dims along which like (aligned on

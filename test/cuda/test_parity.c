@@ -16,6 +16,7 @@
 #include "dg/gpu.h"
 #include "dg/graph.h"
 #include "dg/kernels.h"
+#include "mlp_step.h"
 
 static struct dg_cuda_stream *S;
 
@@ -941,60 +942,6 @@ Test(cuda_exec, exec_kernel_runs_a_gpu_node_like_the_cpu)
 	dg_graph_free(g);
 }
 
-/* The 784-256-10 MLP (batch 64) and one SGD step (lr 0.1) of it in the graph:
- * forward, autodiff's backward and the updates. Nodes get device dev (NULL:
- * none, the CPU). Returns the graph; refs[4] the gradients (owned). */
-static struct dg_graph *mlp_step_graph(const char *dev, char ***refs)
-{
-	static const char fwd[] =
-		"{\"version\": 1, \"nodes\": ["
-		"{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": \"float32\", "
-		"\"shape\": [64, 784]}},"
-		"{\"name\": \"y\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": \"int32\", "
-		"\"shape\": [64]}},"
-		"{\"name\": \"w1\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [784, 256]}},"
-		"{\"name\": \"b1\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [256]}},"
-		"{\"name\": \"w2\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [256, 10]}},"
-		"{\"name\": \"b2\", \"op\": \"Placeholder\", \"attrs\": {\"shape\": [10]}},"
-		"{\"name\": \"z1\", \"op\": \"MatMul\", \"inputs\": [\"x\", \"w1\"]},"
-		"{\"name\": \"a1\", \"op\": \"Add\", \"inputs\": [\"z1\", \"b1\"]},"
-		"{\"name\": \"h1\", \"op\": \"Relu\", \"inputs\": [\"a1\"]},"
-		"{\"name\": \"z2\", \"op\": \"MatMul\", \"inputs\": [\"h1\", \"w2\"]},"
-		"{\"name\": \"logits\", \"op\": \"Add\", \"inputs\": [\"z2\", \"b2\"]},"
-		"{\"name\": \"ce\", \"op\": \"SparseSoftmaxCrossEntropyWithLogits\", "
-		"\"inputs\": [\"logits\", \"y\"]},"
-		"{\"name\": \"loss\", \"op\": \"Mean\", \"inputs\": [\"ce\"]},"
-		"{\"name\": \"lr\", \"op\": \"Const\", \"attrs\": {\"value\": 0.1}}]}";
-	static const char *const wrt[4] = { "w1", "b1", "w2", "b2" };
-	struct dg_err err = { 0 };
-	struct dg_graph *g = parse_graph(fwd), *step;
-	json_t *doc = NULL, *nodes, *node;
-	size_t i;
-
-	cr_assert_eq(dg_autodiff(g, "loss", wrt, 4, &doc, refs, &err), DG_OK, "%s", err.msg);
-	nodes = json_object_get(doc, "nodes");
-	for (int k = 0; k < 4; k++) {
-		char name[32], scaled[32];
-		cr_assert_not_null((*refs)[k]);
-		snprintf(name, sizeof name, "%s_new", wrt[k]);
-		snprintf(scaled, sizeof scaled, "%s_step", wrt[k]);
-		json_array_append_new(nodes, json_pack("{s:s, s:s, s:[s, s]}", "name", scaled,
-						       "op", "Mul", "inputs", (*refs)[k], "lr"));
-		json_array_append_new(nodes, json_pack("{s:s, s:s, s:[s, s]}", "name", name, "op",
-						       "Sub", "inputs", wrt[k], scaled));
-	}
-	json_array_foreach(nodes, i, node) {
-		json_object_del(node, "device");
-		if (dev)
-			json_object_set_new(node, "device", json_string(dev));
-	}
-	step = dg_graph_from_json(doc, dg_op_find, &err);
-	cr_assert_not_null(step, "%s", err.msg);
-	json_decref(doc);
-	dg_graph_free(g);
-	return step;
-}
-
 /* Feeds of the MLP: x in [0, 1), labels 0..9, weights U(-0.05, 0.05), biases
  * U(-0.01, 0.01), from the file's fixed generator. */
 static void mlp_feeds(struct dg_tensor **t, struct dg_feed *f)
@@ -1022,11 +969,13 @@ static void mlp_run(const char *dev, struct dg_tensor **out)
 	struct dg_tensor *t[6];
 	struct dg_feed f[6];
 	char **refs = NULL;
-	struct dg_graph *g = mlp_step_graph(dev, &refs);
-	const char *fetch[9] = { "loss", "w1_new", "b1_new", "w2_new", "b2_new",
-				 refs[0], refs[1], refs[2], refs[3] };
+	struct dg_graph *g;
+	const char *fetch[9] = { "loss", "w1_new", "b1_new", "w2_new", "b2_new" };
 	struct dg_exec_opts o = { .step = 1 };
 
+	cr_assert_eq(mlp_step_graph(dev, &g, &refs, &err), DG_OK, "MLP graph: %s", err.msg);
+	for (int k = 0; k < 4; k++)
+		fetch[5 + k] = refs[k];
 	mlp_feeds(t, f);
 	cr_assert_eq(dg_exec_run(g, f, 6, fetch, 9, out, &o, &err), DG_OK, "%s: %s",
 		     dev ? dev : "cpu", err.msg);

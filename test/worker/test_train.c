@@ -18,20 +18,9 @@
 #include "dg/graph.h"
 #include "dg/place.h"
 #include "dg/train.h"
+#include "worker_test_util.h"
 
 /* ------------------------------------------------------------ helpers */
-
-/* JSON here is written with ' for " (readable C strings); owned copy. */
-static char *dq(const char *text)
-{
-	char *s = strdup(text);
-
-	cr_assert_not_null(s);
-	for (char *p = s; *p; p++)
-		if (*p == '\'')
-			*p = '"';
-	return s;
-}
 
 static json_t *js(const char *text)
 {
@@ -42,28 +31,6 @@ static json_t *js(const char *text)
 	cr_assert_not_null(j, "json: %s in %s", je.text, s);
 	free(s);
 	return j;
-}
-
-static struct dg_cluster *cl(const char *text)
-{
-	struct dg_err err = { 0 };
-	char *json = dq(text);
-	struct dg_cluster *c = dg_cluster_parse(json, strlen(json), &err);
-
-	free(json);
-	cr_assert_not_null(c, "cluster: %s", err.msg);
-	return c;
-}
-
-static struct dg_graph *gr(const char *text)
-{
-	struct dg_err err = { 0 };
-	char *json = dq(text);
-	struct dg_graph *g = dg_graph_parse(json, strlen(json), master_op_find, &err);
-
-	free(json);
-	cr_assert_not_null(g, "graph: %s", err.msg);
-	return g;
 }
 
 static struct dg_graph *gr_doc(json_t *doc)

@@ -152,6 +152,12 @@ struct dg_tensor *dg_json_to_tensor(const json_t *v, const enum dg_dtype *dt, st
 /* The inverse, for small tensors in JSON replies: nested arrays of numbers. */
 json_t *dg_tensor_to_json(const struct dg_tensor *t);
 
+/* What v is, for "must be X, got Y" messages about JSON input: "an object",
+ * "an array", "a string", "an integer", "a number", "a bool" or "null" (v NULL:
+ * "nothing"). article false drops the "a "/"an " ("object", "integer"). The
+ * string is static. */
+const char *dg_json_kind(const json_t *v, bool article);
+
 /* Check attrs against an op's spec: every name known, every kind right, every
  * required one present. Errors name the attr. */
 enum dg_status dg_attr_validate(const struct dg_op_def *op, const json_t *attrs,
