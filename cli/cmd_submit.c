@@ -25,7 +25,8 @@
 static const char usage_text[] =
 	"usage: dg submit GRAPH.json [--cluster FILE | --master HOST:PORT] [--feed NAME=VALUE]...\n"
 	"                 [--fetch NAME]... [--out DIR] [--steps N] [--explain]\n"
-	"                 [--soft-placement] [--token-file FILE] [--header] [--json]\n"
+	"                 [--soft-placement] [--retry-ms MS] [--token-file FILE] [--header]\n"
+	"                 [--json]\n"
 	"\n"
 	"Run a graph on the cluster: the master places its nodes on the tasks\n"
 	"(devices such as /job:worker/task:1 first), cuts it into one fragment per\n"
@@ -47,6 +48,8 @@ static const char usage_text[] =
 	"  --explain          print the placement and the fragments first\n"
 	"  --soft-placement   run nodes placed on a missing GPU on the CPU instead of failing\n"
 	"  --timeout-ms T     how long a task waits for a tensor from another (default 30000)\n"
+	"  --retry-ms MS      a task lost mid-step: wait this long for it to come back, then\n"
+	"                     re-run the step (default 30000; 0: fail at once)\n"
 	"  --token-file FILE  bearer token for servers started with one\n"
 	"  --header           print the \"# dtype [shape]\" line before each value\n"
 	"  --json             print the job's final status JSON instead of the values\n"
@@ -59,12 +62,12 @@ struct submit_args {
 	const char *graph, *cluster, *master, *out_dir, *token_file;
 	const char **feeds, **fetch;     /* borrowed from argv */
 	int n_feeds, n_fetch;
-	long long steps, timeout_ms;
+	long long steps, timeout_ms, retry_ms;
 	bool explain, soft, header, json, steps_given;
 };
 
 enum { OPT_FEED = 256, OPT_FETCH, OPT_CLUSTER, OPT_MASTER, OPT_STEPS, OPT_EXPLAIN, OPT_SOFT,
-       OPT_TOKEN, OPT_HEADER, OPT_TIMEOUT, OPT_JSON };
+       OPT_TOKEN, OPT_HEADER, OPT_TIMEOUT, OPT_JSON, OPT_RETRY };
 
 static const struct option long_opts[] = {
 	{ "feed", required_argument, NULL, OPT_FEED },
@@ -78,6 +81,7 @@ static const struct option long_opts[] = {
 	{ "token-file", required_argument, NULL, OPT_TOKEN },
 	{ "header", no_argument, NULL, OPT_HEADER },
 	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
+	{ "retry-ms", required_argument, NULL, OPT_RETRY },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
@@ -103,6 +107,7 @@ static int parse_args(int argc, char **argv, struct submit_args *a)
 	a->fetch = calloc((size_t)argc + 1, sizeof *a->fetch);
 	a->steps = 1;
 	a->timeout_ms = 30000;
+	a->retry_ms = -1;   /* the master's default */
 	if (!a->feeds || !a->fetch) {
 		fprintf(stderr, "dg: out of memory\n");
 		return dg_status_to_exit(DG_ENOMEM);
@@ -134,6 +139,13 @@ static int parse_args(int argc, char **argv, struct submit_args *a)
 			if (!parse_count(optarg, 3600000LL, &a->timeout_ms))
 				return cli_usage("submit", "--timeout-ms '%s' is not from 1 "
 						 "to 3600000", optarg);
+			break;
+		case OPT_RETRY:
+			if (strcmp(optarg, "0") == 0)
+				a->retry_ms = 0;
+			else if (!parse_count(optarg, 3600000LL, &a->retry_ms))
+				return cli_usage("submit", "--retry-ms '%s' is not from 0 to "
+						 "3600000", optarg);
 			break;
 		case OPT_EXPLAIN: a->explain = true; break;
 		case OPT_SOFT: a->soft = true; break;
@@ -233,6 +245,8 @@ static enum dg_status create_job(struct session *s, const struct dg_graph *g, ch
 		json_object_set(body, "fetch", fetch);
 	if (a->n_feeds)
 		json_object_set(body, "upload", up);
+	if (a->retry_ms >= 0)
+		json_object_set_new(body, "retry_ms", json_integer((json_int_t)a->retry_ms));
 	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(fetch);
 	json_decref(up);
@@ -415,6 +429,29 @@ static void eval_line(struct session *s, const json_t *ev, bool tty)
 	s->bar = false;
 }
 
+/* A retry event: "dg: step 12: /job:worker/task:1 was lost (...); retry 1
+ * once it answers again" ("replica 1, step 12" for a training replica). */
+static void retry_line(struct session *s, const json_t *ev, bool tty)
+{
+	const json_t *rep = json_object_get(ev, "replica");
+	char who[48] = "";
+
+	if (tty && s->bar)
+		fputs("\r\033[K", stderr);
+	if (tty && s->a->steps > 1 && !s->training)
+		fputc('\n', stderr);   /* below the step bar */
+	if (rep)
+		snprintf(who, sizeof who, "replica %" PRId64 ", ", (int64_t)json_integer_value(rep));
+	fprintf(stderr, "dg: %sstep %" PRId64 ": %s was lost (%s); retry %" PRId64 " once it "
+		"answers again\n", who, (int64_t)json_integer_value(json_object_get(ev, "step")),
+		json_string_value(json_object_get(ev, "task")) ?
+		json_string_value(json_object_get(ev, "task")) : "a task",
+		json_string_value(json_object_get(ev, "error")) ?
+		json_string_value(json_object_get(ev, "error")) : "",
+		(int64_t)json_integer_value(json_object_get(ev, "attempt")));
+	s->bar = false;
+}
+
 /* Follow the events until the job is over. DG_OK when it is done; else the
  * job's error (code from its name). */
 static enum dg_status follow(struct session *s, struct dg_err *err)
@@ -445,6 +482,8 @@ static enum dg_status follow(struct session *s, struct dg_err *err)
 				train_progress(s, ev, tty);
 			} else if (kind && strcmp(kind, "eval") == 0) {
 				eval_line(s, ev, tty);
+			} else if (kind && strcmp(kind, "retry") == 0) {
+				retry_line(s, ev, tty);
 			} else if (kind && (strcmp(kind, "failed") == 0 ||
 					    strcmp(kind, "canceled") == 0)) {
 				json_t *e = json_object_get(ev, "error");

@@ -2,6 +2,7 @@
 # The one prepared check for a lent GPU machine (issue 7): configure a fresh
 # build with -Dcuda=enabled, build, run the CUDA suites (op parity, gradient
 # helpers, GPU-placed graphs and the MLP training step through worker/exec.c),
+# the MLP step fragment on the GPU through the worker's executor (test_place_gpu),
 # then the whole suite, then bench_cuda (kernels and the MLP step, GPU vs CPU),
 # printing everything. Sized for ~8 minutes on 16 cores.
 # Usage: tools/gpu_check.sh [build-dir]   (default build-gpu; run from the repo root)
@@ -31,6 +32,13 @@ meson test -C "$B" --suite cuda --print-errorlogs --timeout-multiplier 2 || fail
 # notes (ops that ran on the CPU inside GPU-placed graphs).
 DG_LOG=info "$B"/test/test_parity --verbose --short-filename --jobs=1 2>&1 |
 	grep -E '^\[(PASS|FAIL|SKIP|----|====)\]|exec:' | head -120
+
+step "GPU placement through the worker's executor (test_place_gpu)"
+# The MLP step placed by the master (all on /gpu:0, and by the cost model), cut
+# into a fragment and run by the executor with values resident on the GPU.
+meson test -C "$B" place_gpu place --print-errorlogs || fail=1
+DG_LOG=info "$B"/test/test_place_gpu --verbose --short-filename --jobs=1 2>&1 |
+	grep -E '^\[(PASS|FAIL|SKIP|----|====)\]|exec:' | head -40
 
 step "whole suite"
 meson test -C "$B" --num-processes "$JOBS" --print-errorlogs || fail=1

@@ -1,11 +1,9 @@
-/* The single-process evaluator (dg/exec.h): marks the nodes the fetches need,
- * substitutes feeds, runs each needed node's kernel in the graph's topological
- * order and frees every intermediate value after its last reader. A node whose
- * device names a GPU (".../gpu:K") runs its CUDA kernel (dg/cuda.h) when the GPU
- * and the kernel exist, else on the CPU (soft placement, said once). In a run,
- * values stay in device memory between GPU nodes; host copies are made only
- * where a CPU node or a fetch reads them. Per-run state lives here; the graph
- * is only read, so one graph can be run by several threads. */
+/* The evaluator (dg/exec.h): marks the nodes the fetches need, substitutes
+ * feeds, runs each needed node's kernel in topological order, frees values after
+ * their last reader. GPU-placed nodes run their CUDA kernels (dg/cuda.h) with
+ * values kept in device memory between them, here and in fragment runs
+ * (dg_exec_gpu); else the CPU (soft placement, said once). Per-run state only:
+ * one graph can be run by several threads. */
 #include "dg/exec.h"
 
 #include <limits.h>
@@ -33,6 +31,23 @@ struct gpu_run {
 	size_t dead_bytes;
 };
 
+/* Device copies of numbered values and the streams that made them: the state
+ * of dg_exec_run's run, and of a fragment run (dg/exec.h). */
+struct dg_exec_gpu {
+	struct gpu_run gr;
+	struct dg_cuda_tensor **dev;     /* per value, owned; NULL when none */
+	int n_values;
+};
+
+/* Host<->device copies made for values (dg_exec_gpu_copies), process-wide. */
+static atomic_uint_fast64_t n_uploads, n_upload_bytes, n_downloads, n_download_bytes;
+
+static void count_copy(atomic_uint_fast64_t *n, atomic_uint_fast64_t *bytes, size_t nbytes)
+{
+	atomic_fetch_add(n, 1);
+	atomic_fetch_add(bytes, nbytes);
+}
+
 /* Per-run state. Values are numbered: output k of node v is value base[v] + k. */
 struct run {
 	const struct dg_graph *g;
@@ -40,8 +55,7 @@ struct run {
 	int n_values;
 	struct dg_tensor **val;          /* host values, owned; NULL once freed or while
 					  * a value exists only on a GPU */
-	struct dg_cuda_tensor **dev;     /* device copies, owned; NULL when none */
-	struct gpu_run gpu;
+	struct dg_exec_gpu gx;           /* device copies (gx.dev, n_values entries) */
 	const struct dg_tensor **fed;    /* fed values, borrowed; NULL when not fed */
 	int *uses;                       /* readers still to come: consumers + fetches */
 	unsigned char *needed;           /* per node: must run for the fetches */
@@ -257,12 +271,16 @@ static enum dg_status gpu_kernel_host(const struct dg_node *n, int k,
 	for (int i = 0; st == DG_OK && i < n->n_in; i++)
 		if (!(din[i] = dg_cuda_upload(s, ins[i], err)))
 			st = err->code;
+		else
+			count_copy(&n_uploads, &n_upload_bytes, ins[i]->nbytes);
 	if (st == DG_OK)
 		st = gpu_kernel(n, s, (const struct dg_cuda_tensor *const *)din, small_out, step,
 				fallback, err);
 	for (int o = 0; st == DG_OK && o < n->n_out; o++)
 		if (!(outs[o] = dg_cuda_download(s, small_out[o], err)))
 			st = err->code;
+		else
+			count_copy(&n_downloads, &n_download_bytes, outs[o]->nbytes);
 	if (st != DG_OK && !*fallback) {
 		for (int o = 0; o < n->n_out; o++) {
 			dg_tensor_free(outs[o]);
@@ -471,46 +489,78 @@ static void release(struct run *r, int v)
 	if (--r->uses[v] == 0) {
 		dg_tensor_free(r->val[v]);
 		r->val[v] = NULL;
-		gr_drop(&r->gpu, r->dev[v]);
-		r->dev[v] = NULL;
+		gr_drop(&r->gx.gr, r->gx.dev[v]);
+		r->gx.dev[v] = NULL;
 	}
+}
+
+/* A new host copy of value v's device copy (which must exist). NULL with *err
+ * set on failure. */
+static struct dg_tensor *gx_download(struct dg_exec_gpu *g, int v, struct dg_err *err)
+{
+	struct dg_cuda_stream *s;
+	struct dg_tensor *t;
+
+	if (gr_stream(&g->gr, g->dev[v]->device, &s, err) != DG_OK)
+		return NULL;
+	if ((t = dg_cuda_download(s, g->dev[v], err)))
+		count_copy(&n_downloads, &n_download_bytes, t->nbytes);
+	return t;
+}
+
+/* The copy of value v on s's GPU: the one kept, or uploaded now (and kept for
+ * later GPU readers) from host (borrowed; NULL: from v's copy on another GPU,
+ * through a temporary host copy). NULL with *err set on failure. */
+static const struct dg_cuda_tensor *gx_dev(struct dg_exec_gpu *g, int v,
+					   const struct dg_tensor *host,
+					   struct dg_cuda_stream *s, struct dg_err *err)
+{
+	int k = dg_cuda_stream_device(s);
+	struct dg_tensor *tmp = NULL;
+	struct dg_cuda_tensor *d;
+
+	if (g->dev[v] && g->dev[v]->device == k)
+		return g->dev[v];
+	if (!host) {
+		if (!g->dev[v]) {
+			dg_err_set(err, DG_EINTERNAL, "value %d was read before it was computed",
+				   v);
+			return NULL;
+		}
+		if (!(host = tmp = gx_download(g, v, err)))
+			return NULL;
+	}
+	d = dg_cuda_upload(s, host, err);
+	dg_tensor_free(tmp);
+	if (!d)
+		return NULL;
+	count_copy(&n_uploads, &n_upload_bytes, d->nbytes);
+	gr_drop(&g->gr, g->dev[v]);      /* a copy on another GPU */
+	g->dev[v] = d;
+	return d;
 }
 
 /* The host form of value v (fed, computed, or downloaded now from its device
  * copy, which stays for later GPU readers). NULL with r->err set on failure. */
 static const struct dg_tensor *host_of(struct run *r, int v)
 {
-	struct dg_cuda_stream *s;
-
 	if (r->fed[v])
 		return r->fed[v];
 	if (r->val[v])
 		return r->val[v];
-	if (!r->dev[v]) {
+	if (!r->gx.dev[v]) {
 		dg_err_set(r->err, DG_EINTERNAL, "value %d was read before it was computed", v);
 		return NULL;
 	}
-	if (gr_stream(&r->gpu, r->dev[v]->device, &s, r->err) != DG_OK)
-		return NULL;
-	r->val[v] = dg_cuda_download(s, r->dev[v], r->err);
+	r->val[v] = gx_download(&r->gx, v, r->err);
 	return r->val[v];
 }
 
-/* The copy of value v on GPU k, uploaded now when there is none (and kept for
- * later GPU readers). NULL with r->err set on failure. */
+/* The copy of value v on s's GPU, uploaded now when there is none (and kept
+ * for later GPU readers). NULL with r->err set on failure. */
 static const struct dg_cuda_tensor *dev_of(struct run *r, int v, struct dg_cuda_stream *s)
 {
-	int k = dg_cuda_stream_device(s);
-	const struct dg_tensor *h;
-	struct dg_cuda_tensor *d;
-
-	if (r->dev[v] && r->dev[v]->device == k)
-		return r->dev[v];
-	if (!(h = host_of(r, v)) || !(d = dg_cuda_upload(s, h, r->err)))
-		return NULL;
-	gr_drop(&r->gpu, r->dev[v]);      /* a copy on another GPU */
-	r->dev[v] = d;
-	return d;
+	return gx_dev(&r->gx, v, r->fed[v] ? r->fed[v] : r->val[v], s, r->err);
 }
 
 /* Node n's CPU kernel (the fallback of GPU nodes too). */
@@ -568,6 +618,183 @@ enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *c
 	return cpu_kernel(n, ins, outs, step, err);
 }
 
+/* ------------------------------------------- fragment runs (dg_exec_gpu) */
+
+struct dg_exec_gpu *dg_exec_gpu_new(int n_values, struct dg_err *err)
+{
+	struct dg_exec_gpu *g = calloc(1, sizeof *g);
+
+	if (n_values < 0 || !g || !(g->dev = calloc((size_t)n_values + 1, sizeof *g->dev))) {
+		free(g);
+		dg_err_set(err, DG_ENOMEM, "out of memory for the device copies of %d values",
+			   n_values);
+		return NULL;
+	}
+	g->n_values = n_values;
+	return g;
+}
+
+void dg_exec_gpu_free(struct dg_exec_gpu *g)
+{
+	if (!g)
+		return;
+	for (int i = 0; i < g->n_values; i++)
+		gr_drop(&g->gr, g->dev[i]);
+	gr_end(&g->gr);
+	free(g->dev);
+	free(g);
+}
+
+int dg_exec_node_gpu(const struct dg_node *n)
+{
+	return node_gpu(n);
+}
+
+bool dg_exec_gpu_has(const struct dg_exec_gpu *g, int id)
+{
+	return g && id >= 0 && id < g->n_values && g->dev[id];
+}
+
+void dg_exec_gpu_forget(struct dg_exec_gpu *g, int id)
+{
+	if (!dg_exec_gpu_has(g, id))
+		return;
+	gr_drop(&g->gr, g->dev[id]);
+	g->dev[id] = NULL;
+}
+
+enum dg_status dg_exec_gpu_download(struct dg_exec_gpu *g, int id, struct dg_tensor **out,
+				    struct dg_err *err)
+{
+	*out = NULL;
+	if (!dg_exec_gpu_has(g, id))
+		return dg_err_set(err, DG_EINTERNAL, "value %d has no device copy", id);
+	*out = gx_download(g, id, err);
+	return *out ? DG_OK : err->code;
+}
+
+enum dg_status dg_exec_gpu_step_end(struct dg_exec_gpu *g, struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	if (!g)
+		return DG_OK;
+	for (int i = 0; i < g->n_values; i++) {
+		gr_drop(&g->gr, g->dev[i]);
+		g->dev[i] = NULL;
+	}
+	/* A stream whose work failed is not used again: the next step takes a new one. */
+	for (int k = 0; k < MAX_GPUS; k++) {
+		struct dg_err e = { 0 };
+		if (!g->gr.s[k] || dg_cuda_stream_sync(g->gr.s[k], &e) == DG_OK)
+			continue;
+		if (st == DG_OK) {
+			st = e.code;
+			if (err) {
+				*err = e;
+				dg_err_prefix(err, "GPU %d, at the end of the step", k);
+			}
+		}
+		dg_cuda_stream_free(g->gr.s[k]);
+		g->gr.s[k] = NULL;
+		g->gr.broken[k] = false;
+	}
+	gr_flush(&g->gr);
+	return st;
+}
+
+void dg_exec_gpu_copies(struct dg_exec_gpu_copies *out)
+{
+	out->uploads = atomic_load(&n_uploads);
+	out->upload_bytes = atomic_load(&n_upload_bytes);
+	out->downloads = atomic_load(&n_downloads);
+	out->download_bytes = atomic_load(&n_download_bytes);
+}
+
+/* dg_exec_kernel_ids on the CPU: inputs that exist only in device memory are
+ * downloaded into temporaries. */
+static enum dg_status cpu_kernel_ids(const struct dg_node *n, struct dg_exec_gpu *g,
+				     const int *in_ids, const struct dg_tensor *const *ins,
+				     struct dg_tensor **outs, uint64_t step, struct dg_err *err)
+{
+	const struct dg_tensor *small_h[8], **h = small_h;
+	struct dg_tensor *small_tmp[8], **tmp = small_tmp;
+	enum dg_status st = DG_OK;
+
+	if (n->n_in > 8) {
+		h = calloc((size_t)n->n_in, sizeof *h);
+		tmp = calloc((size_t)n->n_in, sizeof *tmp);
+		if (!h || !tmp) {
+			free(h);
+			free(tmp);
+			dg_err_set(err, DG_ENOMEM, "out of memory");
+			dg_err_prefix(err, "node '%s' (%s)", n->name, n->op->name);
+			return DG_ENOMEM;
+		}
+	}
+	for (int i = 0; i < n->n_in; i++) {
+		tmp[i] = NULL;
+		h[i] = ins[i];
+		if (!h[i] && st == DG_OK) {
+			if ((st = dg_exec_gpu_download(g, in_ids[i], &tmp[i], err)) != DG_OK)
+				dg_err_prefix(err, "node '%s' (%s): input %d", n->name,
+					      n->op->name, i);
+			h[i] = tmp[i];
+		}
+	}
+	if (st == DG_OK)
+		st = cpu_kernel(n, h, outs, step, err);
+	for (int i = 0; i < n->n_in; i++)
+		dg_tensor_free(tmp[i]);
+	if (h != small_h) {
+		free(h);
+		free(tmp);
+	}
+	return st;
+}
+
+enum dg_status dg_exec_kernel_ids(const struct dg_node *n, struct dg_exec_gpu *g,
+				  const int *in_ids, const struct dg_tensor *const *ins,
+				  const int *out_ids, struct dg_tensor **outs, uint64_t step,
+				  struct dg_err *err)
+{
+	const struct dg_cuda_tensor *small_in[8], **din = small_in;
+	struct dg_cuda_tensor *dout[4] = { 0 };
+	struct dg_cuda_stream *s;
+	int k = g ? node_gpu(n) : -1;
+	bool fallback = false;
+	enum dg_status st;
+
+	memset(outs, 0, (size_t)n->n_out * sizeof *outs);
+	if (k < 0)
+		return cpu_kernel_ids(n, g, in_ids, ins, outs, step, err);
+	if (n->n_in > 8 && !(din = calloc((size_t)n->n_in, sizeof *din))) {
+		dg_err_set(err, DG_ENOMEM, "out of memory");
+		dg_err_prefix(err, "node '%s' (%s)", n->name, n->op->name);
+		return DG_ENOMEM;
+	}
+	st = gr_stream(&g->gr, k, &s, err);
+	for (int i = 0; st == DG_OK && i < n->n_in; i++)
+		if (!(din[i] = gx_dev(g, in_ids[i], ins[i], s, err)))
+			st = err->code;
+	if (st == DG_OK)
+		st = gpu_kernel(n, s, din, dout, step, &fallback, err);
+	if (din != small_in)
+		free(din);
+	if (fallback)
+		return cpu_kernel_ids(n, g, in_ids, ins, outs, step, err);
+	if (st != DG_OK) {
+		dg_err_prefix(err, "node '%s' (%s)", n->name, n->op->name);
+		return st;
+	}
+	/* node_gpu() allows at most 4 outputs, the size of dout. */
+	for (int o = 0; o < n->n_out; o++) {
+		gr_drop(&g->gr, g->dev[out_ids[o]]);
+		g->dev[out_ids[o]] = dout[o];
+	}
+	return DG_OK;
+}
+
 /* Node v on GPU k: inputs from their device copies (uploaded where a value has
  * none), outputs left on the device. *fallback: run it on the CPU instead. */
 static enum dg_status run_node_gpu(struct run *r, int v, int k,
@@ -576,7 +803,7 @@ static enum dg_status run_node_gpu(struct run *r, int v, int k,
 {
 	const struct dg_node *n = &r->g->nodes[v];
 	struct dg_cuda_stream *s;
-	enum dg_status st = gr_stream(&r->gpu, k, &s, r->err);
+	enum dg_status st = gr_stream(&r->gx.gr, k, &s, r->err);
 
 	*fallback = false;
 	for (int i = 0; st == DG_OK && i < n->n_in; i++)
@@ -593,9 +820,9 @@ static enum dg_status run_node_gpu(struct run *r, int v, int k,
 	for (int o = 0; o < n->n_out; o++) {
 		int ov = r->base[v] + o;
 		if (r->fed[ov] || r->uses[ov] == 0)
-			gr_drop(&r->gpu, dout[o]);     /* overridden by a feed, or unread */
+			gr_drop(&r->gx.gr, dout[o]);     /* overridden by a feed, or unread */
 		else
-			r->dev[ov] = dout[o];
+			r->gx.dev[ov] = dout[o];
 	}
 	return DG_OK;
 }
@@ -725,8 +952,9 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
 	r.fed = calloc((size_t)r.n_values + 1, sizeof *r.fed);
 	r.uses = calloc((size_t)r.n_values + 1, sizeof *r.uses);
 	r.needed = calloc((size_t)g->n_nodes + 1, 1);
-	r.dev = calloc((size_t)r.n_values + 1, sizeof *r.dev);
-	if (!r.val || !r.fed || !r.uses || !r.needed || !r.dev) {
+	r.gx.dev = calloc((size_t)r.n_values + 1, sizeof *r.gx.dev);
+	r.gx.n_values = r.n_values;
+	if (!r.val || !r.fed || !r.uses || !r.needed || !r.gx.dev) {
 		st = dg_err_set(r.err, DG_ENOMEM, "out of memory for a run of %d nodes",
 				g->n_nodes);
 		goto out;
@@ -749,10 +977,10 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
 out:
 	for (int i = 0; r.val && i < r.n_values; i++)
 		dg_tensor_free(r.val[i]);
-	for (int i = 0; r.dev && i < r.n_values; i++)
-		gr_drop(&r.gpu, r.dev[i]);
-	gr_end(&r.gpu);
-	free(r.dev);
+	for (int i = 0; r.gx.dev && i < r.n_values; i++)
+		gr_drop(&r.gx.gr, r.gx.dev[i]);
+	gr_end(&r.gx.gr);
+	free(r.gx.dev);
 	free(r.val);
 	free(r.fed);
 	free(r.uses);

@@ -61,6 +61,10 @@ struct fragment {
 	bool cache_ready;               /* under cache_mu */
 	uint64_t cached_bytes;
 	pthread_mutex_t cache_mu;
+	/* Step nodes that run on a GPU (dg_exec_kernel_ids; their values stay in
+	 * device memory between them). n_gpu == 0: the CPU path, nothing more. */
+	unsigned char *gpu;             /* per node */
+	int n_gpu;
 };
 
 /* A kept-alive connection to a peer, reused across steps and threads. */
@@ -209,6 +213,7 @@ static void fragment_free(struct fragment *f)
 		atomic_fetch_sub(&f->w->cached_bytes, f->cached_bytes);
 	pthread_mutex_destroy(&f->cache_mu);
 	dg_graph_free(f->g);
+	free(f->gpu);
 	free(f->base);
 	free(f->uses);
 	free(f->cons_off);
@@ -480,6 +485,24 @@ static enum dg_status plan_fragment(struct fragment *f, struct dg_err *err)
 	return plan_var_order(f, err);
 }
 
+/* Which step nodes run on a GPU: kernels outside the step-invariant part (that
+ * part runs once, through dg_exec_kernel) whose device names a usable GPU. */
+static enum dg_status plan_gpu(struct fragment *f, struct dg_err *err)
+{
+	const struct dg_graph *g = f->g;
+
+	if (!(f->gpu = calloc((size_t)g->n_nodes + 1, 1)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory planning a fragment of %d nodes",
+				  g->n_nodes);
+	for (int v = 0; v < g->n_nodes; v++) {
+		if (f->kind[v] != WOP_NONE || f->inv[v] || !g->nodes[v].device)
+			continue;
+		f->gpu[v] = dg_exec_node_gpu(&g->nodes[v]) >= 0;
+		f->n_gpu += f->gpu[v];
+	}
+	return DG_OK;
+}
+
 enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t len, char *id,
 				   size_t id_len, int *n_nodes, struct dg_err *err)
 {
@@ -494,6 +517,8 @@ enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t le
 		st = err && err->code != DG_OK ? err->code : DG_EINVAL;
 	else
 		st = plan_fragment(f, err);
+	if (st == DG_OK)
+		st = plan_gpu(f, err);
 	if (st != DG_OK) {
 		dg_err_prefix(err, "fragment");
 		fragment_free(f);
@@ -575,6 +600,8 @@ struct run {
 	int n_recv;
 	const struct dg_tensor **ins;
 	struct dg_tensor **outs;
+	struct dg_exec_gpu *gx;         /* device copies; NULL when no node runs on a GPU */
+	int *ids;                       /* with gx: value ids of a node's inputs, then outputs */
 	int inflight;                   /* jobs handed to the I/O pool, not yet taken back */
 	int count;                      /* nodes run this step */
 	int stale;                      /* sync applies dropped this step */
@@ -625,6 +652,8 @@ static void release(struct run *r, int v)
 		if (!r->f->keep[v])
 			dg_tensor_free(r->val[v]);
 		r->val[v] = NULL;
+		if (r->gx)
+			dg_exec_gpu_forget(r->gx, v);
 	}
 }
 
@@ -877,6 +906,10 @@ static enum dg_status run_io(const struct run *r, int v, const struct dg_tensor 
 
 	if (atomic_load(&r->w->stopping))
 		return dg_err_set(err, DG_EUNAVAILABLE, "the task is shutting down");
+	/* a job queued for a step aborted meanwhile (a failed node here, or the
+	 * master) must not reach the ps: no apply of a failed step */
+	if (dg_rendezvous_check(r->w->rv, r->step, err) != DG_OK)
+		return err->code;
 	if (r->f->kind[v] == WOP_SEND) {
 		atomic_fetch_add(&r->w->sent_http, 1);
 		atomic_fetch_add(&r->w->bytes_http, in->nbytes);
@@ -981,10 +1014,13 @@ static void complete(struct run *r, int v)
 
 	for (int o = 0; o < n->n_out; o++) {
 		int ov = f->base[v] + o;
-		if (r->uses[ov] == 0)
+		if (r->uses[ov] == 0) {
 			dg_tensor_free(r->outs[o]);
-		else
-			r->val[ov] = r->outs[o];
+			if (r->gx)
+				dg_exec_gpu_forget(r->gx, ov);
+		} else {
+			r->val[ov] = r->outs[o];        /* NULL: the value is on a GPU */
+		}
 		r->outs[o] = NULL;
 	}
 	for (int k = 0; k < n->n_in; k++) {
@@ -1008,6 +1044,45 @@ static void free_outs(struct run *r, int n_out)
 	}
 }
 
+/* Node v on its GPU: inputs from their device copies (uploaded where a value
+ * has none), outputs left in device memory unless the kernel fell back to the
+ * CPU (dg_exec_kernel_ids). r->ins holds the host inputs or NULL. */
+static enum dg_status start_gpu_node(struct run *r, int v)
+{
+	const struct fragment *f = r->f;
+	const struct dg_node *n = &r->g->nodes[v];
+	int *in_ids = r->ids, *out_ids = r->ids + f->max_in;
+	uint64_t kstep = r->id_is_kstep ? r->step : (uint64_t)r->t;
+	enum dg_status st;
+
+	for (int k = 0; k < n->n_in; k++)
+		in_ids[k] = f->base[n->in[k].node] + n->in[k].index;
+	for (int o = 0; o < n->n_out; o++)
+		out_ids[o] = f->base[v] + o;
+	st = dg_exec_kernel_ids(n, r->gx, in_ids, r->ins, out_ids, r->outs, kstep, r->err);
+	if (st == DG_OK)
+		complete(r, v);
+	return st;
+}
+
+/* With device copies: node v's inputs in host memory, downloading the values
+ * that exist only on a GPU (once: the copy serves later host readers too). */
+static enum dg_status host_inputs(struct run *r, int v)
+{
+	const struct dg_node *n = &r->g->nodes[v];
+
+	for (int k = 0; k < n->n_in; k++) {
+		int iv = r->f->base[n->in[k].node] + n->in[k].index;
+		if (!r->val[iv] && dg_exec_gpu_has(r->gx, iv) &&
+		    dg_exec_gpu_download(r->gx, iv, &r->val[iv], r->err) != DG_OK) {
+			dg_err_prefix(r->err, "node '%s' (%s): input %d", n->name, n->op->name, k);
+			return r->err->code;
+		}
+		r->ins[k] = r->val[iv];
+	}
+	return DG_OK;
+}
+
 /* Start node v: run a kernel or a local _Send at once, hand a network op to
  * the I/O pool (or run it here when there is none). */
 static enum dg_status start_node(struct run *r, int v)
@@ -1023,6 +1098,10 @@ static enum dg_status start_node(struct run *r, int v)
 		r->ins[k] = r->val[iv];
 	}
 	memset(r->outs, 0, (size_t)n->n_out * sizeof *r->outs);
+	if (r->gx && f->gpu[v])
+		return start_gpu_node(r, v);
+	if (r->gx && (st = host_inputs(r, v)) != DG_OK)
+		return st;
 	if (f->kind[v] == WOP_NONE) {
 		uint64_t kstep = r->id_is_kstep ? r->step : (uint64_t)r->t;
 		if ((st = dg_exec_kernel(n, r->ins, r->outs, kstep, r->err)) == DG_OK)
@@ -1169,7 +1248,11 @@ static enum dg_status execute(struct run *r)
 		else if (r->n_recv > 0 || r->inflight > 0)
 			st = wait_some(r);
 	}
-	/* On error, wait for the jobs still out: they read this run's values. */
+	/* On error, abort the step before waiting for the jobs still out (they
+	 * read this run's values): a queued one then does nothing and a sync
+	 * VarRead stops at its next poll, instead of at the step's deadline. */
+	if (st != DG_OK && r->inflight > 0)
+		dg_rendezvous_abort(r->w->rv, r->step, r->err->msg);
 	while (r->inflight > 0)
 		drain(r, true, true);
 	return st;
@@ -1338,6 +1421,12 @@ static bool run_alloc(struct run *r)
 	r->recvs = malloc(((size_t)f->n_recv + 1) * sizeof *r->recvs);
 	r->ins = malloc((size_t)f->max_in * sizeof *r->ins);
 	r->outs = calloc((size_t)f->max_out, sizeof *r->outs);
+	if (f->n_gpu > 0) {
+		r->gx = dg_exec_gpu_new(f->n_values, NULL);
+		r->ids = malloc((size_t)(f->max_in + f->max_out) * sizeof *r->ids);
+		if (!r->gx || !r->ids)
+			return false;
+	}
 	return r->val && r->uses && r->pending && r->ready && r->recvs && r->ins && r->outs;
 }
 
@@ -1371,6 +1460,11 @@ static enum dg_status run_one(struct run *r, const struct worker_run_opts *o, in
 	if ((st = use_cache(r)) == DG_OK)
 		st = execute(r);
 	run_clear_values(r);
+	if (r->gx) {
+		enum dg_status gst = dg_exec_gpu_step_end(r->gx, st == DG_OK ? r->err : NULL);
+		if (st == DG_OK)
+			st = gst;
+	}
 	if (st == DG_OK && o->n_collect > 0) {
 		if (!(sr->values = calloc((size_t)o->n_collect, sizeof *sr->values)))
 			st = dg_err_set(r->err, DG_ENOMEM, "out of memory for collected values");
@@ -1446,6 +1540,8 @@ out:
 	free(r.recvs);
 	free(r.ins);
 	free(r.outs);
+	dg_exec_gpu_free(r.gx);
+	free(r.ids);
 	if (r.f) {
 		pthread_mutex_lock(&w->mu);
 		fragment_unref_locked(r.f);

@@ -4,7 +4,8 @@
  * runs every fragment concurrently (one thread and one HTTP client per remote
  * fragment), with feeds put into the tasks' rendezvous first and fetches taken
  * from this task's rendezvous afterwards. A failing fragment aborts the step
- * on every task at once, so no _Recv is left waiting for its deadline. A
+ * on every task at once, so no _Recv is left waiting for its deadline; a
+ * step that failed because a task was lost is re-run once it is back. A
  * training job (doc/training.md) runs one thread per replica instead, each
  * running its fragment in chunks of steps, and a coordinator (train_main). */
 #include <inttypes.h>
@@ -31,6 +32,11 @@ static const char *const state_names[] = { "created", "running", "done", "failed
 #define JOB_TRAIN_EVENT_MS 500     /* at most one train event this often (and per epoch) */
 #define JOB_CHUNK_MS 100           /* a replica's chunk of steps aims at this long */
 #define JOB_TRAIN_POLL_MS 200      /* the training coordinator looks around this often */
+#define JOB_RETRY_MS 30000         /* default "retry_ms": wait this long for a lost task */
+#define JOB_MAX_RETRY_MS 3600000
+#define JOB_MAX_RETRIES 3          /* re-runs of one step (or a replica's chunk) at most */
+#define JOB_HEALTH_POLL_MS 200     /* a lost task's health is asked this often */
+#define JOB_HEALTH_TIMEOUT_MS 1000 /* per health request while waiting for it */
 
 struct train;
 
@@ -42,6 +48,7 @@ struct job {
 	enum job_state state;
 	int64_t steps, steps_done;
 	int64_t timeout_ms;            /* _Recv deadline of each run */
+	int64_t retry_ms;              /* wait for a lost task this long; 0 = fail at once */
 	struct dg_graph *g;
 	struct placement pl;
 	struct partition part;
@@ -107,7 +114,10 @@ struct train {
 	bool have_eval;
 	int64_t stale;
 	double last_event_ms;
-	int64_t last_event_step;       /* its mean step */
+	int64_t last_event_step;       /* its mean step (rows have increasing steps) */
+	bool final_reported;           /* the last train row is out: no more after it */
+	double chunk_ms_sum;           /* time of the chunks done, all replicas: with the
+					* steps done it gives the mean step time */
 	int64_t epochs_reported;       /* epochs whose end had a train event */
 	double examples_per_s;
 	struct dg_buf csv;             /* GET /v1/jobs/ID/metrics */
@@ -332,21 +342,34 @@ static void job_tasks(const struct job *j, bool *used)
 	}
 }
 
+/* The path of DELETE /v1/steps/S[?count=K]&reason=R (count 1 = left out),
+ * with the reason percent-encoded and cut so that the path fits in n bytes. */
+static void abort_path(char *path, size_t n, uint64_t step, int64_t count, const char *reason)
+{
+	struct dg_buf q = { 0 };
+
+	if (count > 1)
+		dg_buf_printf(&q, NULL, "/v1/steps/%" PRIu64 "?count=%" PRId64 "&reason=", step,
+			      count);
+	else
+		dg_buf_printf(&q, NULL, "/v1/steps/%" PRIu64 "?reason=", step);
+	/* An escape is 3 bytes: stop while it still fits. */
+	for (const char *s = reason; *s && q.len + 4 < n; s++)
+		dg_buf_printf(&q, NULL, (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+			      (*s >= '0' && *s <= '9') ? "%c" : "%%%02X", (unsigned char)*s);
+	snprintf(path, n, "%s", q.data ? q.data : "/");
+	dg_buf_deinit(&q);
+}
+
 /* Abort step on every task in the job's fragments (and this task's
  * rendezvous). Best effort: a task that is down has nothing to release. */
 static void abort_everywhere(struct master *m, struct job *j, uint64_t step, const char *reason)
 {
 	int self = master_self(m);
 	char path[200];
-	struct dg_buf q = { 0 };
 
 	dg_rendezvous_abort(worker_rendezvous(m->w), step, reason);
-	dg_buf_printf(&q, NULL, "/v1/steps/%" PRIu64 "?reason=", step);
-	for (const char *s = reason; *s && q.len < 180; s++)
-		dg_buf_printf(&q, NULL, (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-			      (*s >= '0' && *s <= '9') ? "%c" : "%%%02X", (unsigned char)*s);
-	snprintf(path, sizeof path, "%s", q.data ? q.data : "/");
-	dg_buf_deinit(&q);
+	abort_path(path, sizeof path, step, 1, reason);
 	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
 	if (!used)
 		return;
@@ -412,9 +435,6 @@ static void unregister_one(struct master *m, int t, char *id)
 
 static void unregister_all(struct master *m, struct job *j)
 {
-	char path[64];
-	int self = master_self(m);
-
 	for (int r = 0; j->tr && r < j->tr->n_reps; r++) {
 		struct replica *rp = &j->tr->reps[r];
 		if (rp->part.n_frags > 0)
@@ -422,27 +442,31 @@ static void unregister_all(struct master *m, struct job *j)
 		for (int i = 0; rp->init_id && i < rp->part.n_init; i++)
 			unregister_one(m, rp->part.init[i].task, rp->init_id[i]);
 	}
-	for (int pass = 0; pass < 2; pass++) {
-		int n = pass ? j->part.n_init : j->part.n_frags;
-		for (int i = 0; i < n; i++) {
-			const struct place_fragment *f = pass ? &j->part.init[i]
-							      : &j->part.frags[i];
-			char *id = pass ? j->init_id[i] : j->frag_id[i];
-			if (!id[0])
-				continue;
-			if (f->task == self) {
-				worker_fragment_remove(m->w, id, NULL);
-			} else {
-				snprintf(path, sizeof path, "/v1/fragments/%s", id);
-				task_request(m, f->task, "DELETE", path, NULL, 0, NULL, 0, 5000,
-					     NULL, NULL);
-			}
-			id[0] = '\0';
-		}
-	}
+	for (int i = 0; i < j->part.n_frags; i++)
+		unregister_one(m, j->part.frags[i].task, j->frag_id[i]);
+	for (int i = 0; i < j->part.n_init; i++)
+		unregister_one(m, j->part.init[i].task, j->init_id[i]);
 }
 
 /* ------------------------------------------------------------ one step */
+
+/* Whether a failed request to a task says the task itself is gone, so that a
+ * retry once it is back may help (doc/graph-execution.md, "Steps and
+ * failures"): the connection failed (refused, reset: DG_EUNAVAILABLE without
+ * an HTTP answer), or 404 for the fragment it was asked to run (a restarted
+ * task lost its fragments). A node's own error (a kernel, a bad feed) comes
+ * as an HTTP answer; a request that timed out may be a step that is merely
+ * slow, so re-running it would not help either. */
+static bool task_lost(enum dg_status st, const struct dg_http_result *res,
+		      const struct dg_err *err)
+{
+	if (st == DG_OK)
+		return false;
+	if (res->status == 0)
+		return st == DG_EUNAVAILABLE;
+	return res->status == 404 && err && strstr(err->msg, "fragment '") &&
+	       strstr(err->msg, "' not found");
+}
 
 struct runner {
 	struct master *m;
@@ -452,7 +476,7 @@ struct runner {
 	struct dg_http_client **client;   /* this fragment's kept client; NULL = make one */
 	uint64_t step;
 	atomic_bool *failed;
-	bool unreachable;                 /* the run request got no HTTP answer: the task died */
+	bool unreachable;                 /* the task is lost (task_lost): died or restarted */
 	enum dg_status st;
 	struct dg_err err;
 };
@@ -481,7 +505,7 @@ static enum dg_status run_remote(struct runner *r)
 		 r->step, r->j->timeout_ms);
 	dg_http_result_init(&res);
 	st = dg_http_request(c, "POST", path, h, 1, body, strlen(body), &res, &r->err);
-	r->unreachable = st != DG_OK && res.status == 0;
+	r->unreachable = task_lost(st, &res, &r->err);
 	dg_http_result_deinit(&res);
 	dg_http_client_free(own);
 	return st;
@@ -512,8 +536,9 @@ static void *run_fragment(void *arg)
 	return NULL;
 }
 
-/* Put the job's feeds for step into the rendezvous of the tasks that read them. */
-static enum dg_status put_feeds(struct master *m, struct job *j, uint64_t step,
+/* Put the job's feeds for step into the rendezvous of the tasks that read
+ * them. *down gets a task that is lost (task_lost) when that is why it failed. */
+static enum dg_status put_feeds(struct master *m, struct job *j, uint64_t step, int *down,
 				struct dg_err *err)
 {
 	int self = master_self(m);
@@ -538,8 +563,13 @@ static enum dg_status put_feeds(struct master *m, struct job *j, uint64_t step,
 					      { "Dg-Dtype", dg_dtype_name(t->dtype) },
 					      { "Dg-Shape", t->shape.ndim ? shape : "[]" } };
 		snprintf(path, sizeof path, "/v1/steps/%" PRIu64 "/tensors/%s", step, pf->key);
-		st = task_request(m, pf->task, "PUT", path, h, 3, t->data, t->nbytes, 60000, NULL,
+		struct dg_http_result res;
+		dg_http_result_init(&res);
+		st = task_request(m, pf->task, "PUT", path, h, 3, t->data, t->nbytes, 60000, &res,
 				  err);
+		if (task_lost(st, &res, NULL))
+			*down = pf->task;
+		dg_http_result_deinit(&res);
 		if (st != DG_OK) {
 			char label[200];
 			task_label(m, pf->task, label, sizeof label);
@@ -568,10 +598,13 @@ static const struct runner *primary_failure(const struct runner *rs, int n)
 
 /* Run one step of the n fragments frags (registered as ids) with a fresh
  * cluster-unique step id; unless init, put the feeds first and take the
- * fetched values into j->results. clients: per fragment kept clients or NULL. */
+ * fetched values into j->results. clients: per fragment kept clients or NULL.
+ * On failure *down (when not NULL) gets the task that was lost (task_lost)
+ * if that explains the failure, else stays -1. */
 static enum dg_status run_frags(struct master *m, struct job *j,
 				const struct place_fragment *frags, char (*ids)[24], int n,
-				struct dg_http_client **clients, bool init, struct dg_err *err)
+				struct dg_http_client **clients, bool init, int *down,
+				struct dg_err *err)
 {
 	uint64_t step = m->step_base | (atomic_fetch_add(&m->step_counter, 1) + 1);
 	struct runner *rs = calloc((size_t)n + 1, sizeof *rs);
@@ -579,6 +612,7 @@ static enum dg_status run_frags(struct master *m, struct job *j,
 	bool *started = calloc((size_t)n + 1, sizeof *started);
 	atomic_bool failed = false;
 	enum dg_status st = DG_OK;
+	int lost = -1;
 
 	if (!rs || !th || !started) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
@@ -590,7 +624,7 @@ static enum dg_status run_frags(struct master *m, struct job *j,
 		st = dg_err_set(err, DG_ECANCELED, "job %s was canceled", j->id);
 	pthread_mutex_unlock(&m->mu);
 	if (st == DG_OK && !init)
-		st = put_feeds(m, j, step, err);
+		st = put_feeds(m, j, step, &lost, err);
 	for (int i = 0; st == DG_OK && i < n; i++) {
 		rs[i] = (struct runner){ .m = m, .j = j, .f = &frags[i], .step = step,
 					 .id = ids[i], .client = clients ? &clients[i] : NULL,
@@ -610,6 +644,8 @@ static enum dg_status run_frags(struct master *m, struct job *j,
 		const struct runner *r = primary_failure(rs, n);
 		*err = r->err;
 		st = r->st;
+		if (r->unreachable)
+			lost = r->f->task;
 	}
 	for (int i = 0; st == DG_OK && !init && i < j->part.n_fetch; i++) {
 		struct dg_tensor *t = NULL;
@@ -634,15 +670,153 @@ out:
 	free(rs);
 	free(th);
 	free(started);
+	if (down)
+		*down = st != DG_OK ? lost : -1;
 	return st;
 }
 
-/* One step of the job's step fragments, or of its init fragments. */
-static enum dg_status run_step(struct master *m, struct job *j, bool init, struct dg_err *err)
+/* Whether the job is stopping for replica (or for the job's own steps and
+ * evals when replica < 0): canceled, the master closing, or, for a replica,
+ * the replicas told to stop. Called with m->mu held. */
+static bool job_stopping_locked(const struct master *m, const struct job *j, int replica)
 {
-	if (init)
-		return run_frags(m, j, j->part.init, j->init_id, j->part.n_init, NULL, true, err);
-	return run_frags(m, j, j->part.frags, j->frag_id, j->part.n_frags, j->clients, false, err);
+	return j->cancel || m->closing || (replica >= 0 && j->tr && j->tr->stop);
+}
+
+/* Wait on m->cv (held) for up to ms milliseconds. */
+static void wait_locked(struct master *m, double ms)
+{
+	struct timespec dl;
+	long long ns = (long long)(ms * 1e6);
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += (time_t)(ns / 1000000000);
+	dl.tv_nsec += (long)(ns % 1000000000);
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&m->cv, &m->mu, &dl);
+}
+
+/* Step k of the job (a replica's training step when replica >= 0) failed with
+ * *err because task t was lost (task_lost). attempt: re-runs of that step so
+ * far. Unless retries are off ("retry_ms": 0), used up (JOB_MAX_RETRIES) or
+ * the job is stopping: a "retry" event, then wait up to retry_ms for the task
+ * to answer GET /v1/health again. DG_OK: the caller re-registers the task's
+ * fragments and re-runs the step. Otherwise *err says why not, naming the
+ * task (it did not come back, or kept failing); stopping keeps *err. */
+static enum dg_status retry_wait(struct master *m, struct job *j, int t, int64_t k, int attempt,
+				 int replica, struct dg_err *err)
+{
+	double deadline = now_ms() + (double)j->retry_ms;
+	char label[200], dev[128], first[sizeof err->msg];
+	const char *why = err->msg;
+	struct dg_err e = { 0 };
+	bool stop;
+
+	if (j->retry_ms == 0)
+		return err->code;
+	task_label(m, t, label, sizeof label);
+	place_device_name(m->cluster, t, dev, sizeof dev);
+	/* The step's error usually starts with the label already: say it once. */
+	if (strncmp(why, label, strlen(label)) == 0 && strncmp(why + strlen(label), ": ", 2) == 0)
+		why += strlen(label) + 2;
+	snprintf(first, sizeof first, "%s", why);
+	if (attempt >= JOB_MAX_RETRIES) {
+		dg_err_set(err, DG_EUNAVAILABLE, "%s kept failing: step %" PRId64 " failed %d "
+			   "times; the last time: %s", label, k, attempt + 1, first);
+		dg_err_hint(err, "look at that task's log (it keeps dying or restarting)");
+		return DG_EUNAVAILABLE;
+	}
+	pthread_mutex_lock(&m->mu);
+	stop = job_stopping_locked(m, j, replica);
+	if (!stop) {
+		json_t *ev = json_pack("{s:s, s:s, s:I, s:i, s:s}", "event", "retry", "task", dev,
+				       "step", (json_int_t)k, "attempt", attempt + 1, "error",
+				       first);
+		if (ev && replica >= 0)
+			json_object_set_new(ev, "replica", json_integer(replica));
+		add_event_locked(m, j, ev);
+	}
+	pthread_mutex_unlock(&m->mu);
+	if (stop)
+		return err->code;
+	dg_log(DG_LOG_WARN, "master", "job %s: step %" PRId64 " failed because %s was lost (%s); "
+	       "waiting up to %" PRId64 " ms for it to come back", j->id, k, label, first,
+	       j->retry_ms);
+	for (;;) {
+		if (task_request(m, t, "GET", "/v1/health", NULL, 0, NULL, 0,
+				 JOB_HEALTH_TIMEOUT_MS, NULL, &e) == DG_OK)
+			return DG_OK;
+		pthread_mutex_lock(&m->mu);
+		double left = deadline - now_ms();
+		if (!job_stopping_locked(m, j, replica) && left > 0)
+			wait_locked(m, left < JOB_HEALTH_POLL_MS ? left : JOB_HEALTH_POLL_MS);
+		stop = job_stopping_locked(m, j, replica);
+		pthread_mutex_unlock(&m->mu);
+		if (stop)
+			return err->code;
+		if (now_ms() >= deadline)
+			break;
+	}
+	dg_err_set(err, DG_EUNAVAILABLE, "%s did not come back within %" PRId64 " ms after step "
+		   "%" PRId64 " failed: %s", label, j->retry_ms, k, first);
+	dg_err_hint(err, "restart it at the same address (dg server --job %s --task %d), or "
+		    "give the job a longer retry_ms", m->cluster->tasks[t].job,
+		    m->cluster->tasks[t].index);
+	return DG_EUNAVAILABLE;
+}
+
+/* Register fragment f again on task t after the task was lost: the old id
+ * (removed first: a task that only dropped a connection still has it) is
+ * replaced in id, and the kept client (its connection is dead) dropped.
+ * *client may be NULL. */
+static enum dg_status reregister(struct master *m, const struct place_fragment *f, char *id,
+				 struct dg_http_client **client, struct dg_err *err)
+{
+	unregister_one(m, f->task, id);
+	if (client) {
+		dg_http_client_free(*client);
+		*client = NULL;
+	}
+	return register_frag(m, f, id, err);
+}
+
+/* The init fragments once (no retry: they run before any step). */
+static enum dg_status run_init(struct master *m, struct job *j, struct dg_err *err)
+{
+	return run_frags(m, j, j->part.init, j->init_id, j->part.n_init, NULL, true, NULL, err);
+}
+
+/* One step (the job's k-th) of the job's step fragments, re-run on a new step
+ * id when a task was lost and came back (retry_wait), its fragments
+ * registered again. */
+static enum dg_status run_step(struct master *m, struct job *j, int64_t k, struct dg_err *err)
+{
+	int down = -1;
+	enum dg_status st = run_frags(m, j, j->part.frags, j->frag_id, j->part.n_frags,
+				      j->clients, false, &down, err);
+
+	for (int attempt = 0; st != DG_OK && down >= 0; attempt++) {
+		int t = down;
+		if ((st = retry_wait(m, j, t, k, attempt, -1, err)) != DG_OK)
+			return st;
+		down = -1;
+		for (int i = 0; st == DG_OK && i < j->part.n_frags; i++)
+			if (j->part.frags[i].task == t)
+				st = reregister(m, &j->part.frags[i], j->frag_id[i], &j->clients[i],
+						err);
+		if (st != DG_OK) {
+			/* Lost again while registering: that counts as a failed run. */
+			if (st == DG_EUNAVAILABLE)
+				down = t;
+			continue;
+		}
+		st = run_frags(m, j, j->part.frags, j->frag_id, j->part.n_frags, j->clients,
+			       false, &down, err);
+	}
+	return st;
 }
 
 static bool want_step_event(int64_t k, int64_t steps)
@@ -660,13 +834,13 @@ static void *job_main(void *arg)
 	enum dg_status st = DG_OK;
 
 	if (j->part.n_init > 0) {
-		st = run_step(m, j, true, &err);
+		st = run_init(m, j, &err);
 		if (st != DG_OK)
 			dg_err_prefix(&err, "initialising variables");
 	}
 	for (int64_t k = 1; st == DG_OK && k <= j->steps; k++) {
 		double t0 = now_ms();
-		st = run_step(m, j, false, &err);
+		st = run_step(m, j, k, &err);
 		if (st != DG_OK)
 			break;
 		double ms = now_ms() - t0;
@@ -746,9 +920,15 @@ static void train_event_locked(struct master *m, struct job *j, bool force)
 	bool epoch_end = tr->spe > 0 && ep_done > tr->epochs_reported;
 	json_t *ev, *metrics;
 
-	if (job_over(j) || (!force && !epoch_end && now - tr->last_event_ms < JOB_TRAIN_EVENT_MS))
+	if (job_over(j) || tr->final_reported ||
+	    (!force && !epoch_end && now - tr->last_event_ms < JOB_TRAIN_EVENT_MS))
 		return;
-	if (tr->n_agg == 0 && (!force || mean == tr->last_event_step))
+	/* One row per step: the steps since an event at this same mean step are
+	 * reported with the next one, and none after the final row (a straggler's
+	 * chunk, with backups). */
+	if (force)
+		tr->final_reported = true;
+	if (mean <= tr->last_event_step || (tr->n_agg == 0 && !force))
 		return;
 	if (tr->n_agg > 0) {
 		tr->loss = tr->sum_loss / (double)tr->n_agg;
@@ -804,7 +984,10 @@ static enum dg_status train_eval(struct master *m, struct job *j, int64_t epoch,
 
 	if (j->part.n_frags == 0)
 		return DG_OK;
-	if ((st = run_step(m, j, false, err)) != DG_OK) {
+	pthread_mutex_lock(&m->mu);
+	train_done_locked(tr, &step);
+	pthread_mutex_unlock(&m->mu);
+	if ((st = run_step(m, j, step, err)) != DG_OK) {
 		dg_err_prefix(err, "evaluating");
 		return st;
 	}
@@ -873,10 +1056,11 @@ static enum dg_status chunk_local(struct master *m, struct job *j, const char *i
 }
 
 /* The same on another task: POST /v1/fragments/ID/run with "steps" and
- * "collect" over the replica's kept client. */
+ * "collect" over the replica's kept client. *lost: the failure was the task's
+ * loss (task_lost). */
 static enum dg_status chunk_remote(struct master *m, struct job *j, struct replica *rp,
 				   const char *id, uint64_t step, int64_t k, int64_t t0,
-				   struct chunk *c, struct dg_err *err)
+				   struct chunk *c, bool *lost, struct dg_err *err)
 {
 	const struct train *tr = j->tr;
 	struct dg_http_header h[] = { { "Content-Type", "application/json" } };
@@ -904,6 +1088,7 @@ static enum dg_status chunk_remote(struct master *m, struct job *j, struct repli
 	snprintf(path, sizeof path, "/v1/fragments/%s/run", id);
 	dg_http_result_init(&res);
 	st = dg_http_request(rp->client, "POST", path, h, 1, text, strlen(text), &res, err);
+	*lost = task_lost(st, &res, err);
 	free(text);
 	if (st == DG_OK)
 		reply = json_loadb(res.body.data ? res.body.data : "", res.body.len, 0, NULL);
@@ -940,18 +1125,12 @@ static void abort_chunk(struct master *m, int t, uint64_t step, int64_t count,
 			const char *reason)
 {
 	char path[256];
-	struct dg_buf q = { 0 };
 
 	if (t == master_self(m)) {
 		dg_rendezvous_abort_range(worker_rendezvous(m->w), step, count, reason);
 		return;
 	}
-	dg_buf_printf(&q, NULL, "/v1/steps/%" PRIu64 "?count=%" PRId64 "&reason=", step, count);
-	for (const char *s = reason; *s && q.len < 230; s++)
-		dg_buf_printf(&q, NULL, (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-			      (*s >= '0' && *s <= '9') ? "%c" : "%%%02X", (unsigned char)*s);
-	snprintf(path, sizeof path, "%s", q.data ? q.data : "/");
-	dg_buf_deinit(&q);
+	abort_path(path, sizeof path, step, count, reason);
 	task_request(m, t, "DELETE", path, NULL, 0, NULL, 0, 2000, NULL, NULL);
 }
 
@@ -974,6 +1153,19 @@ struct replica_arg {
 	int r;
 };
 
+/* The replica's step fragment registered again on its task after it was
+ * lost (reregister); id (the thread's copy) and rp->frag_id get the new id. */
+static enum dg_status replica_reregister(struct master *m, struct replica *rp, char *id,
+					 struct dg_err *err)
+{
+	enum dg_status st = reregister(m, &rp->part.frags[0], id, &rp->client, err);
+
+	pthread_mutex_lock(&m->mu);
+	snprintf(rp->frag_id, sizeof rp->frag_id, "%s", id);
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
 /* One replica: chunks of steps until it ran tr->steps, the job stops, or a
  * chunk fails. Holds a job reference and counts in m->n_threads (a replica
  * left behind on a stopped task ends when its request times out). */
@@ -984,7 +1176,7 @@ static void *train_replica_main(void *arg)
 	struct master *m = j->m;
 	struct train *tr = j->tr;
 	struct replica *rp = &tr->reps[a->r];
-	int r = a->r;
+	int r = a->r, attempt = 0;
 	int64_t k = 1, done = 0;
 	enum dg_status st = DG_OK;
 	struct dg_err err = { 0 };
@@ -997,7 +1189,7 @@ static void *train_replica_main(void *arg)
 		uint64_t step = m->step_base |
 				(atomic_fetch_add(&m->step_counter, (uint64_t)n) + 1);
 		struct chunk c = { 0 };
-		bool stop;
+		bool stop, lost = false;
 		double t0;
 
 		pthread_mutex_lock(&m->mu);
@@ -1013,7 +1205,7 @@ static void *train_replica_main(void *arg)
 		if (rp->task == master_self(m))
 			st = chunk_local(m, j, id, step, n, done, &c, &err);
 		else
-			st = chunk_remote(m, j, rp, id, step, n, done, &c, &err);
+			st = chunk_remote(m, j, rp, id, step, n, done, &c, &lost, &err);
 		double ms = now_ms() - t0;
 		pthread_mutex_lock(&m->mu);
 		rp->cur_step = 0;
@@ -1026,16 +1218,25 @@ static void *train_replica_main(void *arg)
 		tr->n_agg += c.done;
 		tr->stale += c.stale;
 		if (c.done > 0) {
-			/* Per-step times of the mean replica (steps_done is the mean). */
+			/* A replica's step time: its chunk's time over its steps. */
 			j->step_ms_last = ms / (double)c.done;
-			j->step_ms_sum += ms / (double)tr->n_reps;
+			tr->chunk_ms_sum += ms;
 		}
 		train_event_locked(m, j, false);
 		pthread_mutex_unlock(&m->mu);
 		done += c.done;
 		free(c.values);
+		if (st != DG_OK && lost) {
+			/* The task was lost: once it is back, register the fragment
+			 * again and run on from the last step done (ShardBatch makes a
+			 * step's data a function of its training step). */
+			if ((st = retry_wait(m, j, rp->task, done, attempt++, r, &err)) == DG_OK &&
+			    (st = replica_reregister(m, rp, id, &err)) == DG_OK)
+				continue;
+		}
 		if (st != DG_OK)
 			break;
+		attempt = 0;
 		/* Aim at JOB_CHUNK_MS per chunk, growing at most 4x at a time. */
 		double want = (double)JOB_CHUNK_MS * (double)n / (ms > 0.01 ? ms : 0.01);
 		k = want > (double)(4 * n) ? 4 * n : (int64_t)want;
@@ -1183,11 +1384,11 @@ static enum dg_status train_setup(struct master *m, struct job *j, struct dg_err
 		st = register_frag(m, &rp0->part.init[f], rp0->init_id[f], err);
 	if (st == DG_OK && rp0->part.n_init > 0)
 		st = run_frags(m, j, rp0->part.init, rp0->init_id, rp0->part.n_init, NULL, true,
-			       err);
+			       NULL, err);
 	for (int f = 0; st == DG_OK && f < j->part.n_init; f++)
 		st = register_frag(m, &j->part.init[f], j->init_id[f], err);
 	if (st == DG_OK && j->part.n_init > 0)
-		st = run_step(m, j, true, err);
+		st = run_init(m, j, err);
 	if (st != DG_OK) {
 		dg_err_prefix(err, "initialising variables");
 		return st;
@@ -1319,12 +1520,7 @@ static enum dg_status train_wait(struct master *m, struct job *j, enum dg_status
 		double wait_ms = JOB_TRAIN_POLL_MS;
 		if (next_ckpt > 0 && next_ckpt - now_ms() < wait_ms)
 			wait_ms = next_ckpt - now_ms() > 1 ? next_ckpt - now_ms() : 1;
-		struct timespec dl;
-		clock_gettime(CLOCK_REALTIME, &dl);
-		dl.tv_nsec += (long)(wait_ms * 1e6);
-		dl.tv_sec += dl.tv_nsec / 1000000000;
-		dl.tv_nsec %= 1000000000;
-		pthread_cond_timedwait(&m->cv, &m->mu, &dl);
+		wait_locked(m, wait_ms);
 	}
 	tr->stop = true;
 	tr->failed = st != DG_OK;
@@ -1392,9 +1588,10 @@ static void *train_main(void *arg)
 
 /* ------------------------------------------------------------ submit */
 
-/* Probe every task's health (bytes held, reachable). reach[t] gets the
- * status, msgs[t] the error text. */
-static void probe_tasks(struct master *m, int64_t *bytes, enum dg_status *reach,
+/* Probe every task's health: reach[t] gets whether it answered (errs[t] why
+ * not), bytes[t] the bytes it holds, gpu[t] whether it reports a GPU (a
+ * non-empty "gpus" array: what place.c needs for /gpu:K devices). */
+static void probe_tasks(struct master *m, int64_t *bytes, bool *gpu, enum dg_status *reach,
 			struct dg_err *errs)
 {
 	for (int t = 0; t < m->cluster->n_tasks; t++) {
@@ -1406,36 +1603,36 @@ static void probe_tasks(struct master *m, int64_t *bytes, enum dg_status *reach,
 			json_t *h = json_loadb(res.body.data ? res.body.data : "", res.body.len, 0,
 					       NULL);
 			bytes[t] = json_integer_value(json_object_get(h, "bytes"));
+			gpu[t] = json_array_size(json_object_get(h, "gpus")) > 0;
 			json_decref(h);
 		}
 		dg_http_result_deinit(&res);
 	}
 }
 
-/* Every task the job uses must answer: report the first that does not, by
- * address, before anything is registered. */
+/* Every task the job uses (job_tasks) must answer the health probe: report
+ * the first that does not, by address, before anything is registered. */
 static enum dg_status check_used(struct master *m, const struct job *j,
 				 const enum dg_status *reach, const struct dg_err *errs,
 				 struct dg_err *err)
 {
+	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
+	enum dg_status st = DG_OK;
 	char label[200];
 
-	for (int pass = 0; pass < 2; pass++) {
-		int n = pass ? j->part.n_init : j->part.n_frags;
-		for (int i = 0; i < n; i++) {
-			int t = pass ? j->part.init[i].task : j->part.frags[i].task;
-			if (reach[t] == DG_OK || t == master_self(m))
-				continue;
-			task_label(m, t, label, sizeof label);
-			dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", label,
-				   errs[t].msg);
-			dg_err_hint(err, "start that task (dg server --job %s --task %d) or check "
-				    "the cluster spec", m->cluster->tasks[t].job,
-				    m->cluster->tasks[t].index);
-			return DG_EUNAVAILABLE;
-		}
+	if (!used)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	job_tasks(j, used);
+	for (int t = 0; st == DG_OK && t < m->cluster->n_tasks; t++) {
+		if (!used[t] || reach[t] == DG_OK || t == master_self(m))
+			continue;
+		task_label(m, t, label, sizeof label);
+		st = dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", label, errs[t].msg);
+		dg_err_hint(err, "start that task (dg server --job %s --task %d) or check the "
+			    "cluster spec", m->cluster->tasks[t].job, m->cluster->tasks[t].index);
 	}
-	return DG_OK;
+	free(used);
+	return st;
 }
 
 /* The names of the body's "feeds" (object) and "upload" (array), in order. */
@@ -1526,6 +1723,22 @@ static enum dg_status literal_feeds(struct job *j, const json_t *body, struct dg
 	return DG_OK;
 }
 
+/* The job's integer key, when given, into *out: from lo (said with lo_note)
+ * to hi, else DG_EINVAL naming the key and the range. */
+static enum dg_status int_key(const json_t *body, const char *key, int64_t lo, int64_t hi,
+			      const char *lo_note, int64_t *out, struct dg_err *err)
+{
+	const json_t *v = json_object_get(body, key);
+
+	if (!v)
+		return DG_OK;
+	if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+		return dg_err_set(err, DG_EINVAL, "job \"%s\" must be an integer from %" PRId64
+				  "%s to %" PRId64, key, lo, lo_note, hi);
+	*out = json_integer_value(v);
+	return DG_OK;
+}
+
 static enum dg_status job_options(struct job *j, const json_t *body, struct place_opts *po,
 				  bool soft_default, struct dg_err *err)
 {
@@ -1534,21 +1747,14 @@ static enum dg_status job_options(struct job *j, const json_t *body, struct plac
 
 	j->steps = 1;
 	j->timeout_ms = WORKER_DEFAULT_TIMEOUT_MS;
+	j->retry_ms = JOB_RETRY_MS;
 	po->soft_placement = soft_default;
-	if ((v = json_object_get(body, "steps"))) {
-		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-		    json_integer_value(v) > MASTER_MAX_STEPS)
-			return dg_err_set(err, DG_EINVAL, "job \"steps\" must be an integer from 1 "
-					  "to %lld", MASTER_MAX_STEPS);
-		j->steps = json_integer_value(v);
-	}
-	if ((v = json_object_get(body, "timeout_ms"))) {
-		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-		    json_integer_value(v) > WORKER_MAX_TIMEOUT_MS)
-			return dg_err_set(err, DG_EINVAL, "job \"timeout_ms\" must be an integer "
-					  "from 1 to %d", WORKER_MAX_TIMEOUT_MS);
-		j->timeout_ms = json_integer_value(v);
-	}
+	if (int_key(body, "steps", 1, MASTER_MAX_STEPS, "", &j->steps, err) != DG_OK ||
+	    int_key(body, "timeout_ms", 1, WORKER_MAX_TIMEOUT_MS, "", &j->timeout_ms,
+		    err) != DG_OK ||
+	    int_key(body, "retry_ms", 0, JOB_MAX_RETRY_MS, " (no retry)", &j->retry_ms,
+		    err) != DG_OK)
+		return DG_EINVAL;
 	if ((v = json_object_get(body, "soft_placement"))) {
 		if (!json_is_boolean(v))
 			return dg_err_set(err, DG_EINVAL, "job \"soft_placement\" must be a "
@@ -1766,12 +1972,10 @@ static enum dg_status train_build(struct master *m, struct job *j, const json_t 
 	struct dg_graph *ug = NULL;
 	struct train *tr = calloc(1, sizeof *tr);
 	enum dg_status st = DG_OK;
-	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
-	char label[200];
 
 	if (!section)
 		section = json_object_get(graph, "training");
-	if (!gdoc || !tr || !used) {
+	if (!gdoc || !tr) {
 		free(tr);
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
@@ -1858,22 +2062,12 @@ static enum dg_status train_build(struct master *m, struct job *j, const json_t 
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
-	job_tasks(j, used);
-	for (int t = 0; t < m->cluster->n_tasks; t++) {
-		if (!used[t] || reach[t] == DG_OK || t == master_self(m))
-			continue;
-		task_label(m, t, label, sizeof label);
-		st = dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", label, errs[t].msg);
-		dg_err_hint(err, "start that task (dg server --job %s --task %d) or check the "
-			    "cluster spec", m->cluster->tasks[t].job, m->cluster->tasks[t].index);
-		break;
-	}
+	st = check_used(m, j, reach, errs, err);
 out:
 	po->existing = NULL;
 	json_decref(existing);
 	json_decref(gdoc);
 	dg_graph_free(ug);
-	free(used);
 	return st;
 }
 
@@ -1895,18 +2089,19 @@ static enum dg_status job_build(struct master *m, struct job *j, const json_t *b
 				struct dg_err *err)
 {
 	static const char *const keys[] = { "graph", "fetch", "feeds", "upload", "steps",
-					    "timeout_ms", "soft_placement", "vars", "start",
-					    "training" };
+					    "timeout_ms", "retry_ms", "soft_placement", "vars",
+					    "start", "training" };
 	const char **feeds = NULL, **fetch = NULL, *k;
 	int n_feeds = 0, n_fetch = 0, nt = m->cluster->n_tasks;
 	struct place_opts po = { 0 };
 	int64_t *bytes = calloc((size_t)nt + 1, sizeof *bytes);
+	bool *gpu = calloc((size_t)nt + 1, sizeof *gpu);
 	enum dg_status *reach = calloc((size_t)nt + 1, sizeof *reach);
 	struct dg_err *errs = calloc((size_t)nt + 1, sizeof *errs);
 	enum dg_status st = DG_OK;
 	json_t *v;
 
-	if (!bytes || !reach || !errs) {
+	if (!bytes || !gpu || !reach || !errs) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -1928,8 +2123,9 @@ static enum dg_status job_build(struct master *m, struct job *j, const json_t *b
 		goto out;
 	if (json_object_get(body, "training") ||
 	    json_object_get(json_object_get(body, "graph"), "training")) {
-		probe_tasks(m, bytes, reach, errs);
+		probe_tasks(m, bytes, gpu, reach, errs);
 		po.task_bytes = bytes;
+		po.task_gpu = gpu;
 		if ((st = train_build(m, j, body, &po, reach, errs, err)) == DG_OK)
 			st = job_arrays(j, err);
 		goto out;
@@ -1942,8 +2138,9 @@ static enum dg_status job_build(struct master *m, struct job *j, const json_t *b
 	if ((st = feed_names(body, &feeds, &n_feeds, err)) != DG_OK ||
 	    (st = fetch_names(body, &fetch, &n_fetch, err)) != DG_OK)
 		goto out;
-	probe_tasks(m, bytes, reach, errs);
+	probe_tasks(m, bytes, gpu, reach, errs);
 	po.task_bytes = bytes;
+	po.task_gpu = gpu;
 	if ((st = place_graph(j->g, m->cluster, &po, &j->pl, err)) != DG_OK)
 		goto out;
 	st = place_partition(j->g, m->cluster, &j->pl, master_self(m), feeds, n_feeds, fetch,
@@ -1965,6 +2162,7 @@ out:
 	free(feeds);
 	free(fetch);
 	free(bytes);
+	free(gpu);
 	free(reach);
 	free(errs);
 	return st;
@@ -2136,6 +2334,12 @@ static json_t *job_json_locked(const struct master *m, const struct job *j, bool
 {
 	double end = j->t_finished > 0 ? j->t_finished : now_ms();
 	double mean = j->steps_done ? j->step_ms_sum / (double)j->steps_done : 0.0;
+	int64_t sum = 0, mean_done;
+
+	/* A training job: the mean step time of its replicas (a chunk's time over
+	 * its steps), as last_step is the last chunk's. */
+	if (j->tr && (sum = train_done_locked(j->tr, &mean_done)) > 0)
+		mean = j->tr->chunk_ms_sum / (double)sum;
 	json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:i, s:{s:f, s:f, s:f}}",
 			      "id", j->id, "state", state_names[j->state],
 			      "steps", (json_int_t)j->steps,
@@ -2188,7 +2392,7 @@ static json_t *job_json_locked(const struct master *m, const struct job *j, bool
 	json_object_set_new(o, "soft", soft);
 	/* The whole map only for graphs a person would read; explain has the rest. */
 	for (int n = 0; n < g->n_nodes && n < 10000; n++) {
-		place_device_name(m->cluster, pl->task[n], dev, sizeof dev);
+		place_node_device(m->cluster, pl, n, dev, sizeof dev);
 		json_object_set_new(place, g->nodes[n].name, json_string(dev));
 	}
 	json_object_set_new(o, "fetch", fetch);

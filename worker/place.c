@@ -1,6 +1,7 @@
 /* Placement and partitioning (place.h): device strings, the rules that pick a
  * task per node (explicit, partial, variables on ps tasks, a cost model with
- * colocation for the rest) and the cut into per-task fragments with one
+ * colocation for the rest, compute-heavy nodes and their neighbours on a
+ * task's GPU when it has one) and the cut into per-task fragments with one
  * _Send/_Recv pair per tensor per destination task. Pure: no I/O, no globals
  * beyond the constant Variable op definition. */
 #include <stdio.h>
@@ -224,6 +225,7 @@ struct dev_spec {
 	int task;            /* -1 = any */
 	bool gpu;
 	int gpu_index;
+	bool cpu;            /* a cpu segment: the node stays off the GPUs */
 };
 
 static bool parse_index(const char *s, int *out)
@@ -249,6 +251,7 @@ static bool parse_device(char *buf, struct dev_spec *d)
 	d->task = -1;
 	d->gpu = false;
 	d->gpu_index = 0;
+	d->cpu = false;
 	if (buf[0] != '/' && buf[0] != '\0')
 		return false;
 	for (char *seg = strtok_r(buf, "/", &save); seg; seg = strtok_r(NULL, "/", &save)) {
@@ -261,11 +264,11 @@ static bool parse_device(char *buf, struct dev_spec *d)
 			continue;
 		else if ((strncmp(seg, "cpu:", 4) == 0 && parse_index(seg + 4, &ix)) ||
 			 (strncmp(seg, "device:CPU:", 11) == 0 && parse_index(seg + 11, &ix)))
-			d->gpu = false;
+			d->gpu = false, d->cpu = true;
 		else if (strncmp(seg, "gpu:", 4) == 0 && parse_index(seg + 4, &ix))
-			d->gpu = true, d->gpu_index = ix;
+			d->gpu = true, d->cpu = false, d->gpu_index = ix;
 		else if (strncmp(seg, "device:GPU:", 11) == 0 && parse_index(seg + 11, &ix))
-			d->gpu = true, d->gpu_index = ix;
+			d->gpu = true, d->cpu = false, d->gpu_index = ix;
 		else
 			return false;
 	}
@@ -291,6 +294,16 @@ void place_device_name(const struct dg_cluster *c, int t, char *buf, size_t n)
 	snprintf(buf, n, "/job:%s/task:%d", c->tasks[t].job, c->tasks[t].index);
 }
 
+void place_node_device(const struct dg_cluster *c, const struct placement *p, int n,
+		       char *buf, size_t len)
+{
+	if (p->gpu && p->gpu[n] >= 0)
+		snprintf(buf, len, "/job:%s/task:%d/gpu:%d", c->tasks[p->task[n]].job,
+			 c->tasks[p->task[n]].index, p->gpu[n]);
+	else
+		place_device_name(c, p->task[n], buf, len);
+}
+
 /* ------------------------------------------------------------- placement */
 
 struct placer {
@@ -301,6 +314,7 @@ struct placer {
 	struct dev_spec *spec;       /* per node */
 	char **spec_buf;             /* per node: owned copy of the device string, parsed */
 	double *load;                /* per task: estimated work placed so far (element ops) */
+	double *gpu_load;            /* per task: the same for its GPU, divided by GPU_SPEEDUP */
 	double *bytes;               /* per task: bytes of variables held */
 	bool *deferred;              /* per node: a source that follows its first consumer */
 	int n_ps;                    /* tasks of job "ps" */
@@ -344,6 +358,62 @@ static double work_est(const struct dg_graph *g, int n)
 			w *= (double)a->dim[a->ndim - 1];
 	}
 	return w + 1;
+}
+
+/* How much faster a GPU is taken to be than a task's CPU for work the cost
+ * model sends there: it only has to make a GPU task's queue look short. */
+#define GPU_SPEEDUP 16.0
+
+static const struct dg_shape *in_shape(const struct dg_graph *g, int n, int i)
+{
+	struct dg_edge e = g->nodes[n].in[i];
+
+	return &g->nodes[e.node].out[e.index].shape;
+}
+
+/* Work of node n for the GPU decision (compare PLACE_GPU_MIN_WORK): elements
+ * read or written, whichever is more (a reduction reads much more than it
+ * writes); for MatMul/BatchMatMul the output's elements times the inner
+ * dimension, for Conv2D times the filter's kh * kw * cin (HWIO). */
+static double gpu_work(const struct dg_graph *g, int n)
+{
+	const struct dg_node *nd = &g->nodes[n];
+	double out = 0, in = 0;
+	bool no = false, ta = false;
+
+	for (int k = 0; k < nd->n_out; k++)
+		out += numel_est(&nd->out[k].shape);
+	for (int i = 0; i < nd->n_in; i++)
+		in += numel_est(in_shape(g, n, i));
+	if (strstr(nd->op->name, "MatMul") && nd->n_in >= 2) {
+		const struct dg_shape *a = in_shape(g, n, 0);
+		dg_attr_bool(nd->attrs, strcmp(nd->op->name, "MatMul") == 0 ? "transpose_a" :
+			     "adj_x", &no, &ta, NULL);
+		int k = a->ndim >= 2 && ta ? a->ndim - 2 : a->ndim - 1;
+		if (k >= 0 && a->dim[k] > 0)
+			return out * (double)a->dim[k];
+	}
+	if (strcmp(nd->op->name, "Conv2D") == 0 && nd->n_in >= 2) {
+		const struct dg_shape *f = in_shape(g, n, 1);
+		if (f->ndim == 4)
+			return out * numel_est(f) / (f->dim[3] > 0 ? (double)f->dim[3] : 1);
+	}
+	return in > out ? in : out;
+}
+
+/* May the cost model choose the device of node n (CPU or GPU)? Not when its
+ * device names one (or soft placement moved it), and not for what only a
+ * CPU runs: sources (they follow their consumer and are computed once per
+ * fragment when constant), stateful ops (readers, ShardBatch, random ops),
+ * Variables and ApplyGradient (requests to a ps). An op without a CUDA kernel
+ * that still lands on a GPU runs on its task's CPU (worker/exec.c). */
+static bool device_free(const struct placer *pl, int n)
+{
+	const struct dg_node *nd = &pl->g->nodes[n];
+
+	return !pl->spec[n].cpu && !pl->spec[n].gpu && !pl->p->soft[n] && nd->n_in > 0 &&
+	       !(nd->op->flags & (DG_OPF_SOURCE | DG_OPF_STATEFUL | DG_OPF_FEED)) &&
+	       !is_variable(nd) && !is_apply(nd);
 }
 
 /* May node n run on task t? Its spec's job/task/gpu must match; without a job,
@@ -509,25 +579,74 @@ static double transfer_cost(const struct placer *pl, int n, int t)
 	return b;
 }
 
+/* Node n (device free, on a task with a GPU) follows its inputs onto that GPU
+ * when more of their bytes are there than in host memory: it then saves the
+ * download, and its GPU readers the upload. Ties stay on the CPU. */
+static void follow_to_gpu(struct placer *pl, int n, double w)
+{
+	const struct dg_node *nd = &pl->g->nodes[n];
+	int t = pl->p->task[n], k = -1;
+	double on_gpu = 0, on_host = 0;
+
+	if (!task_has_gpu(pl, t) || !device_free(pl, n))
+		return;
+	for (int i = 0; i < nd->n_in; i++) {
+		struct dg_edge e = nd->in[i];
+		bool seen = false;
+		for (int j = 0; j < i && !seen; j++)
+			seen = nd->in[j].node == e.node && nd->in[j].index == e.index;
+		if (seen)
+			continue;
+		if (pl->p->task[e.node] == t && pl->p->gpu[e.node] >= 0) {
+			on_gpu += edge_bytes(pl->g, e);
+			if (k < 0)
+				k = pl->p->gpu[e.node];
+		} else {
+			on_host += edge_bytes(pl->g, e);
+		}
+	}
+	if (k < 0 || !(on_gpu > on_host))
+		return;
+	pl->p->gpu[n] = k;
+	pl->p->why[n] = "gpu-colocated";
+	pl->load[t] -= w;
+	pl->gpu_load[t] += w / GPU_SPEEDUP;
+}
+
 static void place_compute(struct placer *pl, int n)
 {
 	const struct dg_node *nd = &pl->g->nodes[n];
 	double w = work_est(pl->g, n), best_cost = 0;
 	int best = -1, count = 0;
+	bool to_gpu = false;
 
+	/* A compute-heavy node goes to a GPU whenever a task it may run on has one:
+	 * only such tasks compete, by their GPU's queue and the transfers. */
+	if (device_free(pl, n) && gpu_work(pl->g, n) >= PLACE_GPU_MIN_WORK)
+		for (int t = 0; t < pl->c->n_tasks && !to_gpu; t++)
+			to_gpu = allowed(pl, n, t) && task_has_gpu(pl, t);
 	for (int t = 0; t < pl->c->n_tasks; t++) {
-		if (!allowed(pl, n, t))
+		if (!allowed(pl, n, t) || (to_gpu && !task_has_gpu(pl, t)))
 			continue;
-		double cost = pl->load[t] + w + transfer_cost(pl, n, t);
+		double cost = (to_gpu ? pl->gpu_load[t] + w / GPU_SPEEDUP : pl->load[t] + w) +
+			      transfer_cost(pl, n, t);
 		count++;
 		if (best < 0 || cost < best_cost)
 			best = t, best_cost = cost;
 	}
 	pl->p->task[n] = best;
-	pl->load[best] += w;
-	pl->p->why[n] = count == 1 && pl->spec[n].job && pl->spec[n].task >= 0 ? "explicit" :
-			transfer_cost(pl, n, best) < transfer_cost(pl, n, least_loaded(pl, n)) ?
-			"colocated" : "cost";
+	if (to_gpu) {
+		pl->gpu_load[best] += w / GPU_SPEEDUP;
+		pl->p->gpu[n] = 0;
+		pl->p->why[n] = "gpu";
+	} else {
+		pl->load[best] += w;
+		pl->p->why[n] = count == 1 && pl->spec[n].job && pl->spec[n].task >= 0 ?
+				"explicit" :
+				transfer_cost(pl, n, best) <
+				transfer_cost(pl, n, least_loaded(pl, n)) ? "colocated" : "cost";
+		follow_to_gpu(pl, n, w);
+	}
 	/* Unplaced sources feeding n follow it, so their values need no transfer. */
 	for (int i = 0; i < nd->n_in; i++) {
 		int s = nd->in[i].node;
@@ -563,16 +682,18 @@ static enum dg_status placer_init(struct placer *pl, struct dg_err *err)
 	pl->p->task = malloc(((size_t)g->n_nodes + 1) * sizeof *pl->p->task);
 	pl->p->why = calloc((size_t)g->n_nodes + 1, sizeof *pl->p->why);
 	pl->p->soft = calloc((size_t)g->n_nodes + 1, sizeof *pl->p->soft);
+	pl->p->gpu = malloc(((size_t)g->n_nodes + 1) * sizeof *pl->p->gpu);
 	pl->spec = calloc((size_t)g->n_nodes + 1, sizeof *pl->spec);
 	pl->spec_buf = calloc((size_t)g->n_nodes + 1, sizeof *pl->spec_buf);
 	pl->deferred = calloc((size_t)g->n_nodes + 1, sizeof *pl->deferred);
 	pl->load = calloc((size_t)nt + 1, sizeof *pl->load);
+	pl->gpu_load = calloc((size_t)nt + 1, sizeof *pl->gpu_load);
 	pl->bytes = calloc((size_t)nt + 1, sizeof *pl->bytes);
-	if (!pl->p->task || !pl->p->why || !pl->p->soft || !pl->spec || !pl->spec_buf ||
-	    !pl->deferred || !pl->load || !pl->bytes)
+	if (!pl->p->task || !pl->p->why || !pl->p->soft || !pl->p->gpu || !pl->spec ||
+	    !pl->spec_buf || !pl->deferred || !pl->load || !pl->gpu_load || !pl->bytes)
 		return dg_err_set(err, DG_ENOMEM, "out of memory placing %d nodes", g->n_nodes);
 	for (int n = 0; n < g->n_nodes; n++)
-		pl->p->task[n] = -1;
+		pl->p->task[n] = pl->p->gpu[n] = -1;
 	for (int t = 0; t < nt; t++)
 		pl->bytes[t] = pl->o && pl->o->task_bytes ? (double)pl->o->task_bytes[t] : 0;
 	pl->n_ps = dg_cluster_job_size(pl->c, "ps");
@@ -603,6 +724,7 @@ static void placer_deinit(struct placer *pl)
 	free(pl->spec);
 	free(pl->deferred);
 	free(pl->load);
+	free(pl->gpu_load);
 	free(pl->bytes);
 }
 
@@ -619,6 +741,10 @@ enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
 	st = placer_init(&pl, err);
 	for (int n = 0; st == DG_OK && n < g->n_nodes; n++)
 		st = check_spec(&pl, n, err);
+	/* An explicit GPU holds (its task has one, or soft placement moved it). */
+	for (int n = 0; st == DG_OK && n < g->n_nodes; n++)
+		if (pl.spec[n].gpu && !out->soft[n])
+			out->gpu[n] = pl.spec[n].gpu_index;
 	for (int n = 0; st == DG_OK && n < g->n_nodes; n++)
 		if (is_apply(&g->nodes[n]))
 			st = check_apply(g, n, err);
@@ -667,6 +793,7 @@ void placement_deinit(struct placement *p)
 	free(p->task);
 	free(p->why);
 	free(p->soft);
+	free(p->gpu);
 	memset(p, 0, sizeof *p);
 }
 
@@ -901,16 +1028,12 @@ static enum dg_status cut_node(struct cutter *ct, int n, struct dg_err *err)
 	st = add_node(&ct->main[t], nd->name, nd->op->name, inputs, json_incref(nd->attrs), err);
 	/* A GPU placement travels with the node: the task's executor runs it on that
 	 * GPU (worker/exec.c); a soft-placed node stays on the CPU. */
-	if (st == DG_OK && nd->device && !ct->p->soft[n]) {
-		char buf[256], dev[32];
-		struct dev_spec d;
-		snprintf(buf, sizeof buf, "%s", nd->device);
-		if (parse_device(buf, &d) && d.gpu) {
-			json_t *last = json_array_get(ct->main[t].nodes,
-						      json_array_size(ct->main[t].nodes) - 1);
-			snprintf(dev, sizeof dev, "/gpu:%d", d.gpu_index);
-			json_object_set_new(last, "device", json_string(dev));
-		}
+	if (st == DG_OK && ct->p->gpu && ct->p->gpu[n] >= 0) {
+		char dev[32];
+		json_t *last = json_array_get(ct->main[t].nodes,
+					      json_array_size(ct->main[t].nodes) - 1);
+		snprintf(dev, sizeof dev, "/gpu:%d", ct->p->gpu[n]);
+		json_object_set_new(last, "device", json_string(dev));
 	}
 	return st;
 }
@@ -1160,7 +1283,8 @@ static void explain_frag(struct dg_buf *b, const struct dg_cluster *c,
 		if (strncmp(op, "Var", 3) == 0)
 			dg_buf_printf(b, NULL, "%son ps %s", json_array_size(in) ? "; " : "",
 				      json_string_value(json_object_get(attrs, "ps")));
-		dg_buf_printf(b, NULL, ")\n");
+		const char *on = json_string_value(json_object_get(n, "device"));
+		dg_buf_printf(b, NULL, ")%s%s\n", on ? " on " : "", on ? on : "");
 	}
 }
 
@@ -1177,7 +1301,7 @@ char *place_explain(const struct dg_graph *g, const struct dg_cluster *c,
 			w = (int)strlen(g->nodes[n].name);
 	dg_buf_printf(&b, NULL, "placement:\n");
 	for (int n = 0; n < g->n_nodes; n++) {
-		place_device_name(c, p->task[n], dev, sizeof dev);
+		place_node_device(c, p, n, dev, sizeof dev);
 		dg_buf_printf(&b, NULL, "  %-*s  %-24s %s%s%s\n", w, g->nodes[n].name, dev,
 			      p->why[n] ? p->why[n] : "",
 			      p->soft[n] ? "; soft placement: asked for " : "",

@@ -2,7 +2,9 @@
 # `dg submit` end to end on a real cluster of three `dg server` processes on
 # loopback (1 ps + 2 workers, ports picked first because every server needs
 # the final spec): the seed programs, --explain, placement errors, soft
-# placement, multi-step progress, .npy output, and a worker killed mid-job.
+# placement, multi-step progress, .npy output, and a worker killed mid-job:
+# restarted at the same address, the master re-runs the step and the job
+# completes; with --retry-ms 0 the job fails at once naming the task.
 # Usage: test_submit.sh PATH/TO/dg   (meson passes it)
 set -euo pipefail
 
@@ -11,8 +13,10 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 EX=${DG_SOURCE_DIR:-$HERE/../..}/examples
 TMP=$(mktemp -d)
 declare -A pid=()
+spid=
 
 cleanup() {
+	[[ -n $spid ]] && kill_wait "$spid"
 	kill_wait "${pid[@]}"
 	rm -rf "$TMP"
 }
@@ -120,9 +124,63 @@ check_err "unknown option is a usage error" 1 "try 'dg submit --help'"
 run submit --help
 if [[ $rc -eq 0 ]] && grep -qF "usage: dg submit GRAPH.json" "$TMP/out"; then ok "--help"; else not_ok "--help"; fi
 
-# --- a worker killed mid-job --------------------------------------------------
+# --- a worker killed mid-job and restarted: the step is re-run ---------------
+# running_job: the id and steps done of the job running on worker/0 ("" 0 when none).
+running_job() {
+	"$DG" job ls --json "${C[@]}" 2>/dev/null | python3 -c '
+import json, sys
+r = [(j["id"], j["steps_done"]) for j in json.load(sys.stdin)["jobs"] if j["state"] == "running"]
+print(*(r[0] if r else ("", 0)))'
+}
 rc=0
-"$DG" submit "$EX/seed_sum.json" "${C[@]}" --steps 100000000 >"$TMP/out" 2>"$TMP/err" &
+"$DG" submit "$EX/seed_sum.json" "${C[@]}" --steps 3000 >"$TMP/rout" 2>"$TMP/rerr" &
+spid=$!
+jid= done_steps=0
+for ((i = 0; i < 400; i++)); do
+	read -r jid done_steps < <(running_job)
+	[[ -n $jid && $done_steps -ge 20 ]] && break
+	sleep 0.05
+done
+kill -9 "${pid[w1]}"
+wait "${pid[w1]}" 2>/dev/null || true
+sleep 0.5
+rm -f "$TMP/w1.port"
+_start_server w1 worker 1
+wait_port "$TMP/w1.port" >/dev/null || echo "# worker/1 did not restart: $(cat "$TMP/w1.log")"
+wait "$spid" || rc=$?
+spid=
+cp "$TMP/rout" "$TMP/out"
+cp "$TMP/rerr" "$TMP/err"
+if [[ $rc -eq 0 && "$(cat "$TMP/out")" == 238 && $done_steps -ge 20 ]] &&
+   grep -qE "^dg: step [0-9]+: /job:worker/task:1 was lost \(.*\); retry 1 once it answers again$" \
+	"$TMP/err"; then
+	ok "a worker killed after step $done_steps and restarted: the step is re-run, 238 printed"
+	echo "# $(grep "was lost" "$TMP/err")"
+else
+	not_ok "a worker killed and restarted: the step is re-run and the job prints 238"
+fi
+curl -s "http://127.0.0.1:$P1/v1/jobs/$jid/events" >"$TMP/events"
+curl -s "http://127.0.0.1:$P1/v1/jobs/$jid" >"$TMP/status"
+if python3 - "$TMP/events" "$TMP/status" <<'EOF'
+import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+st = json.load(open(sys.argv[2]))
+retry = [e for e in ev if e["event"] == "retry"]
+assert len(retry) >= 1, ev[-3:]
+assert retry[0]["task"] == "/job:worker/task:1" and retry[0]["attempt"] == 1, retry
+assert 20 < retry[0]["step"] <= 3000, retry
+assert st["state"] == "done" and st["steps_done"] == 3000, st
+EOF
+then
+	ok "the job's events have a retry event naming worker/1, and all 3000 steps are done"
+else
+	not_ok "the job's events have a retry event naming worker/1, and all 3000 steps are done"
+fi
+
+# --- with --retry-ms 0 a killed worker fails the job at once ------------------
+rc=0
+"$DG" submit "$EX/seed_sum.json" "${C[@]}" --steps 100000000 --retry-ms 0 >"$TMP/out" \
+	2>"$TMP/err" &
 spid=$!
 sleep 1
 kill -9 "${pid[w1]}"
@@ -130,13 +188,17 @@ wait "${pid[w1]}" 2>/dev/null || true
 unset 'pid[w1]'
 t0=$(date +%s)
 wait "$spid" || rc=$?
+spid=
 t1=$(date +%s)
-if [[ $rc -ne 0 && $((t1 - t0)) -le 20 ]] && grep -qF "/job:worker/task:1 (127.0.0.1:$P2)" "$TMP/err"; then
-	ok "a worker killed mid-job fails the job naming the task (in $((t1 - t0)) s)"
-	echo "# $(head -n 1 "$TMP/err")"
+if [[ $rc -ne 0 && $((t1 - t0)) -le 20 ]] &&
+   grep -qF "/job:worker/task:1 (127.0.0.1:$P2)" "$TMP/err" && ! grep -qF "was lost" "$TMP/err"; then
+	ok "with --retry-ms 0 a worker killed mid-job fails the job naming the task (in $((t1 - t0)) s)"
+	echo "# $(grep -v '^dg: step [0-9]*/' "$TMP/err" | head -n 1)"
 else
-	not_ok "a worker killed mid-job fails the job naming the task"
+	not_ok "with --retry-ms 0 a worker killed mid-job fails the job naming the task"
 fi
+run submit "$EX/seed_sum.json" "${C[@]}" --retry-ms -5
+check_err "a negative --retry-ms is a usage error" 1 "--retry-ms '-5' is not from 0 to 3600000"
 run submit "$EX/seed_sum.json" "${C[@]}"
 check_err "an unreachable task at submit time is reported by address" 10 \
 	"task /job:worker/task:1 (127.0.0.1:$P2) does not answer"

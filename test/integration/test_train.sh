@@ -4,8 +4,10 @@
 # NpyReader + ShardBatch is trained by 2 replicas async and sync and reaches
 # numpy's least-squares optimum; sync with 3 replicas and 1 backup finishes
 # while one worker is SIGSTOPped; bad training sections, checkpoints without a
-# data dir, a killed worker and a cancel fail clearly; dg job show --metrics
-# prints the CSV. Usage: test_train.sh PATH/TO/dg   (meson passes it)
+# data dir, a killed worker and a cancel fail clearly; a worker killed and
+# restarted at the same address is retried and the job completes; the metrics
+# (dg job show --metrics) and the events have one train row per step, the
+# status a replica's step times. Usage: test_train.sh PATH/TO/dg   (meson passes it)
 set -euo pipefail
 
 DG=${1:?usage: test_train.sh PATH/TO/dg}
@@ -101,6 +103,7 @@ graph("sync.json", mode="sync")
 graph("backup.json", mode="sync", replicas=3, backup=1, epochs=60,
       eval={"fetch": ["full_mse"], "every_steps": 1000})
 graph("long.json", epochs=100000)
+graph("retry.json", epochs=150, eval={"fetch": ["full_mse"]})
 graph("bad.json", optimizer={"rule": "sgd", "lr": 0.1, "bogus": 1})
 graph("badloss.json", loss="nosuchnode")
 graph("ckpt.json", checkpoint_secs=1)
@@ -159,6 +162,19 @@ check "the metrics rows have increasing steps, the last at 320 with an eval" \
 check "train rows carry a loss and examples/s, eval rows the eval value" \
 	'awk -F, "NR > 1 && \$4 != \"\" && \$6 != \"\" { t++ } NR > 1 && \$7 != \"\" { e++ }
 		END { exit !(t >= 3 && e == 2) }" "$TMP/out"'
+check "train rows have strictly increasing steps (the last one is not repeated)" \
+	'awk -F, "NR > 1 && \$4 != \"\" { if (n && \$1 <= last) bad = 1; last = \$1; n++ }
+		END { exit !(bad == 0 && n >= 3) }" "$TMP/out"'
+curl -s "http://$MASTER/v1/jobs/j1/events" >"$TMP/events"
+check "train events have strictly increasing steps, the last at 320, once" \
+	'$PY -c "import json, sys
+s = [e[\"step\"] for e in map(json.loads, open(sys.argv[1])) if e[\"event\"] == \"train\"]
+sys.exit(0 if s == sorted(set(s)) and s[-1] == 320 else 1)" "$TMP/events"'
+job_json j1
+e='0 < j["ms"]["last_step"] and 0 < j["ms"]["mean_step"] and
+	j["ms"]["mean_step"] * 320 <= j["ms"]["total"]'
+check "the status has a replica's step times: 0 < last, 0 < mean, mean x 320 steps <= total" \
+	'[[ "$(jq_py "$e")" == True ]]'
 run job show j1 "${C[@]}"
 check "job show prints the training summary and the table" \
 	'grep -q "^training:   async, 2 replica(s), 10 epochs, 320 steps per replica, batch 16" \
@@ -220,6 +236,45 @@ run submit "$TMP/ckpt.json" "${C[@]}"
 check "checkpoints on a ps without --data-dir fail the job naming the ps" \
 	'[[ $rc -ne 0 ]] && grep -q "checkpoint of ps 127.0.0.1:$p0" "$TMP/err"'
 
+# --- a worker killed and restarted: its replica runs on from its last step --------
+"$DG" submit "$TMP/retry.json" "${C[@]}" --json >"$TMP/rout" 2>"$TMP/rerr" &
+spid=$!
+for ((i = 0; i < 400; i++)); do
+	"$DG" job ls --json "${C[@]}" 2>/dev/null >"$TMP/ls.json" &&
+		$PY -c '
+import json, sys
+r = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["state"] == "running"]
+sys.exit(0 if r and min(r[0].get("training", {}).get("replica_steps", [0])) > 100 else 1)' \
+		"$TMP/ls.json" && break
+	sleep 0.05
+done
+kill -KILL "${pid[w1]}"
+wait "${pid[w1]}" 2>/dev/null || true
+sleep 0.5
+rm -f "$TMP/w1.port"
+_start_server w1 worker 1
+wait_port "$TMP/w1.port" >/dev/null || echo "# worker/1 did not restart: $(cat "$TMP/w1.log")"
+rrc=0
+wait "$spid" || rrc=$?
+spid=
+rc=$rrc
+cp "$TMP/rout" "$TMP/out"
+cp "$TMP/rout" "$TMP/job.json"
+cp "$TMP/rerr" "$TMP/err"
+check "a worker killed and restarted: the training job completes with every step of both replicas" \
+	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [4800, 4800]" ]]'
+check "dg submit says replica 1 was lost and retried" \
+	'grep -qE "^dg: replica 1, step [0-9]+: /job:worker/task:1 was lost \(.*\); retry 1 once" \
+		"$TMP/err"'
+curl -s "http://$MASTER/v1/jobs/$(jq_py 'j["id"]')/events" >"$TMP/events"
+check "the job's events have a retry event of replica 1 on worker/1 at the step it had reached" \
+	'$PY -c "import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+r = [e for e in ev if e[\"event\"] == \"retry\"]
+sys.exit(0 if r and r[0][\"task\"] == \"/job:worker/task:1\" and r[0][\"replica\"] == 1 and
+	 r[0][\"attempt\"] == 1 and 100 < r[0][\"step\"] < 4800 else 1)" "$TMP/events"'
+check "the retried job still reaches the optimum" weights_ok
+
 # --- cancel and a dead worker ---------------------------------------------------------
 "$DG" submit "$TMP/long.json" "${C[@]}" >"$TMP/lout" 2>"$TMP/lerr" &
 spid=$!
@@ -240,7 +295,7 @@ job_json "$id"
 check "a long training job is canceled: dg submit fails, the job is canceled" \
 	'[[ $lrc -ne 0 && "$(jq_py "j[\"state\"]")" == canceled ]] && grep -q canceled "$TMP/lerr"'
 
-"$DG" submit "$TMP/long.json" "${C[@]}" >"$TMP/lout" 2>"$TMP/lerr" &
+"$DG" submit "$TMP/long.json" "${C[@]}" --retry-ms 1000 >"$TMP/lout" 2>"$TMP/lerr" &
 spid=$!
 sleep 1
 kill -KILL "${pid[w1]}"
@@ -251,8 +306,9 @@ spid=
 rc=$lrc
 cp "$TMP/lout" "$TMP/out"
 cp "$TMP/lerr" "$TMP/err"
-check "a killed worker fails the training job naming its task" \
-	'[[ $rc -ne 0 ]] && grep -q "task /job:worker/task:1" "$TMP/err"'
+check "a killed worker that does not come back fails the training job naming its task" \
+	'[[ $rc -ne 0 ]] &&
+	 grep -qF "task /job:worker/task:1 (127.0.0.1:$p2) did not come back within 1000 ms" "$TMP/err"'
 
 # Sanitizer builds: the servers (the master's job threads included) stop
 # cleanly, with no leak or UB report in their logs.

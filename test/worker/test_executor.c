@@ -2,7 +2,8 @@
  * the worker route group, on free loopback ports) run the two fragments of
  * the seed program with a Send/Recv pair between them; variable ops against
  * a ps; errors naming task and node; aborts; malformed and hostile fragments
- * answered 4xx; concurrent steps kept apart. */
+ * answered 4xx; concurrent steps kept apart; a failed step ends without waiting
+ * out its ps requests, and its queued applies do not reach the ps. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -864,9 +865,14 @@ Test(executor, abort_with_count_ends_a_multi_step_run_without_recv_promptly)
 	struct dg_err err = { 0 };
 	pthread_t th;
 
-	/* Each step adds 1 to "ticks" on task 1's ps: no _Recv anywhere. */
+	/* Each step adds 1 to "ticks" on task 1's ps: no _Recv anywhere. The
+	 * MatMul makes a step take ~1 ms, so that the 4096 steps cannot all be
+	 * done before the abort comes (an apply alone takes ~70 us). */
 	put_f32("ticks", &zero, 1);
 	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"r\", \"op\": \"RandomNormal\", \"attrs\": "
+		 "{\"shape\": [200, 200]}}, {\"name\": \"m\", \"op\": \"MatMul\", "
+		 "\"inputs\": [\"r\", \"r\"]},"
 		 "{\"name\": \"one\", \"op\": \"Const\", \"attrs\": {\"value\": "
 		 "{\"dtype\": \"float32\", \"shape\": [1], \"value\": 1}}},"
 		 "{\"name\": \"a\", \"op\": \"VarApply\", \"inputs\": [\"one\"],"
@@ -1292,4 +1298,89 @@ Test(executor, recv_and_io_in_flight_together_and_io_errors_name_their_node)
 	cr_assert(strstr(err.msg, "task worker/0: node 'missing' (VarRead): ") == err.msg &&
 		  strstr(err.msg, "no/such"), "%s", err.msg);
 	cr_assert(dg_rendezvous_is_aborted(worker_rendezvous(wk[0]), 8401));
+}
+
+/* A kernel fails while a sync VarRead of the step waits on the ps (its step
+ * never comes): the step is aborted at once, so the read stops at its next
+ * poll and the error comes well before the step's deadline, naming the node. */
+Test(executor, a_failing_node_ends_the_step_without_waiting_out_a_sync_read)
+{
+	float zero[2] = { 0, 0 };
+	struct dg_tensor *t = dg_tensor_new(DG_F32, &(struct dg_shape){ 1, { 4 } }, NULL);
+	struct dg_err err = { 0 };
+	struct worker_run_result res;
+	char f[2048], id[24];
+
+	cr_assert_not_null(t);
+	put_f32("fw", zero, 2);
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"rd\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"fw\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [2],"
+		 " \"min_step_base\": %" PRId64 "}},"
+		 "{\"name\": \"in\", \"op\": \"_Recv\", \"attrs\": {\"key\": \"in\","
+		 " \"dtype\": \"float32\", \"shape\": [-1]}},"
+		 "{\"name\": \"y1\", \"op\": \"Reshape\", \"inputs\": [\"in\"],"
+		 " \"attrs\": {\"shape\": [3]}},"
+		 "{\"name\": \"s\", \"op\": \"_Send\", \"inputs\": [\"y1\"],"
+		 " \"attrs\": {\"key\": \"out\", \"to\": \"%s\"}},"
+		 "{\"name\": \"s2\", \"op\": \"_Send\", \"inputs\": [\"rd\"],"
+		 " \"attrs\": {\"key\": \"out2\", \"to\": \"%s\"}}]}",
+		 addr[1], var_step("fw") + 100, addr[0], addr[0]);
+	add_fragment(0, f, id, sizeof id);
+	cr_assert_eq(dg_rendezvous_put(worker_rendezvous(wk[0]), 8500, "in", t, &err), DG_OK);
+	struct worker_run_opts o = { .step = 8500, .steps = 1, .train_step = 1,
+				     .timeout_ms = 8000 };
+	double t0 = now_s();
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_ESHAPE, "%s", err.msg);
+	double took = now_s() - t0;
+	cr_assert(strstr(err.msg, "node 'y1' (Reshape)"), "%s", err.msg);
+	cr_assert_lt(took, 3.0, "the failed step took %g s of its 8 s deadline", took);
+	cr_assert_eq(res.steps_done, 0);
+	cr_assert(dg_rendezvous_is_aborted(worker_rendezvous(wk[0]), 8500));
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 0);
+	worker_run_result_deinit(&res);
+}
+
+/* With one I/O thread, busy with a sync VarRead that waits, a VarApply of the
+ * same step is queued; a kernel then fails: the queued apply must not reach
+ * the ps (no update from a failed step), and the step ends promptly. */
+Test(executor, a_queued_apply_of_a_failed_step_does_not_reach_the_ps)
+{
+	struct worker_config wc = { .job = "worker", .task = 9, .io_threads = 1 };
+	float zero[2] = { 0, 0 };
+	struct dg_tensor *t = dg_tensor_new(DG_F32, &(struct dg_shape){ 1, { 4 } }, NULL);
+	struct dg_err err = { 0 };
+	struct worker_run_result res;
+	struct worker *w1 = worker_new(&wc, &err);
+	char f[2048], id[24];
+
+	cr_assert_not_null(w1, "%s", err.msg);
+	cr_assert_not_null(t);
+	put_f32("qw", zero, 2);
+	put_f32("qa", zero, 1);
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"rd\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"qw\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [2],"
+		 " \"min_step_base\": %" PRId64 "}},"
+		 "{\"name\": \"one\", \"op\": \"Const\", \"attrs\": {\"value\": "
+		 "{\"dtype\": \"float32\", \"shape\": [1], \"value\": 1}}},"
+		 "{\"name\": \"ap\", \"op\": \"VarApply\", \"inputs\": [\"one\"],"
+		 " \"attrs\": {\"var\": \"qa\", \"ps\": \"%s\", \"rule\": \"assign_add\"}},"
+		 "{\"name\": \"in\", \"op\": \"_Recv\", \"attrs\": {\"key\": \"in\","
+		 " \"dtype\": \"float32\", \"shape\": [-1]}},"
+		 "{\"name\": \"y1\", \"op\": \"Reshape\", \"inputs\": [\"in\"],"
+		 " \"attrs\": {\"shape\": [3]}}]}", addr[1], var_step("qw") + 100, addr[1]);
+	cr_assert_eq(worker_fragment_add(w1, f, strlen(f), id, sizeof id, NULL, &err), DG_OK,
+		     "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_put(worker_rendezvous(w1), 8600, "in", t, &err), DG_OK);
+	struct worker_run_opts o = { .step = 8600, .steps = 1, .train_step = 1,
+				     .timeout_ms = 8000 };
+	double t0 = now_s();
+	cr_assert_eq(worker_run_steps(w1, id, &o, &res, &err), DG_ESHAPE, "%s", err.msg);
+	cr_assert_lt(now_s() - t0, 3.0);
+	cr_assert(strstr(err.msg, "task worker/9: node 'y1' (Reshape)") == err.msg, "%s",
+		  err.msg);
+	worker_run_result_deinit(&res);
+	cr_assert_float_eq(var_elem("qa", 0), 0.0, 1e-9, "the failed step's apply reached the ps");
+	worker_free(w1);
 }

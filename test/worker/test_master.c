@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "dg/cluster.h"
@@ -18,47 +19,13 @@
 #include "dg/master.h"
 #include "dg/place.h"
 #include "server.h"
+#include "worker_test_util.h"
 
 /* ------------------------------------------------------------ helpers */
-
-/* JSON in this file is written with ' for " (readable C strings); this
- * swaps them back. Owned copy (free()). */
-static char *dq(const char *text)
-{
-	char *s = strdup(text);
-
-	cr_assert_not_null(s);
-	for (char *p = s; *p; p++)
-		if (*p == '\'')
-			*p = '"';
-	return s;
-}
 
 static const char cluster2[] =
 	"{'ps': ['127.0.0.1:7000', '127.0.0.1:7001'],"
 	" 'worker': ['127.0.0.1:7010', '127.0.0.1:7011']}";
-
-static struct dg_cluster *cl(const char *text)
-{
-	struct dg_err err = { 0 };
-	char *json = dq(text);
-	struct dg_cluster *c = dg_cluster_parse(json, strlen(json), &err);
-
-	free(json);
-	cr_assert_not_null(c, "cluster: %s", err.msg);
-	return c;
-}
-
-static struct dg_graph *gr(const char *text)
-{
-	struct dg_err err = { 0 };
-	char *json = dq(text);
-	struct dg_graph *g = dg_graph_parse(json, strlen(json), master_op_find, &err);
-
-	free(json);
-	cr_assert_not_null(g, "graph: %s", err.msg);
-	return g;
-}
 
 /* "/job:worker/task:1" of node name. */
 static const char *dev_of(const struct dg_graph *g, const struct dg_cluster *c,
@@ -772,4 +739,241 @@ Test(jobs, cancel_aborts_a_running_job_and_concurrent_jobs_do_not_mix)
 	}
 	/* The fetched value of the canceled job's last complete step is still there. */
 	cr_assert_float_eq(result_value(id, "y"), 238.0, 1e-9);
+}
+
+/* ------------------------------------------------- a task that loses its fragments */
+
+/* A fake task: it answers health and registrations, but has always lost the
+ * fragment it is asked to run (404 "fragment ... not found", what a restarted
+ * task answers). Counts what it was asked. */
+static atomic_int fake_registered, fake_removed;
+static bool fake_gpu;                  /* health lists a GPU */
+static atomic_int fake_gpu_nodes;      /* registered nodes with "device": "/gpu:0" */
+
+static enum dg_status fake_health(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+				  struct dg_err *err)
+{
+	(void)ctx, (void)r, (void)err;
+	if (fake_gpu)
+		dg_http_set_json(w, 200, json_pack("{s:s, s:[{s:i, s:s}]}", "status", "ok", "gpus",
+						   "index", 0, "name", "Fake GPU"));
+	else
+		dg_http_set_json(w, 200, json_pack("{s:s, s:[]}", "status", "ok", "gpus"));
+	return DG_OK;
+}
+
+static enum dg_status fake_register(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+				    struct dg_err *err)
+{
+	int n = atomic_fetch_add(&fake_registered, 1) + 1;
+	size_t len = 0;
+	const char *body = dg_http_body(r, &len);
+	json_t *doc = json_loadb(body ? body : "", len, 0, NULL), *node;
+	size_t i;
+	char id[16];
+
+	(void)ctx, (void)err;
+	json_array_foreach(json_object_get(doc, "nodes"), i, node)
+		if (json_string_value(json_object_get(node, "device")) &&
+		    strcmp(json_string_value(json_object_get(node, "device")), "/gpu:0") == 0)
+			atomic_fetch_add(&fake_gpu_nodes, 1);
+	json_decref(doc);
+	snprintf(id, sizeof id, "f%d", n);
+	dg_http_set_json(w, 201, json_pack("{s:s}", "id", id));
+	return DG_OK;
+}
+
+static enum dg_status fake_run(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			       struct dg_err *err)
+{
+	(void)ctx, (void)w;
+	return dg_err_set(err, DG_ENOTFOUND, "fragment '%s' not found on task down/0",
+			  dg_http_param(r, "id"));
+}
+
+static enum dg_status fake_remove(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+				  struct dg_err *err)
+{
+	(void)ctx, (void)r, (void)err;
+	atomic_fetch_add(&fake_removed, 1);
+	dg_http_set_status(w, 204);
+	return DG_OK;
+}
+
+static enum dg_status fake_abort(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+				 struct dg_err *err)
+{
+	(void)ctx, (void)r, (void)err;
+	dg_http_set_status(w, 204);
+	return DG_OK;
+}
+
+static const struct dg_route fake_routes[] = {
+	{ "GET", "/v1/health", fake_health, "health" },
+	{ "POST", "/v1/fragments", fake_register, "register" },
+	{ "POST", "/v1/fragments/{id}/run", fake_run, "run: always lost" },
+	{ "DELETE", "/v1/fragments/{id}", fake_remove, "remove" },
+	{ "DELETE", "/v1/steps/{step}", fake_abort, "abort" },
+};
+
+/* Start the fake task and point the cluster's task /job:down/task:0 at it. */
+static struct dg_http_server *fake_task_start(void)
+{
+	struct dg_http_config hc = { .port = 0, .server_name = "fake" };
+	struct dg_err err = { 0 };
+	struct dg_http_server *s = dg_http_server_new(&hc, fake_routes,
+						      (int)(sizeof fake_routes /
+							    sizeof fake_routes[0]), NULL, &err);
+	char addr[64];
+
+	cr_assert_not_null(s, "%s", err.msg);
+	snprintf(addr, sizeof addr, "127.0.0.1:%d", dg_http_server_port(s));
+	for (int t = 0; t < jc->n_tasks; t++)
+		if (strcmp(jc->tasks[t].job, "down") == 0) {
+			free(jc->tasks[t].address);
+			jc->tasks[t].address = strdup(addr);
+		}
+	return s;
+}
+
+/* The events of job id as one string (owned). */
+static char *job_events(const char *id)
+{
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	char path[128], *s;
+
+	snprintf(path, sizeof path, "/v1/jobs/%s/events?timeout_ms=0", id);
+	cr_assert_eq(req("GET", path, NULL, NULL, 0, &res, &err), DG_OK, "%s", err.msg);
+	s = strndup(res.body.data ? res.body.data : "", res.body.len);
+	dg_http_result_deinit(&res);
+	return s;
+}
+
+static const char lost_graph[] = "{'graph': {'nodes': ["
+	"{'name':'a','op':'Const','attrs':{'value':5},'device':'/job:down/task:0'},"
+	"{'name':'b','op':'Neg','inputs':['a'],'device':'/job:worker/task:0'}]},"
+	"'fetch': ['b'], 'steps': 3, 'retry_ms': %d}";
+
+/* Run lost_graph with retry_ms against the fake task; it must fail. Returns
+ * the error message (owned), *events the job's events (owned). */
+static char *run_lost_job(int retry_ms, char **events)
+{
+	char body[sizeof lost_graph + 16], *msg;
+	json_t *st;
+
+	snprintf(body, sizeof body, lost_graph, retry_ms);
+	const char *id = run_job(body, &st);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "failed");
+	cr_assert_eq(json_integer_value(json_object_get(st, "steps_done")), 0);
+	msg = strdup(json_string_value(json_object_get(json_object_get(st, "error"),
+						       "message")));
+	cr_assert(strstr(msg, "task /job:down/task:0 (127.0.0.1:"), "%s", msg);
+	*events = job_events(id);
+	json_decref(st);
+	return msg;
+}
+
+Test(jobs, a_task_that_keeps_losing_its_fragment_fails_after_three_retries)
+{
+	struct dg_http_server *fake = fake_task_start();
+	char *ev, *msg = run_lost_job(5000, &ev);
+
+	cr_assert(strstr(msg, "kept failing: step 1 failed 4 times; the last time: ") &&
+		  strstr(msg, "not found on task down/0"), "%s", msg);
+	/* Registered once, then again before each of the 3 re-runs; each old one
+	 * removed first, and the last one when the job ended. */
+	cr_assert_eq(atomic_load(&fake_registered), 4);
+	cr_assert_eq(atomic_load(&fake_removed), 4);
+	for (int a = 1; a <= 3; a++) {
+		char want[96];
+		snprintf(want, sizeof want, "{\"event\":\"retry\",\"task\":\"/job:down/task:0\","
+			 "\"step\":1,\"attempt\":%d,", a);
+		cr_assert(strstr(ev, want), "no %s in %s", want, ev);
+	}
+	cr_assert_null(strstr(ev, "\"attempt\":4"), "%s", ev);
+	free(ev);
+	free(msg);
+	dg_http_server_free(fake);
+}
+
+Test(jobs, retry_ms_0_fails_at_once_when_a_task_is_lost)
+{
+	struct dg_http_server *fake = fake_task_start();
+	char *ev, *msg = run_lost_job(0, &ev);
+
+	cr_assert(strstr(msg, "fragment 'f1' not found on task down/0"), "%s", msg);
+	cr_assert_null(strstr(msg, "kept failing"), "%s", msg);
+	cr_assert_eq(atomic_load(&fake_registered), 1);
+	cr_assert_null(strstr(ev, "\"retry\""), "%s", ev);
+	free(ev);
+	free(msg);
+	dg_http_server_free(fake);
+}
+
+Test(jobs, retry_ms_must_be_an_integer_from_0)
+{
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(req("POST", "/v1/jobs", "{'graph': {'nodes': []}, 'retry_ms': -1}", NULL, 0,
+			 &res, &err), DG_EINVAL);
+	cr_assert_eq(res.status, 400);
+	cr_assert(strstr(err.msg, "job \"retry_ms\" must be an integer from 0 (no retry) to "
+			 "3600000"), "%s", err.msg);
+	dg_http_result_deinit(&res);
+}
+
+/* A node's own error is never retried, even with retries on. */
+Test(jobs, a_kernel_error_is_not_retried)
+{
+	json_t *st;
+	const char *body = "{'graph': {'nodes': ["
+		"{'name':'a','op':'Const','attrs':{'value':7},'device':'/job:worker/task:0'},"
+		"{'name':'z','op':'Const','attrs':{'value':0},'device':'/job:worker/task:1'},"
+		"{'name':'q','op':'Div','inputs':['a','z'],'device':'/job:worker/task:1'}]},"
+		"'fetch': ['q'], 'retry_ms': 60000}";
+
+	const char *id = run_job(body, &st);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "failed");
+	char *ev = job_events(id);
+	cr_assert_null(strstr(ev, "\"retry\""), "%s", ev);
+	free(ev);
+	json_decref(st);
+}
+
+/* The master learns which tasks have a GPU from their health: a node placed
+ * on /gpu:0 of a task whose health lists one is placed there (and registered),
+ * of one that lists none fails placement (the message doc/graph-execution.md
+ * gives). */
+Test(jobs, gpu_placement_follows_the_gpus_in_each_tasks_health)
+{
+	struct dg_http_server *fake = fake_task_start();
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	const char *body = "{'graph': {'nodes': ["
+		"{'name':'a','op':'Const','attrs':{'value':5},'device':'/job:down/task:0/gpu:0'},"
+		"{'name':'b','op':'Neg','inputs':['a'],'device':'/job:worker/task:0'}]},"
+		"'fetch': ['b'], 'retry_ms': 0}";
+	json_t *st;
+
+	enum dg_status rc = req("POST", "/v1/jobs", body, NULL, 0, &res, &err);
+	cr_assert_eq(rc, DG_EUNSUPPORTED, "%s: %s", dg_status_name(rc), err.msg);
+	cr_assert(strstr(err.msg, "but that task has no GPU"), "%s", err.msg);
+	dg_http_result_deinit(&res);
+	cr_assert_eq(atomic_load(&fake_registered), 0);
+	fake_gpu = true;
+	run_job(body, &st);
+	json_t *pl = json_object_get(st, "placement");
+	/* The status names the GPU a node runs on. */
+	cr_assert_str_eq(json_string_value(json_object_get(pl, "a")), "/job:down/task:0/gpu:0");
+	cr_assert_eq(json_array_size(json_object_get(st, "soft")), 0);
+	/* Its fragment was registered there with node a on GPU 0 (then the fake
+	 * task loses it, which fails the job: retry_ms is 0). */
+	cr_assert_eq(atomic_load(&fake_registered), 1);
+	cr_assert_eq(atomic_load(&fake_gpu_nodes), 1);
+	cr_assert(strstr(json_string_value(json_object_get(json_object_get(st, "error"),
+							   "message")), "not found on task down/0"));
+	json_decref(st);
+	dg_http_server_free(fake);
 }

@@ -1,9 +1,8 @@
-/* The single-process evaluator: runs the part of a validated graph that the
- * fetches need, in topological order, through the op registry's kernels.
- * Used by `dg eval`; workers run their fragments' kernels through dg_exec_kernel.
- * Feeds are substituted for node outputs. A node whose device names a GPU
- * (".../gpu:K") runs its CUDA kernel when the GPU and kernel exist, else on the
- * CPU; in dg_exec_run values stay on the GPU between GPU nodes. */
+/* The single-process evaluator (`dg eval`): runs what the fetches need of a
+ * graph through the op registry's kernels, feeds substituted for node outputs.
+ * Nodes placed on ".../gpu:K" run their CUDA kernels when the GPU and kernel
+ * exist, else on the CPU, values staying on the GPU between GPU nodes. Workers
+ * run fragments' nodes through dg_exec_kernel and dg_exec_kernel_ids. */
 #ifndef DG_EXEC_H
 #define DG_EXEC_H
 
@@ -55,6 +54,59 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
  * Shared by dg_exec_run and the worker's fragment executor. Thread-safe. */
 enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
 			      struct dg_tensor **outs, uint64_t step, struct dg_err *err);
+
+/* --- device residency for callers that number their values (the worker's
+ * fragment executor). A struct dg_exec_gpu holds, per value id 0..n_values-1,
+ * at most one device copy, and one stream per GPU it used; values computed on a
+ * GPU stay there until the caller downloads or forgets them, so consecutive GPU
+ * nodes exchange no host copies. One thread uses it at a time. Without a
+ * usable GPU nothing here is needed: dg_exec_node_gpu says -1 for every node. */
+struct dg_exec_gpu;
+
+/* The GPU node n runs on, or -1 for the CPU: its device names a GPU
+ * (".../gpu:K") that this process has, and its op has a CUDA kernel. Says once
+ * per process when the GPU is missing (soft placement). Thread-safe. */
+int dg_exec_node_gpu(const struct dg_node *n);
+
+/* Owned state for values 0..n_values-1 (dg_exec_gpu_free), or NULL with *err
+ * set (DG_ENOMEM). Allocates no device memory. */
+struct dg_exec_gpu *dg_exec_gpu_new(int n_values, struct dg_err *err);
+/* Wait for the streams, free every device copy, give the streams back. NULL ok. */
+void dg_exec_gpu_free(struct dg_exec_gpu *g);
+
+/* dg_exec_kernel for numbered values. Input i is value in_ids[i]: its device
+ * copy when g has one on n's GPU, else ins[i] (borrowed host tensor; may be
+ * NULL when the value exists only on a GPU) uploaded now and kept under
+ * in_ids[i]. When n runs on its GPU, output o stays in device memory under
+ * out_ids[o] (replacing any copy there) and outs[o] is NULL. When it runs on the
+ * CPU (no GPU for it, g NULL, or dtypes its CUDA kernel lacks) outs[o] are owned
+ * host tensors as from dg_exec_kernel, inputs only on a GPU being downloaded
+ * into temporaries. Errors as dg_exec_kernel (outs all NULL, "node 'y' (Add):"). */
+enum dg_status dg_exec_kernel_ids(const struct dg_node *n, struct dg_exec_gpu *g,
+				  const int *in_ids, const struct dg_tensor *const *ins,
+				  const int *out_ids, struct dg_tensor **outs, uint64_t step,
+				  struct dg_err *err);
+/* Whether value id has a device copy in g (false for g NULL). */
+bool dg_exec_gpu_has(const struct dg_exec_gpu *g, int id);
+/* A new host copy (owned, *out) of value id's device copy, which stays. Waits
+ * for the work producing it. DG_EINTERNAL when there is no copy; DG_EDEVICE. */
+enum dg_status dg_exec_gpu_download(struct dg_exec_gpu *g, int id, struct dg_tensor **out,
+				    struct dg_err *err);
+/* The value's last reader is done: its device copy is released (the memory
+ * is reused after the next synchronisation). No-op without a copy. */
+void dg_exec_gpu_forget(struct dg_exec_gpu *g, int id);
+/* End of a step: forget every copy and synchronise. A GPU whose queued work
+ * failed gives its error (DG_EDEVICE, prefixed "GPU K, at the end of the
+ * step"; err may be NULL) and a fresh stream next time. NULL g: DG_OK. */
+enum dg_status dg_exec_gpu_step_end(struct dg_exec_gpu *g, struct dg_err *err);
+
+/* Host<->device copies of values made by this process so far (dg_exec_run,
+ * dg_exec_kernel and dg_exec_kernel_ids), for tests and benchmarks. */
+struct dg_exec_gpu_copies {
+	uint64_t uploads, upload_bytes;
+	uint64_t downloads, download_bytes;
+};
+void dg_exec_gpu_copies(struct dg_exec_gpu_copies *out);
 
 /* True when the tensor t may be fed for a value of inferred type want: same
  * dtype, same rank when the rank is known, equal sizes where known. On false,

@@ -46,13 +46,26 @@ struct place_opts {
 struct placement {
 	int n_nodes;
 	int *task;                   /* owned; per node: index into cluster->tasks */
-	const char **why;            /* owned array of static strings: "explicit", "cost", ... */
+	const char **why;            /* owned array of static strings: "explicit", "cost",
+				      * "gpu" (a compute-heavy node sent to a GPU), "gpu-colocated"
+				      * (a neighbour following its inputs onto the GPU), ... */
 	bool *soft;                  /* owned; per node: asked for a GPU, moved to the CPU */
+	int *gpu;                    /* owned; per node: the GPU index of its task it runs on,
+				      * -1 = the CPU */
 };
+
+/* A node whose estimated work (element operations: elements read or written,
+ * times the inner dimension for MatMul/BatchMatMul/Conv2D) reaches this goes
+ * to a GPU when a task it may run on has one and its device names neither
+ * /cpu nor /gpu (doc/graph-execution.md, Placement). */
+#define PLACE_GPU_MIN_WORK ((double)(1 << 22))
 
 /* Place every node of g (borrowed) on a task of c. Rules (doc/graph-execution.md):
  * explicit devices first, partial specs filled in, Variables on the ps tasks,
- * the rest by a cost model with colocation. On DG_OK *out is filled (release with
+ * the rest by a cost model with colocation; compute-heavy nodes without a device
+ * type go to a GPU of a task that has one (opts->task_gpu), and their neighbours
+ * follow them there where that saves host<->device copies (out->gpu). On DG_OK
+ * *out is filled (release with
  * placement_deinit). Errors name the node and its device: DG_EINVAL for a job or
  * task the cluster lacks or a malformed device; DG_EUNSUPPORTED for a GPU no task
  * has (unless opts->soft_placement). Thread-safe (no shared state). */
@@ -125,6 +138,10 @@ void partition_deinit(struct partition *part);
 
 /* The device string of task t: "/job:worker/task:1". Writes into buf. */
 void place_device_name(const struct dg_cluster *c, int t, char *buf, size_t n);
+/* The device of node n under p: its task's name, plus "/gpu:K" when p puts it
+ * on a GPU ("/job:worker/task:0/gpu:0"). Writes into buf. */
+void place_node_device(const struct dg_cluster *c, const struct placement *p, int n,
+		       char *buf, size_t len);
 /* Human-readable placement (node -> device, with why) and fragments (nodes,
  * sends, recvs). Owned string (free()) or NULL on out of memory. */
 char *place_explain(const struct dg_graph *g, const struct dg_cluster *c,
