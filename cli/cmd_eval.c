@@ -1,5 +1,6 @@
 /* `dg eval GRAPH.json`: load and validate a graph, parse --feed values, run it
- * in this process with worker/exec.c (devices in the graph are ignored) and
+ * in this process with worker/exec.c (jobs and tasks of devices are ignored;
+ * /gpu:K nodes run on that GPU when there is one) and
  * print each fetched value in the text encoding, or write DIR/NAME.npy files
  * with --out. The output format is documented in doc/graph-format.md. */
 #include <getopt.h>
@@ -15,9 +16,10 @@ static const char usage_text[] =
 	"usage: dg eval GRAPH.json [--feed NAME=VALUE]... [--fetch NAME]... [--out DIR] "
 	"[--header]\n"
 	"\n"
-	"Run a graph in this process (device strings are ignored: everything runs\n"
-	"locally on the CPU) and print each fetched value as text, one row of the\n"
-	"last dimension per line.\n"
+	"Run a graph in this process (jobs and tasks of device strings are ignored;\n"
+	"a node on /gpu:K runs on that GPU when this machine has it, else on the\n"
+	"CPU) and print each fetched value as text, one row of the last dimension\n"
+	"per line.\n"
 	"\n"
 	"  --feed NAME=VALUE  give node output NAME (\"node\" or \"node:k\") a value:\n"
 	"                     FILE.npy, FILE.txt (dg's text encoding) or a JSON\n"

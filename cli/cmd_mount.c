@@ -29,7 +29,7 @@ static const char mount_help[] =
 	"  --server HOST:PORT   mount the variables of this one server\n"
 	"  --token-file F       send the bearer token in F (first line)\n"
 	"  --timeout S          deadline of each request, seconds (default 10): a lost\n"
-	"                       server gives EIO or ETIMEDOUT after it, never a hang\n"
+	"                       server gives EIO after it, never a hang\n"
 	"  --attr-timeout S     cache time of attributes and the variable list (default 1)\n"
 	"  --entry-timeout S    cache time of name lookups (default 1)\n"
 	"  -f, --foreground     do not detach (log to stderr)\n"

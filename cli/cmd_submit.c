@@ -25,8 +25,8 @@
 static const char usage_text[] =
 	"usage: dg submit GRAPH.json [--cluster FILE | --master HOST:PORT] [--feed NAME=VALUE]...\n"
 	"                 [--fetch NAME]... [--out DIR] [--steps N] [--explain]\n"
-	"                 [--soft-placement] [--retry-ms MS] [--token-file FILE] [--header]\n"
-	"                 [--json]\n"
+	"                 [--soft-placement] [--retry-ms MS] [--timeout-ms T]\n"
+	"                 [--token-file FILE] [--header] [--json]\n"
 	"\n"
 	"Run a graph on the cluster: the master places its nodes on the tasks\n"
 	"(devices such as /job:worker/task:1 first), cuts it into one fragment per\n"

@@ -19,7 +19,7 @@ static const struct cli_cmd {
 } cmds[] = {
 	{ "eval", cmd_eval, "run a graph in this process and print what it fetches" },
 	{ "ops", cmd_ops, "list the ops graphs can use, with their inputs and attrs" },
-	{ "server", cmd_server, "run a server (parameter server) of a cluster" },
+	{ "server", cmd_server, "run a task of a cluster (parameter server, worker, master)" },
 	{ "ps", cmd_server, "short for 'dg server --job ps'" },
 	{ "var", cmd_var, "list, read, write, create and delete variables" },
 	{ "submit", cmd_submit, "run a graph on the cluster and print what it fetches" },
@@ -57,7 +57,8 @@ int cli_usage(const char *cmd, const char *fmt, ...)
 static void print_commands(FILE *f)
 {
 	fputs("usage: dg COMMAND [ARGS]...\n\n"
-	      "dg runs dataflow graphs (JSON, see doc/graph-format.md) on the CPU.\n\n"
+	      "dg runs dataflow graphs (JSON, see doc/graph-format.md) in one process or\n"
+	      "on a cluster of parameter servers and workers, and trains them.\n\n"
 	      "commands:\n", f);
 	for (int i = 0; i < N_CMDS; i++)
 		fprintf(f, "  %-6s  %s\n", cmds[i].name, cmds[i].help);
