@@ -861,33 +861,72 @@ static enum dg_status apply_sync_args(const struct dg_http_req *r, struct ps_app
 	return DG_OK;
 }
 
-/* Does the request ask for a reply without a body (Prefer: return=minimal,
- * RFC 7240)? */
-static bool prefers_minimal(const struct dg_http_req *r)
+/* Does the request's Prefer header (RFC 7240) hold pref, e.g.
+ * "return=minimal" (a reply without a body)? */
+static bool prefers(const struct dg_http_req *r, const char *pref)
 {
 	const char *h = dg_http_header(r, "Prefer");
+	size_t n = strlen(pref);
 
 	for (const char *p = h; p && *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] != 0)) {
 		p += strspn(p, " \t");
-		if (!strncasecmp(p, "return=minimal", 14) && strchr(",; \t", p[14]))
+		if (!strncasecmp(p, pref, n) && strchr(",; \t", p[n]))
 			return true;
 	}
 	return false;
 }
 
+/* An applied async update with Prefer: return=representation: 200 with the
+ * variable's value as a raw body and its headers, as a GET answers (no copy).
+ * The value is the one just after the apply, or a later one when another
+ * apply came in between (async semantics). *sent false (nothing set) when
+ * the variable is gone meanwhile: the caller answers the JSON instead. */
+static enum dg_status apply_value_reply(struct ps_ctx *c, const char *name,
+					struct dg_http_resp *w, bool *sent, struct dg_err *err)
+{
+	struct ps_value *v = NULL;
+	struct dg_err gone = { 0 };
+
+	*sent = false;
+	if (ps_store_get(c->store, name, &v, &gone) != DG_OK)
+		return DG_OK;
+	if (v->nbytes == 0 && !dg_http_body_buf(w, dg_encoding_mime(DG_ENC_RAW))) {
+		ps_value_release(v);
+		return dg_err_set(err, DG_ENOMEM, "out of memory for an apply's reply");
+	}
+	value_headers(w, v);
+	dg_http_set_status(w, 200);
+	if (v->nbytes == 0)
+		ps_value_release(v);
+	else
+		dg_http_set_body_ref(w, dg_encoding_mime(DG_ENC_RAW), v->data, v->nbytes,
+				     value_release, v);
+	*sent = true;
+	return DG_OK;
+}
+
 /* An apply's reply. The small JSON is printed directly (an apply is the
  * hottest route of training; jansson's pack and dump cost more than the
- * update of a small variable). An applied update with Prefer:
- * return=minimal gets 204 and the version headers alone. */
-static enum dg_status apply_reply(const struct dg_http_req *r, struct dg_http_resp *w,
+ * update of a small variable). An applied async update with Prefer:
+ * return=minimal gets 204 and the version headers alone; with Prefer:
+ * return=representation 200 and the new value (apply_value_reply). */
+static enum dg_status apply_reply(struct ps_ctx *c, const char *name,
+				  const struct dg_http_req *r, struct dg_http_resp *w,
 				  const struct ps_apply_args *a, const struct ps_apply_result *res,
 				  struct dg_err *err)
 {
 	struct dg_buf *b;
+	bool sent;
+	enum dg_status st;
 
+	if (res->applied && a->step < 0 && prefers(r, "return=representation")) {
+		st = apply_value_reply(c, name, w, &sent, err);
+		if (st != DG_OK || sent)
+			return st;
+	}
 	if (res->applied)
 		version_headers(w, res->version);
-	if (res->applied && a->step < 0 && prefers_minimal(r)) {
+	if (res->applied && a->step < 0 && prefers(r, "return=minimal")) {
 		dg_http_set_status(w, 204);
 		return DG_OK;
 	}
@@ -923,7 +962,7 @@ static enum dg_status h_var_apply(void *vc, struct dg_http_req *r, struct dg_htt
 	dg_tensor_free(g);
 	if (st != DG_OK)
 		return st;
-	return apply_reply(r, w, &a, &res, err);
+	return apply_reply(c, name, r, w, &a, &res, err);
 }
 
 /* ------------------------------------------------------------ queue routes */

@@ -605,6 +605,15 @@ struct run {
 	int inflight;                   /* jobs handed to the I/O pool, not yet taken back */
 	int count;                      /* nodes run this step */
 	int stale;                      /* sync applies dropped this step */
+	/* Values kept across steps (plan_kept): an async VarApply of a multi-step
+	 * run asks the ps for the variable's new value, and the next step's
+	 * VarRead of it takes that instead of a GET. Per node; the apply writes
+	 * and the read takes in different steps or in var order, never at once. */
+	int64_t t_last;                 /* the run's last training step */
+	int *kept_src;                  /* per VarRead: the VarApply it takes from, or -1 */
+	unsigned char *kept_want;       /* per VarApply: a VarRead takes its value */
+	struct dg_tensor **kept;        /* per VarApply: its last value (owned) */
+	int64_t *kept_t;                /* per VarApply: the training step of kept */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;              /* signalled with every job put on done */
 	struct io_job *done;            /* under mu */
@@ -750,11 +759,15 @@ static double scheduled_lr(const json_t *attrs, int64_t t)
 }
 
 /* VarApply: the update of training step t; a sync gradient the ps dropped
- * (409 stale) is not an error: *stale is set and the version output is -1. */
+ * (409 stale) is not an error: *stale is set and the version output is -1.
+ * An async apply a VarRead takes from (plan_kept) asks for the new value,
+ * unless it is the run's last step, and keeps it for step t+1. */
 static enum dg_status var_apply(const struct run *r, struct dg_client *c, const struct dg_node *n,
 				const char *var, const struct dg_tensor *g, struct dg_tensor **out,
 				bool *stale, struct dg_err *err)
 {
+	int v = (int)(n - r->g->nodes);
+	struct dg_tensor *value = NULL;
 	struct dg_apply a = { .step = -1, .replica = -1 };
 	struct dg_apply_result res = { 0 };
 	double zero = 0;
@@ -779,7 +792,18 @@ static enum dg_status var_apply(const struct run *r, struct dg_client *c, const 
 		a.replicas = (int)replicas;
 		a.backup = (int)backup;
 	}
-	st = dg_var_apply(c, var, &a, g, &res, err);
+	dg_tensor_free(r->kept[v]);     /* older than this step: never taken now */
+	r->kept[v] = NULL;
+	if (r->kept_want[v] && !sync && r->t < r->t_last)
+		st = dg_var_apply_value(c, var, &a, g, &res, &value, NULL, err);
+	else
+		st = dg_var_apply(c, var, &a, g, &res, err);
+	if (st == DG_OK && value) {
+		r->kept[v] = value;
+		r->kept_t[v] = r->t;
+	} else {
+		dg_tensor_free(value);
+	}
 	if (st == DG_ESTALE && sync) {
 		dg_err_clear(err);
 		*stale = true;
@@ -792,14 +816,21 @@ static enum dg_status var_apply(const struct run *r, struct dg_client *c, const 
 }
 
 /* VarRead; with min_step_base >= 0 it waits until the variable's sync step
- * reaches min_step_base + t (step t-1 applied), in polls that notice an abort. */
+ * reaches min_step_base + t (step t-1 applied), in polls that notice an abort.
+ * An async one takes the value step t-1's apply kept (var_apply), if any. */
 static enum dg_status var_read(const struct run *r, struct dg_client *c, const struct dg_node *n,
 			       const char *var, struct dg_tensor **out, struct dg_err *err)
 {
 	int64_t base, none = -1;
+	int src = r->kept_src[n - r->g->nodes];
 	enum dg_status st;
 
 	dg_attr_int(n->attrs, "min_step_base", &none, &base, NULL);
+	if (base < 0 && src >= 0 && r->kept[src] && r->kept_t[src] == r->t - 1) {
+		*out = r->kept[src];
+		r->kept[src] = NULL;
+		return DG_OK;
+	}
 	if (base < 0)
 		return dg_var_get(c, var, out, NULL, err);
 	for (;;) {
@@ -1421,13 +1452,18 @@ static bool run_alloc(struct run *r)
 	r->recvs = malloc(((size_t)f->n_recv + 1) * sizeof *r->recvs);
 	r->ins = malloc((size_t)f->max_in * sizeof *r->ins);
 	r->outs = calloc((size_t)f->max_out, sizeof *r->outs);
+	r->kept_src = malloc(((size_t)r->g->n_nodes + 1) * sizeof *r->kept_src);
+	r->kept_want = calloc((size_t)r->g->n_nodes + 1, sizeof *r->kept_want);
+	r->kept = calloc((size_t)r->g->n_nodes + 1, sizeof *r->kept);
+	r->kept_t = calloc((size_t)r->g->n_nodes + 1, sizeof *r->kept_t);
 	if (f->n_gpu > 0) {
 		r->gx = dg_exec_gpu_new(f->n_values, NULL);
 		r->ids = malloc((size_t)(f->max_in + f->max_out) * sizeof *r->ids);
 		if (!r->gx || !r->ids)
 			return false;
 	}
-	return r->val && r->uses && r->pending && r->ready && r->recvs && r->ins && r->outs;
+	return r->val && r->uses && r->pending && r->ready && r->recvs && r->ins && r->outs &&
+	       r->kept_src && r->kept_want && r->kept && r->kept_t;
 }
 
 /* Free the step's values (not the cached ones) so the arrays can be reused. */
@@ -1437,6 +1473,56 @@ static void run_clear_values(struct run *r)
 		if (!r->f->keep[i])
 			dg_tensor_free(r->val[i]);
 		r->val[i] = NULL;
+	}
+}
+
+/* Does var op v work on the same variable (ps and var) as w? */
+static bool same_var(const struct dg_graph *g, int v, int w)
+{
+	const json_t *a = g->nodes[v].attrs, *b = g->nodes[w].attrs;
+
+	return strcmp(json_string_value(json_object_get(a, "var")),
+		      json_string_value(json_object_get(b, "var"))) == 0 &&
+	       strcmp(json_string_value(json_object_get(a, "ps")),
+		      json_string_value(json_object_get(b, "ps"))) == 0;
+}
+
+/* Pair each async VarRead with the async VarApply whose value it can take in
+ * the next step: only when they are the only ops on their variable in the
+ * fragment (one read, one apply, no VarInit), so the kept value is the
+ * variable after this replica's last update of it. */
+static void plan_kept(struct run *r)
+{
+	const struct dg_graph *g = r->g;
+	int64_t base, none = -1;
+	bool no = false, sync;
+
+	for (int v = 0; v < g->n_nodes; v++)
+		r->kept_src[v] = -1;
+	for (int v = 0; v < g->n_nodes; v++) {
+		int apply = -1, reads = 0, others = 0;
+		if (r->f->kind[v] != WOP_VAR_READ)
+			continue;
+		dg_attr_int(g->nodes[v].attrs, "min_step_base", &none, &base, NULL);
+		if (base >= 0)
+			continue;
+		for (int w = 0; w < g->n_nodes; w++) {
+			if (!is_var_op(r->f->kind[w]) || !same_var(g, v, w))
+				continue;
+			if (r->f->kind[w] == WOP_VAR_READ)
+				reads++;
+			else if (r->f->kind[w] == WOP_VAR_APPLY && apply < 0)
+				apply = w;
+			else
+				others++;
+		}
+		if (apply < 0 || reads != 1 || others != 0)
+			continue;
+		dg_attr_bool(g->nodes[apply].attrs, "sync", &no, &sync, NULL);
+		if (sync)
+			continue;
+		r->kept_src[v] = apply;
+		r->kept_want[apply] = 1;
 	}
 }
 
@@ -1517,6 +1603,8 @@ enum dg_status worker_run_steps_mode(struct worker *w, const char *id,
 				"of %d nodes", o->steps, r.g->n_nodes);
 		goto out;
 	}
+	r.t_last = o->train_step + o->steps - 1;
+	plan_kept(&r);
 	for (int64_t i = 0; i < o->steps && st == DG_OK; i++) {
 		double t0 = now_msf();
 		st = run_one(&r, o, i, &res->r[i]);
@@ -1540,6 +1628,12 @@ out:
 	free(r.recvs);
 	free(r.ins);
 	free(r.outs);
+	for (int v = 0; r.kept && v < r.g->n_nodes; v++)
+		dg_tensor_free(r.kept[v]);
+	free(r.kept);
+	free(r.kept_t);
+	free(r.kept_want);
+	free(r.kept_src);
 	dg_exec_gpu_free(r.gx);
 	free(r.ids);
 	if (r.f) {

@@ -800,15 +800,16 @@ static enum dg_status apply_query(struct dg_client *c, const struct dg_apply *a,
 
 /* 200 {"applied":true,"version":V[,"step":S]}, 202 {"applied":false,
  * "pending":n,"step":S}, or 204 with Dg-Version alone (an async apply sent
- * with Prefer: return=minimal). */
-static void apply_reply(const struct dg_http_result *res, struct dg_apply_result *out)
+ * with Prefer: return=minimal). body/len: the JSON, wherever it was received. */
+static void apply_reply(const struct dg_http_result *res, const char *body, size_t len,
+			struct dg_apply_result *out)
 {
 	if (res->status == 204) {
 		*out = (struct dg_apply_result){ .applied = true, .version = res->dg_version,
 						 .step = -1 };
 		return;
 	}
-	json_t *j = json_loadb(res->body.data ? res->body.data : "", res->body.len, 0, NULL);
+	json_t *j = json_loadb(body ? body : "", len, 0, NULL);
 	json_t *applied = json_object_get(j, "applied"), *step = json_object_get(j, "step");
 
 	out->applied = applied ? json_is_true(applied) : res->status == 200;
@@ -820,15 +821,21 @@ static void apply_reply(const struct dg_http_result *res, struct dg_apply_result
 	json_decref(j);
 }
 
-enum dg_status dg_var_apply(struct dg_client *c, const char *name, const struct dg_apply *a,
-			    const struct dg_tensor *grad, struct dg_apply_result *res,
-			    struct dg_err *err)
+/* dg_var_apply and dg_var_apply_value (value NULL: the former). */
+static enum dg_status var_apply(struct dg_client *c, const char *name, const struct dg_apply *a,
+				const struct dg_tensor *grad, struct dg_apply_result *res,
+				struct dg_tensor **value, struct dg_var_info *info,
+				struct dg_err *err)
 {
 	struct dg_http_header h[4];
 	struct dg_http_result *r;
 	char shape[SHAPE_HDR];
 	enum dg_status st;
+	/* Only an async apply can answer with the value (a sync one may wait). */
+	bool want = value && a && a->step < 0;
 
+	if (value)
+		*value = NULL;
 	if (!a || !grad)
 		return dg_err_set(err, DG_EINVAL, "apply to variable '%s' without a rule or a "
 				  "gradient", name ? name : "");
@@ -840,16 +847,48 @@ enum dg_status dg_var_apply(struct dg_client *c, const char *name, const struct 
 	h[1] = (struct dg_http_header){ "Dg-Dtype", dg_dtype_name(grad->dtype) };
 	h[2] = (struct dg_http_header){ "Dg-Shape", shape };
 	/* An async apply needs only the new version: the server answers 204
-	 * with Dg-Version and no JSON to build or parse. */
-	h[3] = (struct dg_http_header){ "Prefer", "return=minimal" };
+	 * with Dg-Version and no JSON to build or parse. Asked for the value,
+	 * it answers 200 with the raw value, as a GET does. */
+	h[3] = (struct dg_http_header){ "Prefer", want ? "return=representation" :
+					"return=minimal" };
 	r = res_begin(c);
+	r->aligned_body = want;         /* the body becomes the value's data */
 	st = send_req(c, "POST", h, a->step < 0 ? 4 : 3, grad->data, grad->nbytes, r, err);
 	if (st == DG_OK && r->status != 200 && r->status != 202 && r->status != 204)
 		st = unexpected(c, "POST", r, err);
-	if (st == DG_OK && res)
-		apply_reply(r, res);
+	if (st == DG_OK && want && r->status == 200 && r->dg_dtype[0]) {
+		/* The value: its headers give the new version. */
+		struct dg_var_info v;
+		st = decode_var(c, name, r, value, &v, err);
+		if (st == DG_OK && res)
+			*res = (struct dg_apply_result){ .applied = true, .version = v.version,
+							 .step = -1 };
+		if (st == DG_OK && info)
+			*info = v;
+	} else if (st == DG_OK && res) {
+		/* JSON or 204 (a server that does not send the value). */
+		if (want && r->aligned)
+			apply_reply(r, r->aligned, r->aligned_len, res);
+		else
+			apply_reply(r, r->body.data, r->body.len, res);
+	}
 	res_end(c);
 	return st;
+}
+
+enum dg_status dg_var_apply(struct dg_client *c, const char *name, const struct dg_apply *a,
+			    const struct dg_tensor *grad, struct dg_apply_result *res,
+			    struct dg_err *err)
+{
+	return var_apply(c, name, a, grad, res, NULL, NULL, err);
+}
+
+enum dg_status dg_var_apply_value(struct dg_client *c, const char *name,
+				  const struct dg_apply *a, const struct dg_tensor *grad,
+				  struct dg_apply_result *res, struct dg_tensor **value,
+				  struct dg_var_info *info, struct dg_err *err)
+{
+	return var_apply(c, name, a, grad, res, value, info, err);
 }
 
 /* --- queues ----------------------------------------------------------------- */

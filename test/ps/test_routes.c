@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "dg/buf.h"
+#include "dg/client.h"
 #include "dg/codec.h"
 #include "dg/gpu.h"
 #include "dg/tensor.h"
@@ -1781,4 +1782,89 @@ Test(routes, every_route_is_documented_in_the_http_api_page)
 		cr_assert(strstr(doc.data, row) != NULL, "doc/http-api.md lacks '%s'", row);
 	}
 	dg_buf_deinit(&doc);
+}
+
+Test(routes, prefer_return_representation_answers_an_async_apply_with_the_new_value)
+{
+	static const float g[6] = { 1, 2, 3, 4, 5, 6 };
+	const char *h[] = { "Dg-Dtype: float32", "Dg-Shape: 2,3",
+			    "Prefer: return=representation", NULL };
+	char buf[64];
+	float got[6];
+	struct resp r;
+	json_t *j;
+	uint64_t v = put_w();
+
+	/* sgd lr 0.5: w - 0.5 g = W0 / 2, the raw body with the GET's headers */
+	cr_assert_eq(req("POST", "/v1/vars/w/apply?rule=sgd&lr=0.5", h, g, sizeof g, &r), 200);
+	cr_assert_eq(r.body.len, sizeof got);
+	memcpy(got, r.body.data, sizeof got);
+	for (int i = 0; i < 6; i++)
+		cr_assert_float_eq(got[i], W0[i] / 2, 0, "element %d: %g", i, got[i]);
+	cr_assert_str_eq(hdr(&r, "Content-Type", buf, sizeof buf), "application/octet-stream");
+	cr_assert_str_eq(hdr(&r, "Dg-Dtype", buf, sizeof buf), "float32");
+	cr_assert_str_eq(hdr(&r, "Dg-Shape", buf, sizeof buf), "2,3");
+	cr_assert_eq(hdr_u64(&r, "Dg-Version"), v + 1);
+	cr_assert_str_eq(hdr(&r, "Dg-Step", buf, sizeof buf), "0");
+	resp_free(&r);
+	expect_w((const float[]){ 0.5f, 1, 1.5f, 2, 2.5f, 3 }, 0);
+	/* a sync apply ignores the preference: its JSON (pending, step) */
+	cr_assert_eq(req("POST", "/v1/vars/w/apply?rule=sgd&lr=0.5&step=0&replicas=2", h, g,
+			 sizeof g, &r), 202);
+	j = body_json(&r);
+	cr_assert_eq(json_int_at(j, "pending"), 1);
+	json_decref(j);
+	resp_free(&r);
+	/* a refused apply is an error, not a value, and changes nothing */
+	req("POST", "/v1/vars/w/apply?rule=sgd", h, g, sizeof g, &r);
+	expect_error(&r, 400, "invalid_argument");
+	cr_assert_eq(get_f32("w", got, 6), v + 1);
+}
+
+Test(routes, the_client_apply_value_returns_the_value_and_keeps_apply_minimal)
+{
+	struct dg_err err = { 0 };
+	struct dg_client *c;
+	struct dg_tensor *g, *val = NULL;
+	struct dg_apply a = { .rule = "assign_add", .step = -1, .replica = -1 };
+	struct dg_apply_result res = { 0 };
+	struct dg_var_info info = { 0 };
+	char address[64];
+	uint64_t v = put_w();
+
+	snprintf(address, sizeof address, "127.0.0.1:%d", port);
+	cr_assert_not_null(c = dg_client_new(address, NULL, &err), "%s", err.msg);
+	cr_assert_not_null(g = dg_tensor_new(DG_F32, &(struct dg_shape){ 2, { 2, 3 } }, &err));
+	for (int i = 0; i < 6; i++)
+		dg_tensor_set_f64(g, i, 10 * i);
+	cr_assert_eq(dg_var_apply_value(c, "w", &a, g, &res, &val, &info, &err), DG_OK, "%s",
+		     err.msg);
+	cr_assert(res.applied);
+	cr_assert_eq(res.version, v + 1);
+	cr_assert_eq(info.version, v + 1);
+	cr_assert_eq(info.dtype, DG_F32);
+	cr_assert_not_null(val);
+	cr_assert_eq(val->shape.ndim, 2);
+	cr_assert_eq(val->shape.dim[1], 3);
+	for (int i = 0; i < 6; i++)
+		cr_assert_float_eq(dg_tensor_get_f64(val, i), W0[i] + 10 * i, 0);
+	dg_tensor_free(val);
+	/* the plain apply still answers with the version alone */
+	cr_assert_eq(dg_var_apply(c, "w", &a, g, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert(res.applied);
+	cr_assert_eq(res.version, v + 2);
+	/* sync: no value (the reply is the JSON), as dg_var_apply */
+	a = (struct dg_apply){ .rule = "assign_add", .step = 0, .replicas = 2, .replica = 0 };
+	cr_assert_eq(dg_var_apply_value(c, "w", &a, g, &res, &val, NULL, &err), DG_OK, "%s",
+		     err.msg);
+	cr_assert_null(val);
+	cr_assert(!res.applied);
+	cr_assert_eq(res.pending, 1);
+	/* a missing variable: the error, no value */
+	a = (struct dg_apply){ .rule = "assign_add", .step = -1, .replica = -1 };
+	cr_assert_eq(dg_var_apply_value(c, "nothing", &a, g, &res, &val, NULL, &err),
+		     DG_ENOTFOUND);
+	cr_assert_null(val);
+	dg_tensor_free(g);
+	dg_client_free(c);
 }

@@ -1384,3 +1384,147 @@ Test(executor, a_queued_apply_of_a_failed_step_does_not_reach_the_ps)
 	cr_assert_float_eq(var_elem("qa", 0), 0.0, 1e-9, "the failed step's apply reached the ps");
 	worker_free(w1);
 }
+
+/* dg_http_requests_total on task i for route and method, with code (NULL:
+ * every code summed); 0 when there is no such line yet. */
+static double route_count(int i, const char *method, const char *route, const char *code)
+{
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	char want[256];
+	double n = 0;
+
+	cr_assert_eq(req(i, "GET", "/v1/metrics", NULL, &res, &err), DG_OK, "%s", err.msg);
+	snprintf(want, sizeof want, "\ndg_http_requests_total{route=\"%s\",method=\"%s\",code=\"",
+		 route, method);
+	for (const char *p = strstr(res.body.data, want); p; p = strstr(p + 1, want)) {
+		const char *c = p + strlen(want), *sp = strchr(c, ' ');
+		if (sp && (!code || !strncmp(c, code, strlen(code))))
+			n += strtod(sp + 1, NULL);
+	}
+	dg_http_result_deinit(&res);
+	return n;
+}
+
+#define VAR_ROUTE "/v1/vars/{name...}"
+#define APPLY_ROUTE "/v1/vars/{name...}/apply"
+
+/* Read aw, send its sum as "fetch:s", then apply sgd lr 0.5 with g = 1
+ * (async; the read comes first: same variable, file order). */
+static void async_fragment(char *f, size_t n)
+{
+	snprintf(f, n, "{\"nodes\": ["
+		 "{\"name\": \"rd\", \"op\": \"VarRead\", \"attrs\": {\"var\": \"aw\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [3]}},"
+		 "{\"name\": \"s\", \"op\": \"Sum\", \"inputs\": [\"rd\"]},"
+		 "{\"name\": \"send\", \"op\": \"_Send\", \"inputs\": [\"s\"],"
+		 " \"attrs\": {\"key\": \"fetch:s\", \"to\": \"%s\"}},"
+		 "{\"name\": \"g\", \"op\": \"Const\", \"attrs\": {\"value\": "
+		 "{\"dtype\": \"float32\", \"shape\": [3], \"value\": 1}}},"
+		 "{\"name\": \"ap\", \"op\": \"VarApply\", \"inputs\": [\"g\"],"
+		 " \"attrs\": {\"var\": \"aw\", \"ps\": \"%s\", \"rule\": \"sgd\", \"lr\": 0.5}}]}",
+		 addr[1], addr[0], addr[1]);
+}
+
+Test(executor, an_async_multi_step_run_reads_the_value_its_apply_returned_without_a_get)
+{
+	static const char *const keys[] = { "fetch:s" };
+	static const float w0[3] = { 1, 2, 3 };
+	struct worker_run_opts o = { .step = 9000, .steps = 3, .train_step = 0,
+				     .timeout_ms = 10000, .collect = keys, .n_collect = 1 };
+	struct worker_run_result res;
+	struct dg_err err = { 0 };
+	char f[4096], id[24];
+
+	put_f32("aw", w0, 3);
+	async_fragment(f, sizeof f);
+	add_fragment(0, f, id, sizeof id);
+	double gets = route_count(1, "GET", VAR_ROUTE, NULL);
+	double with_value = route_count(1, "POST", APPLY_ROUTE, "200");
+	double minimal = route_count(1, "POST", APPLY_ROUTE, "204");
+	/* Sum(w) before each step's apply: 6, then 1.5 less a step. */
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(res.steps_done, 3);
+	for (int t = 0; t < 3; t++)
+		cr_assert_float_eq(res.r[t].values[0], 6.0 - 1.5 * t, 1e-6, "step %d: %g", t,
+				   res.r[t].values[0]);
+	worker_run_result_deinit(&res);
+	/* One GET (step 0); steps 0 and 1 ask for the value, the last does not. */
+	cr_assert_eq(route_count(1, "GET", VAR_ROUTE, NULL) - gets, 1);
+	cr_assert_eq(route_count(1, "POST", APPLY_ROUTE, "200") - with_value, 2);
+	cr_assert_eq(route_count(1, "POST", APPLY_ROUTE, "204") - minimal, 1);
+	cr_assert_float_eq(var_elem("aw", 2), 3 - 1.5, 1e-6);
+
+	/* A single-step run does as before: one GET, one minimal apply; a new run
+	 * starts with a GET (the value changed in between: a PUT of w0). */
+	put_f32("aw", w0, 3);
+	gets = route_count(1, "GET", VAR_ROUTE, NULL);
+	minimal = route_count(1, "POST", APPLY_ROUTE, "204");
+	o.step = 9100;
+	o.steps = 1;
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(res.r[0].values[0], 6.0, 1e-6);
+	worker_run_result_deinit(&res);
+	cr_assert_eq(route_count(1, "GET", VAR_ROUTE, NULL) - gets, 1);
+	cr_assert_eq(route_count(1, "POST", APPLY_ROUTE, "204") - minimal, 1);
+	o.step = 9200;
+	o.steps = 2;
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(res.r[0].values[0], 4.5, 1e-6);
+	cr_assert_float_eq(res.r[1].values[0], 3.0, 1e-6);
+	worker_run_result_deinit(&res);
+	cr_assert_eq(route_count(1, "GET", VAR_ROUTE, NULL) - gets, 2);
+}
+
+Test(executor, a_failed_run_keeps_nothing_and_the_next_run_starts_with_a_get)
+{
+	static const char *const keys[] = { "fetch:s" };
+	static const float w0[3] = { 1, 2, 3 };
+	struct worker_run_opts o = { .step = 9300, .steps = 3, .train_step = 0,
+				     .timeout_ms = 10000, .collect = keys, .n_collect = 1 };
+	struct worker_run_result res;
+	struct dg_err err = { 0 };
+	char f[4096], id[24];
+
+	/* The variable is gone: step 0's read fails, the run stops there. */
+	async_fragment(f, sizeof f);
+	add_fragment(0, f, id, sizeof id);
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_ENOTFOUND, "%s", err.msg);
+	cr_assert_eq(res.steps_done, 0);
+	worker_run_result_deinit(&res);
+	/* Then a run that works reads the new value with a GET first. */
+	put_f32("aw", w0, 3);
+	double gets = route_count(1, "GET", VAR_ROUTE, NULL);
+	o.step = 9400;
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_OK, "%s", err.msg);
+	for (int t = 0; t < 3; t++)
+		cr_assert_float_eq(res.r[t].values[0], 6.0 - 1.5 * t, 1e-6);
+	worker_run_result_deinit(&res);
+	cr_assert_eq(route_count(1, "GET", VAR_ROUTE, NULL) - gets, 1);
+}
+
+Test(executor, sync_runs_still_get_the_variable_every_step)
+{
+	static const char *const keys[] = { "fetch:w" };
+	float zero[2] = { 0, 0 };
+	struct worker_run_result res;
+	struct dg_err err = { 0 };
+	char f[4096], id[24];
+
+	put_f32("sw", zero, 2);
+	/* backup 1 of 2 replicas: replica 0 alone applies each step (w -= 0.5). */
+	sync_fragment(f, sizeof f, 0, 1.0, 1, var_step("sw"));
+	add_fragment(0, f, id, sizeof id);
+	struct worker_run_opts o = { .step = 9500, .steps = 3, .train_step = 0,
+				     .timeout_ms = 10000, .collect = keys, .n_collect = 1 };
+	double gets = route_count(1, "GET", VAR_ROUTE, NULL);
+	double values = route_count(1, "POST", APPLY_ROUTE, "200");
+	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_OK, "%s", err.msg);
+	for (int t = 0; t < 3; t++)
+		cr_assert_float_eq(res.r[t].values[0], -1.0 * t, 1e-6);
+	worker_run_result_deinit(&res);
+	cr_assert_eq(route_count(1, "GET", VAR_ROUTE, NULL) - gets, 3);
+	/* each sync apply answered its JSON (200 applied), no value asked */
+	cr_assert_eq(route_count(1, "POST", APPLY_ROUTE, "200") - values, 3);
+	cr_assert_float_eq(var_elem("sw", 0), -1.5, 1e-6);
+}

@@ -139,6 +139,16 @@ struct dg_apply_result {
 enum dg_status dg_var_apply(struct dg_client *c, const char *name, const struct dg_apply *a,
 			    const struct dg_tensor *grad, struct dg_apply_result *res,
 			    struct dg_err *err);
+/* dg_var_apply that also returns the variable's value after an async apply
+ * (a->step < 0; Prefer: return=representation): *value (owned) is that value,
+ * or a later one when another apply came in between, and *info (may be NULL)
+ * its headers (the version is res->version). *value is NULL when there is
+ * none: a sync apply (it behaves as dg_var_apply), or a server that answered
+ * without the value. */
+enum dg_status dg_var_apply_value(struct dg_client *c, const char *name,
+				  const struct dg_apply *a, const struct dg_tensor *grad,
+				  struct dg_apply_result *res, struct dg_tensor **value,
+				  struct dg_var_info *info, struct dg_err *err);
 
 /* Queues. components[i] is the [n, ...shape_i] batch of component i. */
 enum dg_status dg_queue_create(struct dg_client *c, const char *name,
