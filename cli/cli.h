@@ -30,6 +30,56 @@ struct dg_cluster *cli_cluster_load(const char *flag_path, struct dg_err *err);
 /* Read a token file (first line, trimmed); owned string or NULL with *err. */
 char *cli_token_load(const char *path, struct dg_err *err);
 
+/* The servers a client command talks to (dg var, dg job, dg checkpoint): one
+ * per task it asks, each with a label for messages and, when opened with
+ * client ops, that command's own client (struct dg_client for variables,
+ * struct dg_http_client for jobs; void * so one list serves both). */
+struct cli_client_ops {
+	void *(*open)(const char *address, const char *token, struct dg_err *err);
+	void (*close)(void *client);
+};
+
+struct cli_target {
+	char label[64];         /* "ps/1", or the address given with --server/--master */
+	char *address;          /* owned, "host:port" */
+	void *client;           /* owned (ops->close); NULL when opened without ops */
+};
+
+struct cli_targets {
+	struct cli_target *t;   /* owned, n entries, n >= 1 after a successful open */
+	int n;
+	char *token;            /* --token-file's token (owned), or NULL */
+	const struct cli_client_ops *ops;   /* borrowed; NULL: no clients */
+};
+
+/* Which servers: server (--server or --master HOST:PORT) alone when given;
+ * else the cluster's task "J/I" when task is given (cli_task_parse must have
+ * accepted it); else the tasks of job `job` ("ps", "worker") of the cluster,
+ * or every task when it has no such job (or job is NULL). The cluster comes
+ * from cli_cluster_load(cluster); the token, read first, from token_file.
+ * Every field may be NULL. */
+struct cli_target_query {
+	const char *cluster, *server, *task, *job, *token_file;
+};
+
+/* Fill *ts (caller's memory) from q, opening one client per target with ops
+ * (NULL: addresses only). On error *ts is empty and *err says why (token
+ * file, cluster spec, unknown task or a client that could not be made). */
+enum dg_status cli_targets_open(const struct cli_target_query *q,
+				const struct cli_client_ops *ops, struct cli_targets *ts,
+				struct dg_err *err);
+/* Free the clients, the list and the token; *ts is left empty. */
+void cli_targets_close(struct cli_targets *ts);
+/* Split "worker/1" into job (at most job_len - 1 bytes, into job) and index.
+ * Returns false when s is not JOB/INDEX with 0 <= INDEX <= 1000000. */
+bool cli_task_parse(const char *s, char *job, size_t job_len, int *index);
+/* Whether s ends with suffix, ignoring ASCII case (".npy", ".NPY"). */
+bool cli_ends_with(const char *s, const char *suffix);
+/* JSON has no NaN or infinity: the bare words nan, inf and infinity (any case,
+ * optional sign) outside JSON strings become the "nan", "inf", "-inf" strings
+ * dg_json_to_tensor reads. Returns a malloc'd copy or NULL (no memory). */
+char *cli_quote_nonfinite(const char *s);
+
 /* Print "dg: MSG" and, when err has one, "dg: hint: HINT" to stderr. Returns
  * dg_status_to_exit(err->code). */
 int cli_fail(const struct dg_err *err);

@@ -11,7 +11,6 @@
 
 #include "cli.h"
 #include "dg/client.h"
-#include "dg/cluster.h"
 
 enum { OPT_CLUSTER = 256, OPT_SERVER, OPT_TOKEN, OPT_JSON };
 
@@ -47,55 +46,6 @@ static const char ckpt_help[] =
 	"  --json             print each server's reply as a JSON line with \"task\"\n"
 	"  -h, --help         show this help\n";
 
-/* One server to checkpoint. */
-struct target {
-	char label[64];                 /* "ps/1", or the address with --server */
-	char address[256];
-};
-
-/* The servers holding variables: --server, else the tasks of job "ps" of the
- * cluster (every task when it has no "ps" job). *out owned (free()). */
-static enum dg_status targets_list(const struct ckpt_args *a, struct target **out, int *n,
-				   struct dg_err *err)
-{
-	struct dg_cluster *cl = NULL;
-	struct target *t;
-	int k = 0;
-
-	*out = NULL;
-	*n = 0;
-	if (!a->server && !(cl = cli_cluster_load(a->cluster, err)))
-		return err->code;
-	t = calloc((size_t)(a->server || cl->n_tasks < 1 ? 1 : cl->n_tasks), sizeof *t);
-	if (!t) {
-		dg_cluster_free(cl);
-		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	}
-	if (a->server) {
-		snprintf(t[0].label, sizeof t[0].label, "%s", a->server);
-		snprintf(t[0].address, sizeof t[0].address, "%s", a->server);
-		k = 1;
-	} else {
-		bool has_ps = dg_cluster_job_size(cl, "ps") > 0;
-		for (int i = 0; i < cl->n_tasks; i++) {
-			const struct dg_task_addr *ta = &cl->tasks[i];
-			if (has_ps && strcmp(ta->job, "ps") != 0)
-				continue;
-			snprintf(t[k].label, sizeof t[k].label, "%s/%d", ta->job, ta->index);
-			snprintf(t[k].address, sizeof t[k].address, "%s", ta->address);
-			k++;
-		}
-	}
-	dg_cluster_free(cl);
-	if (k == 0) {
-		free(t);
-		return dg_err_set(err, DG_EINVAL, "the cluster has no tasks");
-	}
-	*out = t;
-	*n = k;
-	return DG_OK;
-}
-
 /* "8.52 MB", "512 B": the snapshot's size for people. */
 static void format_bytes(double b, char *buf, size_t n)
 {
@@ -113,7 +63,7 @@ static void format_bytes(double b, char *buf, size_t n)
 }
 
 /* Print one server's reply (borrowed) as a line for people or as JSON. */
-static void print_reply(const struct target *t, json_t *r, bool as_json)
+static void print_reply(const struct cli_target *t, json_t *r, bool as_json)
 {
 	long long vars = (long long)json_integer_value(json_object_get(r, "vars"));
 	char size[32];
@@ -133,27 +83,28 @@ static void print_reply(const struct target *t, json_t *r, bool as_json)
 	       vars == 1 ? "" : "s", size, json_number_value(json_object_get(r, "ms")) / 1000);
 }
 
-/* Checkpoint each target in turn. Returns the exit code: 0 when all did, else
- * that of the first failure (every target is still tried). */
-static int save_all(const struct ckpt_args *a, const struct target *t, int n,
-		    const char *token)
+/* Checkpoint each target in turn, with a client of its own made here so that
+ * one bad address fails its line only. Returns the exit code: 0 when all did,
+ * else that of the first failure (every target is still tried). */
+static int save_all(const struct ckpt_args *a, const struct cli_targets *ts)
 {
 	int rc = 0;
 
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < ts->n; i++) {
+		const struct cli_target *t = &ts->t[i];
 		struct dg_err err = { 0 };
-		struct dg_client *c = dg_client_new(t[i].address, token, &err);
+		struct dg_client *c = dg_client_new(t->address, ts->token, &err);
 		json_t *reply = NULL;
 		enum dg_status st = c ? dg_ps_checkpoint(c, &reply, &err) : err.code;
 
 		if (st == DG_OK) {
-			print_reply(&t[i], reply, a->json);
+			print_reply(t, reply, a->json);
 		} else {
-			if (strcmp(t[i].label, t[i].address))
-				dg_err_prefix(&err, "%s (%s): checkpoint failed", t[i].label,
-					      t[i].address);
+			if (strcmp(t->label, t->address))
+				dg_err_prefix(&err, "%s (%s): checkpoint failed", t->label,
+					      t->address);
 			else
-				dg_err_prefix(&err, "%s: checkpoint failed", t[i].label);
+				dg_err_prefix(&err, "%s: checkpoint failed", t->label);
 			int code = cli_fail(&err);
 			if (rc == 0)
 				rc = code;
@@ -192,10 +143,9 @@ static int parse_args(int argc, char **argv, struct ckpt_args *a)
 int cmd_checkpoint(int argc, char **argv)
 {
 	struct ckpt_args a = { 0 };
-	struct target *t = NULL;
+	struct cli_targets ts;
 	struct dg_err err = { 0 };
-	char *token = NULL;
-	int n = 0, rc;
+	int rc;
 
 	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
 		fputs(ckpt_help, stdout);
@@ -209,14 +159,14 @@ int cmd_checkpoint(int argc, char **argv)
 		return rc;
 	if (optind < argc - 1)
 		return cli_usage("checkpoint", "unexpected argument '%s'", argv[optind + 1]);
-	if (a.token_file && !(token = cli_token_load(a.token_file, &err)))
+	/* The servers holding variables: --server, else the tasks of job "ps" of the
+	 * cluster (every task when it has no "ps" job). No clients: save_all's own. */
+	const struct cli_target_query q = {
+		.cluster = a.cluster, .server = a.server, .job = "ps", .token_file = a.token_file,
+	};
+	if (cli_targets_open(&q, NULL, &ts, &err) != DG_OK)
 		return cli_fail(&err);
-	if (targets_list(&a, &t, &n, &err) != DG_OK) {
-		free(token);
-		return cli_fail(&err);
-	}
-	rc = save_all(&a, t, n, token);
-	free(t);
-	free(token);
+	rc = save_all(&a, &ts);
+	cli_targets_close(&ts);
 	return rc;
 }

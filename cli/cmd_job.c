@@ -12,7 +12,6 @@
 
 #include "cli.h"
 #include "dg/buf.h"
-#include "dg/cluster.h"
 #include "dg/http.h"
 
 #define QUERY_TIMEOUT_MS 10000L         /* per request: the answers are small JSON */
@@ -67,111 +66,34 @@ static const char job_help[] =
 
 /* --- the masters ---------------------------------------------------------------- */
 
-struct target {
-	char label[64];                 /* "worker/1", or the address with --master */
-	struct dg_http_client *c;
-};
-
-struct targets {
-	struct target *t;
-	int n;
-};
-
-static void targets_close(struct targets *ts)
+static void *client_open(const char *address, const char *token, struct dg_err *err)
 {
-	for (int i = 0; i < ts->n; i++)
-		dg_http_client_free(ts->t[i].c);
-	free(ts->t);
-	ts->t = NULL;
-	ts->n = 0;
+	return dg_http_client_new(address, token, QUERY_TIMEOUT_MS, err);
 }
 
-static enum dg_status target_add(struct targets *ts, const char *label, const char *address,
-				 const char *token, struct dg_err *err)
+static void client_close(void *c)
 {
-	struct target *t = &ts->t[ts->n];
-
-	snprintf(t->label, sizeof t->label, "%s", label);
-	t->c = dg_http_client_new(address, token, QUERY_TIMEOUT_MS, err);
-	if (!t->c)
-		return err->code;
-	ts->n++;
-	return DG_OK;
+	dg_http_client_free(c);
 }
 
-/* "worker/1" into job (buf) and index; -1 when it is not J/I. */
-static int parse_task(const char *s, char *job, size_t job_len, int *index)
-{
-	const char *slash = strrchr(s, '/');
-	char *end;
-	long v;
-
-	if (!slash || slash == s || (size_t)(slash - s) >= job_len || !slash[1])
-		return -1;
-	v = strtol(slash + 1, &end, 10);
-	if (*end || v < 0 || v > 1000000)
-		return -1;
-	memcpy(job, s, (size_t)(slash - s));
-	job[slash - s] = '\0';
-	*index = (int)v;
-	return 0;
-}
+static const struct cli_client_ops client_ops = { client_open, client_close };
 
 /* The servers to ask: --master, else --task's task, else the tasks of job
  * "worker" of the cluster (every task when it has no "worker" job). */
-static enum dg_status targets_open(const struct job_args *a, struct targets *ts,
+static enum dg_status targets_open(const struct job_args *a, struct cli_targets *ts,
 				   struct dg_err *err)
 {
-	struct dg_cluster *cl = NULL;
-	char *token = NULL;
-	enum dg_status st = DG_OK;
-	char job[64];
-	int index = 0;
+	const struct cli_target_query q = {
+		.cluster = a->cluster, .server = a->master, .task = a->task, .job = "worker",
+		.token_file = a->token_file,
+	};
 
-	ts->t = NULL;
-	ts->n = 0;
-	if (a->token_file && !(token = cli_token_load(a->token_file, err)))
-		return err->code;
-	if (!a->master && !(cl = cli_cluster_load(a->cluster, err))) {
-		free(token);
-		return err->code;
-	}
-	int cap = a->master ? 1 : cl->n_tasks;
-	ts->t = calloc((size_t)(cap > 0 ? cap : 1), sizeof *ts->t);
-	if (!ts->t) {
-		st = dg_err_set(err, DG_ENOMEM, "out of memory");
-	} else if (a->master) {
-		st = target_add(ts, a->master, a->master, token, err);
-	} else if (a->task) {
-		const struct dg_task_addr *ta;
-		parse_task(a->task, job, sizeof job, &index);      /* checked by parse_args */
-		if (!(ta = dg_cluster_task(cl, job, index, err)))
-			st = err->code;
-		else
-			st = target_add(ts, a->task, ta->address, token, err);
-	} else {
-		bool has_worker = dg_cluster_job_size(cl, "worker") > 0;
-		for (int i = 0; st == DG_OK && i < cl->n_tasks; i++) {
-			const struct dg_task_addr *ta = &cl->tasks[i];
-			char label[64];
-			if (has_worker && strcmp(ta->job, "worker") != 0)
-				continue;
-			snprintf(label, sizeof label, "%s/%d", ta->job, ta->index);
-			st = target_add(ts, label, ta->address, token, err);
-		}
-		if (st == DG_OK && ts->n == 0)
-			st = dg_err_set(err, DG_EINVAL, "the cluster spec has no tasks");
-	}
-	if (st != DG_OK)
-		targets_close(ts);
-	dg_cluster_free(cl);
-	free(token);
-	return st;
+	return cli_targets_open(&q, &client_ops, ts, err);
 }
 
 /* One request whose answer is JSON: *out owned (json_decref) or NULL with
  * *err set, prefixed with the task when there are several to tell apart. */
-static enum dg_status call_json(const struct target *t, const char *method, const char *path,
+static enum dg_status call_json(const struct cli_target *t, const char *method, const char *path,
 				json_t **out, struct dg_err *err)
 {
 	struct dg_http_result res;
@@ -179,14 +101,14 @@ static enum dg_status call_json(const struct target *t, const char *method, cons
 
 	*out = NULL;
 	dg_http_result_init(&res);
-	st = dg_http_request(t->c, method, path, NULL, 0, NULL, 0, &res, err);
+	st = dg_http_request(t->client, method, path, NULL, 0, NULL, 0, &res, err);
 	if (st == DG_OK) {
 		*out = json_loadb(res.body.data ? res.body.data : "", res.body.len, 0, NULL);
 		if (!*out || !json_is_object(*out)) {
 			json_decref(*out);
 			*out = NULL;
 			st = dg_err_set(err, DG_EIO, "%s %s on %s: the answer is not a JSON object",
-					method, path, dg_http_client_url(t->c));
+					method, path, dg_http_client_url(t->client));
 			dg_err_hint(err, "is this address a dg server of this version?");
 		}
 	}
@@ -206,7 +128,7 @@ static enum dg_status job_path(const char *id, struct dg_buf *path, struct dg_er
  * owned). ENOTFOUND when none does; ECONFLICT when several do (IDs are per
  * master); a task that could not answer makes the lookup fail with its error,
  * since the job might be there. */
-static enum dg_status find_job(const struct targets *ts, const char *id, int *which,
+static enum dg_status find_job(const struct cli_targets *ts, const char *id, int *which,
 			       json_t **out, struct dg_err *err)
 {
 	struct dg_buf path = { 0 };
@@ -361,7 +283,7 @@ static int print_json(json_t *o)
 
 /* ls: every target's list; a task that does not answer is reported on stderr
  * and makes the exit code its error's, but the others are still listed. */
-static int job_ls(const struct job_args *a, const struct targets *ts)
+static int job_ls(const struct job_args *a, const struct cli_targets *ts)
 {
 	struct dg_err err = { 0 }, first = { 0 };
 	json_t *all = json_array();
@@ -419,7 +341,7 @@ static int job_ls(const struct job_args *a, const struct targets *ts)
 }
 
 /* GET /v1/jobs/ID/metrics (CSV) into out. */
-static enum dg_status get_metrics(const struct target *t, const char *id, struct dg_buf *out,
+static enum dg_status get_metrics(const struct cli_target *t, const char *id, struct dg_buf *out,
 				  struct dg_err *err)
 {
 	struct dg_buf path = { 0 };
@@ -430,7 +352,7 @@ static enum dg_status get_metrics(const struct target *t, const char *id, struct
 	if (st == DG_OK)
 		st = dg_buf_printf(&path, err, "/metrics");
 	if (st == DG_OK)
-		st = dg_http_request(t->c, "GET", path.data, NULL, 0, NULL, 0, &res, err);
+		st = dg_http_request(t->client, "GET", path.data, NULL, 0, NULL, 0, &res, err);
 	if (st == DG_OK)
 		st = dg_buf_append(out, res.body.data ? res.body.data : "", res.body.len, err);
 	dg_http_result_deinit(&res);
@@ -490,7 +412,7 @@ static void print_training(const json_t *tr, const char *csv)
 	}
 }
 
-static int job_show(const struct job_args *a, const struct targets *ts)
+static int job_show(const struct job_args *a, const struct cli_targets *ts)
 {
 	struct dg_err err = { 0 };
 	struct dg_buf csv = { 0 };
@@ -529,7 +451,7 @@ static bool is_final(const char *state)
 
 /* cancel: DELETE on the task that knows the job, then poll its status until
  * the running step has been aborted (the master stops it asynchronously). */
-static int job_cancel(const struct job_args *a, const struct targets *ts)
+static int job_cancel(const struct job_args *a, const struct cli_targets *ts)
 {
 	struct dg_err err = { 0 };
 	struct dg_buf path = { 0 };
@@ -539,7 +461,7 @@ static int job_cancel(const struct job_args *a, const struct targets *ts)
 
 	if (find_job(ts, a->pos[0], &which, &o, &err) != DG_OK)
 		return cli_fail(&err);
-	const struct target *t = &ts->t[which];
+	const struct cli_target *t = &ts->t[which];
 	bool was_final = is_final(str_or(o, "state", ""));
 	json_decref(o);
 	o = NULL;
@@ -604,7 +526,7 @@ static int parse_args(int argc, char **argv, struct job_args *a)
 		return cli_usage(cmd, "give --task or --master, not both");
 	if (a->task && ls)
 		return cli_usage(cmd, "--task does not apply to 'dg job ls'");
-	if (a->task && parse_task(a->task, job, sizeof job, &index) != 0)
+	if (a->task && !cli_task_parse(a->task, job, sizeof job, &index))
 		return cli_usage(cmd, "--task '%s': use JOB/INDEX, e.g. worker/0", a->task);
 	if (a->metrics && strcmp(a->sub, "show") != 0)
 		return cli_usage(cmd, "--metrics applies to 'dg job show' only");
@@ -623,10 +545,10 @@ int cmd_job(int argc, char **argv)
 {
 	static const struct {
 		const char *name;
-		int (*fn)(const struct job_args *a, const struct targets *ts);
+		int (*fn)(const struct job_args *a, const struct cli_targets *ts);
 	} subs[] = { { "ls", job_ls }, { "show", job_show }, { "cancel", job_cancel } };
 	struct job_args a = { 0 };
-	struct targets ts;
+	struct cli_targets ts;
 	struct dg_err err = { 0 };
 	int rc;
 
@@ -646,7 +568,7 @@ int cmd_job(int argc, char **argv)
 		if (targets_open(&a, &ts, &err) != DG_OK)
 			return cli_fail(&err);
 		rc = subs[i].fn(&a, &ts);
-		targets_close(&ts);
+		cli_targets_close(&ts);
 		return rc;
 	}
 	if (argv[1][0] == '-')

@@ -10,13 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "dg/client.h"
-#include "dg/cluster.h"
 #include "dg/codec.h"
 #include "dg/kernels.h"
 
@@ -316,79 +314,29 @@ static int parse_args(const struct sub *s, int argc, char **argv, struct var_arg
 
 /* --- the servers -------------------------------------------------------------- */
 
-struct target {
-	char label[64];                 /* "ps/1", or the address with --server */
-	struct dg_client *c;
-};
-
-struct targets {
-	struct target *t;
-	int n;
-};
-
-static void targets_close(struct targets *ts)
+static void *client_open(const char *address, const char *token, struct dg_err *err)
 {
-	for (int i = 0; i < ts->n; i++)
-		dg_client_free(ts->t[i].c);
-	free(ts->t);
-	ts->t = NULL;
-	ts->n = 0;
+	return dg_client_new(address, token, err);
 }
 
-static enum dg_status target_add(struct targets *ts, const char *label, const char *address,
-				 const char *token, struct dg_err *err)
+static void client_close(void *c)
 {
-	struct target *t = &ts->t[ts->n];
-
-	snprintf(t->label, sizeof t->label, "%s", label);
-	t->c = dg_client_new(address, token, err);
-	if (!t->c)
-		return err->code;
-	ts->n++;
-	return DG_OK;
+	dg_client_free(c);
 }
+
+static const struct cli_client_ops client_ops = { client_open, client_close };
 
 /* The servers holding variables: --server, else the tasks of job "ps" of the
  * cluster (every task when it has no "ps" job). */
-static enum dg_status targets_open(const struct var_args *a, struct targets *ts,
+static enum dg_status targets_open(const struct var_args *a, struct cli_targets *ts,
 				   struct dg_err *err)
 {
-	struct dg_cluster *cl = NULL;
-	char *token = NULL;
-	enum dg_status st = DG_OK;
+	const struct cli_target_query q = {
+		.cluster = a->cluster, .server = a->server, .job = "ps",
+		.token_file = a->token_file,
+	};
 
-	ts->t = NULL;
-	ts->n = 0;
-	if (a->token_file && !(token = cli_token_load(a->token_file, err)))
-		return err->code;
-	if (!a->server && !(cl = cli_cluster_load(a->cluster, err))) {
-		free(token);
-		return err->code;
-	}
-	int cap = a->server ? 1 : cl->n_tasks;
-	ts->t = calloc((size_t)(cap > 0 ? cap : 1), sizeof *ts->t);
-	if (!ts->t) {
-		st = dg_err_set(err, DG_ENOMEM, "out of memory");
-	} else if (a->server) {
-		st = target_add(ts, a->server, a->server, token, err);
-	} else {
-		bool has_ps = dg_cluster_job_size(cl, "ps") > 0;
-		for (int i = 0; st == DG_OK && i < cl->n_tasks; i++) {
-			const struct dg_task_addr *ta = &cl->tasks[i];
-			char label[64];
-			if (has_ps && strcmp(ta->job, "ps") != 0)
-				continue;
-			snprintf(label, sizeof label, "%s/%d", ta->job, ta->index);
-			st = target_add(ts, label, ta->address, token, err);
-		}
-		if (st == DG_OK && ts->n == 0)
-			st = dg_err_set(err, DG_EINVAL, "the cluster has no tasks");
-	}
-	if (st != DG_OK)
-		targets_close(ts);
-	dg_cluster_free(cl);
-	free(token);
-	return st;
+	return cli_targets_open(&q, &client_ops, ts, err);
 }
 
 /* Folds the per-task outcomes of a name lookup: not found on every task is
@@ -400,7 +348,7 @@ struct lookup {
 	const char *failed_label;
 };
 
-static void lookup_note(struct lookup *lk, const struct target *t, const struct dg_err *e)
+static void lookup_note(struct lookup *lk, const struct cli_target *t, const struct dg_err *e)
 {
 	if (e->code == DG_ENOTFOUND || lk->failed)
 		return;
@@ -409,7 +357,7 @@ static void lookup_note(struct lookup *lk, const struct target *t, const struct 
 	lk->failed_label = t->label;
 }
 
-static enum dg_status lookup_end(struct lookup *lk, const struct targets *ts, const char *name,
+static enum dg_status lookup_end(struct lookup *lk, const struct cli_targets *ts, const char *name,
 				 struct dg_err *err)
 {
 	if (lk->failed) {
@@ -429,7 +377,7 @@ static enum dg_status lookup_end(struct lookup *lk, const struct targets *ts, co
 }
 
 /* The task holding name: *idx and *info, or DG_ENOTFOUND. */
-static enum dg_status locate(const struct targets *ts, const char *name, int *idx,
+static enum dg_status locate(const struct cli_targets *ts, const char *name, int *idx,
 			     struct dg_var_info *info, struct dg_err *err)
 {
 	struct lookup lk = { 0 };
@@ -439,7 +387,7 @@ static enum dg_status locate(const struct targets *ts, const char *name, int *id
 		return st;
 	for (int i = 0; i < ts->n; i++) {
 		struct dg_err e = { 0 };
-		if (dg_var_stat(ts->t[i].c, name, info, &e) == DG_OK) {
+		if (dg_var_stat(ts->t[i].client, name, info, &e) == DG_OK) {
 			*idx = i;
 			return DG_OK;
 		}
@@ -449,14 +397,14 @@ static enum dg_status locate(const struct targets *ts, const char *name, int *id
 }
 
 /* Where a new variable goes: the task with the fewest bytes (ties: the first). */
-static enum dg_status place_new(const struct targets *ts, int *idx, struct dg_err *err)
+static enum dg_status place_new(const struct cli_targets *ts, int *idx, struct dg_err *err)
 {
 	int64_t best = -1;
 
 	*idx = 0;
 	for (int i = 0; ts->n > 1 && i < ts->n; i++) {
 		json_t *h;
-		enum dg_status st = dg_client_health(ts->t[i].c, &h, err);
+		enum dg_status st = dg_client_health(ts->t[i].client, &h, err);
 		if (st != DG_OK) {
 			dg_err_prefix(err, "%s", ts->t[i].label);
 			return st;
@@ -495,7 +443,7 @@ static void format_mtime(double t, char *buf, size_t n)
 		snprintf(buf, n, "-");
 }
 
-static void print_long(const struct listed *l, int n, const struct targets *ts)
+static void print_long(const struct listed *l, int n, const struct cli_targets *ts)
 {
 	int wn = 4, ws = 5;
 	char sh[160], mt[32];
@@ -520,7 +468,7 @@ static void print_long(const struct listed *l, int n, const struct targets *ts)
 static int cmd_ls(struct var_args *a)
 {
 	struct dg_err err = { 0 };
-	struct targets ts;
+	struct cli_targets ts;
 	struct listed *all = NULL;
 	int n_all = 0, rc = 0;
 
@@ -529,7 +477,8 @@ static int cmd_ls(struct var_args *a)
 	for (int i = 0; i < ts.n; i++) {
 		struct dg_var_info *v;
 		int n;
-		if (dg_var_list(ts.t[i].c, a->n_pos ? a->pos[0] : NULL, &v, &n, &err) != DG_OK) {
+		if (dg_var_list(ts.t[i].client, a->n_pos ? a->pos[0] : NULL, &v, &n, &err) !=
+		    DG_OK) {
 			/* Say which task is missing from the list, go on with the rest. */
 			if (ts.n > 1)
 				dg_err_prefix(&err, "%s", ts.t[i].label);
@@ -557,7 +506,7 @@ static int cmd_ls(struct var_args *a)
 		for (int i = 0; i < n_all; i++)
 			printf("%s\n", all[i].v.name);
 	free(all);
-	targets_close(&ts);
+	cli_targets_close(&ts);
 	return rc;
 }
 
@@ -575,7 +524,7 @@ static enum dg_status write_out(const char *path, const struct dg_buf *b, struct
 static int cmd_get(struct var_args *a)
 {
 	struct dg_err err = { 0 };
-	struct targets ts;
+	struct cli_targets ts;
 	struct dg_buf b = { 0 };
 	struct lookup lk = { 0 };
 	const char *name = a->pos[0];
@@ -595,7 +544,7 @@ static int cmd_get(struct var_args *a)
 	 * case of one ps. */
 	for (int i = 0; i < ts.n; i++) {
 		struct dg_err e = { 0 };
-		st = dg_var_get_encoded(ts.t[i].c, name, enc, &b, NULL, &e);
+		st = dg_var_get_encoded(ts.t[i].client, name, enc, &b, NULL, &e);
 		if (st == DG_OK)
 			break;
 		lookup_note(&lk, &ts.t[i], &e);
@@ -605,59 +554,16 @@ static int cmd_get(struct var_args *a)
 	if (st == DG_OK)
 		st = write_out(a->out, &b, &err);
 	dg_buf_deinit(&b);
-	targets_close(&ts);
+	cli_targets_close(&ts);
 	return st == DG_OK ? 0 : cli_fail(&err);
 }
 
 /* --- put ---------------------------------------------------------------------- */
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), m = strlen(suffix);
-
-	return n >= m && strcasecmp(s + n - m, suffix) == 0;
-}
-
-/* JSON has no NaN or infinity: the bare words nan, inf, -inf, infinity become
- * the strings dg_json_to_tensor reads. Owned copy or NULL (no memory). */
-static char *quote_nonfinite(const char *s)
-{
-	size_t n = strlen(s);
-	char *out = malloc(3 * n + 8), *o = out;
-
-	if (!out)
-		return NULL;
-	for (const char *p = s; *p;) {
-		const char *w = p + (*p == '-' || *p == '+');
-		bool neg = *p == '-';
-		size_t len = 0;
-		while (((w[len] | 0x20) >= 'a' && (w[len] | 0x20) <= 'z'))
-			len++;
-		const char *word = NULL;
-		if (len == 3 && strncasecmp(w, "nan", 3) == 0)
-			word = "\"nan\"";
-		else if ((len == 3 && strncasecmp(w, "inf", 3) == 0) ||
-			 (len == 8 && strncasecmp(w, "infinity", 8) == 0))
-			word = neg ? "\"-inf\"" : "\"inf\"";
-		if (!word) {
-			/* Not one of ours: copy the whole word (so "xinf" stays). */
-			size_t k = len ? (size_t)(w + len - p) : 1;
-			memcpy(o, p, k);
-			o += k;
-			p += k;
-			continue;
-		}
-		o += sprintf(o, "%s", word);
-		p = w + len;
-	}
-	*o = '\0';
-	return out;
-}
-
 static struct dg_tensor *parse_value(const char *text, const enum dg_dtype *dt,
 				     struct dg_err *err)
 {
-	char *fixed = quote_nonfinite(text);
+	char *fixed = cli_quote_nonfinite(text);
 	json_error_t je;
 	json_t *v;
 	struct dg_tensor *t;
@@ -719,10 +625,10 @@ static struct dg_tensor *put_input(const struct var_args *a, const struct dg_var
 
 	if (!file) {
 		t = parse_value(a->value, dt, err);
-	} else if (ends_with(file, ".npy")) {
+	} else if (cli_ends_with(file, ".npy")) {
 		t = dg_npy_read_file(file, err);
 	} else if (dg_buf_read_file(&b, file, FILE_LIMIT, err) == DG_OK) {
-		if (ends_with(file, ".txt") || ends_with(file, ".text"))
+		if (cli_ends_with(file, ".txt") || cli_ends_with(file, ".text"))
 			t = dg_text_decode(b.data ? b.data : "", b.len, dt ? dt : &f32, shape, err);
 		else if (!dt || !shape)
 			dg_err_set(err, DG_EINVAL, "'%s' is raw bytes: give --dtype and --shape",
@@ -743,7 +649,7 @@ static struct dg_tensor *put_input(const struct var_args *a, const struct dg_var
 static int cmd_put(struct var_args *a)
 {
 	struct dg_err err = { 0 };
-	struct targets ts;
+	struct cli_targets ts;
 	struct dg_var_info info;
 	struct dg_tensor *t = NULL;
 	struct dg_put_opts opts = { .replace = a->replace, .if_match = a->if_version };
@@ -757,7 +663,7 @@ static int cmd_put(struct var_args *a)
 	if (!file == !a->value)
 		return cli_usage("var put", file ? "give FILE or --value, not both"
 					       : "missing FILE or --value");
-	if (file && ends_with(file, ".npy") && (a->has_dtype || a->has_shape))
+	if (file && cli_ends_with(file, ".npy") && (a->has_dtype || a->has_shape))
 		return cli_usage("var put", "a .npy file carries its own dtype and shape; "
 				 "drop --dtype/--shape");
 	if ((st = dg_var_name_check(name, &err)) != DG_OK ||
@@ -770,14 +676,14 @@ static int cmd_put(struct var_args *a)
 	if (st == DG_OK && !(t = put_input(a, exists ? &info : NULL, &err)))
 		st = err.code;
 	if (st == DG_OK)
-		st = dg_var_put(ts.t[idx].c, name, t, &opts, &version, &err);
+		st = dg_var_put(ts.t[idx].client, name, t, &opts, &version, &err);
 	if (st == DG_OK) {
 		dg_shape_format(&t->shape, sh, sizeof sh);
 		printf("%s %s: %s %s, version %" PRIu64 " on %s\n", exists ? "wrote" : "created",
 		       name, dg_dtype_name(t->dtype), sh, version, ts.t[idx].label);
 	}
 	dg_tensor_free(t);
-	targets_close(&ts);
+	cli_targets_close(&ts);
 	return st == DG_OK ? 0 : cli_fail(&err);
 }
 
@@ -843,7 +749,7 @@ static struct dg_tensor *make_init(const struct var_args *a, struct dg_err *err)
 static int cmd_create(struct var_args *a)
 {
 	struct dg_err err = { 0 };
-	struct targets ts;
+	struct cli_targets ts;
 	struct dg_var_info info;
 	struct dg_tensor *t = NULL;
 	struct dg_put_opts opts = { .create_only = true };
@@ -881,7 +787,7 @@ static int cmd_create(struct var_args *a)
 		if (st == DG_OK && !(t = make_init(a, &err)))
 			st = err.code;
 		if (st == DG_OK)
-			st = dg_var_put(ts.t[idx].c, name, t, &opts, &version, &err);
+			st = dg_var_put(ts.t[idx].client, name, t, &opts, &version, &err);
 		if (st == DG_ECONFLICT) {
 			/* If-None-Match lost: someone created it since the lookup. */
 			st = dg_err_set(&err, DG_EEXIST, "variable '%s' was created on %s "
@@ -895,7 +801,7 @@ static int cmd_create(struct var_args *a)
 		       ts.t[idx].label);
 	}
 	dg_tensor_free(t);
-	targets_close(&ts);
+	cli_targets_close(&ts);
 	return st == DG_OK ? 0 : cli_fail(&err);
 }
 
@@ -904,7 +810,7 @@ static int cmd_create(struct var_args *a)
 static int cmd_rm(struct var_args *a)
 {
 	struct dg_err err = { 0 };
-	struct targets ts;
+	struct cli_targets ts;
 	int rc = 0;
 
 	if (targets_open(a, &ts, &err) != DG_OK)
@@ -916,7 +822,7 @@ static int cmd_rm(struct var_args *a)
 		int i;
 		for (i = 0; st == DG_OK && i < ts.n; i++) {
 			struct dg_err e = { 0 };
-			if (dg_var_delete(ts.t[i].c, name, 0, &e) == DG_OK)
+			if (dg_var_delete(ts.t[i].client, name, 0, &e) == DG_OK)
 				break;
 			lookup_note(&lk, &ts.t[i], &e);
 		}
@@ -929,7 +835,7 @@ static int cmd_rm(struct var_args *a)
 		int r = cli_fail(&err);
 		rc = rc ? rc : r;
 	}
-	targets_close(&ts);
+	cli_targets_close(&ts);
 	return rc;
 }
 

@@ -1,9 +1,12 @@
 /* Helpers shared by the `dg` subcommands that talk to a cluster: where the
- * cluster spec comes from (cli_cluster_load) and the bearer token file
- * (cli_token_load). Declared in cli.h. */
+ * cluster spec comes from (cli_cluster_load), the bearer token file
+ * (cli_token_load) and the list of servers a command asks (cli_targets_open).
+ * Declared in cli.h. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "cli.h"
@@ -101,4 +104,179 @@ fail:
 out:
 	dg_buf_deinit(&b);
 	return tok;
+}
+
+bool cli_ends_with(const char *s, const char *suffix)
+{
+	size_t n = strlen(s), m = strlen(suffix);
+
+	return n >= m && strcasecmp(s + n - m, suffix) == 0;
+}
+
+bool cli_task_parse(const char *s, char *job, size_t job_len, int *index)
+{
+	const char *slash = strrchr(s, '/');
+	char *end;
+	long v;
+
+	if (!slash || slash == s || (size_t)(slash - s) >= job_len || !slash[1])
+		return false;
+	v = strtol(slash + 1, &end, 10);
+	if (*end || v < 0 || v > 1000000)
+		return false;
+	memcpy(job, s, (size_t)(slash - s));
+	job[slash - s] = '\0';
+	*index = (int)v;
+	return true;
+}
+
+void cli_targets_close(struct cli_targets *ts)
+{
+	for (int i = 0; i < ts->n; i++) {
+		if (ts->ops)
+			ts->ops->close(ts->t[i].client);
+		free(ts->t[i].address);
+	}
+	free(ts->t);
+	free(ts->token);
+	ts->t = NULL;
+	ts->n = 0;
+	ts->token = NULL;
+}
+
+/* Append a target; the client is made from address itself (not the copy). */
+static enum dg_status target_add(struct cli_targets *ts, const char *label, const char *address,
+				 struct dg_err *err)
+{
+	struct cli_target *t = &ts->t[ts->n];
+
+	snprintf(t->label, sizeof t->label, "%s", label);
+	if (!(t->address = strdup(address)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	if (ts->ops && !(t->client = ts->ops->open(address, ts->token, err))) {
+		free(t->address);
+		t->address = NULL;
+		return err->code;
+	}
+	ts->n++;
+	return DG_OK;
+}
+
+/* The targets of a cluster (cl borrowed) when no server was given. */
+static enum dg_status targets_of_cluster(const struct cli_target_query *q,
+					 const struct dg_cluster *cl, struct cli_targets *ts,
+					 struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	if (q->task) {
+		const struct dg_task_addr *ta;
+		char job[64];
+		int index = 0;
+		if (!cli_task_parse(q->task, job, sizeof job, &index))
+			return dg_err_set(err, DG_EINVAL, "--task '%s' is not JOB/INDEX", q->task);
+		if (!(ta = dg_cluster_task(cl, job, index, err)))
+			return err->code;
+		return target_add(ts, q->task, ta->address, err);
+	}
+	bool has_job = q->job && dg_cluster_job_size(cl, q->job) > 0;
+	for (int i = 0; st == DG_OK && i < cl->n_tasks; i++) {
+		const struct dg_task_addr *ta = &cl->tasks[i];
+		char label[64];
+		if (has_job && strcmp(ta->job, q->job) != 0)
+			continue;
+		snprintf(label, sizeof label, "%s/%d", ta->job, ta->index);
+		st = target_add(ts, label, ta->address, err);
+	}
+	/* dg_cluster_parse refuses empty specs and jobs: kept for a spec built otherwise. */
+	if (st == DG_OK && ts->n == 0)
+		st = dg_err_set(err, DG_EINVAL, "the cluster has no tasks");
+	return st;
+}
+
+enum dg_status cli_targets_open(const struct cli_target_query *q,
+				const struct cli_client_ops *ops, struct cli_targets *ts,
+				struct dg_err *err)
+{
+	struct dg_cluster *cl = NULL;
+	enum dg_status st;
+
+	*ts = (struct cli_targets){ .ops = ops };
+	if (q->token_file && !(ts->token = cli_token_load(q->token_file, err)))
+		return err->code;
+	if (!q->server && !(cl = cli_cluster_load(q->cluster, err))) {
+		cli_targets_close(ts);
+		return err->code;
+	}
+	int cap = q->server ? 1 : cl->n_tasks;
+	ts->t = calloc((size_t)(cap > 0 ? cap : 1), sizeof *ts->t);
+	if (!ts->t)
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+	else if (q->server)
+		st = target_add(ts, q->server, q->server, err);
+	else
+		st = targets_of_cluster(q, cl, ts, err);
+	if (st != DG_OK)
+		cli_targets_close(ts);
+	dg_cluster_free(cl);
+	return st;
+}
+
+/* JSON has no NaN or infinity: rewrite the bare words nan, inf and infinity
+ * (any case, optional sign) outside strings as the "nan", "inf", "-inf" strings
+ * that dg_json_to_tensor accepts. Returns a malloc'd copy or NULL (no memory). */
+char *cli_quote_nonfinite(const char *s)
+{
+	size_t n = strlen(s);
+	char *out = malloc(2 * n + 8), *o = out;
+	bool in_str = false;
+
+	if (!out)
+		return NULL;
+	for (const char *p = s; *p;) {
+		if (in_str) {
+			if (*p == '\\' && p[1])
+				*o++ = *p++;
+			else if (*p == '"')
+				in_str = false;
+			*o++ = *p++;
+			continue;
+		}
+		if (*p == '"') {
+			in_str = true;
+			*o++ = *p++;
+			continue;
+		}
+		const char *w = p;
+		bool neg = false;
+		if ((*w == '-' || *w == '+') && isalpha((unsigned char)w[1])) {
+			neg = *w == '-';
+			w++;
+		}
+		if (!isalpha((unsigned char)*w)) {
+			*o++ = *p++;
+			continue;
+		}
+		const char *e = w;
+		while (isalpha((unsigned char)*e))
+			e++;
+		size_t len = (size_t)(e - w);
+		const char *word = NULL;
+		if (len == 3 && strncasecmp(w, "nan", 3) == 0)
+			word = "\"nan\"";
+		else if ((len == 3 && strncasecmp(w, "inf", 3) == 0) ||
+			 (len == 8 && strncasecmp(w, "infinity", 8) == 0))
+			word = neg ? "\"-inf\"" : "\"inf\"";
+		if (word) {
+			size_t wl = strlen(word);
+			memcpy(o, word, wl);
+			o += wl;
+		} else {
+			memcpy(o, p, (size_t)(e - p));   /* left for the JSON parser to refuse */
+			o += e - p;
+		}
+		p = e;
+	}
+	*o = '\0';
+	return out;
 }

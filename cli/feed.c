@@ -2,10 +2,8 @@
  * text encoding, or a JSON tensor literal typed by what the graph infers for
  * NAME (so `--feed x=2` is a float32 2 for a float32 placeholder). The tensor
  * goes to worker/exec.c, which checks it against the node's declared type. */
-#include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cli.h"
 #include "dg/buf.h"
@@ -13,75 +11,9 @@
 
 #define FEED_TEXT_MAX ((size_t)1 << 30)   /* bytes of a .txt feed */
 
-static bool ends_with(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), m = strlen(suffix);
-
-	return n >= m && strcasecmp(s + n - m, suffix) == 0;
-}
-
-/* JSON has no NaN or infinity: rewrite the bare words nan, inf and infinity
- * (any case, optional sign) outside strings as the "nan", "inf", "-inf" strings
- * that dg_json_to_tensor accepts. Returns a malloc'd copy or NULL (no memory). */
-static char *quote_nonfinite(const char *s)
-{
-	size_t n = strlen(s);
-	char *out = malloc(2 * n + 8), *o = out;
-	bool in_str = false;
-
-	if (!out)
-		return NULL;
-	for (const char *p = s; *p;) {
-		if (in_str) {
-			if (*p == '\\' && p[1])
-				*o++ = *p++;
-			else if (*p == '"')
-				in_str = false;
-			*o++ = *p++;
-			continue;
-		}
-		if (*p == '"') {
-			in_str = true;
-			*o++ = *p++;
-			continue;
-		}
-		const char *w = p;
-		bool neg = false;
-		if ((*w == '-' || *w == '+') && isalpha((unsigned char)w[1])) {
-			neg = *w == '-';
-			w++;
-		}
-		if (!isalpha((unsigned char)*w)) {
-			*o++ = *p++;
-			continue;
-		}
-		const char *e = w;
-		while (isalpha((unsigned char)*e))
-			e++;
-		size_t len = (size_t)(e - w);
-		const char *word = NULL;
-		if (len == 3 && strncasecmp(w, "nan", 3) == 0)
-			word = "\"nan\"";
-		else if ((len == 3 && strncasecmp(w, "inf", 3) == 0) ||
-			 (len == 8 && strncasecmp(w, "infinity", 8) == 0))
-			word = neg ? "\"-inf\"" : "\"inf\"";
-		if (word) {
-			size_t wl = strlen(word);
-			memcpy(o, word, wl);
-			o += wl;
-		} else {
-			memcpy(o, p, (size_t)(e - p));   /* left for the JSON parser to refuse */
-			o += e - p;
-		}
-		p = e;
-	}
-	*o = '\0';
-	return out;
-}
-
 static struct dg_tensor *parse_literal(const char *text, enum dg_dtype dt, struct dg_err *err)
 {
-	char *fixed = quote_nonfinite(text);
+	char *fixed = cli_quote_nonfinite(text);
 	json_error_t je;
 	json_t *v;
 	struct dg_tensor *t;
@@ -141,9 +73,9 @@ enum dg_status cli_feed_parse(const struct dg_graph *g, const char *arg, char **
 	if (st != DG_OK)
 		goto fail;
 	want = &g->nodes[e.node].out[e.index];
-	if (ends_with(val, ".npy"))
+	if (cli_ends_with(val, ".npy"))
 		*value = dg_npy_read_file(val, err);
-	else if (ends_with(val, ".txt"))
+	else if (cli_ends_with(val, ".txt"))
 		*value = read_text(val, want, err);
 	else
 		*value = parse_literal(val, want->dtype, err);

@@ -3,7 +3,8 @@
 #   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # after the script has set DG (the dg binary) and TMP (its temp dir). Gives the
 # counters (passed, failed, rc), run/ok/not_ok/check_out/check_err, the final
-# summary line, free loopback ports and the wait for a server's --port-file.
+# summary line, free loopback ports, the wait for a server's --port-file and
+# the start (and EXIT-trap stop) of a lone `dg ps` or of a small cluster.
 # SHOW_BYTES (default 600) caps the stdout/stderr shown by a failure.
 
 passed=0
@@ -51,6 +52,19 @@ check_err() {
 	fi
 }
 
+# check_cmd DESC COMMAND...: run the command; count the check, print it only
+# when it fails (the quiet style of the scripts that drive a server with curl).
+check_cmd() {
+	local what=$1
+	shift
+	if "$@"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+		echo "FAIL - $what"
+	fi
+}
+
 # summary: the final "N passed, M failed" line; its status is the script's.
 summary() {
 	echo "$passed passed, $failed failed"
@@ -87,10 +101,81 @@ kill_wait() {
 	done
 }
 
+# ps_script_init: the set-up of scripts that start lone servers with
+# start_one_ps: a new temp dir in TMP, the PIDS array and the EXIT trap that
+# SIGKILLs them all and removes TMP (kept, its path printed, with KEEP_TMP=1).
+ps_script_init() {
+	TMP=$(mktemp -d)
+	PIDS=()
+	trap ps_cleanup EXIT
+}
+
+ps_cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do
+		kill -9 "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
+	if [[ -n ${KEEP_TMP:-} ]]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
+}
+
+# start_one_ps NAME TRIES [ARGS...]: `$DG ps` alone on a free loopback port
+# (spec $TMP/cluster.json, log $TMP/NAME.log) with ARGS; sets PID and PORT,
+# appends PID to the caller's PIDS array. Fails when no port file came after
+# TRIES waits of 0.05 s.
+start_one_ps() {
+	local name=$1 tries=$2
+	shift 2
+	echo '{"ps": ["127.0.0.1:0"]}' >"$TMP/cluster.json"
+	rm -f "$TMP/$name.port"
+	"$DG" ps --cluster "$TMP/cluster.json" --port-file "$TMP/$name.port" "$@" \
+		2>"$TMP/$name.log" &
+	PID=$!
+	PIDS+=("$PID")
+	# The caller reads PORT.
+	# shellcheck disable=SC2034
+	PORT=$(wait_port "$TMP/$name.port" "$tries")
+}
+
+# cluster_script_init: the set-up of scripts that use start_small_cluster: a
+# new temp dir in TMP, the pid[] array it fills, spid (a server the script
+# starts itself, empty for none) and the EXIT trap that stops them all and
+# removes TMP (cluster_cleanup).
+cluster_script_init() {
+	TMP=$(mktemp -d)
+	declare -gA pid=()
+	spid=
+	trap cluster_cleanup EXIT
+}
+
+cluster_cleanup() {
+	[[ -n ${spid:-} ]] && kill_wait "$spid"
+	kill_wait "${pid[@]}"
+	rm -rf "$TMP"
+}
+
+# stop_clean NAME...: SIGTERM the servers pid[NAME] and reap them (each leaves
+# pid[]); fails when one exits non-zero or its $TMP/NAME.log has a sanitizer
+# report, whose start is shown.
+stop_clean() {
+	local name clean=0
+	for name in "$@"; do
+		kill "${pid[$name]}" 2>/dev/null || true
+		wait "${pid[$name]}" 2>/dev/null || clean=1
+		unset "pid[$name]"
+		if grep -qE 'Sanitizer|runtime error:' "$TMP/$name.log"; then
+			clean=1
+			head -c 2000 "$TMP/$name.log"
+		fi
+	done
+	return "$clean"
+}
+
 # start_small_cluster: 1 ps + 2 workers of "$DG server" on free loopback ports,
 # spec in $TMP/cluster.json, logs in $TMP/{ps,w0,w1}.log. The caller declares
 # `declare -A pid=()` (filled here: pid[ps], pid[w0], pid[w1]) and kills them
-# in its trap. Exits the script with "0 passed, 1 failed" if one does not start.
+# in its trap (cluster_script_init does both). Exits the script with
+# "0 passed, 1 failed" if one does not start.
 start_small_cluster() {
 	local p0 p1 p2 name
 	read -r p0 p1 p2 < <(free_ports 3)

@@ -9,18 +9,9 @@ set -euo pipefail
 DG=${1:?usage: test_job.sh PATH/TO/dg}
 HERE=$(cd "$(dirname "$0")" && pwd)
 EX=${DG_SOURCE_DIR:-$HERE/../..}/examples
-TMP=$(mktemp -d)
-declare -A pid=()
-spid=
-
-cleanup() {
-	[[ -n $spid ]] && kill_wait "$spid"
-	kill_wait "${pid[@]}"
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
 SHOW_BYTES=800
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cluster_script_init             # TMP, pid[], spid and the EXIT trap that stops them
 
 # Three free loopback ports: every server needs the final spec.
 start_small_cluster
@@ -152,16 +143,6 @@ check "job ls still lists worker/0's jobs and exits 10 naming worker/1" \
 	 grep -qF "dg: worker/1: " "$TMP/err"'
 
 # --- the servers stop cleanly (SIGTERM), without sanitizer reports -------------
-clean=1
-for name in ps w0; do
-	kill "${pid[$name]}" 2>/dev/null || true
-	wait "${pid[$name]}" 2>/dev/null || clean=0
-	unset "pid[$name]"
-	if grep -qE 'Sanitizer|runtime error:' "$TMP/$name.log"; then
-		clean=0
-		head -c 2000 "$TMP/$name.log"
-	fi
-done
-check "ps and worker/0 stop cleanly without sanitizer reports" '[[ $clean -eq 1 ]]'
+check "ps and worker/0 stop cleanly without sanitizer reports" 'stop_clean ps w0'
 
 summary

@@ -70,6 +70,11 @@ run var get w "${C[@]}"
 check_out "a flat literal of the same count takes the variable's shape" 0 \
 	"$(printf '# float32 [2,3]\n1 2 3\n4 5 6')"
 
+run var put w "${C[@]}" --value '["nan",inf,3,-Infinity,"inf",6]'
+check_has "put --value takes nan and inf, bare or as JSON strings" 0 "wrote w: float32 [2,3]"
+run var get w "${C[@]}"
+check_out "get shows the non-finite values" 0 "$(printf '# float32 [2,3]\nnan inf 3\n-inf inf 6')"
+
 run var put w "${C[@]}" --value '[1,2]'
 check_err "another shape without --replace exits 5" 5 "not [2,3]"
 run var put w "${C[@]}" --value '[1,2]' --replace

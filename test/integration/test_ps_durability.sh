@@ -22,39 +22,12 @@ if [[ -z $PY ]]; then
 	exit 77
 fi
 
-TMP=$(mktemp -d)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do
-		kill -9 "$p" 2>/dev/null
-		wait "$p" 2>/dev/null
-	done
-	[[ -n ${KEEP_TMP:-} ]] && echo "kept $TMP" || rm -rf "$TMP"
-}
-trap cleanup EXIT
-
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-check() {
-	local what=$1
-	shift
-	if "$@"; then
-		passed=$((passed + 1))
-	else
-		failed=$((failed + 1))
-		echo "FAIL - $what"
-	fi
-}
+ps_script_init          # TMP, PIDS and the EXIT trap that kills them
 
 # start_ps NAME: `dg ps` on a free port with the data dir; sets PID and PORT.
 start_ps() {
-	local name=$1
-	echo '{"ps": ["127.0.0.1:0"]}' >"$TMP/cluster.json"
-	rm -f "$TMP/$name.port"
-	"$DG" ps --cluster "$TMP/cluster.json" --data-dir "$TMP/data" --checkpoint-secs 1 \
-		--port-file "$TMP/$name.port" 2>"$TMP/$name.log" &
-	PID=$!
-	PIDS+=("$PID")
-	PORT=$(wait_port "$TMP/$name.port" 400)
+	start_one_ps "$1" 400 --data-dir "$TMP/data" --checkpoint-secs 1
 }
 
 acks() {
@@ -63,8 +36,8 @@ acks() {
 	echo "${n:-0}"
 }
 
-check "dg ps starts with a data directory" start_ps first
-check "the first start of a data directory is epoch 1" \
+check_cmd "dg ps starts with a data directory" start_ps first
+check_cmd "the first start of a data directory is epoch 1" \
 	grep -q "(epoch 1, data dir $TMP/data, 0 variables)" "$TMP/first.log"
 
 "$PY" "$STREAM" stream "$PORT" "$COUNT" "$NVARS" "$TMP/stream.log" 2>"$TMP/stream.err" &
@@ -83,11 +56,11 @@ wait "$STREAM_PID"
 stream_rc=$?
 n_acked=$(acks)
 echo "killed the server after $n_acked acknowledged assignments (target $target of $COUNT)"
-check "the kill came in the middle of the stream" \
+check_cmd "the kill came in the middle of the stream" \
 	test "$stream_rc" = 3 -a "$n_acked" -ge "$target" -a "$n_acked" -lt "$COUNT"
 
-check "dg ps restarts on the same data directory" start_ps second
-check "the restart says epoch 2 and how many variables it recovered" \
+check_cmd "dg ps restarts on the same data directory" start_ps second
+check_cmd "the restart says epoch 2 and how many variables it recovered" \
 	grep -q "(epoch 2, data dir $TMP/data, $NVARS variables)" "$TMP/second.log"
 "$PY" "$STREAM" check "$PORT" "$TMP/stream.log" 1 >"$TMP/report"
 grep -v '^[0-9]* [0-9]*$' "$TMP/report" | grep -v '^PASS' || true
@@ -97,9 +70,9 @@ failed=$((failed + ${f:-1}))
 
 kill -TERM "$PID"
 wait "$PID"
-check "SIGTERM stops the restarted server with exit status 0" test $? = 0
-check "a clean stop leaves a snapshot" bash -c "ls '$TMP/data' | grep -q ."
-check "no sanitizer report from the servers" \
+check_cmd "SIGTERM stops the restarted server with exit status 0" test $? = 0
+check_cmd "a clean stop leaves a snapshot" bash -c "ls '$TMP/data' | grep -q ."
+check_cmd "no sanitizer report from the servers" \
 	bash -c "! cat '$TMP/first.log' '$TMP/second.log' | grep -qE 'Sanitizer|runtime error:'"
 
 summary

@@ -11,18 +11,9 @@ set -euo pipefail
 DG=${1:?usage: test_submit.sh PATH/TO/dg}
 HERE=$(cd "$(dirname "$0")" && pwd)
 EX=${DG_SOURCE_DIR:-$HERE/../..}/examples
-TMP=$(mktemp -d)
-declare -A pid=()
-spid=
-
-cleanup() {
-	[[ -n $spid ]] && kill_wait "$spid"
-	kill_wait "${pid[@]}"
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
 SHOW_BYTES=800
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cluster_script_init             # TMP, pid[], spid and the EXIT trap that stops them
 
 # check_err DESC EXPECTED_RC SUBSTRING: exit code and a substring of stderr
 # (lib.sh's check_err also wants the "dg: " prefix and an empty stdout).
@@ -204,17 +195,7 @@ check_err "an unreachable task at submit time is reported by address" 10 \
 	"task /job:worker/task:1 (127.0.0.1:$P2) does not answer"
 
 # --- the servers stop cleanly (SIGTERM), without sanitizer reports -------------
-clean=1
-for name in ps w0; do
-	kill "${pid[$name]}" 2>/dev/null || true
-	wait "${pid[$name]}" 2>/dev/null || clean=0
-	unset "pid[$name]"
-	if grep -qE 'Sanitizer|runtime error:' "$TMP/$name.log"; then
-		clean=0
-		head -c 2000 "$TMP/$name.log"
-	fi
-done
-if [[ $clean -eq 1 ]]; then ok "ps and worker/0 stop cleanly without sanitizer reports"; else
+if stop_clean ps w0; then ok "ps and worker/0 stop cleanly without sanitizer reports"; else
 	not_ok "ps and worker/0 stop cleanly without sanitizer reports"; fi
 
 summary

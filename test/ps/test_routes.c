@@ -752,18 +752,28 @@ struct delayed_put {
 	float value;
 };
 
+/* Send six float32 copies of value (w's shape) with method to path on c, the
+ * connection of a helper thread; returns the HTTP status. */
+static long send_fill(CURL *c, const char *method, const char *path, float value)
+{
+	float v[6];
+	struct resp r;
+	long st;
+
+	for (int i = 0; i < 6; i++)
+		v[i] = value;
+	st = req_on(c, method, path, NULL, v, sizeof v, &r);
+	resp_free(&r);
+	return st;
+}
+
 static void *put_later(void *arg)
 {
 	struct delayed_put *d = arg;
-	float v[6];
-	struct resp r;
 	CURL *c = curl_easy_init();
 
-	for (int i = 0; i < 6; i++)
-		v[i] = d->value;
 	usleep((useconds_t)d->delay_ms * 1000);
-	req_on(c, "PUT", "/v1/vars/w", NULL, v, sizeof v, &r);
-	resp_free(&r);
+	send_fill(c, "PUT", "/v1/vars/w", d->value);
 	curl_easy_cleanup(c);
 	return NULL;
 }
@@ -982,16 +992,11 @@ static void *replica_push(void *arg)
 {
 	struct replica_arg *a = arg;
 	CURL *c = curl_easy_init();
-	float g[6];
 	char path[200];
-	struct resp r;
 
-	for (int i = 0; i < 6; i++)
-		g[i] = a->g;
 	snprintf(path, sizeof path, "/v1/vars/w/apply?rule=sgd&lr=1&step=0&replicas=3&backup=1"
 		 "&replica=%d", a->replica);
-	a->status = req_on(c, "POST", path, NULL, g, sizeof g, &r);
-	resp_free(&r);
+	a->status = send_fill(c, "POST", path, a->g);
 	curl_easy_cleanup(c);
 	return NULL;
 }
@@ -1400,18 +1405,13 @@ static void *complete_step_later(void *arg)
 {
 	struct step_push *p = arg;
 	CURL *c = curl_easy_init();
-	float g[6];
 	char path[200];
-	struct resp r;
 
 	usleep((useconds_t)p->delay_ms * 1000);
 	for (int k = 0; k < 2; k++) {
-		for (int i = 0; i < 6; i++)
-			g[i] = p->g * (k ? 3.0f : 1.0f);
 		snprintf(path, sizeof path, "/v1/vars/w/apply?rule=sgd&lr=1&step=%d&replicas=2"
 			 "&replica=%d", p->step, k);
-		req_on(c, "POST", path, NULL, g, sizeof g, &r);
-		resp_free(&r);
+		send_fill(c, "POST", path, p->g * (k ? 3.0f : 1.0f));
 	}
 	curl_easy_cleanup(c);
 	return NULL;

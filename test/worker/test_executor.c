@@ -713,21 +713,30 @@ static void batch_fragment(char *f, size_t n, const char *npy)
 		 " \"attrs\": {\"key\": \"fetch:c\", \"to\": \"%s\"}}]}", npy, addr[0], addr[0]);
 }
 
-Test(executor, multi_step_run_collects_each_training_step_and_reads_the_file_once)
+/* Write 6 examples to a new temporary .npy (npy: a mkstemp template, gets the
+ * path) and register batch_fragment over it on worker 0 as id. */
+static void add_batch_fragment(char *npy, char *id, size_t id_len)
 {
-	char npy[] = "/tmp/dg_test_exec_XXXXXX", f[2048], id[24];
-	const char *keys[] = { "fetch:b", "fetch:c" };
-	struct worker_run_opts o = { .step = 500, .steps = 5, .train_step = 1,
-				     .timeout_ms = 10000, .collect = keys, .n_collect = 2 };
-	struct worker_run_result res;
-	struct dg_err err = { 0 };
+	char f[2048];
 	int fd = mkstemp(npy);
 
 	cr_assert_geq(fd, 0);
 	close(fd);
 	write_npy(npy, 6);
 	batch_fragment(f, sizeof f, npy);
-	add_fragment(0, f, id, sizeof id);
+	add_fragment(0, f, id, id_len);
+}
+
+Test(executor, multi_step_run_collects_each_training_step_and_reads_the_file_once)
+{
+	char npy[] = "/tmp/dg_test_exec_XXXXXX", id[24];
+	const char *keys[] = { "fetch:b", "fetch:c" };
+	struct worker_run_opts o = { .step = 500, .steps = 5, .train_step = 1,
+				     .timeout_ms = 10000, .collect = keys, .n_collect = 2 };
+	struct worker_run_result res;
+	struct dg_err err = { 0 };
+
+	add_batch_fragment(npy, id, sizeof id);
 	cr_assert_eq(worker_run_steps(wk[0], id, &o, &res, &err), DG_OK, "%s", err.msg);
 	cr_assert_eq(res.steps_done, 5);
 	for (int i = 0; i < 5; i++) {
@@ -768,13 +777,8 @@ Test(executor, multi_step_run_over_http_replies_with_results)
 	char npy[] = "/tmp/dg_test_exec_XXXXXX", f[2048], id[24], path[96];
 	struct dg_http_result res;
 	struct dg_err err = { 0 };
-	int fd = mkstemp(npy);
 
-	cr_assert_geq(fd, 0);
-	close(fd);
-	write_npy(npy, 6);
-	batch_fragment(f, sizeof f, npy);
-	add_fragment(0, f, id, sizeof id);
+	add_batch_fragment(npy, id, sizeof id);
 	snprintf(path, sizeof path, "/v1/fragments/%s/run", id);
 	cr_assert_eq(req(0, "POST", path, "{\"step\": 70, \"steps\": 4, \"train_step\": 2, "
 			 "\"timeout_ms\": 10000, \"collect\": [\"fetch:b\"]}", &res, &err), DG_OK,

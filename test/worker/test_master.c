@@ -27,15 +27,14 @@ static const char cluster2[] =
 	"{'ps': ['127.0.0.1:7000', '127.0.0.1:7001'],"
 	" 'worker': ['127.0.0.1:7010', '127.0.0.1:7011']}";
 
-/* "/job:worker/task:1" of node name. */
-static const char *dev_of(const struct dg_graph *g, const struct dg_cluster *c,
-			  const struct placement *p, const char *name)
+/* "/job:worker/task:1": the task (never the GPU) of node name. */
+static const char *dev_of(const struct placed *x, const char *name)
 {
 	static char buf[128];
-	int n = dg_graph_find(g, name);
+	int n = dg_graph_find(x->g, name);
 
 	cr_assert_geq(n, 0, "no node %s", name);
-	place_device_name(c, p->task[n], buf, sizeof buf);
+	place_device_name(x->c, x->p.task[n], buf, sizeof buf);
 	return buf;
 }
 
@@ -53,50 +52,40 @@ static const char seed_sum[] =
 
 Test(place, explicit_devices_are_kept_in_every_spelling)
 {
-	struct dg_cluster *c = cl(cluster2);
-	struct dg_graph *g = gr("{'nodes': ["
+	struct placed x;
+
+	placed_init(&x, cluster2, "{'nodes': ["
 		"{'name':'a','op':'Const','attrs':{'value':1},'device':'/job:worker/task:1'},"
 		"{'name':'b','op':'Const','attrs':{'value':1},'device':'/job:worker/task:0/cpu:0'},"
 		"{'name':'d','op':'Const','attrs':{'value':1},"
 		"'device':'/job:worker/replica:0/task:1/device:CPU:0'},"
-		"{'name':'e','op':'Add','inputs':['a','b'],'device':'/job:ps/task:1'}]}");
-	struct placement p;
-	struct dg_err err = { 0 };
-
-	cr_assert_eq(place_graph(g, c, NULL, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_str_eq(dev_of(g, c, &p, "a"), "/job:worker/task:1");
-	cr_assert_str_eq(dev_of(g, c, &p, "b"), "/job:worker/task:0");
-	cr_assert_str_eq(dev_of(g, c, &p, "d"), "/job:worker/task:1");
-	cr_assert_str_eq(dev_of(g, c, &p, "e"), "/job:ps/task:1");
-	cr_assert_str_eq(p.why[dg_graph_find(g, "e")], "explicit");
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+		"{'name':'e','op':'Add','inputs':['a','b'],'device':'/job:ps/task:1'}]}", NULL);
+	cr_assert_str_eq(dev_of(&x, "a"), "/job:worker/task:1");
+	cr_assert_str_eq(dev_of(&x, "b"), "/job:worker/task:0");
+	cr_assert_str_eq(dev_of(&x, "d"), "/job:worker/task:1");
+	cr_assert_str_eq(dev_of(&x, "e"), "/job:ps/task:1");
+	cr_assert_str_eq(x.p.why[dg_graph_find(x.g, "e")], "explicit");
+	placed_deinit(&x);
 }
 
 Test(place, partial_specs_are_filled_in_on_worker_tasks)
 {
-	struct dg_cluster *c = cl(cluster2);
-	struct dg_graph *g = gr("{'nodes': ["
+	struct placed x;
+
+	placed_init(&x, cluster2, "{'nodes': ["
 		"{'name':'a','op':'Const','attrs':{'value':1},'device':'/job:worker'},"
 		"{'name':'b','op':'Const','attrs':{'value':1},'device':'/cpu:0'},"
 		"{'name':'s','op':'Add','inputs':['a','b']},"
-		"{'name':'t','op':'Neg','inputs':['s'],'device':'/job:ps'}]}");
-	struct placement p;
-	struct dg_err err = { 0 };
-
-	cr_assert_eq(place_graph(g, c, NULL, &p, &err), DG_OK, "%s", err.msg);
+		"{'name':'t','op':'Neg','inputs':['s'],'device':'/job:ps'}]}", NULL);
 	/* Nothing without a job lands on a ps task; /job:ps keeps t on a ps task. */
-	cr_assert_eq(strncmp(dev_of(g, c, &p, "a"), "/job:worker/", 12), 0);
-	cr_assert_eq(strncmp(dev_of(g, c, &p, "b"), "/job:worker/", 12), 0);
-	cr_assert_eq(strncmp(dev_of(g, c, &p, "s"), "/job:worker/", 12), 0);
-	cr_assert_eq(strncmp(dev_of(g, c, &p, "t"), "/job:ps/", 8), 0);
+	cr_assert_eq(strncmp(dev_of(&x, "a"), "/job:worker/", 12), 0);
+	cr_assert_eq(strncmp(dev_of(&x, "b"), "/job:worker/", 12), 0);
+	cr_assert_eq(strncmp(dev_of(&x, "s"), "/job:worker/", 12), 0);
+	cr_assert_eq(strncmp(dev_of(&x, "t"), "/job:ps/", 8), 0);
 	/* Sources follow their consumer: no transfer needed for s. */
-	cr_assert_eq(p.task[dg_graph_find(g, "a")], p.task[dg_graph_find(g, "s")]);
-	cr_assert_eq(p.task[dg_graph_find(g, "b")], p.task[dg_graph_find(g, "s")]);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	cr_assert_eq(x.p.task[dg_graph_find(x.g, "a")], x.p.task[dg_graph_find(x.g, "s")]);
+	cr_assert_eq(x.p.task[dg_graph_find(x.g, "b")], x.p.task[dg_graph_find(x.g, "s")]);
+	placed_deinit(&x);
 }
 
 Test(place, unknown_job_or_task_is_invalid_and_names_node_device_and_jobs)
@@ -129,39 +118,39 @@ Test(place, unknown_job_or_task_is_invalid_and_names_node_device_and_jobs)
 
 Test(place, gpu_without_gpu_fails_unless_soft_placement)
 {
-	struct dg_cluster *c = cl(cluster2);
-	struct dg_graph *g = gr("{'nodes': [{'name':'y1','op':'Const','attrs':{'value':1},"
-				"'device':'/job:worker/task:0/gpu:0'},"
-				"{'name':'y2','op':'Const','attrs':{'value':1},"
-				"'device':'/device:GPU:0'}]}");
+	/* Not placed_init: the first placement must fail. */
+	struct placed x = {
+		.c = cl(cluster2),
+		.g = gr("{'nodes': [{'name':'y1','op':'Const','attrs':{'value':1},"
+			"'device':'/job:worker/task:0/gpu:0'},"
+			"{'name':'y2','op':'Const','attrs':{'value':1},"
+			"'device':'/device:GPU:0'}]}"),
+	};
 	struct place_opts soft = { .soft_placement = true };
 	bool gpus[4] = { false, false, false, true };
 	struct place_opts has = { .task_gpu = gpus };
-	struct placement p;
 	struct dg_err err = { 0 };
 
-	cr_assert_eq(place_graph(g, c, NULL, &p, &err), DG_EUNSUPPORTED);
+	cr_assert_eq(place_graph(x.g, x.c, NULL, &x.p, &err), DG_EUNSUPPORTED);
 	cr_assert_str_eq(err.msg, "node 'y1' is placed on /job:worker/task:0/gpu:0, but that task "
 			 "has no GPU");
-	cr_assert_eq(place_graph(g, c, &soft, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_str_eq(dev_of(g, c, &p, "y1"), "/job:worker/task:0");
-	cr_assert(p.soft[0] && p.soft[1]);
-	char *ex = place_explain(g, c, &p, NULL);
+	cr_assert_eq(place_graph(x.g, x.c, &soft, &x.p, &err), DG_OK, "%s", err.msg);
+	cr_assert_str_eq(dev_of(&x, "y1"), "/job:worker/task:0");
+	cr_assert(x.p.soft[0] && x.p.soft[1]);
+	char *ex = place_explain(x.g, x.c, &x.p, NULL);
 	cr_assert(strstr(ex, "soft placement: asked for /job:worker/task:0/gpu:0"), "%s", ex);
 	free(ex);
-	placement_deinit(&p);
+	placement_deinit(&x.p);
 	/* A partial "/gpu:0" goes to the worker task that has one. */
-	cr_assert_eq(place_graph(g, c, &has, &p, &err), DG_EUNSUPPORTED);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	g = gr("{'nodes': [{'name':'y2','op':'Const','attrs':{'value':1},"
-	       "'device':'/gpu:0'}]}");
-	cr_assert_eq(place_graph(g, c, &has, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_str_eq(dev_of(g, c, &p, "y2"), "/job:worker/task:1");
-	cr_assert_not(p.soft[0]);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	cr_assert_eq(place_graph(x.g, x.c, &has, &x.p, &err), DG_EUNSUPPORTED);
+	placement_deinit(&x.p);
+	dg_graph_free(x.g);
+	x.g = gr("{'nodes': [{'name':'y2','op':'Const','attrs':{'value':1},"
+		 "'device':'/gpu:0'}]}");
+	cr_assert_eq(place_graph(x.g, x.c, &has, &x.p, &err), DG_OK, "%s", err.msg);
+	cr_assert_str_eq(dev_of(&x, "y2"), "/job:worker/task:1");
+	cr_assert_not(x.p.soft[0]);
+	placed_deinit(&x);
 }
 
 static const char four_vars[] = "{'nodes': ["
@@ -172,63 +161,48 @@ static const char four_vars[] = "{'nodes': ["
 
 Test(place, variables_go_to_ps_tasks_round_robin)
 {
-	struct dg_cluster *c = cl(cluster2);
-	struct dg_graph *g = gr(four_vars);
 	struct place_opts rr = { .vars = PLACE_VARS_ROUND_ROBIN };
-	struct placement p;
-	struct dg_err err = { 0 };
+	struct placed x;
 
-	cr_assert_eq(place_graph(g, c, &rr, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_str_eq(dev_of(g, c, &p, "w1"), "/job:ps/task:0");
-	cr_assert_str_eq(dev_of(g, c, &p, "w2"), "/job:ps/task:1");
-	cr_assert_str_eq(dev_of(g, c, &p, "w3"), "/job:ps/task:0");
-	cr_assert_str_eq(dev_of(g, c, &p, "w4"), "/job:ps/task:1");
-	cr_assert_str_eq(p.why[0], "variable");
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	placed_init(&x, cluster2, four_vars, &rr);
+	cr_assert_str_eq(dev_of(&x, "w1"), "/job:ps/task:0");
+	cr_assert_str_eq(dev_of(&x, "w2"), "/job:ps/task:1");
+	cr_assert_str_eq(dev_of(&x, "w3"), "/job:ps/task:0");
+	cr_assert_str_eq(dev_of(&x, "w4"), "/job:ps/task:1");
+	cr_assert_str_eq(x.p.why[0], "variable");
+	placed_deinit(&x);
 }
 
 Test(place, variables_by_bytes_fill_the_emptiest_ps_first)
 {
-	struct dg_cluster *c = cl(cluster2);
-	struct dg_graph *g = gr(four_vars);
 	int64_t held[4] = { 0, 100, 0, 0 };   /* ps/1 already holds 100 bytes */
 	struct place_opts by = { .task_bytes = held };
-	struct placement p;
-	struct dg_err err = { 0 };
+	struct placed x;
 
-	cr_assert_eq(place_graph(g, c, &by, &p, &err), DG_OK, "%s", err.msg);
+	placed_init(&x, cluster2, four_vars, &by);
 	/* w1 (4000 bytes) on the empty ps/0; then w2..w4 (40 each) all on ps/1
 	 * (100, 140, 180 < 4000). */
-	cr_assert_str_eq(dev_of(g, c, &p, "w1"), "/job:ps/task:0");
-	cr_assert_str_eq(dev_of(g, c, &p, "w2"), "/job:ps/task:1");
-	cr_assert_str_eq(dev_of(g, c, &p, "w3"), "/job:ps/task:1");
-	cr_assert_str_eq(dev_of(g, c, &p, "w4"), "/job:ps/task:1");
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	cr_assert_str_eq(dev_of(&x, "w1"), "/job:ps/task:0");
+	cr_assert_str_eq(dev_of(&x, "w2"), "/job:ps/task:1");
+	cr_assert_str_eq(dev_of(&x, "w3"), "/job:ps/task:1");
+	cr_assert_str_eq(dev_of(&x, "w4"), "/job:ps/task:1");
+	placed_deinit(&x);
 }
 
 Test(place, consumer_is_colocated_with_its_large_input)
 {
-	struct dg_cluster *c = cl(cluster2);
+	struct placed x;
+
 	/* big (1 MiB) lives on worker/1; small work already loads worker/1 more,
 	 * yet Sum(big) goes there: moving 1 MiB costs more than the imbalance. */
-	struct dg_graph *g = gr("{'nodes': ["
+	placed_init(&x, cluster2, "{'nodes': ["
 		"{'name':'big','op':'Const','attrs':{'value':{'dtype':'float32',"
 		"'shape':[262144],'value':1}},'device':'/job:worker/task:1'},"
 		"{'name':'sq','op':'Square','inputs':['big'],'device':'/job:worker/task:1'},"
-		"{'name':'s','op':'Sum','inputs':['sq']}]}");
-	struct placement p;
-	struct dg_err err = { 0 };
-
-	cr_assert_eq(place_graph(g, c, NULL, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_str_eq(dev_of(g, c, &p, "s"), "/job:worker/task:1");
-	cr_assert_str_eq(p.why[dg_graph_find(g, "s")], "colocated");
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+		"{'name':'s','op':'Sum','inputs':['sq']}]}", NULL);
+	cr_assert_str_eq(dev_of(&x, "s"), "/job:worker/task:1");
+	cr_assert_str_eq(x.p.why[dg_graph_find(x.g, "s")], "colocated");
+	placed_deinit(&x);
 }
 
 Test(place, variable_op_validates_its_attrs)
@@ -278,15 +252,13 @@ static const char *attr_s(json_t *n, const char *key)
 
 Test(partition, seed_program_has_one_transfer_per_tensor_per_task)
 {
-	struct dg_cluster *c = cl(cluster2);
-	struct dg_graph *g = gr(seed_sum);
-	struct placement p;
+	struct placed x;
 	struct partition part;
 	struct dg_err err = { 0 };
 
-	cr_assert_eq(place_graph(g, c, NULL, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_eq(place_partition(g, c, &p, 2, NULL, 0, NULL, 0, &part, &err), DG_OK, "%s",
-		     err.msg);
+	placed_init(&x, cluster2, seed_sum, NULL);
+	cr_assert_eq(place_partition(x.g, x.c, &x.p, 2, NULL, 0, NULL, 0, &part, &err), DG_OK,
+		     "%s", err.msg);
 	cr_assert_eq(part.n_frags, 2);
 	cr_assert_eq(part.n_init, 0);
 	const struct place_fragment *w0 = &part.frags[0], *w1 = &part.frags[1];
@@ -314,33 +286,29 @@ Test(partition, seed_program_has_one_transfer_per_tensor_per_task)
 	cr_assert_eq(count_op(w1, "_Recv"), 1);
 	cr_assert_eq(part.n_fetch, 1);
 	cr_assert_str_eq(part.fetch_keys[0], "fetch:y");
-	char *ex = place_explain(g, c, &p, &part);
+	char *ex = place_explain(x.g, x.c, &x.p, &part);
 	cr_assert(strstr(ex, "y1    /job:worker/task:0"), "%s", ex);
 	cr_assert(strstr(ex, "y2    /job:worker/task:1"), "%s", ex);
 	cr_assert(strstr(ex, "send  x -> 127.0.0.1:7011  key x:0->worker/1"), "%s", ex);
 	free(ex);
 	partition_deinit(&part);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	placed_deinit(&x);
 }
 
 Test(partition, two_consumers_on_one_task_share_one_transfer)
 {
-	struct dg_cluster *c = cl(cluster2);
-	struct dg_graph *g = gr("{'nodes': ["
+	struct placed x;
+	struct partition part;
+	struct dg_err err = { 0 };
+
+	placed_init(&x, cluster2, "{'nodes': ["
 		"{'name':'a','op':'Const','attrs':{'value':[1,2]},'device':'/job:worker/task:0'},"
 		"{'name':'u','op':'Neg','inputs':['a'],'device':'/job:worker/task:1'},"
 		"{'name':'v','op':'Add','inputs':['a','a'],'device':'/job:worker/task:1'},"
 		"{'name':'w','op':'Add','inputs':['u','v'],'device':'/job:worker/task:1'}],"
-		"'fetch': ['w', 'u']}");
-	struct placement p;
-	struct partition part;
-	struct dg_err err = { 0 };
-
-	cr_assert_eq(place_graph(g, c, NULL, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_eq(place_partition(g, c, &p, 2, NULL, 0, NULL, 0, &part, &err), DG_OK, "%s",
-		     err.msg);
+		"'fetch': ['w', 'u']}", NULL);
+	cr_assert_eq(place_partition(x.g, x.c, &x.p, 2, NULL, 0, NULL, 0, &part, &err), DG_OK,
+		     "%s", err.msg);
 	cr_assert_eq(part.n_frags, 2);
 	cr_assert_eq(count_op(&part.frags[0], "_Send"), 1);      /* a -> worker/1, once */
 	cr_assert_eq(count_op(&part.frags[1], "_Recv"), 1);
@@ -350,34 +318,31 @@ Test(partition, two_consumers_on_one_task_share_one_transfer)
 	cr_assert_str_eq(json_string_value(json_array_get(json_object_get(v, "inputs"), 1)),
 			 "_recv/a/0");
 	partition_deinit(&part);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	placed_deinit(&x);
 }
 
 Test(partition, feeds_fetches_and_variables)
 {
-	struct dg_cluster *c = cl(cluster2);
-	struct dg_graph *g = gr("{'nodes': ["
+	const char *feeds[] = { "x" }, *fetch[] = { "q", "w" };
+	struct placed x;
+	struct partition part;
+	struct dg_err err = { 0 };
+
+	placed_init(&x, cluster2, "{'nodes': ["
 		"{'name':'x','op':'Placeholder','attrs':{'dtype':'float32','shape':[3]},"
 		"'device':'/job:worker/task:1'},"
 		"{'name':'w','op':'Variable','attrs':{'shape':[3],'init':'ones'}},"
 		"{'name':'p','op':'Mul','inputs':['x','w'],'device':'/job:worker/task:1'},"
 		"{'name':'q','op':'Add','inputs':['p','w'],'device':'/job:worker/task:0'},"
 		"{'name':'unused','op':'Placeholder'}],"
-		"'fetch': ['q']}");
-	const char *feeds[] = { "x" }, *fetch[] = { "q", "w" };
-	struct placement p;
-	struct partition part;
-	struct dg_err err = { 0 };
-
-	cr_assert_eq(place_graph(g, c, NULL, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_str_eq(dev_of(g, c, &p, "w"), "/job:ps/task:0");
+		"'fetch': ['q']}", NULL);
+	cr_assert_str_eq(dev_of(&x, "w"), "/job:ps/task:0");
 	/* Without the feed: the needed placeholder must be fed. */
-	cr_assert_eq(place_partition(g, c, &p, 2, NULL, 0, NULL, 0, &part, &err), DG_EINVAL);
+	cr_assert_eq(place_partition(x.g, x.c, &x.p, 2, NULL, 0, NULL, 0, &part, &err),
+		     DG_EINVAL);
 	cr_assert_str_eq(err.msg, "placeholder 'x' must be fed");
-	cr_assert_eq(place_partition(g, c, &p, 2, feeds, 1, fetch, 2, &part, &err), DG_OK, "%s",
-		     err.msg);
+	cr_assert_eq(place_partition(x.g, x.c, &x.p, 2, feeds, 1, fetch, 2, &part, &err),
+		     DG_OK, "%s", err.msg);
 	cr_assert_eq(part.n_feeds, 1);
 	cr_assert_eq(part.feeds[0].task, 3);
 	cr_assert_str_eq(part.feeds[0].key, "feed:x");
@@ -401,9 +366,7 @@ Test(partition, feeds_fetches_and_variables)
 	cr_assert_null(frag_node(w0, "unused"));
 	cr_assert_null(frag_node(w1, "unused"));
 	partition_deinit(&part);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	placed_deinit(&x);
 }
 
 /* ------------------------------------------------- jobs on two servers */

@@ -24,20 +24,19 @@ static const bool gpu_on_w1[3] = { false, false, true };
 	"'shape':[1024,1024],'value':0.5}}}"
 
 /* The placement's device for node name ("/job:worker/task:1/gpu:0"). */
-static const char *dev(const struct dg_graph *g, const struct dg_cluster *c,
-		       const struct placement *p, const char *name)
+static const char *dev(const struct placed *x, const char *name)
 {
 	static char buf[128];
-	int n = dg_graph_find(g, name);
+	int n = dg_graph_find(x->g, name);
 
 	cr_assert_geq(n, 0, "no node %s", name);
-	place_node_device(c, p, n, buf, sizeof buf);
+	place_node_device(x->c, &x->p, n, buf, sizeof buf);
 	return buf;
 }
 
-static const char *why(const struct dg_graph *g, const struct placement *p, const char *name)
+static const char *why(const struct placed *x, const char *name)
 {
-	return p->why[dg_graph_find(g, name)];
+	return x->p.why[dg_graph_find(x->g, name)];
 }
 
 /* The "device" key of node name in the fragment of task t, or NULL. */
@@ -73,52 +72,45 @@ static const char mlp_like[] = "{'nodes': ["
 
 Test(place_gpu, a_heavy_matmul_goes_to_the_task_with_a_gpu_and_neighbours_follow)
 {
-	struct dg_cluster *c = cl(cluster3);
-	struct dg_graph *g = gr(mlp_like);
 	struct place_opts o = { .task_gpu = gpu_on_w1 };
-	struct placement p;
-	struct dg_err err = { 0 };
+	struct placed x;
 
-	cr_assert_eq(place_graph(g, c, &o, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_str_eq(dev(g, c, &p, "mm"), "/job:worker/task:1/gpu:0");
-	cr_assert_str_eq(why(g, &p, "mm"), "gpu");
+	placed_init(&x, cluster3, mlp_like, &o);
+	cr_assert_str_eq(dev(&x, "mm"), "/job:worker/task:1/gpu:0");
+	cr_assert_str_eq(why(&x, "mm"), "gpu");
 	/* 4 MiB of input already on the GPU against 4 bytes (c) or none in host memory */
-	cr_assert_str_eq(dev(g, c, &p, "r"), "/job:worker/task:1/gpu:0");
-	cr_assert_str_eq(why(g, &p, "r"), "gpu-colocated");
-	cr_assert_str_eq(dev(g, c, &p, "s"), "/job:worker/task:1/gpu:0");
-	cr_assert_str_eq(dev(g, c, &p, "sum"), "/job:worker/task:1/gpu:0");
+	cr_assert_str_eq(dev(&x, "r"), "/job:worker/task:1/gpu:0");
+	cr_assert_str_eq(why(&x, "r"), "gpu-colocated");
+	cr_assert_str_eq(dev(&x, "s"), "/job:worker/task:1/gpu:0");
+	cr_assert_str_eq(dev(&x, "sum"), "/job:worker/task:1/gpu:0");
 	/* the sources stay in host memory, on the task of their consumer */
-	cr_assert_str_eq(dev(g, c, &p, "a"), "/job:worker/task:1");
-	cr_assert_str_eq(dev(g, c, &p, "c"), "/job:worker/task:1");
+	cr_assert_str_eq(dev(&x, "a"), "/job:worker/task:1");
+	cr_assert_str_eq(dev(&x, "c"), "/job:worker/task:1");
 	/* an explicit /cpu:0 stays on the CPU, next to its input */
-	cr_assert_str_eq(dev(g, c, &p, "sq"), "/job:worker/task:1");
-	cr_assert_eq(p.gpu[dg_graph_find(g, "sq")], -1);
+	cr_assert_str_eq(dev(&x, "sq"), "/job:worker/task:1");
+	cr_assert_eq(x.p.gpu[dg_graph_find(x.g, "sq")], -1);
 	/* small work with host inputs only: no GPU */
-	cr_assert_eq(p.gpu[dg_graph_find(g, "neg")], -1);
-	cr_assert_eq(p.gpu[dg_graph_find(g, "k")], -1);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	cr_assert_eq(x.p.gpu[dg_graph_find(x.g, "neg")], -1);
+	cr_assert_eq(x.p.gpu[dg_graph_find(x.g, "k")], -1);
+	placed_deinit(&x);
 }
 
 Test(place_gpu, gpu_nodes_carry_their_gpu_into_the_fragment_and_explain_says_gpu)
 {
-	struct dg_cluster *c = cl(cluster3);
-	struct dg_graph *g = gr(mlp_like);
 	struct place_opts o = { .task_gpu = gpu_on_w1 };
-	struct placement p;
+	struct placed x;
 	struct partition part;
 	struct dg_err err = { 0 };
 
-	cr_assert_eq(place_graph(g, c, &o, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_eq(place_partition(g, c, &p, 1, NULL, 0, NULL, 0, &part, &err), DG_OK, "%s",
-		     err.msg);
+	placed_init(&x, cluster3, mlp_like, &o);
+	cr_assert_eq(place_partition(x.g, x.c, &x.p, 1, NULL, 0, NULL, 0, &part, &err), DG_OK,
+		     "%s", err.msg);
 	cr_assert_str_eq(frag_device(&part, 2, "mm"), "/gpu:0");
 	cr_assert_str_eq(frag_device(&part, 2, "r"), "/gpu:0");
 	cr_assert_str_eq(frag_device(&part, 2, "sum"), "/gpu:0");
 	cr_assert_null(frag_device(&part, 2, "sq"));
 	cr_assert_null(frag_device(&part, 2, "a"));
-	char *ex = place_explain(g, c, &p, &part);
+	char *ex = place_explain(x.g, x.c, &x.p, &part);
 	cr_assert_not_null(ex);
 	cr_assert(strstr(ex, "mm    /job:worker/task:1/gpu:0 gpu\n"), "%s", ex);
 	cr_assert(strstr(ex, "r     /job:worker/task:1/gpu:0 gpu-colocated\n"), "%s", ex);
@@ -126,121 +118,106 @@ Test(place_gpu, gpu_nodes_carry_their_gpu_into_the_fragment_and_explain_says_gpu
 	cr_assert(strstr(ex, "node  sq = Square(mm)\n"), "%s", ex);
 	free(ex);
 	partition_deinit(&part);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	placed_deinit(&x);
 }
 
 Test(place_gpu, without_gpus_nothing_changes)
 {
-	struct dg_cluster *c = cl(cluster3);
-	struct dg_graph *g = gr(mlp_like);
 	bool none[3] = { false, false, false };
 	struct place_opts o = { .task_gpu = none };
-	struct placement p, q;
+	struct placed x;
+	struct placement q;
 	struct partition part;
 	struct dg_err err = { 0 };
 
-	cr_assert_eq(place_graph(g, c, NULL, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_eq(place_graph(g, c, &o, &q, &err), DG_OK, "%s", err.msg);
-	for (int n = 0; n < g->n_nodes; n++) {
-		cr_assert_eq(p.gpu[n], -1, "node %s", g->nodes[n].name);
-		cr_assert_eq(p.task[n], q.task[n], "node %s", g->nodes[n].name);
-		cr_assert_str_eq(p.why[n], q.why[n]);
+	placed_init(&x, cluster3, mlp_like, NULL);
+	cr_assert_eq(place_graph(x.g, x.c, &o, &q, &err), DG_OK, "%s", err.msg);
+	for (int n = 0; n < x.g->n_nodes; n++) {
+		cr_assert_eq(x.p.gpu[n], -1, "node %s", x.g->nodes[n].name);
+		cr_assert_eq(x.p.task[n], q.task[n], "node %s", x.g->nodes[n].name);
+		cr_assert_str_eq(x.p.why[n], q.why[n]);
 		cr_assert_eq(q.gpu[n], -1);
 	}
 	/* the heavy MatMul goes to a worker by the CPU cost model, not to the ps */
-	cr_assert_str_eq(dev(g, c, &p, "mm"), "/job:worker/task:0");
-	cr_assert_eq(place_partition(g, c, &p, 1, NULL, 0, NULL, 0, &part, &err), DG_OK, "%s",
-		     err.msg);
-	cr_assert_null(frag_device(&part, p.task[dg_graph_find(g, "mm")], "mm"));
+	cr_assert_str_eq(dev(&x, "mm"), "/job:worker/task:0");
+	cr_assert_eq(place_partition(x.g, x.c, &x.p, 1, NULL, 0, NULL, 0, &part, &err), DG_OK,
+		     "%s", err.msg);
+	cr_assert_null(frag_device(&part, x.p.task[dg_graph_find(x.g, "mm")], "mm"));
 	partition_deinit(&part);
-	placement_deinit(&p);
 	placement_deinit(&q);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	placed_deinit(&x);
 }
 
 Test(place_gpu, the_threshold_counts_what_a_reduction_reads)
 {
-	struct dg_cluster *c = cl(cluster3);
 	/* Sum over 2048x2048 (2^22 elements read) is heavy; over 1024x1024 (2^20) not;
 	 * Neg of 1024x1024 writes 2^20 elements: not heavy either. */
-	struct dg_graph *g = gr("{'nodes': ["
+	const char *graph = "{'nodes': ["
 		"{'name':'big','op':'Const','attrs':{'value':{'dtype':'float32',"
 		"'shape':[2048,2048],'value':1}}},"
 		"{'name':'sbig','op':'Sum','inputs':['big']}," BIG("mid") ","
 		"{'name':'smid','op':'Sum','inputs':['mid']},"
-		"{'name':'nmid','op':'Neg','inputs':['mid']}]}");
+		"{'name':'nmid','op':'Neg','inputs':['mid']}]}";
 	struct place_opts o = { .task_gpu = gpu_on_w1 };
-	struct placement p;
-	struct dg_err err = { 0 };
+	struct placed x;
 
-	cr_assert_eq(place_graph(g, c, &o, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_str_eq(dev(g, c, &p, "sbig"), "/job:worker/task:1/gpu:0");
-	cr_assert_str_eq(why(g, &p, "sbig"), "gpu");
-	cr_assert_eq(p.gpu[dg_graph_find(g, "smid")], -1);
-	cr_assert_eq(p.gpu[dg_graph_find(g, "nmid")], -1);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	placed_init(&x, cluster3, graph, &o);
+	cr_assert_str_eq(dev(&x, "sbig"), "/job:worker/task:1/gpu:0");
+	cr_assert_str_eq(why(&x, "sbig"), "gpu");
+	cr_assert_eq(x.p.gpu[dg_graph_find(x.g, "smid")], -1);
+	cr_assert_eq(x.p.gpu[dg_graph_find(x.g, "nmid")], -1);
+	placed_deinit(&x);
 }
 
 Test(place_gpu, an_explicit_task_keeps_its_task_and_uses_its_gpu_only_if_it_has_one)
 {
-	struct dg_cluster *c = cl(cluster3);
 	/* Training replicas are written "/job:worker/task:R": the task is fixed, the
 	 * device type is the cost model's. */
-	struct dg_graph *g = gr("{'nodes': [" BIG("a") ","
+	const char *graph = "{'nodes': [" BIG("a") ","
 		"{'name':'m0','op':'MatMul','inputs':['a','a'],'device':'/job:worker/task:0'},"
 		"{'name':'m1','op':'MatMul','inputs':['a','a'],'device':'/job:worker/task:1'},"
 		"{'name':'m2','op':'MatMul','inputs':['a','a'],"
 		"'device':'/job:worker/task:1/cpu:0'},"
 		"{'name':'m3','op':'MatMul','inputs':['a','a'],"
-		"'device':'/job:worker/task:1/device:GPU:1'}], 'fetch': ['m0','m1','m2','m3']}");
+		"'device':'/job:worker/task:1/device:GPU:1'}], 'fetch': ['m0','m1','m2','m3']}";
 	struct place_opts o = { .task_gpu = gpu_on_w1 };
-	struct placement p;
+	struct placed x;
 	struct partition part;
 	struct dg_err err = { 0 };
 
-	cr_assert_eq(place_graph(g, c, &o, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert_str_eq(dev(g, c, &p, "m0"), "/job:worker/task:0");
-	cr_assert_str_eq(dev(g, c, &p, "m1"), "/job:worker/task:1/gpu:0");
-	cr_assert_str_eq(dev(g, c, &p, "m2"), "/job:worker/task:1");
-	cr_assert_str_eq(dev(g, c, &p, "m3"), "/job:worker/task:1/gpu:1");
-	cr_assert_str_eq(why(g, &p, "m3"), "explicit");
-	cr_assert_eq(place_partition(g, c, &p, 1, NULL, 0, NULL, 0, &part, &err), DG_OK,
+	placed_init(&x, cluster3, graph, &o);
+	cr_assert_str_eq(dev(&x, "m0"), "/job:worker/task:0");
+	cr_assert_str_eq(dev(&x, "m1"), "/job:worker/task:1/gpu:0");
+	cr_assert_str_eq(dev(&x, "m2"), "/job:worker/task:1");
+	cr_assert_str_eq(dev(&x, "m3"), "/job:worker/task:1/gpu:1");
+	cr_assert_str_eq(why(&x, "m3"), "explicit");
+	cr_assert_eq(place_partition(x.g, x.c, &x.p, 1, NULL, 0, NULL, 0, &part, &err), DG_OK,
 		     "%s", err.msg);
 	cr_assert_null(frag_device(&part, 1, "m0"));
 	cr_assert_str_eq(frag_device(&part, 2, "m1"), "/gpu:0");
 	cr_assert_null(frag_device(&part, 2, "m2"));
 	cr_assert_str_eq(frag_device(&part, 2, "m3"), "/gpu:1");
 	partition_deinit(&part);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	placed_deinit(&x);
 }
 
 Test(place_gpu, soft_placement_leaves_no_gpu_in_the_fragment)
 {
-	struct dg_cluster *c = cl(cluster3);
-	struct dg_graph *g = gr("{'nodes': [" BIG("a") ","
+	const char *graph = "{'nodes': [" BIG("a") ","
 		"{'name':'m','op':'MatMul','inputs':['a','a'],"
-		"'device':'/job:worker/task:0/gpu:0'}], 'fetch': ['m']}");
+		"'device':'/job:worker/task:0/gpu:0'}], 'fetch': ['m']}";
 	struct place_opts o = { .task_gpu = gpu_on_w1, .soft_placement = true };
-	struct placement p;
+	struct placed x;
 	struct partition part;
 	struct dg_err err = { 0 };
 
-	cr_assert_eq(place_graph(g, c, &o, &p, &err), DG_OK, "%s", err.msg);
-	cr_assert(p.soft[dg_graph_find(g, "m")]);
+	placed_init(&x, cluster3, graph, &o);
+	cr_assert(x.p.soft[dg_graph_find(x.g, "m")]);
 	/* asked for worker/0's GPU: soft, so the cost model does not move it to one */
-	cr_assert_str_eq(dev(g, c, &p, "m"), "/job:worker/task:0");
-	cr_assert_eq(place_partition(g, c, &p, 1, NULL, 0, NULL, 0, &part, &err), DG_OK,
+	cr_assert_str_eq(dev(&x, "m"), "/job:worker/task:0");
+	cr_assert_eq(place_partition(x.g, x.c, &x.p, 1, NULL, 0, NULL, 0, &part, &err), DG_OK,
 		     "%s", err.msg);
 	cr_assert_null(frag_device(&part, 1, "m"));
 	partition_deinit(&part);
-	placement_deinit(&p);
-	dg_graph_free(g);
-	dg_cluster_free(c);
+	placed_deinit(&x);
 }

@@ -1,7 +1,8 @@
-/* Helpers shared by the worker test suites (test_train.c, test_master.c):
- * JSON written with ' for " in C strings, and the cluster and graph built from
- * such text with a Criterion assert on failure. static inline so a suite that
- * uses only some of them compiles without unused-function warnings. */
+/* Helpers shared by the worker test suites (test_train.c, test_master.c,
+ * test_place.c): JSON written with ' for " in C strings, the cluster and graph
+ * built from such text with a Criterion assert on failure, and a placed graph.
+ * static inline so a suite that uses only some of them compiles without
+ * unused-function warnings. */
 #ifndef DG_WORKER_TEST_UTIL_H
 #define DG_WORKER_TEST_UTIL_H
 
@@ -48,6 +49,33 @@ static inline struct dg_graph *gr(const char *text)
 	free(json);
 	cr_assert_not_null(g, "graph: %s", err.msg);
 	return g;
+}
+
+/* A cluster and a graph placed on it: the scaffolding of the placement tests. */
+struct placed {
+	struct dg_cluster *c;
+	struct dg_graph *g;
+	struct placement p;
+};
+
+/* Parse cluster and graph (written with ') and place the graph with opts
+ * (may be NULL); asserts that place_graph succeeds. Release with placed_deinit. */
+static inline void placed_init(struct placed *x, const char *cluster, const char *graph,
+			       const struct place_opts *opts)
+{
+	struct dg_err err = { 0 };
+
+	x->c = cl(cluster);
+	x->g = gr(graph);
+	cr_assert_eq(place_graph(x->g, x->c, opts, &x->p, &err), DG_OK, "%s", err.msg);
+}
+
+/* Free what placed_init made (a placement already released is fine). */
+static inline void placed_deinit(struct placed *x)
+{
+	placement_deinit(&x->p);
+	dg_graph_free(x->g);
+	dg_cluster_free(x->c);
 }
 
 #endif
