@@ -1,6 +1,7 @@
 /* bench_cuda: dg's CUDA kernels (dg_cuda_run on device tensors, output
  * allocation from the caching allocator included) against baselines measured
- * in the same run on the same GPU: cublasSgemm called directly for MatMul, and
+ * in the same run on the same GPU: cublasSgemm called directly for MatMul (and
+ * cublasGemmEx with float32 accumulation for float16/bfloat16 MatMul), and
  * cudaMemcpy device-to-device bandwidth for Add and Sum; then one training step
  * of the 784-256-10 MLP (batch 64) run by dg_exec_run on /gpu:0 against the CPU.
  * The one file outside kernels/cuda that includes CUDA headers: its baselines
@@ -44,13 +45,14 @@ static void blas_ok(cublasStatus_t e, const char *what)
 		die(what, cublasGetStatusString(e));
 }
 
-/* A device tensor of uniform values in [-1, 1) (deterministic). */
-static struct dg_cuda_tensor *dev_f32(struct dg_cuda_stream *s, int ndim, const int64_t *dims,
-				      unsigned seed)
+/* A device tensor of dtype dt (float32, float16 or bfloat16) holding uniform
+ * values in [-1, 1) (deterministic; the 16-bit ones rounded from float32). */
+static struct dg_cuda_tensor *dev_rand(struct dg_cuda_stream *s, enum dg_dtype dt, int ndim,
+				       const int64_t *dims, unsigned seed)
 {
 	struct dg_shape sh = dg_shape_make(ndim, dims);
 	struct dg_err err = { 0 };
-	struct dg_tensor *h = dg_tensor_new_uninit(DG_F32, &sh, &err);
+	struct dg_tensor *h = dg_tensor_new_uninit(DG_F32, &sh, &err), *h16 = NULL;
 	struct dg_cuda_tensor *d;
 
 	if (!h)
@@ -59,11 +61,24 @@ static struct dg_cuda_tensor *dev_f32(struct dg_cuda_stream *s, int ndim, const 
 		seed = seed * 1664525u + 1013904223u;
 		((float *)h->data)[i] = (float)(seed >> 8) / (float)(1u << 23) - 1.0f;
 	}
-	d = dg_cuda_upload(s, h, &err);
+	if (dt != DG_F32) {
+		h16 = dg_tensor_new_uninit(dt, &sh, &err);
+		if (!h16)
+			die("host tensor", err.msg);
+		dg_f32_to_half(dt, h->data, h16->data, h->numel);
+	}
+	d = dg_cuda_upload(s, h16 ? h16 : h, &err);
 	dg_tensor_free(h);
+	dg_tensor_free(h16);
 	if (!d)
 		die("upload", err.msg);
 	return d;
+}
+
+static struct dg_cuda_tensor *dev_f32(struct dg_cuda_stream *s, int ndim, const int64_t *dims,
+				      unsigned seed)
+{
+	return dev_rand(s, DG_F32, ndim, dims, seed);
 }
 
 /* Seconds per run of dg's op (median over reps of batches of `batch` runs). */
@@ -92,34 +107,49 @@ static double time_dg(struct dg_cuda_stream *s, const char *opname, const char *
 	return bench_median(t, reps);
 }
 
-static void bench_matmul(struct dg_cuda_stream *s, cublasHandle_t h, cudaStream_t cs, int64_t n,
-			 int reps)
+/* One direct cuBLAS product c = a @ b (row-major, as dg computes it). */
+static void direct_gemm(cublasHandle_t h, enum dg_dtype dt, int n, const void *a, const void *b,
+			void *c)
+{
+	const float one = 1.0f, zero = 0.0f;
+
+	if (dt == DG_F32) {
+		blas_ok(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b, n, a, n, &zero,
+				    c, n),
+			"cublasSgemm");
+		return;
+	}
+	cudaDataType_t ty = dt == DG_F16 ? CUDA_R_16F : CUDA_R_16BF;
+	blas_ok(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, b, ty, n, a, ty, n, &zero,
+			     c, ty, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+		"cublasGemmEx");
+}
+
+static void bench_matmul(struct dg_cuda_stream *s, cublasHandle_t h, cudaStream_t cs,
+			 enum dg_dtype dt, int64_t n, int reps)
 {
 	int64_t dims[2] = { n, n };
-	struct dg_cuda_tensor *a = dev_f32(s, 2, dims, 1), *b = dev_f32(s, 2, dims, 2);
+	struct dg_cuda_tensor *a = dev_rand(s, dt, 2, dims, 1), *b = dev_rand(s, dt, 2, dims, 2);
 	const struct dg_cuda_tensor *in[2] = { a, b };
-	const float one = 1.0f, zero = 0.0f;
 	double t[32], tdg, tref, flop = 2.0 * (double)n * (double)n * (double)n;
-	int batch = n <= 1024 ? 20 : 1;
+	int batch = n <= 1024 ? 20 : dt == DG_F32 ? 1 : 4;
+	const char *name = dt == DG_F32 ? "f32 " : dt == DG_F16 ? "f16 " : "bf16";
 	void *c;
 
-	cuda_ok(cudaMalloc(&c, (size_t)(n * n) * 4), "cudaMalloc");
+	cuda_ok(cudaMalloc(&c, (size_t)(n * n) * dg_dtype_size(dt)), "cudaMalloc");
 	tdg = time_dg(s, "MatMul", "{}", in, 2, reps, batch);
 	for (int r = -1; r < reps; r++) {
 		double t0 = bench_now_s();
 		for (int k = 0; k < batch; k++)
-			blas_ok(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)n, (int)n,
-					    &one, b->data, (int)n, a->data, (int)n, &zero, c,
-					    (int)n),
-				"cublasSgemm");
+			direct_gemm(h, dt, (int)n, a->data, b->data, c);
 		cuda_ok(cudaStreamSynchronize(cs), "sync");
 		if (r >= 0)
 			t[r] = (bench_now_s() - t0) / batch;
 	}
 	tref = bench_median(t, reps);
-	printf("MatMul %5lld^3 f32   dg %8.3f ms %8.1f GFLOP/s | cuBLAS direct %8.3f ms %8.1f "
-	       "GFLOP/s | ratio %.3f%s\n", (long long)n, tdg * 1e3, flop / tdg * 1e-9, tref * 1e3,
-	       flop / tref * 1e-9, tref / tdg, tref / tdg < 0.9 ? "  (below 0.9)" : "");
+	printf("MatMul %5lld^3 %s  dg %8.3f ms %8.1f GFLOP/s | cuBLAS direct %8.3f ms %8.1f "
+	       "GFLOP/s | ratio %.3f%s\n", (long long)n, name, tdg * 1e3, flop / tdg * 1e-9,
+	       tref * 1e3, flop / tref * 1e-9, tref / tdg, tref / tdg < 0.9 ? "  (below 0.9)" : "");
 	if (tref / tdg < 0.9)
 		failures++;
 	cudaFree(c);
@@ -278,7 +308,14 @@ int main(int argc, char **argv)
 	blas_ok(cublasSetStream(h, cs), "cublasSetStream");
 	for (int i = 0; i < 3; i++)
 		if (!(quick && sizes[i] == 8192))
-			bench_matmul(s, h, cs, sizes[i], quick ? 3 : 7);
+			bench_matmul(s, h, cs, DG_F32, sizes[i], quick ? 3 : 7);
+	/* float16/bfloat16 storage, float32 accumulation (cublasGemmEx both sides) */
+	for (int i = 0; i < 3; i++) {
+		if (quick && sizes[i] == 8192)
+			continue;
+		bench_matmul(s, h, cs, DG_F16, sizes[i], quick ? 3 : 7);
+		bench_matmul(s, h, cs, DG_BF16, sizes[i], quick ? 3 : 7);
+	}
 	bench_bandwidth(s, cs, (int64_t)1 << (quick ? 24 : 26), quick ? 3 : 7);
 	bench_mlp(quick ? 10 : 50);
 	printf("device memory: %.1f MiB in use, %.1f MiB cached by dg's allocator\n",

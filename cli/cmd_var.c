@@ -716,10 +716,11 @@ static struct dg_tensor *make_init(const struct var_args *a, struct dg_err *err)
 	struct dg_tensor *t = NULL;
 
 	if (a->init > INIT_ONES && !dg_dtype_is_float(a->dtype)) {
-		dg_err_set(err, DG_EDTYPE, "--init %s draws floats; %s is not a float dtype",
+		dg_err_set(err, DG_EDTYPE, "--init %s draws float32 or float64 values, not %s",
 			   a->init == INIT_UNIFORM ? "uniform" : a->init == INIT_NORMAL ? "normal"
 			   : "glorot", dg_dtype_name(a->dtype));
-		dg_err_hint(err, "use --dtype float32 or float64, or --init zeros|ones");
+		dg_err_hint(err, "use --dtype float32 or float64 (Cast to float16/bfloat16 "
+			    "afterwards), or --init zeros|ones");
 		return NULL;
 	}
 	switch (a->init) {

@@ -122,6 +122,9 @@ enum dg_status ps_apply_check_dtype(const struct ps_apply_args *a, enum dg_dtype
 	switch (a->rule) {
 	case PS_ASSIGN: ok = a->step < 0 || dt != DG_BOOL; break;
 	case PS_ASSIGN_ADD: ok = dt != DG_BOOL; break;
+	/* float16/bfloat16: sgd in float32 math; momentum and adam would keep
+	 * their slots in the variable's 16 bits, which loses the small updates. */
+	case PS_SGD: ok = dg_dtype_is_float(dt) || dg_dtype_is_half(dt); break;
 	default: ok = dg_dtype_is_float(dt); break;
 	}
 	if (ok)
@@ -131,7 +134,11 @@ enum dg_status ps_apply_check_dtype(const struct ps_apply_args *a, enum dg_dtype
 	if (a->rule == PS_ASSIGN)
 		dg_err_hint(err, "a bool variable takes plain (not synchronous) assign only");
 	else if (a->rule == PS_ASSIGN_ADD)
-		dg_err_hint(err, "assign_add takes float32, float64, int32, int64 and uint8");
+		dg_err_hint(err, "assign_add takes float32, float64, float16, bfloat16, int32, "
+			    "int64 and uint8");
+	else if (dg_dtype_is_half(dt))
+		dg_err_hint(err, "%s updates float32 and float64 variables: keep a float32 "
+			    "master copy and Cast it to %s, or use sgd", rule, dg_dtype_name(dt));
 	else
 		dg_err_hint(err, "%s updates float32 and float64 variables", rule);
 	return DG_EDTYPE;
@@ -215,6 +222,20 @@ DEF_ADD(add_i32, int32_t, uint32_t)
 DEF_ADD(add_i64, int64_t, uint64_t)
 DEF_ADD(add_u8, uint8_t, uint8_t)
 
+/* The 16-bit floats: float32 math on the widened values, one rounding back.
+ * w[n] = src[n] + k * g[n] (assign_add: k = 1; sgd: k = -lr); src may be w. */
+static void axpy_half(enum dg_dtype dt, int64_t n, uint16_t *w, const uint16_t *src,
+		      const uint16_t *g, float k)
+{
+	if (dt == DG_F16) {
+		for (int64_t i = 0; i < n; i++)
+			w[i] = dg_f32_to_f16(dg_f16_to_f32(src[i]) + k * dg_f16_to_f32(g[i]));
+	} else {
+		for (int64_t i = 0; i < n; i++)
+			w[i] = dg_f32_to_bf16(dg_bf16_to_f32(src[i]) + k * dg_bf16_to_f32(g[i]));
+	}
+}
+
 static void assign_add(enum dg_dtype dt, int64_t n, void *w, const void *g)
 {
 	switch (dt) {
@@ -223,6 +244,8 @@ static void assign_add(enum dg_dtype dt, int64_t n, void *w, const void *g)
 	case DG_I32: add_i32(n, w, g); break;
 	case DG_I64: add_i64(n, w, g); break;
 	case DG_U8: add_u8(n, w, g); break;
+	case DG_F16:
+	case DG_BF16: axpy_half(dt, n, w, w, g, 1.0f); break;
 	default: break;   /* refused by ps_apply_check_dtype */
 	}
 }
@@ -257,7 +280,9 @@ void ps_apply_rule(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, v
 		break;
 	case PS_ASSIGN_ADD: assign_add(dt, n, w, g); break;
 	case PS_SGD:
-		if (f32)
+		if (dg_dtype_is_half(dt))
+			axpy_half(dt, n, w, w, g, -(float)a->lr);
+		else if (f32)
 			sgd_f32(n, w, g, (float)a->lr);
 		else
 			sgd_f64(n, w, g, a->lr);
@@ -281,6 +306,8 @@ void ps_apply_rule_from(const struct ps_apply_args *a, enum dg_dtype dt, int64_t
 	if (a->rule == PS_ASSIGN) {
 		if (nb)
 			memcpy(w, g, nb);       /* the old value is not read at all */
+	} else if (a->rule == PS_SGD && dg_dtype_is_half(dt)) {
+		axpy_half(dt, n, w, src, g, -(float)a->lr);
 	} else if (a->rule == PS_SGD && dt == DG_F32) {
 		sgd_from_f32(n, w, src, g, (float)a->lr);
 	} else if (a->rule == PS_SGD) {
@@ -304,6 +331,13 @@ void ps_apply_rule_from(const struct ps_apply_args *a, enum dg_dtype dt, int64_t
 DEF_ACC_F(acc_f32, float)
 DEF_ACC_F(acc_f64, double)
 
+/* 16-bit gradients accumulate in double like float32 ones. */
+static void acc_half(enum dg_dtype dt, int64_t n, double *restrict acc, const uint16_t *g)
+{
+	for (int64_t i = 0; i < n; i++)
+		acc[i] += dt == DG_F16 ? dg_f16_to_f32(g[i]) : dg_bf16_to_f32(g[i]);
+}
+
 /* acc[n] (int64, wrapping) += g[n] */
 #define DEF_ACC_I(NAME, T)                                                                   \
 	static void NAME(int64_t n, int64_t *restrict acc, const T *restrict g)              \
@@ -323,6 +357,8 @@ void ps_acc_add(enum dg_dtype dt, int64_t n, void *acc, const void *g)
 	case DG_I32: acc_i32(n, acc, g); break;
 	case DG_I64: acc_i64(n, acc, g); break;
 	case DG_U8: acc_u8(n, acc, g); break;
+	case DG_F16:
+	case DG_BF16: acc_half(dt, n, acc, g); break;
 	default: break;   /* bool never accumulates (ps_apply_check_dtype) */
 	}
 }
@@ -337,6 +373,16 @@ void ps_acc_add(enum dg_dtype dt, int64_t n, void *acc, const void *g)
 	}
 DEF_MEAN_F(mean_f32, float)
 DEF_MEAN_F(mean_f64, double)
+
+static void mean_half(enum dg_dtype dt, int64_t n, const double *restrict acc,
+		      const uint16_t *restrict g, double count, uint16_t *restrict out)
+{
+	for (int64_t i = 0; i < n; i++) {
+		double gi = dt == DG_F16 ? dg_f16_to_f32(g[i]) : dg_bf16_to_f32(g[i]);
+		double m = (acc[i] + gi) / count;
+		out[i] = dt == DG_F16 ? dg_f64_to_f16(m) : dg_f64_to_bf16(m);
+	}
+}
 
 /* out[n] = (acc[n] + g[n]) / count in int64 (truncating), converted modulo 2^bits
  * to T (the sum wraps; count >= 1 so the division cannot overflow) */
@@ -362,6 +408,8 @@ void ps_acc_mean(enum dg_dtype dt, int64_t n, const void *acc, const void *g, in
 	case DG_I32: mean_i32(n, acc, g, count, out); break;
 	case DG_I64: mean_i64(n, acc, g, count, out); break;
 	case DG_U8: mean_u8(n, acc, g, count, out); break;
+	case DG_F16:
+	case DG_BF16: mean_half(dt, n, acc, g, count, out); break;
 	default: break;
 	}
 }

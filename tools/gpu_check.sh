@@ -1,9 +1,12 @@
 #!/bin/sh
 # The one prepared check for a lent GPU machine (issue 7): configure a fresh
-# build with -Dcuda=enabled, build, run the CUDA suites (op parity, gradient
-# helpers, GPU-placed graphs and the MLP training step through worker/exec.c),
+# build with -Dcuda=enabled, build, run the CUDA suites (op parity, float16 and
+# bfloat16 included: Cast, Add/Sub/Mul/Relu bit for bit, MatMul through
+# cublasGemmEx within an ulp; gradient helpers, GPU-placed graphs and the MLP
+# training step through worker/exec.c),
 # the MLP step fragment on the GPU through the worker's executor (test_place_gpu),
-# then the whole suite, then bench_cuda (kernels and the MLP step, GPU vs CPU),
+# then the whole suite, then bench_cuda (kernels, MatMul f32/f16/bf16 against
+# cuBLAS called directly, and the MLP step, GPU vs CPU),
 # printing everything. Sized for ~8 minutes on 16 cores.
 # Usage: tools/gpu_check.sh [build-dir]   (default build-gpu; run from the repo root)
 set -u

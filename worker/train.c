@@ -505,7 +505,8 @@ static enum dg_status check_refs(const struct dg_graph *g, const struct train_sp
 		if ((st = check_ref(g, key, s->metrics[i], &e, err)) != DG_OK)
 			return st;
 		t = &g->nodes[e.node].out[e.index];
-		if (!dg_dtype_is_float(t->dtype) && !dg_dtype_is_int(t->dtype)) {
+		if (!dg_dtype_is_float(t->dtype) && !dg_dtype_is_int(t->dtype) &&
+		    !dg_dtype_is_half(t->dtype)) {
 			dg_err_set(err, DG_EDTYPE, "%s '%s' is %s; metrics must be numbers", key,
 				   s->metrics[i], dg_dtype_name(t->dtype));
 			return DG_EDTYPE;

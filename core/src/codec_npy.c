@@ -21,13 +21,24 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "dg assumes a little-e
 #define NPY_PREFIX_V1 10
 #define NPY_PREFIX_V2 12
 
+/* bfloat16 has no entry: numpy has no bfloat16 dtype, and writing its bits
+ * under another descr ('<u2', '<V2') would hand numpy users numbers that are
+ * not the values. Encoding a bfloat16 tensor is refused (npy_refuse_bf16). */
 static const char *const descr_of[DG_DTYPE_COUNT] = {
 	[DG_F32] = "<f4", [DG_F64] = "<f8", [DG_I32] = "<i4",
-	[DG_I64] = "<i8", [DG_U8] = "|u1",  [DG_BOOL] = "|b1",
+	[DG_I64] = "<i8", [DG_U8] = "|u1",  [DG_BOOL] = "|b1", [DG_F16] = "<f2",
 };
 
 #define SUPPORTED_DESCRS "'<f4' (float32), '<f8' (float64), '<i4' (int32), '<i8' (int64), " \
-	"'|u1' (uint8), '|b1' (bool)"
+	"'|u1' (uint8), '|b1' (bool), '<f2' (float16)"
+
+static enum dg_status npy_refuse_bf16(struct dg_err *err)
+{
+	dg_err_set(err, DG_EDTYPE, "bfloat16 has no .npy form: numpy has no bfloat16 dtype");
+	dg_err_hint(err, "Cast to float32 first, or read the raw bytes (2 per element, the "
+		    "top half of a float32)");
+	return DG_EDTYPE;
+}
 
 const char *dg_encoding_name(enum dg_encoding enc)
 {
@@ -98,7 +109,8 @@ static int format_dict(enum dg_dtype dt, const struct dg_shape *shape, char *buf
 {
 	int len, w;
 
-	if ((unsigned)dt >= DG_DTYPE_COUNT || shape->ndim < 0 || shape->ndim > DG_MAX_DIMS)
+	if ((unsigned)dt >= DG_DTYPE_COUNT || !descr_of[dt] || shape->ndim < 0 ||
+	    shape->ndim > DG_MAX_DIMS)
 		return -1;
 	len = snprintf(buf, n, "{'descr': '%s', 'fortran_order': False, 'shape': (",
 		       descr_of[dt]);
@@ -148,6 +160,8 @@ enum dg_status dg_npy_encode_header(enum dg_dtype dt, const struct dg_shape *sha
 	int n = format_dict(dt, shape, dict, sizeof dict);
 	enum dg_status st;
 
+	if (dt == DG_BF16)
+		return npy_refuse_bf16(err);
 	if (n < 0) {
 		char sh[128];
 		dg_shape_format(shape, sh, sizeof sh);
@@ -255,7 +269,7 @@ static enum dg_status parse_descr(const char *d, enum dg_dtype *dt, struct dg_er
 		enum dg_dtype dt;
 	} codes[] = {
 		{ "f4", DG_F32 }, { "f8", DG_F64 }, { "i4", DG_I32 },
-		{ "i8", DG_I64 }, { "u1", DG_U8 },  { "b1", DG_BOOL },
+		{ "i8", DG_I64 }, { "u1", DG_U8 },  { "b1", DG_BOOL }, { "f2", DG_F16 },
 	};
 	char order = '=';
 	const char *c = d;

@@ -338,6 +338,45 @@ static inline int fmt_f64(char *s, double x)
 	return fmt_float(s, x, false);
 }
 
+/* A 16-bit float: the fewest significant digits (1 .. hi: 5 for float16's 11
+ * significant bits, 4 for bfloat16's 8) that read back to the same bits, laid
+ * out as %.{hi}g would (fixed notation for exponents -4 .. hi-1), so 1000 is
+ * "1000" and not "1e+03". Text of 16-bit tensors is small; snprintf is fine. */
+static int fmt_half(char *s, uint16_t h, bool bf16)
+{
+	double x = bf16 ? dg_bf16_to_f32(h) : dg_f16_to_f32(h);
+	int hi = bf16 ? 4 : 5;
+	char e[ELEM_MAX], d[8];
+
+	if (!isfinite(x))
+		return fmt_special(s, x);
+	if (x == 0)
+		return write_g(s, signbit(x), "0", 1, 0, hi);
+	for (int p = 1; p <= hi; p++) {
+		/* "d.ddde-XX": p digits and the decimal exponent */
+		snprintf(e, sizeof e, "%.*e", p - 1, fabs(x));
+		double y = strtod(e, NULL);
+		if (p < hi && (bf16 ? dg_f64_to_bf16(y) : dg_f64_to_f16(y)) != (h & 0x7fff))
+			continue;
+		int n = 0;
+		for (const char *c = e; *c && *c != 'e'; c++)
+			if (*c != '.')
+				d[n++] = *c;
+		return write_g(s, signbit(x), d, n, atoi(strchr(e, 'e') + 1), hi);
+	}
+	return 0;   /* not reached: p == hi returns */
+}
+
+static inline int fmt_f16(char *s, uint16_t h)
+{
+	return fmt_half(s, h, false);
+}
+
+static inline int fmt_bf16(char *s, uint16_t h)
+{
+	return fmt_half(s, h, true);
+}
+
 static inline int fmt_i32(char *s, int32_t v)
 {
 	return fmt_i64(s, v);
@@ -372,6 +411,8 @@ DEFINE_PUT_ROW(put_row_i32, int32_t, fmt_i32)
 DEFINE_PUT_ROW(put_row_i64, int64_t, fmt_i64)
 DEFINE_PUT_ROW(put_row_u8, uint8_t, fmt_u8)
 DEFINE_PUT_ROW(put_row_bool, uint8_t, fmt_bool)
+DEFINE_PUT_ROW(put_row_f16, uint16_t, fmt_f16)
+DEFINE_PUT_ROW(put_row_bf16, uint16_t, fmt_bf16)
 
 static void put_row(struct out *o, enum dg_dtype dt, const void *row, int64_t n)
 {
@@ -382,6 +423,8 @@ static void put_row(struct out *o, enum dg_dtype dt, const void *row, int64_t n)
 	case DG_I64: put_row_i64(o, row, n); break;
 	case DG_U8: put_row_u8(o, row, n); break;
 	case DG_BOOL: put_row_bool(o, row, n); break;
+	case DG_F16: put_row_f16(o, row, n); break;
+	case DG_BF16: put_row_bf16(o, row, n); break;
 	default: break;
 	}
 }
@@ -461,6 +504,35 @@ static bool is_space(char c)
 DEFINE_PARSE_FLOAT(parse_f32, float, strtof)
 DEFINE_PARSE_FLOAT(parse_f64, double, strtod)
 
+/* 16-bit floats parse through double and round once more; a finite spelling
+ * that rounds to inf is out of range, as for float32. (Decimal -> double ->
+ * 16 bits can differ from a direct rounding only for inputs within 2^-53 of
+ * a 16-bit midpoint, i.e. more than 16 significant digits.) */
+static enum tok_res parse_half(const char *s, void *dst, bool bf16)
+{
+	double v;
+	enum tok_res r = parse_f64(s, &v);
+	uint16_t h;
+
+	if (r != TOK_OK)
+		return r;
+	h = bf16 ? dg_f64_to_bf16(v) : dg_f64_to_f16(v);
+	if (isfinite(v) && (h & 0x7fff) == (bf16 ? 0x7f80 : 0x7c00))
+		return TOK_RANGE;
+	memcpy(dst, &h, sizeof h);
+	return TOK_OK;
+}
+
+static enum tok_res parse_f16(const char *s, void *dst)
+{
+	return parse_half(s, dst, false);
+}
+
+static enum tok_res parse_bf16(const char *s, void *dst)
+{
+	return parse_half(s, dst, true);
+}
+
 /* Whole decimal integers only ("2.0" and "1e3" are not integers); the range
  * is checked by the caller's bounds. */
 static enum tok_res parse_int(const char *s, long long lo, long long hi, long long *v)
@@ -528,6 +600,7 @@ typedef enum tok_res (*parse_fn)(const char *s, void *dst);
 static const parse_fn parsers[DG_DTYPE_COUNT] = {
 	[DG_F32] = parse_f32, [DG_F64] = parse_f64, [DG_I32] = parse_i32,
 	[DG_I64] = parse_i64, [DG_U8] = parse_u8,   [DG_BOOL] = parse_bool,
+	[DG_F16] = parse_f16, [DG_BF16] = parse_bf16,
 };
 
 static const char *const range_text[DG_DTYPE_COUNT] = {
@@ -537,6 +610,8 @@ static const char *const range_text[DG_DTYPE_COUNT] = {
 	[DG_I64] = "-9223372036854775808 to 9223372036854775807",
 	[DG_U8] = "0 to 255",
 	[DG_BOOL] = "0 and 1",
+	[DG_F16] = "-65504 to 65504 (or inf)",
+	[DG_BF16] = "about -3.39e38 to 3.39e38 (or inf)",
 };
 
 /* A token fit for a message: at most 40 bytes, non-printables as '?'. */

@@ -15,6 +15,7 @@ static const struct {
 } dtypes[DG_DTYPE_COUNT] = {
 	[DG_F32] = { "float32", 4 }, [DG_F64] = { "float64", 8 }, [DG_I32] = { "int32", 4 },
 	[DG_I64] = { "int64", 8 },   [DG_U8] = { "uint8", 1 },    [DG_BOOL] = { "bool", 1 },
+	[DG_F16] = { "float16", 2 }, [DG_BF16] = { "bfloat16", 2 },
 };
 
 static const struct {
@@ -24,7 +25,8 @@ static const struct {
 	{ "f4", DG_F32 },     { "float", DG_F32 },   { "single", DG_F32 }, { "f8", DG_F64 },
 	{ "double", DG_F64 }, { "i4", DG_I32 },      { "int", DG_I32 },    { "i8", DG_I64 },
 	{ "long", DG_I64 },   { "u1", DG_U8 },       { "byte", DG_U8 },    { "b1", DG_BOOL },
-	{ "?", DG_BOOL },     { "boolean", DG_BOOL },
+	{ "?", DG_BOOL },     { "boolean", DG_BOOL },    { "f2", DG_F16 },     { "half", DG_F16 },
+	{ "bf16", DG_BF16 },
 };
 
 const char *dg_dtype_name(enum dg_dtype dt)
@@ -47,6 +49,161 @@ bool dg_dtype_is_int(enum dg_dtype dt)
 	return dt == DG_I32 || dt == DG_I64 || dt == DG_U8;
 }
 
+bool dg_dtype_is_half(enum dg_dtype dt)
+{
+	return dt == DG_F16 || dt == DG_BF16;
+}
+
+/* --- 16-bit floats ----------------------------------------------------------
+ * float16: 1 sign, 5 exponent (bias 15), 10 fraction bits; bfloat16: 1 sign,
+ * 8 exponent (bias 127), 7 fraction bits. Both have subnormals, inf and NaN. */
+
+static uint32_t f32_bits(float x)
+{
+	uint32_t u;
+
+	memcpy(&u, &x, sizeof u);
+	return u;
+}
+
+static float f32_from_bits(uint32_t u)
+{
+	float x;
+
+	memcpy(&x, &u, sizeof x);
+	return x;
+}
+
+/* a (finite, >= 0) rounded to nearest-even in a format of mbits fraction
+ * bits and ebits exponent bits; the bits without sign, inf on overflow.
+ * With e the binade of a (clamped to emin, where subnormals share the
+ * quantum), q = a * 2^(mbits - e) is exact (a power-of-two scaling) and rint
+ * rounds it once. The encoding is then ((e - emin) << mbits) + q for normals
+ * and subnormals alike, and a carry of q into 2^(mbits+1) lands on the next
+ * binade by itself. */
+static uint16_t round_f64(double a, int mbits, int ebits)
+{
+	int emin = 2 - (1 << (ebits - 1));
+	uint64_t inf = (uint64_t)((1 << ebits) - 1) << mbits;
+	int e;
+
+	if (a == 0)
+		return 0;
+	frexp(a, &e);
+	e -= 1;   /* a in [2^e, 2^(e+1)) */
+	if (e < emin)
+		e = emin;
+	if (e > 1 << ebits)
+		return (uint16_t)inf;   /* far past the largest finite value */
+	uint64_t q = (uint64_t)rint(ldexp(a, mbits - e));
+	uint64_t bits = ((uint64_t)(e - emin) << mbits) + q;
+	return (uint16_t)(bits >= inf ? inf : bits);
+}
+
+uint16_t dg_f64_to_f16(double x)
+{
+	uint16_t sign = signbit(x) ? 0x8000 : 0;
+
+	if (isnan(x))
+		return sign | 0x7e00;
+	if (isinf(x))
+		return sign | 0x7c00;
+	return sign | round_f64(fabs(x), 10, 5);
+}
+
+uint16_t dg_f64_to_bf16(double x)
+{
+	uint16_t sign = signbit(x) ? 0x8000 : 0;
+
+	if (isnan(x))
+		return sign | 0x7fc0;
+	if (isinf(x))
+		return sign | 0x7f80;
+	return sign | round_f64(fabs(x), 7, 8);
+}
+
+/* Integer-only float32 -> float16 (the hot path of Cast and the half kernels);
+ * agrees bit for bit with dg_f64_to_f16 on every float (the unit tests check). */
+uint16_t dg_f32_to_f16(float f)
+{
+	uint32_t x = f32_bits(f);
+	uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+
+	x &= 0x7fffffff;
+	if (x > 0x7f800000)   /* NaN: quiet, top payload bits kept */
+		return sign | 0x7e00 | (uint16_t)((x >> 13) & 0x3ff);
+	if (x >= 0x477ff000)   /* >= 65520, the midpoint of 65504 and 2^16: inf */
+		return sign | 0x7c00;
+	if (x >= 0x38800000) {   /* >= 2^-14: a normal float16 */
+		/* Rebias the exponent (127 -> 15) and round the 13 dropped bits to
+		 * even; a carry moves into the exponent, staying below inf (above). */
+		uint32_t r = x - 0x38000000;
+		r += 0xfff + ((r >> 13) & 1);
+		return sign | (uint16_t)(r >> 13);
+	}
+	if (x <= 0x33000000)   /* <= 2^-25: the tie at 2^-25 goes to even 0 */
+		return sign;
+	/* Subnormal: value = m * 2^(e-150); in units of 2^-24 that is m >> (126-e),
+	 * shift 14..24, rounded to nearest even by the dropped bits. */
+	uint32_t e = x >> 23, m = (x & 0x7fffff) | 0x800000;
+	uint32_t sh = 126 - e, q = m >> sh, rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+	if (rem > half || (rem == half && (q & 1)))
+		q++;
+	return sign | (uint16_t)q;
+}
+
+float dg_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+
+	if (e == 0x1f)
+		return f32_from_bits(sign | 0x7f800000 | (m << 13));
+	if (e == 0) {   /* zero or subnormal: m * 2^-24, exact in float */
+		float v = (float)m * 0x1p-24f;
+		return sign ? -v : v;
+	}
+	return f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
+}
+
+/* bfloat16 is float32's top half: round the low 16 bits to even (a carry into
+ * the exponent is right, up to inf), NaN kept quiet. */
+uint16_t dg_f32_to_bf16(float f)
+{
+	uint32_t x = f32_bits(f);
+
+	if ((x & 0x7fffffff) > 0x7f800000)
+		return (uint16_t)((x >> 16) | 0x40);
+	x += 0x7fff + ((x >> 16) & 1);
+	return (uint16_t)(x >> 16);
+}
+
+float dg_bf16_to_f32(uint16_t h)
+{
+	return f32_from_bits((uint32_t)h << 16);
+}
+
+void dg_half_to_f32(enum dg_dtype dt, const uint16_t *in, float *out, int64_t n)
+{
+	if (dt == DG_F16) {
+		for (int64_t i = 0; i < n; i++)
+			out[i] = dg_f16_to_f32(in[i]);
+	} else if (dt == DG_BF16) {
+		for (int64_t i = 0; i < n; i++)
+			out[i] = dg_bf16_to_f32(in[i]);
+	}
+}
+
+void dg_f32_to_half(enum dg_dtype dt, const float *in, uint16_t *out, int64_t n)
+{
+	if (dt == DG_F16) {
+		for (int64_t i = 0; i < n; i++)
+			out[i] = dg_f32_to_f16(in[i]);
+	} else if (dt == DG_BF16) {
+		for (int64_t i = 0; i < n; i++)
+			out[i] = dg_f32_to_bf16(in[i]);
+	}
+}
+
 enum dg_status dg_dtype_parse(const char *s, enum dg_dtype *out, struct dg_err *err)
 {
 	for (int i = 0; s && i < DG_DTYPE_COUNT; i++) {
@@ -62,7 +219,8 @@ enum dg_status dg_dtype_parse(const char *s, enum dg_dtype *out, struct dg_err *
 		}
 	}
 	dg_err_set(err, DG_EDTYPE, "unknown dtype '%.64s'", s ? s : "(null)");
-	dg_err_hint(err, "use one of float32, float64, int32, int64, uint8, bool");
+	dg_err_hint(err, "use one of float32, float64, int32, int64, uint8, bool, float16, "
+		    "bfloat16");
 	return DG_EDTYPE;
 }
 
@@ -378,6 +536,8 @@ double dg_tensor_get_f64(const struct dg_tensor *t, int64_t i)
 	case DG_I64: return (double)((const int64_t *)t->data)[i];
 	case DG_U8: return ((const uint8_t *)t->data)[i];
 	case DG_BOOL: return ((const uint8_t *)t->data)[i] != 0;
+	case DG_F16: return dg_f16_to_f32(((const uint16_t *)t->data)[i]);
+	case DG_BF16: return dg_bf16_to_f32(((const uint16_t *)t->data)[i]);
 	default: return NAN;
 	}
 }
@@ -406,6 +566,8 @@ void dg_tensor_set_f64(struct dg_tensor *t, int64_t i, double v)
 		break;
 	case DG_U8: ((uint8_t *)t->data)[i] = (uint8_t)clamp_int(v, 0, 255); break;
 	case DG_BOOL: ((uint8_t *)t->data)[i] = v != 0; break;
+	case DG_F16: ((uint16_t *)t->data)[i] = dg_f64_to_f16(v); break;
+	case DG_BF16: ((uint16_t *)t->data)[i] = dg_f64_to_bf16(v); break;
 	default: break;
 	}
 }

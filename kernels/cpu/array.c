@@ -87,6 +87,7 @@ typedef void (*gather_fn)(void *restrict dst, const void *restrict src, int64_t 
 			d[i] = s[i * stride];                                            \
 	}
 DEF_GATHER(gather_1, uint8_t)
+DEF_GATHER(gather_2, uint16_t)
 DEF_GATHER(gather_4, uint32_t)
 DEF_GATHER(gather_8, uint64_t)
 
@@ -95,6 +96,11 @@ static void fill_pattern(void *dst, const void *val, size_t es, int64_t n)
 {
 	if (es == 1) {
 		memset(dst, *(const uint8_t *)val, (size_t)n);
+	} else if (es == 2) {   /* float16, bfloat16 */
+		uint16_t v, *restrict d = dst;
+		memcpy(&v, val, 2);
+		for (int64_t i = 0; i < n; i++)
+			d[i] = v;
 	} else if (es == 4) {
 		uint32_t v, *restrict d = dst;
 		memcpy(&v, val, 4);
@@ -149,7 +155,7 @@ static void view_copy(void *dst, const void *src, const struct view *v0, size_t 
 	char *d = dst;
 	int64_t idx[DG_MAX_DIMS] = { 0 };
 	int64_t pos = 0, n, s;
-	gather_fn g = es == 1 ? gather_1 : es == 4 ? gather_4 : gather_8;
+	gather_fn g = es == 1 ? gather_1 : es == 2 ? gather_2 : es == 4 ? gather_4 : gather_8;
 
 	view_simplify(&v);
 	base = (const char *)src + v.off * (int64_t)es;
@@ -1097,6 +1103,7 @@ typedef void (*tr2d_fn)(void *restrict dst, const void *restrict src, int64_t ro
 		}                                                                        \
 	}
 DEF_TR2D(tr2d_1, uint8_t)
+DEF_TR2D(tr2d_2, uint16_t)
 DEF_TR2D(tr2d_4, uint32_t)
 DEF_TR2D(tr2d_8, uint64_t)
 
@@ -1149,7 +1156,7 @@ static void transpose_copy(void *dst, const void *src, const struct dg_tensor *x
 	int P[DG_MAX_DIMS], p = 0, a, k;
 	int q = transpose_reduce(&x->shape, perm, D, P);
 	struct dg_shape rs = { .ndim = q }, os = { .ndim = q };
-	tr2d_fn tr = es == 1 ? tr2d_1 : es == 4 ? tr2d_4 : tr2d_8;
+	tr2d_fn tr = es == 1 ? tr2d_1 : es == 2 ? tr2d_2 : es == 4 ? tr2d_4 : tr2d_8;
 
 	if (q <= 1) {
 		memcpy(dst, src, x->nbytes);          /* the order did not change */
@@ -1465,6 +1472,14 @@ static enum dg_status fill_value(const json_t *attrs, enum dg_dtype dt, void *by
 		memcpy(bytes, &f, 4);
 		return DG_OK;
 	}
+	if (dg_dtype_is_half(dt)) {
+		/* A finite value that rounds to inf does not fit (as for float32). */
+		uint16_t h = dt == DG_F16 ? dg_f64_to_f16(d) : dg_f64_to_bf16(d);
+		if (isfinite(d) && (h & 0x7fff) == (dt == DG_F16 ? 0x7c00 : 0x7f80))
+			goto range;
+		memcpy(bytes, &h, 2);
+		return DG_OK;
+	}
 	if (json_is_integer(v)) {
 		i = json_integer_value(v);
 	} else if (d == floor(d) && d >= -0x1p63 && d < 0x1p63) {
@@ -1566,6 +1581,7 @@ static enum dg_status ones_like_cpu(struct dg_kernel_ctx *c)
 		double f64;
 		int32_t i32;
 		int64_t i64;
+		uint16_t f16;   /* float16 or bfloat16 bits */
 		uint8_t u8;
 	} one;
 	struct dg_tensor *y = cpu_out(c, 0, x->dtype, &x->shape);
@@ -1577,6 +1593,8 @@ static enum dg_status ones_like_cpu(struct dg_kernel_ctx *c)
 	case DG_F64: one.f64 = 1.0; break;
 	case DG_I32: one.i32 = 1; break;
 	case DG_I64: one.i64 = 1; break;
+	case DG_F16: one.f16 = 0x3c00; break;
+	case DG_BF16: one.f16 = 0x3f80; break;
 	default: one.u8 = 1; break;      /* uint8 and bool (true) */
 	}
 	fill_pattern(y->data, &one, dg_dtype_size(x->dtype), y->numel);

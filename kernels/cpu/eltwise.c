@@ -46,7 +46,11 @@ static enum dg_status unsupported(struct dg_err *err, const char *op, enum dg_dt
 				  const char *hint)
 {
 	dg_err_set(err, DG_EDTYPE, "%s is not defined for %s", op, dg_dtype_name(dt));
-	dg_err_hint(err, "%s", hint);
+	if (dg_dtype_is_half(dt))
+		dg_err_hint(err, "%s is a storage dtype: Cast to float32 first (ops on it: Cast, "
+			    "MatMul, Add, Sub, Mul, Relu, Where)", dg_dtype_name(dt));
+	else
+		dg_err_hint(err, "%s", hint);
 	return DG_EDTYPE;
 }
 
@@ -187,6 +191,10 @@ UN_LOOP(relu_f32, float, (x > 0 || x != x) ? x : 0.0f)
 UN_LOOP(relu_f64, double, (x > 0 || x != x) ? x : 0.0)
 UN_LOOP(relu_i32, int32_t, x > 0 ? x : 0)
 UN_LOOP(relu_i64, int64_t, x > 0 ? x : 0)
+/* 16-bit floats on their bits: a set sign bit gives +0 unless the value is NaN
+ * (exponent all ones, fraction nonzero), exactly what relu_f32 does. */
+UN_LOOP(relu_f16, uint16_t, (x & 0x8000) && (x & 0x7fff) <= 0x7c00 ? 0 : x)
+UN_LOOP(relu_bf16, uint16_t, (x & 0x8000) && (x & 0x7fff) <= 0x7f80 ? 0 : x)
 UN_LOOP(sqrt_f32, float, sqrtf(x))
 UN_LOOP(sqrt_f64, double, sqrt(x))
 UN_LOOP(exp_f32, float, expf(x))
@@ -226,7 +234,12 @@ UN_LOOP(sigm_f64, double, sigmoid_f64(x))
 static const struct un_op op_neg = { "Neg", UN_NUM(neg), HINT_SIGNED };
 static const struct un_op op_abs = { "Abs", UN_NUM(abs), HINT_SIGNED };
 static const struct un_op op_square = { "Square", UN_NUM(square), HINT_SIGNED };
-static const struct un_op op_relu = { "Relu", UN_NUM(relu), HINT_SIGNED };
+static const struct un_op op_relu = {
+	"Relu",
+	{ [DG_F32] = relu_f32, [DG_F64] = relu_f64, [DG_I32] = relu_i32, [DG_I64] = relu_i64,
+	  [DG_F16] = relu_f16, [DG_BF16] = relu_bf16 },
+	HINT_SIGNED,
+};
 static const struct un_op op_sqrt = { "Sqrt", UN_FLT(sqrt), HINT_FLOAT };
 static const struct un_op op_exp = { "Exp", UN_FLT(exp), HINT_FLOAT };
 static const struct un_op op_log = { "Log", UN_FLT(log), HINT_FLOAT };
@@ -385,6 +398,16 @@ BIN_LOOPS(mul_f64, double, double, x * y)
 BIN_LOOPS(mul_i32, int32_t, int32_t, W32(*))
 BIN_LOOPS(mul_i64, int64_t, int64_t, W64(*))
 BIN_LOOPS(mul_u8, uint8_t, uint8_t, x * y)
+/* 16-bit floats: float32 arithmetic on the widened values (exact inputs),
+ * rounded once to the storage dtype. */
+#define H16(op) dg_f32_to_f16(dg_f16_to_f32(x) op dg_f16_to_f32(y))
+#define BH16(op) dg_f32_to_bf16(dg_bf16_to_f32(x) op dg_bf16_to_f32(y))
+BIN_LOOPS(add_f16, uint16_t, uint16_t, H16(+))
+BIN_LOOPS(add_bf16, uint16_t, uint16_t, BH16(+))
+BIN_LOOPS(sub_f16, uint16_t, uint16_t, H16(-))
+BIN_LOOPS(sub_bf16, uint16_t, uint16_t, BH16(-))
+BIN_LOOPS(mul_f16, uint16_t, uint16_t, H16(*))
+BIN_LOOPS(mul_bf16, uint16_t, uint16_t, BH16(*))
 BIN_LOOPS(div_f32, float, float, x / y)
 BIN_LOOPS(div_f64, double, double, x / y)
 BIN_LOOPS(div_i32, int32_t, int32_t, div_i32(x, y, &bad))
@@ -428,13 +451,17 @@ BIN_LOOPS(ne_b, uint8_t, uint8_t, (x != 0) != (y != 0))
 
 #define BIN_NUM(fn) { [DG_F32] = BL(fn##_f32), [DG_F64] = BL(fn##_f64), [DG_I32] = BL(fn##_i32), \
 		      [DG_I64] = BL(fn##_i64), [DG_U8] = BL(fn##_u8) }
+/* Add, Sub, Mul: the numeric dtypes plus the 16-bit floats. */
+#define BIN_NUM_H(fn) { [DG_F32] = BL(fn##_f32), [DG_F64] = BL(fn##_f64), \
+			[DG_I32] = BL(fn##_i32), [DG_I64] = BL(fn##_i64), [DG_U8] = BL(fn##_u8), \
+			[DG_F16] = BL(fn##_f16), [DG_BF16] = BL(fn##_bf16) }
 #define BIN_ALL(fn) { [DG_F32] = BL(fn##_f32), [DG_F64] = BL(fn##_f64), [DG_I32] = BL(fn##_i32), \
 		      [DG_I64] = BL(fn##_i64), [DG_U8] = BL(fn##_u8), [DG_BOOL] = BL(fn##_b) }
 #define HINT_NUM "Cast bool to int32 or float32 first"
 
-static const struct bin_op op_add = { "Add", false, BIN_NUM(add), HINT_NUM };
-static const struct bin_op op_sub = { "Sub", false, BIN_NUM(sub), HINT_NUM };
-static const struct bin_op op_mul = { "Mul", false, BIN_NUM(mul), HINT_NUM };
+static const struct bin_op op_add = { "Add", false, BIN_NUM_H(add), HINT_NUM };
+static const struct bin_op op_sub = { "Sub", false, BIN_NUM_H(sub), HINT_NUM };
+static const struct bin_op op_mul = { "Mul", false, BIN_NUM_H(mul), HINT_NUM };
 static const struct bin_op op_div = { "Div", false, BIN_NUM(div), HINT_NUM };
 static const struct bin_op op_pow = { "Pow", false, BIN_NUM(pow), HINT_NUM };
 static const struct bin_op op_max = { "Maximum", false, BIN_NUM(max), HINT_NUM };
@@ -571,10 +598,13 @@ WHERE_LOOP(where_f64, double)
 WHERE_LOOP(where_i32, int32_t)
 WHERE_LOOP(where_i64, int64_t)
 WHERE_LOOP(where_u8, uint8_t)
+WHERE_LOOP(where_u16, uint16_t)
 
+/* Where only moves elements: every dtype, the 16-bit floats as their bits. */
 static const where_loop where_t[DG_DTYPE_COUNT] = {
 	[DG_F32] = where_f32, [DG_F64] = where_f64, [DG_I32] = where_i32,
-	[DG_I64] = where_i64, [DG_U8] = where_u8, [DG_BOOL] = where_u8,
+	[DG_I64] = where_i64, [DG_U8] = where_u8,   [DG_BOOL] = where_u8,
+	[DG_F16] = where_u16, [DG_BF16] = where_u16,
 };
 
 static enum dg_status where_dtypes(enum dg_dtype k, enum dg_dtype x, enum dg_dtype y,
@@ -722,6 +752,59 @@ CAST_PLAIN(i64_u8, int64_t, uint8_t, (uint8_t)x)
 CAST_PLAIN(u8_i32, uint8_t, int32_t, x)
 CAST_PLAIN(u8_i64, uint8_t, int64_t, x)
 CAST_PLAIN(u8_u8, uint8_t, uint8_t, x)
+/* To the 16-bit floats: one rounding from the source's exact value. int32 and
+ * uint8 are exact in double/float; int64 goes through i64_to_f64_odd. */
+static inline uint16_t b_to_f16(uint8_t x)
+{
+	return x ? 0x3c00 : 0;
+}
+
+static inline uint16_t b_to_bf16(uint8_t x)
+{
+	return x ? 0x3f80 : 0;
+}
+
+/* int64 as double rounded to odd: exact below 2^53; above, the dropped bits
+ * are folded into a sticky low bit, so the one rounding to 16 bits that follows
+ * (far fewer than 51 bits) is the correct rounding of the integer itself. */
+static double i64_to_f64_odd(int64_t x)
+{
+	uint64_t u = x < 0 ? 0 - (uint64_t)x : (uint64_t)x;
+	int k = 0;
+
+	while (u >> 53 >> k)
+		k++;
+	uint64_t m = (u >> k) | ((u & ((UINT64_C(1) << k) - 1)) != 0);
+	double d = ldexp((double)m, k);
+	return x < 0 ? -d : d;
+}
+
+CAST_PLAIN(f32_f16, float, uint16_t, dg_f32_to_f16(x))
+CAST_PLAIN(f32_bf16, float, uint16_t, dg_f32_to_bf16(x))
+CAST_PLAIN(f64_f16, double, uint16_t, dg_f64_to_f16(x))
+CAST_PLAIN(f64_bf16, double, uint16_t, dg_f64_to_bf16(x))
+CAST_PLAIN(i32_f16, int32_t, uint16_t, dg_f64_to_f16(x))
+CAST_PLAIN(i32_bf16, int32_t, uint16_t, dg_f64_to_bf16(x))
+CAST_PLAIN(i64_f16, int64_t, uint16_t, dg_f64_to_f16(i64_to_f64_odd(x)))
+CAST_PLAIN(i64_bf16, int64_t, uint16_t, dg_f64_to_bf16(i64_to_f64_odd(x)))
+CAST_PLAIN(u8_f16, uint8_t, uint16_t, dg_f32_to_f16(x))
+CAST_PLAIN(u8_bf16, uint8_t, uint16_t, dg_f32_to_bf16(x))
+CAST_PLAIN(b_f16, uint8_t, uint16_t, b_to_f16(x))
+CAST_PLAIN(b_bf16, uint8_t, uint16_t, b_to_bf16(x))
+/* From the 16-bit floats: widening is exact; between the two, one rounding
+ * from the exact float32 value; ->bool tests the bits without the sign (NaN
+ * is true, -0 false). */
+CAST_PLAIN(f16_f32, uint16_t, float, dg_f16_to_f32(x))
+CAST_PLAIN(f16_f64, uint16_t, double, dg_f16_to_f32(x))
+CAST_PLAIN(f16_f16, uint16_t, uint16_t, x)
+CAST_PLAIN(f16_bf16, uint16_t, uint16_t, dg_f32_to_bf16(dg_f16_to_f32(x)))
+CAST_PLAIN(f16_b, uint16_t, uint8_t, (x & 0x7fff) != 0)
+CAST_PLAIN(bf16_f32, uint16_t, float, dg_bf16_to_f32(x))
+CAST_PLAIN(bf16_f64, uint16_t, double, dg_bf16_to_f32(x))
+CAST_PLAIN(bf16_f16, uint16_t, uint16_t, dg_f32_to_f16(dg_bf16_to_f32(x)))
+CAST_PLAIN(bf16_bf16, uint16_t, uint16_t, x)
+CAST_PLAIN(bf16_b, uint16_t, uint8_t, (x & 0x7fff) != 0)
+
 /* Floats to ints: the bounds are exact powers of two in double. */
 #define I32_LO (-2147483648.0)
 #define I32_HI 2147483648.0
@@ -734,17 +817,41 @@ CAST_CHECKED(f64_i32, double, int32_t, I32_LO, I32_HI)
 CAST_CHECKED(f64_i64, double, int64_t, I64_LO, I64_HI)
 CAST_CHECKED(f64_u8, double, uint8_t, 0.0, 256.0)
 
+/* 16-bit floats to ints: as CAST_CHECKED on the exact float32 value. */
+#define CAST_CHECKED_H(fn, TD, LO, HI, WIDEN)                                                \
+	static int64_t fn(const void *pi, void *po, int64_t n)                               \
+	{                                                                                    \
+		const uint16_t *restrict a = pi;                                             \
+		TD *restrict o = po;                                                         \
+		for (int64_t i = 0; i < n; i++) {                                            \
+			double t = trunc((double)WIDEN(a[i]));                               \
+			if (!(t >= (LO) && t < (HI)))                                        \
+				return i;                                                    \
+			o[i] = (TD)t;                                                        \
+		}                                                                            \
+		return -1;                                                                   \
+	}
+CAST_CHECKED_H(f16_i32, int32_t, I32_LO, I32_HI, dg_f16_to_f32)
+CAST_CHECKED_H(f16_i64, int64_t, I64_LO, I64_HI, dg_f16_to_f32)
+CAST_CHECKED_H(f16_u8, uint8_t, 0.0, 256.0, dg_f16_to_f32)
+CAST_CHECKED_H(bf16_i32, int32_t, I32_LO, I32_HI, dg_bf16_to_f32)
+CAST_CHECKED_H(bf16_i64, int64_t, I64_LO, I64_HI, dg_bf16_to_f32)
+CAST_CHECKED_H(bf16_u8, uint8_t, 0.0, 256.0, dg_bf16_to_f32)
+
 #define CAST_ROW(S) { [DG_F32] = S##_f32, [DG_F64] = S##_f64, [DG_I32] = S##_i32, \
-		      [DG_I64] = S##_i64, [DG_U8] = S##_u8, [DG_BOOL] = S##_b }
-/* casts[src][dst]: all 36 pairs. */
+		      [DG_I64] = S##_i64, [DG_U8] = S##_u8, [DG_BOOL] = S##_b,       \
+		      [DG_F16] = S##_f16, [DG_BF16] = S##_bf16 }
+/* casts[src][dst]: all 64 pairs. */
 static const cast_loop casts[DG_DTYPE_COUNT][DG_DTYPE_COUNT] = {
 	[DG_F32] = CAST_ROW(f32), [DG_F64] = CAST_ROW(f64), [DG_I32] = CAST_ROW(i32),
 	[DG_I64] = CAST_ROW(i64), [DG_U8] = CAST_ROW(u8),   [DG_BOOL] = CAST_ROW(b),
+	[DG_F16] = CAST_ROW(f16), [DG_BF16] = CAST_ROW(bf16),
 };
+_Static_assert(DG_DTYPE_COUNT == 8, "a new dtype needs its row and column in casts[][]");
 
 static const struct dg_attr_spec cast_attrs[] = {
 	{ "dtype", DG_ATTR_DTYPE, true,
-	  "target dtype (float32, float64, int32, int64, uint8, bool)" },
+	  "target dtype (float32, float64, int32, int64, uint8, bool, float16, bfloat16)" },
 	{ NULL },
 };
 
@@ -873,12 +980,15 @@ const struct dg_op_def dg_ops_eltwise[] = {
 	UNARY("Sqrt", sqrt, "square root of a float tensor (Sqrt(-1) = nan)"),
 	UNARY("Exp", exp, "e^x of a float tensor"),
 	UNARY("Log", log, "natural logarithm of a float tensor (Log(0) = -inf, Log(-1) = nan)"),
-	UNARY("Relu", relu, "max(x, 0); NaN stays NaN"),
+	UNARY("Relu", relu, "max(x, 0); NaN stays NaN; also float16/bfloat16"),
 	UNARY("Sigmoid", sigmoid, "1 / (1 + e^-x), stable for large |x|"),
 	UNARY("Tanh", tanh, "hyperbolic tangent of a float tensor"),
-	BINARY("Add", add, "x + y with NumPy broadcasting; integers wrap around"),
-	BINARY("Sub", sub, "x - y with NumPy broadcasting; integers wrap around"),
-	BINARY("Mul", mul, "x * y with NumPy broadcasting; integers wrap around"),
+	BINARY("Add", add, "x + y with NumPy broadcasting; integers wrap around; "
+			   "float16/bfloat16 in float32, rounded once"),
+	BINARY("Sub", sub, "x - y with NumPy broadcasting; integers wrap around; "
+			   "float16/bfloat16 in float32, rounded once"),
+	BINARY("Mul", mul, "x * y with NumPy broadcasting; integers wrap around; "
+			   "float16/bfloat16 in float32, rounded once"),
 	BINARY("Div", div, "x / y with broadcasting; IEEE for floats, integers truncate "
 			   "toward zero (division by zero is an error)"),
 	BINARY("Pow", pow, "x ^ y with broadcasting; integer exponents must be >= 0, "
@@ -895,6 +1005,7 @@ const struct dg_op_def dg_ops_eltwise[] = {
 	  "cond ? x : y elementwise, all three broadcast together; cond is bool" },
 	{ "Cast", 1, 1, 1, NULL, cast_attrs, infer_cast, k_cast, NULL, cpu_grad_cast, 0,
 	  "convert to attr dtype: float->int truncates toward zero (NaN, Inf, out of range: "
-	  "error), int->int wraps (two's complement), x->bool is x != 0, bool->number 0/1" },
+	  "error), int->int wraps (two's complement), x->bool is x != 0, bool->number 0/1, "
+	  "to float16/bfloat16 rounds to nearest even (overflow gives inf)" },
 	{ 0 },
 };

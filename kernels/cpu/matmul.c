@@ -1,7 +1,9 @@
 /* MatMul and BatchMatMul: float32/float64 matrix products through the sgemm and
  * dgemm that blas.c loads. Transposes are passed to BLAS (no copies), outputs are
  * allocated uninitialised and written with beta = 0. Shapes that BLAS cannot take
- * (dims over INT_MAX) or need not see (empty dims) are handled here. */
+ * (dims over INT_MAX) or need not see (empty dims) are handled here. float16 and
+ * bfloat16 inputs are widened to float32, multiplied by sgemm (float32
+ * accumulation) and the result rounded once to the input dtype. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,21 +47,26 @@ static enum dg_status read_flags(const json_t *attrs, const struct names *nm, bo
 	return st;
 }
 
-/* Both inputs float32 or both float64. */
+static bool product_dtype(enum dg_dtype dt)
+{
+	return dg_dtype_is_float(dt) || dg_dtype_is_half(dt);
+}
+
+/* Both inputs of one float dtype: float32, float64, float16 or bfloat16. */
 static enum dg_status check_dtypes(enum dg_dtype a, enum dg_dtype b, struct dg_err *err)
 {
-	enum dg_dtype bad = (a != DG_F32 && a != DG_F64) ? a : b;
+	enum dg_dtype bad = !product_dtype(a) ? a : b;
 
-	if ((a != DG_F32 && a != DG_F64) || (b != DG_F32 && b != DG_F64)) {
-		dg_err_set(err, DG_EDTYPE, "matrix products support float32 and float64, got %s",
-			   dg_dtype_name(bad));
+	if (!product_dtype(a) || !product_dtype(b)) {
+		dg_err_set(err, DG_EDTYPE, "matrix products support float32, float64, float16 "
+			   "and bfloat16, got %s", dg_dtype_name(bad));
 		dg_err_hint(err, "Cast the inputs to float32 first");
 		return DG_EDTYPE;
 	}
 	if (a != b) {
 		dg_err_set(err, DG_EDTYPE, "mixed dtypes %s and %s", dg_dtype_name(a),
 			   dg_dtype_name(b));
-		dg_err_hint(err, "Cast one input so both have the same dtype (float32 or float64)");
+		dg_err_hint(err, "Cast one input so both have the same dtype (e.g. float32)");
 		return DG_EDTYPE;
 	}
 	return DG_OK;
@@ -179,6 +186,53 @@ static void gemm(const struct dg_blas *bl, enum dg_dtype dt, bool ta, bool tb, i
 			  tb ? ik : in, 0.0, out, in);
 }
 
+/* A float32 copy of a 16-bit float tensor, or NULL with *err set. */
+static struct dg_tensor *widen(const struct dg_tensor *t, struct dg_err *err)
+{
+	struct dg_tensor *w = dg_tensor_new_uninit(DG_F32, &t->shape, err);
+
+	if (w)
+		dg_half_to_f32(t->dtype, t->data, w->data, t->numel);
+	return w;
+}
+
+/* Run the float32 kernel fn on widened copies of c's two 16-bit inputs and
+ * store its result rounded to their dtype in c->out[0]. The caller has checked
+ * the dtypes and shapes (fn checks them again on the copies). */
+static enum dg_status via_f32(struct dg_kernel_ctx *c, dg_kernel_fn fn)
+{
+	enum dg_dtype dt = c->in[0]->dtype;
+	struct dg_tensor *wa = widen(c->in[0], c->err), *wb = NULL, *wo = NULL;
+	enum dg_status st = DG_ENOMEM;
+
+	if (wa)
+		wb = widen(c->in[1], c->err);
+	if (!wb)
+		goto out;
+	const struct dg_tensor *win[2] = { wa, wb };
+	struct dg_kernel_ctx fc = *c;
+	fc.in = win;
+	fc.n_out = 1;
+	fc.out = &wo;
+	st = fn(&fc);
+	if (st != DG_OK)
+		goto out;
+	struct dg_tensor *y = cpu_out(c, 0, dt, &wo->shape);
+	if (!y) {
+		st = out_status(c);
+		goto out;
+	}
+	dg_f32_to_half(dt, wo->data, y->data, wo->numel);
+out:
+	if (st == DG_ENOMEM && c->err && c->err->code == DG_OK)
+		dg_err_set(c->err, DG_ENOMEM, "out of memory widening %s inputs to float32",
+			   dg_dtype_name(dt));
+	dg_tensor_free(wa);
+	dg_tensor_free(wb);
+	dg_tensor_free(wo);
+	return st;
+}
+
 /* --- MatMul ---------------------------------------------------------------- */
 
 static enum dg_status matmul_infer(struct dg_infer_ctx *c)
@@ -213,6 +267,8 @@ static enum dg_status matmul_cpu(struct dg_kernel_ctx *c)
 		st = check_blas_limits(&d, c->err);
 	if (st != DG_OK)
 		return st;
+	if (dg_dtype_is_half(a->dtype))
+		return via_f32(c, matmul_cpu);
 	os.dim[0] = d.m;
 	os.dim[1] = d.n;
 	st = dg_shape_numel(&os, &numel, c->err);
@@ -350,6 +406,8 @@ static enum dg_status bmm_cpu(struct dg_kernel_ctx *c)
 		st = check_blas_limits(&d, c->err);
 	if (st != DG_OK)
 		return st;
+	if (dg_dtype_is_half(x->dtype))
+		return via_f32(c, bmm_cpu);
 	os = bo;
 	os.dim[os.ndim++] = d.m;
 	os.dim[os.ndim++] = d.n;
@@ -382,7 +440,8 @@ const struct dg_op_def dg_ops_matmul[] = {
 		.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
 		.attrs = matmul_attrs, .infer = matmul_infer, .cpu = matmul_cpu,
 		.grad = cpu_grad_matmul,
-		.doc = "matrix product of two rank-2 float tensors (OpenBLAS gemm)",
+		.doc = "matrix product of two rank-2 float tensors (OpenBLAS gemm; float16 and "
+		       "bfloat16 accumulate in float32)",
 	},
 	{
 		.name = "BatchMatMul", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,

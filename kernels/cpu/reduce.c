@@ -374,7 +374,10 @@ static bool reduce_dtype_ok(enum dg_dtype dt)
 static enum dg_status bad_dtype(const char *op, enum dg_dtype dt, struct dg_err *err)
 {
 	dg_err_set(err, DG_EDTYPE, "%s does not take %s tensors", op, dg_dtype_name(dt));
-	dg_err_hint(err, "supported: float32, float64, int32, int64, uint8; Cast bool first");
+	if (dg_dtype_is_half(dt))
+		dg_err_hint(err, "%s is a storage dtype: Cast to float32 first", dg_dtype_name(dt));
+	else
+		dg_err_hint(err, "supported: float32, float64, int32, int64, uint8; Cast bool first");
 	return DG_EDTYPE;
 }
 

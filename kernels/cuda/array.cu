@@ -24,6 +24,10 @@ extern "C" cudaError_t dgc_copy(void *dst, int64_t dst_off, const void *src, int
 		k_copy<uint8_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>(
 			(uint8_t *)dst + dst_off, (const uint8_t *)src + src_off, n, *w);
 		break;
+	case 2:
+		k_copy<uint16_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>(
+			(uint16_t *)dst + dst_off, (const uint16_t *)src + src_off, n, *w);
+		break;
 	case 4:
 		k_copy<uint32_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>(
 			(uint32_t *)dst + dst_off, (const uint32_t *)src + src_off, n, *w);
@@ -55,6 +59,10 @@ extern "C" cudaError_t dgc_fill(void *dst, int64_t n, int esz, uint64_t pattern,
 	case 1:
 		k_fill<uint8_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>((uint8_t *)dst, n,
 								    (uint8_t)pattern);
+		break;
+	case 2:
+		k_fill<uint16_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>((uint16_t *)dst, n,
+								     (uint16_t)pattern);
 		break;
 	case 4:
 		k_fill<uint32_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>((uint32_t *)dst, n,

@@ -17,7 +17,8 @@ extern "C" {
 #define DGC_MAX_DIMS 8
 
 /* dtype codes: the numbers of enum dg_dtype (dg/tensor.h). */
-enum { DGC_F32 = 0, DGC_F64 = 1, DGC_I32 = 2, DGC_I64 = 3, DGC_U8 = 4, DGC_BOOL = 5 };
+enum { DGC_F32 = 0, DGC_F64 = 1, DGC_I32 = 2, DGC_I64 = 3, DGC_U8 = 4, DGC_BOOL = 5,
+       DGC_F16 = 6, DGC_BF16 = 7 };
 
 /* An N-d walk over a C-order output of dims dim[0..nd), reading up to three
  * operands with element strides st[k][..] (0 on broadcast dims). nd >= 1. */
@@ -33,31 +34,35 @@ enum dgc_binary { DGC_ADD, DGC_SUB, DGC_MUL, DGC_DIV, DGC_POW, DGC_MAX, DGC_MIN,
 		  DGC_EQ, DGC_NE, DGC_LT, DGC_LE, DGC_GT, DGC_GE };
 
 /* y[i] = f(x[i]) for n elements. Returns cudaErrorInvalidValue for a pair
- * (op, dt) without a kernel (the glue checks the table first). */
+ * (op, dt) without a kernel (the glue checks the table first). float16 and
+ * bfloat16: Relu only (on the bits, as the CPU). */
 cudaError_t dgc_unary(int op, int dt, const void *x, void *y, int64_t n, cudaStream_t s);
 /* o = a op b; w == NULL: same shapes, n elements flat; else w walks o (st[0] for
- * a, st[1] for b). Comparisons write bool bytes. */
+ * a, st[1] for b). Comparisons write bool bytes. float16 and bfloat16: Add, Sub
+ * and Mul in float32, rounded once to the dtype (bit-identical to the CPU). */
 cudaError_t dgc_binary(int op, int dt, const void *a, const void *b, void *o, int64_t n,
 		       const struct dgc_walk *w, cudaStream_t s);
 /* Which (op, dtype) pairs dgc_unary/dgc_binary implement. */
 int dgc_unary_has(int op, int dt);
 int dgc_binary_has(int op, int dt);
-/* o = k ? x : y over walk w (st[0] cond, st[1] x, st[2] y); esz = 1, 4 or 8. */
+/* o = k ? x : y over walk w (st[0] cond, st[1] x, st[2] y); esz = 1, 2, 4 or 8. */
 cudaError_t dgc_where(const uint8_t *k, const void *x, const void *y, void *o, int64_t n,
 		      const struct dgc_walk *w, int esz, cudaStream_t s);
 /* Convert n elements from dtype `from` to `to` (the CPU's rules). Float-to-int
  * values without a target value (NaN, Inf, out of range) store 0 and lower
- * *bad (device memory, preset to UINT64_MAX by the caller) to their index. */
+ * *bad (device memory, preset to UINT64_MAX by the caller) to their index.
+ * To float16/bfloat16: one round-to-nearest-even from the source value
+ * (cuda_fp16.h/cuda_bf16.h intrinsics), overflow gives inf. */
 cudaError_t dgc_cast(int from, int to, const void *x, void *y, int64_t n,
 		     unsigned long long *bad, cudaStream_t s);
 
-/* General strided copy of esz-byte elements: for each index of dims dim[0..nd)
+/* General strided copy of esz-byte elements (esz = 1, 2, 4 or 8): for each index of dims dim[0..nd)
  * (C order), dst[dst_off + sum idx*st[0]] = src[src_off + sum idx*st[1]], in
  * elements. n = product of dims. Slice, Transpose, Concat and broadcasts. */
 cudaError_t dgc_copy(void *dst, int64_t dst_off, const void *src, int64_t src_off,
 		     const struct dgc_walk *w, int64_t n, int esz, cudaStream_t s);
 
-/* dst[0..n) = the low esz bytes of pattern (esz = 1, 4 or 8), e.g. OnesLike. */
+/* dst[0..n) = the low esz bytes of pattern (esz = 1, 2, 4 or 8), e.g. OnesLike. */
 cudaError_t dgc_fill(void *dst, int64_t n, int esz, uint64_t pattern, cudaStream_t s);
 
 enum dgc_reduce { DGC_RSUM, DGC_RMEAN, DGC_RMAX, DGC_RMIN };

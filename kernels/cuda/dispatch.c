@@ -390,8 +390,10 @@ static enum dg_status run_cast(struct run *r)
 {
 	const struct dg_cuda_tensor *x = r->in[0];
 	struct dg_cuda_tensor *o = r->out[0];
-	bool checked = dg_dtype_is_float(x->dtype) && !dg_dtype_is_float(o->dtype) &&
-		       o->dtype != DG_BOOL;
+	/* Only float -> int can fail: to bool, to floats and to 16-bit floats
+	 * (overflow gives inf) always have a value. */
+	bool checked = (dg_dtype_is_float(x->dtype) || dg_dtype_is_half(x->dtype)) &&
+		       dg_dtype_is_int(o->dtype);
 	unsigned long long bad;
 	enum dg_status st = checked ? flag_reset(r->s, r->err) : DG_OK;
 
@@ -1008,7 +1010,11 @@ static enum dg_status run_ones(struct run *r)
 	float f = 1.0f;
 	double d = 1.0;
 
-	if (o->dtype == DG_F32) {
+	if (o->dtype == DG_F16) {
+		bits = 0x3c00;
+	} else if (o->dtype == DG_BF16) {
+		bits = 0x3f80;
+	} else if (o->dtype == DG_F32) {
 		memcpy(&u, &f, sizeof u);
 		bits = u;
 	} else if (o->dtype == DG_F64) {

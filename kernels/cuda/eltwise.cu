@@ -2,10 +2,65 @@
  * broadcasting through struct dgc_walk, Where and Cast. Each expression is the
  * CPU's (kernels/cpu/eltwise.c), so NaN handling and integer wrap-around agree;
  * transcendental functions may differ by an ulp or two (CUDA's libdevice).
- * Launched from dispatch.c through cuda_launch.h. */
+ * float16/bfloat16 travel as their uint16_t bits and convert with the
+ * cuda_fp16.h/cuda_bf16.h intrinsics. Launched from dispatch.c through
+ * cuda_launch.h. */
 #include "cuda_common.cuh"
 
 #include <math.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+/* --- the 16-bit floats ------------------------------------------------------- */
+
+/* One class per 16-bit format: widen bits to float (exact), and round any
+ * source to bits once, to nearest even (overflow: inf), as dg_f64_to_f16 and
+ * friends do on the CPU. */
+struct C_f16 {
+	static constexpr uint16_t one = 0x3c00;
+	static constexpr uint16_t inf = 0x7c00;   /* |bits| above: NaN */
+	__device__ static float wide(uint16_t x) { return __half2float(__ushort_as_half(x)); }
+	__device__ static uint16_t from(float x) { return __half_as_ushort(__float2half_rn(x)); }
+	__device__ static uint16_t from(double x) { return __half_as_ushort(__double2half(x)); }
+	__device__ static uint16_t from(int32_t x) { return __half_as_ushort(__int2half_rn(x)); }
+	__device__ static uint16_t from(int64_t x)
+	{
+		return __half_as_ushort(__ll2half_rn((long long)x));
+	}
+	__device__ static uint16_t from(uint8_t x)
+	{
+		return __half_as_ushort(__uint2half_rn((unsigned)x));
+	}
+};
+struct C_bf16 {
+	static constexpr uint16_t one = 0x3f80;
+	static constexpr uint16_t inf = 0x7f80;
+	__device__ static float wide(uint16_t x)
+	{
+		return __bfloat162float(__ushort_as_bfloat16(x));
+	}
+	__device__ static uint16_t from(float x)
+	{
+		return __bfloat16_as_ushort(__float2bfloat16_rn(x));
+	}
+	__device__ static uint16_t from(double x)
+	{
+		return __bfloat16_as_ushort(__double2bfloat16(x));
+	}
+	__device__ static uint16_t from(int32_t x)
+	{
+		return __bfloat16_as_ushort(__int2bfloat16_rn(x));
+	}
+	__device__ static uint16_t from(int64_t x)
+	{
+		return __bfloat16_as_ushort(__ll2bfloat16_rn((long long)x));
+	}
+	__device__ static uint16_t from(uint8_t x)
+	{
+		return __bfloat16_as_ushort(__uint2bfloat16_rn((unsigned)x));
+	}
+};
 
 /* --- unary ----------------------------------------------------------------- */
 
@@ -70,6 +125,13 @@ template <typename T> struct U_log {
 template <typename T> struct U_tanh {
 	__device__ T operator()(T x) const { return tanh(x); }
 };
+/* 16-bit Relu on the bits: a set sign bit gives +0 unless the value is NaN. */
+template <typename C> struct U_relu_h {
+	__device__ uint16_t operator()(uint16_t x) const
+	{
+		return (x & 0x8000) && (x & 0x7fff) <= C::inf ? (uint16_t)0 : x;
+	}
+};
 /* Stable for both tails: exp of a large positive number is never taken. */
 template <typename T> struct U_sigmoid {
 	__device__ T operator()(T x) const
@@ -133,6 +195,8 @@ extern "C" int dgc_unary_has(int op, int dt)
 {
 	if (op < DGC_NEG || op > DGC_TANH)
 		return 0;
+	if (dt == DGC_F16 || dt == DGC_BF16)
+		return op == DGC_RELU;
 	if (dt == DGC_F32 || dt == DGC_F64)
 		return 1;
 	return unary_is_num(op) && (dt == DGC_I32 || dt == DGC_I64);
@@ -143,6 +207,10 @@ extern "C" cudaError_t dgc_unary(int op, int dt, const void *x, void *y, int64_t
 {
 	if (!dgc_unary_has(op, dt))
 		return cudaErrorInvalidValue;
+	if (dt == DGC_F16)
+		return unary_t<uint16_t, U_relu_h<C_f16> >(x, y, n, s);
+	if (dt == DGC_BF16)
+		return unary_t<uint16_t, U_relu_h<C_bf16> >(x, y, n, s);
 	switch (op) {
 	case DGC_NEG: return unary_num<U_neg>(dt, x, y, n, s);
 	case DGC_ABS: return unary_num<U_abs>(dt, x, y, n, s);
@@ -216,6 +284,30 @@ template <> struct B_mul<float> {
 template <> struct B_mul<double> {
 	typedef double R;
 	__device__ double operator()(double x, double y) const { return x * y; }
+};
+/* 16-bit Add, Sub, Mul: float32 arithmetic on the exact widened values, one
+ * rounding back; the CPU computes the same expression, so results match bit
+ * for bit. */
+template <typename C> struct B_add_h {
+	typedef uint16_t R;
+	__device__ R operator()(uint16_t x, uint16_t y) const
+	{
+		return C::from(C::wide(x) + C::wide(y));
+	}
+};
+template <typename C> struct B_sub_h {
+	typedef uint16_t R;
+	__device__ R operator()(uint16_t x, uint16_t y) const
+	{
+		return C::from(C::wide(x) - C::wide(y));
+	}
+};
+template <typename C> struct B_mul_h {
+	typedef uint16_t R;
+	__device__ R operator()(uint16_t x, uint16_t y) const
+	{
+		return C::from(C::wide(x) * C::wide(y));
+	}
 };
 /* Float Div and Pow only: the integer forms need error reporting (division by
  * zero, negative exponents) and stay on the CPU. */
@@ -320,8 +412,28 @@ static cudaError_t binary_flt(int dt, const void *a, const void *b, void *o, int
 	}
 }
 
+template <typename C>
+static cudaError_t binary_half_c(int op, const void *a, const void *b, void *o, int64_t n,
+				 const struct dgc_walk *w, cudaStream_t s)
+{
+	switch (op) {
+	case DGC_ADD: return binary_t<uint16_t, B_add_h<C> >(a, b, o, n, w, s);
+	case DGC_SUB: return binary_t<uint16_t, B_sub_h<C> >(a, b, o, n, w, s);
+	default: return binary_t<uint16_t, B_mul_h<C> >(a, b, o, n, w, s);
+	}
+}
+
+static cudaError_t binary_half(int op, bool bf16, const void *a, const void *b, void *o,
+			       int64_t n, const struct dgc_walk *w, cudaStream_t s)
+{
+	return bf16 ? binary_half_c<C_bf16>(op, a, b, o, n, w, s)
+		    : binary_half_c<C_f16>(op, a, b, o, n, w, s);
+}
+
 extern "C" int dgc_binary_has(int op, int dt)
 {
+	if (dt == DGC_F16 || dt == DGC_BF16)
+		return op == DGC_ADD || op == DGC_SUB || op == DGC_MUL;
 	if (op < DGC_ADD || op > DGC_GE || dt < DGC_F32 || dt > DGC_BOOL)
 		return 0;
 	if (op == DGC_DIV || op == DGC_POW)
@@ -336,6 +448,8 @@ extern "C" cudaError_t dgc_binary(int op, int dt, const void *a, const void *b, 
 {
 	if (!dgc_binary_has(op, dt))
 		return cudaErrorInvalidValue;
+	if (dt == DGC_F16 || dt == DGC_BF16)
+		return binary_half(op, dt == DGC_BF16, a, b, o, n, w, s);
 	if (dt == DGC_BOOL)
 		return op == DGC_EQ ? binary_t<uint8_t, B_eq_bool>(a, b, o, n, w, s)
 				    : binary_t<uint8_t, B_ne_bool>(a, b, o, n, w, s);
@@ -377,6 +491,10 @@ extern "C" cudaError_t dgc_where(const uint8_t *k, const void *x, const void *y,
 	case 1:
 		k_where<uint8_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>(
 			k, (const uint8_t *)x, (const uint8_t *)y, (uint8_t *)o, n, *w);
+		break;
+	case 2:
+		k_where<uint16_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>(
+			k, (const uint16_t *)x, (const uint16_t *)y, (uint16_t *)o, n, *w);
 		break;
 	case 4:
 		k_where<uint32_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>(
@@ -451,6 +569,75 @@ __global__ void k_cast_wrap(const S *__restrict__ x, D *__restrict__ y, int64_t 
 		y[i] = (D)(UD)x[i];
 }
 
+/* To a 16-bit float from any non-bool source S (one rounding, C::from). */
+template <typename S, typename C>
+__global__ void k_cast_to_half(const S *__restrict__ x, uint16_t *__restrict__ y, int64_t n)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+		y[i] = C::from(x[i]);
+}
+
+/* From a 16-bit float to float32/float64 (exact), or to the other 16-bit
+ * format (D = uint16_t, one rounding of the exact float32 value). */
+template <typename C, typename D>
+__global__ void k_cast_from_half(const uint16_t *__restrict__ x, D *__restrict__ y, int64_t n)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+		y[i] = (D)C::wide(x[i]);
+}
+
+template <typename C1, typename C2>
+__global__ void k_cast_half_half(const uint16_t *__restrict__ x, uint16_t *__restrict__ y,
+				 int64_t n)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+		y[i] = C2::from(C1::wide(x[i]));
+}
+
+/* 16-bit float to int, as k_cast_checked on the exact float32 value. */
+template <typename C, typename D>
+__global__ void k_cast_half_checked(const uint16_t *__restrict__ x, D *__restrict__ y, int64_t n,
+				    double lo, double hi, unsigned long long *bad)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+		double t = trunc((double)C::wide(x[i]));
+		if (t >= lo && t < hi) {
+			y[i] = (D)t;
+		} else {
+			y[i] = 0;
+			atomicMin(bad, (unsigned long long)i);
+		}
+	}
+}
+
+/* bool -> 16-bit float bits (0 or one), 16-bit float -> bool (bits without
+ * the sign nonzero: NaN true, -0 false). */
+__global__ void k_cast_bool_bits(const uint8_t *__restrict__ x, uint16_t *__restrict__ y,
+				 int64_t n, uint16_t one)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+		y[i] = x[i] ? one : (uint16_t)0;
+}
+
+__global__ void k_cast_bits_bool(const uint16_t *__restrict__ x, uint8_t *__restrict__ y,
+				 int64_t n)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+
+	for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+		y[i] = (x[i] & 0x7fff) != 0;
+}
+
 /* Launch helpers: one grid per conversion, on stream s. */
 #define GRID(n) dgc_blocks(n), DGC_BLOCK, 0, s
 template <typename S, typename D>
@@ -487,6 +674,8 @@ static cudaError_t cast_from(int to, const void *x, void *y, int64_t n,
 	case DGC_F32: l_plain<S, float>(xs, (float *)y, n, s); break;
 	case DGC_F64: l_plain<S, double>(xs, (double *)y, n, s); break;
 	case DGC_BOOL: k_cast_bool<S><<<GRID(n)>>>(xs, (uint8_t *)y, n); break;
+	case DGC_F16: k_cast_to_half<S, C_f16><<<GRID(n)>>>(xs, (uint16_t *)y, n); break;
+	case DGC_BF16: k_cast_to_half<S, C_bf16><<<GRID(n)>>>(xs, (uint16_t *)y, n); break;
 	case DGC_I32:
 		if (s_float)
 			l_checked<S, int32_t>(xs, (int32_t *)y, n, i32_lo, i32_hi, bad, s);
@@ -511,6 +700,38 @@ static cudaError_t cast_from(int to, const void *x, void *y, int64_t n,
 	return dgc_launched();
 }
 
+/* From a 16-bit float of class C to any dtype. */
+template <typename C>
+static cudaError_t cast_from_half(int to, const void *x, void *y, int64_t n,
+				  unsigned long long *bad, cudaStream_t s)
+{
+	const uint16_t *xs = (const uint16_t *)x;
+	const double i32_lo = -2147483648.0, i32_hi = 2147483648.0;
+	const double i64_lo = -9223372036854775808.0, i64_hi = 9223372036854775808.0;
+
+	switch (to) {
+	case DGC_F32: k_cast_from_half<C, float><<<GRID(n)>>>(xs, (float *)y, n); break;
+	case DGC_F64: k_cast_from_half<C, double><<<GRID(n)>>>(xs, (double *)y, n); break;
+	case DGC_F16: k_cast_half_half<C, C_f16><<<GRID(n)>>>(xs, (uint16_t *)y, n); break;
+	case DGC_BF16: k_cast_half_half<C, C_bf16><<<GRID(n)>>>(xs, (uint16_t *)y, n); break;
+	case DGC_BOOL: k_cast_bits_bool<<<GRID(n)>>>(xs, (uint8_t *)y, n); break;
+	case DGC_I32:
+		k_cast_half_checked<C, int32_t><<<GRID(n)>>>(xs, (int32_t *)y, n, i32_lo, i32_hi,
+							     bad);
+		break;
+	case DGC_I64:
+		k_cast_half_checked<C, int64_t><<<GRID(n)>>>(xs, (int64_t *)y, n, i64_lo, i64_hi,
+							     bad);
+		break;
+	case DGC_U8:
+		k_cast_half_checked<C, uint8_t><<<GRID(n)>>>(xs, (uint8_t *)y, n, 0.0, 256.0, bad);
+		break;
+	default:
+		return cudaErrorInvalidValue;
+	}
+	return dgc_launched();
+}
+
 extern "C" cudaError_t dgc_cast(int from, int to, const void *x, void *y, int64_t n,
 				unsigned long long *bad, cudaStream_t s)
 {
@@ -522,6 +743,8 @@ extern "C" cudaError_t dgc_cast(int from, int to, const void *x, void *y, int64_
 	case DGC_I32: return cast_from<int32_t>(to, x, y, n, bad, s, false);
 	case DGC_I64: return cast_from<int64_t>(to, x, y, n, bad, s, false);
 	case DGC_U8: return cast_from<uint8_t>(to, x, y, n, bad, s, false);
+	case DGC_F16: return cast_from_half<C_f16>(to, x, y, n, bad, s);
+	case DGC_BF16: return cast_from_half<C_bf16>(to, x, y, n, bad, s);
 	case DGC_BOOL:
 		switch (to) {
 		case DGC_F32: l_from_bool<float>(x, y, n, s); break;
@@ -530,6 +753,14 @@ extern "C" cudaError_t dgc_cast(int from, int to, const void *x, void *y, int64_
 		case DGC_I64: l_from_bool<int64_t>(x, y, n, s); break;
 		case DGC_U8:
 		case DGC_BOOL: l_from_bool<uint8_t>(x, y, n, s); break;
+		case DGC_F16:
+			k_cast_bool_bits<<<GRID(n)>>>((const uint8_t *)x, (uint16_t *)y, n,
+						      C_f16::one);
+			break;
+		case DGC_BF16:
+			k_cast_bool_bits<<<GRID(n)>>>((const uint8_t *)x, (uint16_t *)y, n,
+						      C_bf16::one);
+			break;
 		default: return cudaErrorInvalidValue;
 		}
 		return dgc_launched();

@@ -1,6 +1,7 @@
 /* MatMul and BatchMatMul on the GPU through cuBLAS (sgemm/dgemm and their
- * strided-batched forms). cuBLAS is column-major; a row-major C = op(A) op(B)
- * is computed as the column-major C^T = op(B)^T op(A)^T, which is the same
+ * strided-batched forms; float16 and bfloat16 through cublasGemmEx with float32
+ * accumulation, CUBLAS_COMPUTE_32F, and the output in the input dtype). cuBLAS
+ * is column-major; a row-major C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T, which is the same
  * memory, so no operand is ever copied or transposed. Batch dims broadcast like
  * kernels/cpu/matmul.c: one strided-batched call when every operand's batch
  * is either whole or a single matrix, else one gemm per output matrix. */
@@ -15,8 +16,31 @@ struct geom {
 	bool ta, tb;
 };
 
+/* The 16-bit products: alpha and beta are float (the compute type), A, B and
+ * C all of type ty. */
+static enum dg_status gemm_ex(struct dg_cuda_stream *s, cudaDataType_t ty, const struct geom *g,
+			      const void *a, const void *b, void *c, long long sa, long long sb,
+			      long long sc, int batch, struct dg_err *err)
+{
+	cublasOperation_t opa = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+	cublasOperation_t opb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+	int lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
+	const float one = 1.0f, zero = 0.0f;
+
+	if (batch == 1)
+		return DG_CUBLAS_CHECK(cublasGemmEx(s->blas, opb, opa, g->n, g->m, g->k, &one, b,
+						    ty, ldb, a, ty, lda, &zero, c, ty, g->n,
+						    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+				       err);
+	return DG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(s->blas, opb, opa, g->n, g->m, g->k,
+							  &one, b, ty, ldb, sb, a, ty, lda, sa,
+							  &zero, c, ty, g->n, sc, batch,
+							  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+			       err);
+}
+
 /* C^T[N,M] = op(B)^T[N,K] op(A)^T[K,M] in column-major terms. */
-static enum dg_status gemm(struct dg_cuda_stream *s, bool f64, const struct geom *g,
+static enum dg_status gemm(struct dg_cuda_stream *s, enum dg_dtype dt, const struct geom *g,
 			   const void *a, const void *b, void *c, long long sa, long long sb,
 			   long long sc, int batch, struct dg_err *err)
 {
@@ -24,7 +48,10 @@ static enum dg_status gemm(struct dg_cuda_stream *s, bool f64, const struct geom
 	cublasOperation_t opb = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
 	int lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
 
-	if (f64) {
+	if (dt == DG_F16 || dt == DG_BF16)
+		return gemm_ex(s, dt == DG_F16 ? CUDA_R_16F : CUDA_R_16BF, g, a, b, c, sa, sb, sc,
+			       batch, err);
+	if (dt == DG_F64) {
 		const double one = 1.0, zero = 0.0;
 		if (batch == 1)
 			return DG_CUBLAS_CHECK(cublasDgemm(s->blas, opb, opa, g->n, g->m, g->k,
@@ -101,16 +128,18 @@ enum dg_status cuda_matmul(struct dg_cuda_stream *s, bool bmm, const json_t *att
 			   struct dg_cuda_tensor *o, struct dg_err *err)
 {
 	const bool no = false;
-	bool ta, tb, f64 = x->dtype == DG_F64;
+	bool ta, tb;
+	enum dg_dtype dt = x->dtype;
 	int xr = x->shape.ndim, yr = y->shape.ndim, orank = o->shape.ndim;
 	int64_t m, n, k, nbatch, xb, yb;
-	size_t es = f64 ? 8 : 4;
+	size_t es = dg_dtype_size(dt);
 	struct geom g;
 	enum dg_status st;
 
-	if (x->dtype != y->dtype || (x->dtype != DG_F32 && x->dtype != DG_F64))
-		return dg_err_set(err, DG_EDTYPE, "cuBLAS products take float32 or float64, got %s "
-				  "and %s", dg_dtype_name(x->dtype), dg_dtype_name(y->dtype));
+	if (x->dtype != y->dtype || !(dg_dtype_is_float(dt) || dg_dtype_is_half(dt)))
+		return dg_err_set(err, DG_EDTYPE, "cuBLAS products take float32, float64, float16 "
+				  "or bfloat16, got %s and %s", dg_dtype_name(x->dtype),
+				  dg_dtype_name(y->dtype));
 	st = dg_attr_bool(attrs, bmm ? "adj_x" : "transpose_a", &no, &ta, err);
 	if (st == DG_OK)
 		st = dg_attr_bool(attrs, bmm ? "adj_y" : "transpose_b", &no, &tb, err);
@@ -137,14 +166,14 @@ enum dg_status cuda_matmul(struct dg_cuda_stream *s, bool bmm, const json_t *att
 	yb = batch_count(&y->shape);
 	/* Whole batches or single matrices: one strided call (stride 0 broadcasts). */
 	if (whole_or_one(&o->shape, &x->shape, xb) && whole_or_one(&o->shape, &y->shape, yb))
-		return gemm(s, f64, &g, x->data, y->data, o->data, xb > 1 ? m * k : 0,
+		return gemm(s, dt, &g, x->data, y->data, o->data, xb > 1 ? m * k : 0,
 			    yb > 1 ? k * n : 0, m * n, (int)nbatch, err);
 	for (int64_t b = 0; b < nbatch; b++) {
 		const char *pa = (const char *)x->data +
 				 batch_offset(&o->shape, &x->shape, b, m * k) * (int64_t)es;
 		const char *pb = (const char *)y->data +
 				 batch_offset(&o->shape, &y->shape, b, k * n) * (int64_t)es;
-		st = gemm(s, f64, &g, pa, pb, (char *)o->data + b * m * n * (int64_t)es, 0, 0, 0,
+		st = gemm(s, dt, &g, pa, pb, (char *)o->data + b * m * n * (int64_t)es, 0, 0, 0,
 			  1, err);
 		if (st != DG_OK)
 			return st;

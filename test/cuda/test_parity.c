@@ -106,6 +106,16 @@ struct tol {
 static const struct tol ELT = { 1e-5, 1e-6 };     /* float32 elementwise; f64 uses 1e-12 */
 static const struct tol RED = { 1e-4, 1e-5 };     /* float32 reductions, matmul; f64 1e-10 */
 static const struct tol EXACT = { 0, 0 };
+/* 16-bit products: both sides accumulate in float32 (in different orders) and
+ * round once to the output dtype, which may then differ by an ulp: 2^-11
+ * relative for float16, 2^-8 for bfloat16. */
+static const struct tol HALF_MM = { 1e-3, 1e-2 };
+static const struct tol BF16_MM = { 1e-2, 1e-2 };
+
+static struct tol mm_tol(enum dg_dtype dt)
+{
+	return dt == DG_F16 ? HALF_MM : dt == DG_BF16 ? BF16_MM : RED;
+}
 
 static void expect_close(const struct dg_tensor *c, const struct dg_tensor *g, struct tol t,
 			 const char *what)
@@ -198,6 +208,9 @@ static void parity2(const char *op, const char *js, enum dg_dtype dt, const char
 }
 
 static const enum dg_dtype FLOATS[] = { DG_F32, DG_F64 };
+/* The dtypes of the products: the floats and the 16-bit storage floats. */
+static const enum dg_dtype MM_DTS[] = { DG_F32, DG_F64, DG_F16, DG_BF16 };
+#define N_MM (sizeof MM_DTS / sizeof MM_DTS[0])
 
 /* Odd sizes on purpose: 1, a prime, one past a block, several grid-strides. */
 static const char *const SHAPES1[] = { "0", "1", "7,13", "257", "1025", "3,0,5", "600011",
@@ -271,6 +284,38 @@ Test(cuda, binary_arithmetic_matches_cpu_with_broadcasting)
 	}
 }
 
+/* Add, Sub, Mul and Relu on the 16-bit floats: float32 math rounded once on
+ * both sides, so the results agree bit for bit; the other ops refuse them
+ * at inference on both sides alike. */
+Test(cuda, half_elementwise_ops_match_cpu_bit_for_bit)
+{
+	static const char *const ops[] = { "Add", "Sub", "Mul" };
+	static const enum dg_dtype dts[] = { DG_F16, DG_BF16 };
+
+	NEED_GPU();
+	for (size_t d = 0; d < 2; d++) {
+		for (size_t b = 0; b < NBC; b++)
+			for (size_t o = 0; o < 3; o++)
+				parity2(ops[o], NULL, dts[d], BC[b][0], BC[b][1], G_ANY, EXACT);
+		for (size_t s = 0; s < NS1; s++)
+			parity1("Relu", NULL, dts[d], SHAPES1[s], G_ANY, EXACT);
+		/* overflow to inf, NaN through Relu, ties */
+		struct dg_tensor *in[2] = { mk(dts[d], "4", G_ANY), mk(dts[d], "4", G_ANY) };
+		const double a[] = { 65504, NAN, 1, -2 }, b2[] = { 65504, 1, 0x1p-11, -0.0 };
+		for (int i = 0; i < 4; i++) {
+			dg_tensor_set_f64(in[0], i, a[i]);
+			dg_tensor_set_f64(in[1], i, b2[i]);
+		}
+		parity("Mul", NULL, in, 2, 0, EXACT);
+		parity("Add", NULL, in, 2, 0, EXACT);
+		parity("Relu", NULL, in, 1, 0, EXACT);
+		parity("Sqrt", NULL, in, 1, 0, EXACT);   /* both refuse: DG_EDTYPE */
+		parity("Div", NULL, in, 2, 0, EXACT);
+		dg_tensor_free(in[0]);
+		dg_tensor_free(in[1]);
+	}
+}
+
 Test(cuda, comparisons_match_cpu_including_ties_and_bool)
 {
 	static const char *const ops[] = { "Equal", "NotEqual", "Less", "LessEqual", "Greater",
@@ -323,11 +368,12 @@ Test(cuda, where_matches_cpu_for_every_dtype_and_broadcast)
 		{ "", "5", "5" }, { "0,2", "2", "1" }, { "2,1,3,1", "1,4,1,5", "3,1" },
 		{ "600011", "600011", "1" },
 	};
-	static const enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_U8, DG_BOOL };
+	static const enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64,
+					     DG_U8,  DG_BOOL, DG_F16, DG_BF16 };
 
 	NEED_GPU();
 	for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
-		for (size_t d = 0; d < 6; d++) {
+		for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
 			struct dg_tensor *in[3] = { mk(DG_BOOL, sh[s][0], G_BOOL),
 						    mk(dts[d], sh[s][1], G_ANY),
 						    mk(dts[d], sh[s][2], G_ANY) };
@@ -338,11 +384,8 @@ Test(cuda, where_matches_cpu_for_every_dtype_and_broadcast)
 	}
 }
 
-Test(cuda, cast_matches_cpu_for_all_36_dtype_pairs)
+Test(cuda, cast_matches_cpu_for_all_64_dtype_pairs)
 {
-	static const char *const names[] = { "float32", "float64", "int32", "int64", "uint8",
-					     "bool" };
-
 	NEED_GPU();
 	for (int from = 0; from < DG_DTYPE_COUNT; from++) {
 		for (int to = 0; to < DG_DTYPE_COUNT; to++) {
@@ -352,8 +395,42 @@ Test(cuda, cast_matches_cpu_for_all_36_dtype_pairs)
 			for (int64_t i = 0; i < x->numel; i++)
 				dg_tensor_set_f64(x, i, from == DG_BOOL ? (double)(i % 2)
 							: (double)(i % 40) + 0.75 * (i % 3));
-			snprintf(js, sizeof js, "{\"dtype\":\"%s\"}", names[to]);
+			snprintf(js, sizeof js, "{\"dtype\":\"%s\"}",
+				 dg_dtype_name((enum dg_dtype)to));
 			parity("Cast", js, &x, 1, 0, EXACT);
+			dg_tensor_free(x);
+		}
+	}
+}
+
+/* Rounding to the 16-bit floats at the hard places: ties (to even), values
+ * past the largest finite one (inf), subnormals, NaN, -0, and integers whose
+ * low bits decide a bfloat16 tie. Both sides round correctly: bit for bit. */
+Test(cuda, cast_to_16_bit_floats_rounds_like_cpu_at_ties_and_overflow)
+{
+	static const double v[] = { 1.0 / 3, 65519, 65520, -1e9, 0x1p-25, 3 * 0x1p-25,
+				    1 + 0x1p-11, 1 + 3 * 0x1p-11, 1.00390625, 1.01171875,
+				    1 + 0x1p-11 + 0x1p-30, 3.4028234663852886e38, NAN,
+				    -INFINITY, -0.0, 1e-40, 0x1p-133, 2049, 2051, 0.1 };
+	static const enum dg_dtype src[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_F16, DG_BF16 };
+	const int n = (int)(sizeof v / sizeof v[0]);
+
+	NEED_GPU();
+	for (size_t s = 0; s < sizeof src / sizeof src[0]; s++) {
+		for (int to = DG_F16; to <= DG_BF16; to++) {
+			struct dg_tensor *x = mk(src[s], "20", G_ANY);
+			for (int i = 0; i < n; i++) {
+				if (dg_dtype_is_int(src[s]))   /* ties of int -> 16 bits */
+					dg_tensor_set_f64(x, i, (double)(2049 + 2 * i) *
+								(src[s] == DG_I64 ? 0x1p40 : 1));
+				else
+					dg_tensor_set_f64(x, i, v[i]);
+			}
+			if (src[s] == DG_I64)   /* 2^56 + 2^48 + 1: just past a bfloat16 tie */
+				((int64_t *)x->data)[0] =
+					(INT64_C(1) << 56) + (INT64_C(1) << 48) + 1;
+			parity("Cast", to == DG_F16 ? "{\"dtype\":\"float16\"}"
+						  : "{\"dtype\":\"bfloat16\"}", &x, 1, 0, EXACT);
 			dg_tensor_free(x);
 		}
 	}
@@ -523,7 +600,7 @@ Test(cuda, matmul_matches_cpu_for_all_transposes)
 	NEED_GPU();
 	for (size_t c = 0; c < sizeof mnk / sizeof mnk[0]; c++) {
 		for (int t = 0; t < 4; t++) {
-			for (int d = 0; d < 2; d++) {
+			for (size_t d = 0; d < N_MM; d++) {
 				char sa[64], sb[64];
 				int64_t m = mnk[c][0], n = mnk[c][1], k = mnk[c][2];
 				bool ta = t & 1, tb = t & 2;
@@ -531,9 +608,9 @@ Test(cuda, matmul_matches_cpu_for_all_transposes)
 					 (long long)(ta ? m : k));
 				snprintf(sb, sizeof sb, "%lld,%lld", (long long)(tb ? n : k),
 					 (long long)(tb ? k : n));
-				struct dg_tensor *in[2] = { mk(FLOATS[d], sa, G_ANY),
-							    mk(FLOATS[d], sb, G_ANY) };
-				parity("MatMul", at[t], in, 2, 0, RED);
+				struct dg_tensor *in[2] = { mk(MM_DTS[d], sa, G_ANY),
+							    mk(MM_DTS[d], sb, G_ANY) };
+				parity("MatMul", at[t], in, 2, 0, mm_tol(MM_DTS[d]));
 				dg_tensor_free(in[0]);
 				dg_tensor_free(in[1]);
 			}
@@ -551,8 +628,9 @@ Test(cuda, batch_matmul_matches_cpu_with_broadcast_batches)
 
 	NEED_GPU();
 	for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
-		for (int d = 0; d < 2; d++) {
-			parity2("BatchMatMul", NULL, FLOATS[d], sh[s][0], sh[s][1], G_ANY, RED);
+		for (size_t d = 0; d < N_MM; d++) {
+			parity2("BatchMatMul", NULL, MM_DTS[d], sh[s][0], sh[s][1], G_ANY,
+				mm_tol(MM_DTS[d]));
 		}
 	}
 	/* adj_x / adj_y: [2,9,17] is x transposed, [2,5,9] y transposed. */
@@ -564,7 +642,9 @@ Test(cuda, batch_matmul_matches_cpu_with_broadcast_batches)
 
 /* --- array ------------------------------------------------------------------------------ */
 
-static const enum dg_dtype ALL[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_U8, DG_BOOL };
+static const enum dg_dtype ALL[] = { DG_F32, DG_F64, DG_I32, DG_I64,
+				     DG_U8,  DG_BOOL, DG_F16, DG_BF16 };
+#define N_ALL (sizeof ALL / sizeof ALL[0])
 
 Test(cuda, slice_transpose_reshape_and_friends_match_cpu)
 {
@@ -583,7 +663,7 @@ Test(cuda, slice_transpose_reshape_and_friends_match_cpu)
 	};
 
 	NEED_GPU();
-	for (size_t d = 0; d < 6; d++) {
+	for (size_t d = 0; d < N_ALL; d++) {
 		for (size_t c = 0; c < sizeof sl / sizeof sl[0]; c++)
 			parity1("Slice", sl[c].attrs, ALL[d], sl[c].shape, G_ANY, EXACT);
 		for (size_t c = 0; c < sizeof tr / sizeof tr[0]; c++)
@@ -609,7 +689,7 @@ Test(cuda, concat_matches_cpu_on_every_axis)
 
 	NEED_GPU();
 	for (size_t s = 0; s < 4; s++) {
-		for (size_t d = 0; d < 6; d++) {
+		for (size_t d = 0; d < N_ALL; d++) {
 			struct dg_tensor *in[3] = { mk(ALL[d], sh[s][0], G_ANY),
 						    mk(ALL[d], sh[s][1], G_ANY),
 						    mk(ALL[d], sh[s][2], G_ANY) };
@@ -662,7 +742,7 @@ Test(cuda, initialisers_draw_the_cpu_stream)
 Test(cuda, upload_download_round_trips_every_dtype)
 {
 	NEED_GPU();
-	for (size_t d = 0; d < 6; d++) {
+	for (size_t d = 0; d < N_ALL; d++) {
 		static const char *const sh[] = { "", "0", "1", "3,1025" };
 		for (int s = 0; s < 4; s++) {
 			struct dg_err err = { 0 };

@@ -180,7 +180,7 @@ else
 	not_ok "uniform --scale 0.5 draws 1000 values in [-0.5, 0.5), about half negative"
 fi
 run var create ui "${C[@]}" --shape 3 --dtype int32 --init normal
-check_err "random inits need a float dtype (exit 6)" 6 "not a float dtype"
+check_err "random inits need a float dtype (exit 6)" 6 "draws float32 or float64 values, not int32"
 run var create z "${C[@]}" --shape '' --dtype int64
 check_has "create of a scalar with zeros" 0 "created z: int64 []"
 run var get z "${C[@]}"

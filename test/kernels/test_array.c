@@ -1153,7 +1153,7 @@ Test(array, fill_infers_dtype_and_shape_from_attrs)
 
 Test(array, zeros_like_and_ones_like_match_dtype_and_shape)
 {
-	enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_U8, DG_BOOL };
+	enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64, DG_U8, DG_BOOL, DG_F16, DG_BF16 };
 
 	for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
 		struct dg_tensor *x = iota(dts[k], SH(2, 1, 3)), *z, *o;
@@ -1189,4 +1189,59 @@ Test(array, zeros_like_and_ones_like_match_dtype_and_shape)
 	fails1("ZerosLike", "{\"dtype\":\"int32\"}", b, DG_EINVAL, "has no attr 'dtype'");
 	dg_tensor_free(b);
 	dg_tensor_free(f);
+}
+
+/* --- float16 and bfloat16 as storage ------------------------------------------ */
+
+Test(array, fill_rounds_to_16_bit_floats_and_refuses_overflow)
+{
+	struct dg_tensor *y = run1("Fill", "{\"shape\":[2],\"value\":0.1,\"dtype\":\"float16\"}",
+				   NULL);
+
+	cr_assert_eq(y->dtype, DG_F16);
+	cr_assert_eq(((uint16_t *)y->data)[0], 0x2e66);
+	cr_assert_eq(((uint16_t *)y->data)[1], 0x2e66);
+	dg_tensor_free(y);
+	y = run1("Fill", "{\"shape\":[1],\"value\":-1.5,\"dtype\":\"bfloat16\"}", NULL);
+	cr_assert_eq(((uint16_t *)y->data)[0], 0xbfc0);
+	dg_tensor_free(y);
+	fails1("Fill", "{\"shape\":[2],\"value\":65520,\"dtype\":\"float16\"}", NULL, DG_EINVAL,
+	       "'value' = 65520 does not fit float16");
+	fails1("Fill", "{\"shape\":[2],\"value\":1e39,\"dtype\":\"bfloat16\"}", NULL, DG_EINVAL,
+	       "does not fit bfloat16");
+}
+
+/* Ops that only move elements take the 16-bit floats like any 2-byte dtype:
+ * the bits come through unchanged. */
+Test(array, data_movement_ops_carry_16_bit_floats_bit_for_bit)
+{
+	for (int k = 0; k < 2; k++) {
+		enum dg_dtype dt = k ? DG_BF16 : DG_F16;
+		uint16_t v[6] = { 0x3c00, 0x7e00, 0x8000, 0x0001, 0xfc00, 0x3555 };
+		struct dg_tensor *x = mk(dt, SH(2, 3), v), *y, *c;
+		const struct dg_tensor *two[2];
+		struct dg_err err = { 0 };
+
+		y = run1("Transpose", NULL, x);
+		cr_assert_eq(y->dtype, dt);
+		expect_shape(y, SH(3, 2));
+		const uint16_t *t = y->data;
+		cr_assert(t[0] == 0x3c00 && t[1] == 0x0001 && t[2] == 0x7e00 && t[3] == 0xfc00 &&
+			  t[4] == 0x8000 && t[5] == 0x3555);
+		dg_tensor_free(y);
+		y = run1("Slice", "{\"begin\":[1,1],\"size\":[1,2]}", x);
+		cr_assert(((uint16_t *)y->data)[0] == 0xfc00 && ((uint16_t *)y->data)[1] == 0x3555);
+		dg_tensor_free(y);
+		y = run1("Reshape", "{\"shape\":[6]}", x);
+		cr_assert_eq(memcmp(y->data, v, sizeof v), 0);
+		dg_tensor_free(y);
+		two[0] = x;
+		two[1] = x;
+		cr_assert_eq(run("Concat", "{\"axis\":0}", two, 2, &c, 1, &err), DG_OK, "%s",
+			     err.msg);
+		expect_shape(c, SH(4, 3));
+		cr_assert_eq(memcmp((uint16_t *)c->data + 6, v, sizeof v), 0);
+		dg_tensor_free(c);
+		dg_tensor_free(x);
+	}
 }

@@ -933,7 +933,7 @@ Test(eltwise, cast_requires_a_valid_dtype_attr)
 
 	cr_assert_eq(FAIL("Cast", NULL, &err, scalar(DG_F32, 1)), DG_EINVAL);
 	expect_msg(&err, "dtype");
-	cr_assert_eq(FAIL("Cast", "{\"dtype\": \"float16\"}", &err, scalar(DG_F32, 1)), DG_EDTYPE);
+	cr_assert_eq(FAIL("Cast", "{\"dtype\": \"float8\"}", &err, scalar(DG_F32, 1)), DG_EDTYPE);
 	cr_assert_eq(FAIL("Cast", "{\"dtype\": 3}", &err, scalar(DG_F32, 1)), DG_EINVAL);
 	/* empty inputs need no values, so nothing can be out of range */
 	expect(OK("Cast", "{\"dtype\": \"uint8\"}", raw(DG_F32, "0,5", NULL)), DG_U8, "0,5", NULL);
@@ -1196,4 +1196,204 @@ Test(eltwise, infer_cast_takes_the_attr_dtype_and_keeps_the_shape)
 		     DG_EINVAL);
 	cr_assert_eq(infer("Cast", "{\"dtype\": \"complex64\"}", 1,
 			   (struct dg_ttype[]){ TT(DG_F32, 2) }, &out, &err), DG_EDTYPE);
+}
+
+/* ------------------------------------------------------------------------ */
+/* float16 and bfloat16                                                       */
+
+/* A 16-bit tensor of shape s from raw bits. */
+static struct dg_tensor *bits16(enum dg_dtype dt, const char *s, const uint16_t *v)
+{
+	return raw(dt, s, v);
+}
+
+static void expect_bits16(struct dg_tensor *t, enum dg_dtype dt, const char *s,
+			  const uint16_t *v)
+{
+	struct dg_shape sh = shp(s);
+
+	cr_assert_eq(t->dtype, dt, "dtype %s", dg_dtype_name(t->dtype));
+	cr_assert(dg_shape_eq(&t->shape, &sh));
+	for (int64_t i = 0; i < t->numel; i++)
+		cr_assert_eq(((uint16_t *)t->data)[i], v[i], "%s [%lld] = 0x%04x, expected 0x%04x",
+			     dg_dtype_name(dt), (long long)i, ((uint16_t *)t->data)[i], v[i]);
+	dg_tensor_free(t);
+}
+
+Test(eltwise, cast_to_float16_rounds_to_nearest_even_and_overflows_to_inf)
+{
+	float f[] = { 1.0f / 3, 65520, 65519, -1e9f, 0x1p-25f, 3 * 0x1p-25f, -0.0f, 0.1f };
+
+	expect_bits16(OK("Cast", "{\"dtype\": \"float16\"}", raw(DG_F32, "8", f)), DG_F16, "8",
+		      (uint16_t[]){ 0x3555, 0x7c00, 0x7bff, 0xfc00, 0, 2, 0x8000, 0x2e66 });
+	/* float64 rounds once: 1 + 2^-11 + 2^-30 is past the tie */
+	expect_bits16(OK("Cast", "{\"dtype\": \"half\"}",
+			 vals(DG_F64, "3",
+			      (double[]){ 1 + 0x1p-11, 1 + 0x1p-11 + 0x1p-30, 1e300 })),
+		      DG_F16, "3", (uint16_t[]){ 0x3c00, 0x3c01, 0x7c00 });
+	int32_t i[] = { 2049, 2051, 65519, 65520, -70000 };
+	expect_bits16(OK("Cast", "{\"dtype\": \"float16\"}", raw(DG_I32, "5", i)), DG_F16, "5",
+		      (uint16_t[]){ 0x6800, 0x6802, 0x7bff, 0x7c00, 0xfc00 });
+	uint8_t u[] = { 0, 255 }, b[] = { 1, 0 };
+	expect_bits16(OK("Cast", "{\"dtype\": \"float16\"}", raw(DG_U8, "2", u)), DG_F16, "2",
+		      (uint16_t[]){ 0, 0x5bf8 });
+	expect_bits16(OK("Cast", "{\"dtype\": \"float16\"}", raw(DG_BOOL, "2", b)), DG_F16, "2",
+		      (uint16_t[]){ 0x3c00, 0 });
+	expect_bits16(OK("Cast", "{\"dtype\": \"bfloat16\"}", raw(DG_BOOL, "2", b)), DG_BF16, "2",
+		      (uint16_t[]){ 0x3f80, 0 });
+}
+
+Test(eltwise, cast_to_bfloat16_ties_to_even_from_every_source)
+{
+	expect_bits16(OK("Cast", "{\"dtype\": \"bf16\"}",
+			 vals(DG_F64, "4", (double[]){ 1.00390625, 1.01171875,
+						       1.00390625 + 0x1p-40, 1.0 / 3 })),
+		      DG_BF16, "4", (uint16_t[]){ 0x3f80, 0x3f82, 0x3f81, 0x3eab });
+	float f[] = { 1.00390625f, 3.4028234663852886e38f, NAN };
+	struct dg_tensor *t = OK("Cast", "{\"dtype\": \"bfloat16\"}", raw(DG_F32, "3", f));
+	cr_assert_eq(((uint16_t *)t->data)[0], 0x3f80);
+	cr_assert_eq(((uint16_t *)t->data)[1], 0x7f80);   /* FLT_MAX rounds up to inf */
+	cr_assert(isnan(dg_tensor_get_f64(t, 2)));
+	dg_tensor_free(t);
+	/* int64: 2^56 + 2^48 + 1 is just past a bfloat16 tie; through a plain double
+	 * the +1 would vanish and the tie go to even (0x5b80). */
+	int64_t i[] = { (INT64_C(1) << 56) + (INT64_C(1) << 48) + 1,
+			(INT64_C(1) << 56) + (INT64_C(1) << 48), INT64_MIN, -3 };
+	expect_bits16(OK("Cast", "{\"dtype\": \"bfloat16\"}", raw(DG_I64, "4", i)), DG_BF16, "4",
+		      (uint16_t[]){ 0x5b81, 0x5b80, 0xdf00, 0xc040 });
+	expect_bits16(OK("Cast", "{\"dtype\": \"float16\"}", raw(DG_I64, "1", i)), DG_F16, "1",
+		      (uint16_t[]){ 0x7c00 });
+}
+
+Test(eltwise, cast_from_16_bit_floats_is_exact_or_checked)
+{
+	/* 2.75 -3.5 65504 -0 2^-24 nan */
+	uint16_t h[] = { 0x4180, 0xc300, 0x7bff, 0x8000, 0x0001, 0x7e00 };
+	struct dg_err err = { 0 };
+
+	expect(OK("Cast", "{\"dtype\": \"float32\"}", bits16(DG_F16, "6", h)), DG_F32, "6",
+	       (double[]){ 2.75, -3.5, 65504, 0, 0x1p-24, NAN });
+	expect(OK("Cast", "{\"dtype\": \"float64\"}", bits16(DG_F16, "6", h)), DG_F64, "6",
+	       (double[]){ 2.75, -3.5, 65504, 0, 0x1p-24, NAN });
+	expect_i32(OK("Cast", "{\"dtype\": \"int32\"}", bits16(DG_F16, "5", h)), "5",
+		   (int32_t[]){ 2, -3, 65504, 0, 0 });
+	/* bfloat16 2^62 fits int64; 2^63 (0x5f00) does not */
+	expect_i64(OK("Cast", "{\"dtype\": \"int64\"}",
+		      bits16(DG_BF16, "1", (uint16_t[]){ 0x5e80 })),
+		   "1", (int64_t[]){ INT64_C(1) << 62 });
+	cr_assert_eq(FAIL("Cast", "{\"dtype\": \"int64\"}", &err,
+			  bits16(DG_BF16, "1", (uint16_t[]){ 0x5f00 })), DG_EINVAL);
+	expect_msg(&err, "Cast of bfloat16 value 9.2233720368547758e+18");
+	cr_assert_eq(FAIL("Cast", "{\"dtype\": \"uint8\"}", &err,
+			  vals(DG_F16, "2", (double[]){ 255.9, 300 })), DG_EINVAL);
+	expect_msg(&err, "value 300 (element 1)");
+	cr_assert_eq(FAIL("Cast", "{\"dtype\": \"int32\"}", &err, bits16(DG_F16, "6", h)),
+		     DG_EINVAL);
+	expect_msg(&err, "value nan (element 5)");
+	/* -0 is false, NaN and the smallest subnormal true */
+	expect(OK("Cast", "{\"dtype\": \"bool\"}", bits16(DG_F16, "6", h)), DG_BOOL, "6",
+	       (double[]){ 1, 1, 1, 0, 1, 1 });
+	/* between the formats: one rounding of the exact value */
+	expect_bits16(OK("Cast", "{\"dtype\": \"bfloat16\"}", bits16(DG_F16, "2",
+			 (uint16_t[]){ 0x3555, 0x7bff })), DG_BF16, "2",
+		      (uint16_t[]){ 0x3eab, 0x4780 });
+	expect_bits16(OK("Cast", "{\"dtype\": \"float16\"}", bits16(DG_BF16, "3",
+			 (uint16_t[]){ 0x7f7f, 0x3f80, 0x0001 })), DG_F16, "3",
+		      (uint16_t[]){ 0x7c00, 0x3c00, 0x0000 });
+}
+
+Test(eltwise, cast_covers_all_64_dtype_pairs)
+{
+	static const enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64,
+					     DG_U8,  DG_BOOL, DG_F16, DG_BF16 };
+
+	cr_assert_eq(N_OF(dts), DG_DTYPE_COUNT);
+	for (size_t a = 0; a < N_OF(dts); a++) {
+		for (size_t b = 0; b < N_OF(dts); b++) {
+			char js[64];
+			bool from_bool = dts[a] == DG_BOOL, to_bool = dts[b] == DG_BOOL;
+			bool to_int = dts[b] != DG_BOOL && !dg_dtype_is_float(dts[b]) &&
+				      !dg_dtype_is_half(dts[b]);
+			bool from_int = dts[a] != DG_BOOL && !dg_dtype_is_float(dts[a]) &&
+					!dg_dtype_is_half(dts[a]);
+			const double in[4] = { 0, 1, 7, from_int || from_bool ? 3 : 2.5 };
+			double want[4];
+			for (int i = 0; i < 4; i++) {
+				double v = from_bool ? (in[i] != 0) : in[i];
+				want[i] = to_bool ? (v != 0) : to_int ? trunc(v) : v;
+			}
+			snprintf(js, sizeof js, "{\"dtype\": \"%s\"}", dg_dtype_name(dts[b]));
+			expect(OK("Cast", js, vals(dts[a], "4", in)), dts[b], "4", want);
+		}
+	}
+}
+
+Test(eltwise, add_sub_mul_on_16_bit_floats_round_once_from_float32)
+{
+	/* 1 + 2^-11: the tie goes to even 1; 2048 + 1 the same; 65504 + 16 =
+	 * 65520 overflows to inf; 0.5 + 0.25 is exact */
+	expect_bits16(OK("Add", NULL, vals(DG_F16, "4", (double[]){ 1, 2048, 65504, 0.5 }),
+			 vals(DG_F16, "4", (double[]){ 0x1p-11, 1, 16, 0.25 })),
+		      DG_F16, "4", (uint16_t[]){ 0x3c00, 0x6800, 0x7c00, 0x3a00 });
+	expect(OK("Sub", NULL, vals(DG_F16, "2", (double[]){ 5, -0.5 }),
+		  vals(DG_F16, "2", (double[]){ 2.25, 0.5 })), DG_F16, "2", (double[]){ 2.75, -1 });
+	/* 300 * 300 = 90000 is past 65504; 1/3 * 3 = 1 - 2^-12, a tie: even 1 */
+	expect(OK("Mul", NULL, vals(DG_F16, "2", (double[]){ 300, 1.0 / 3 }),
+		  vals(DG_F16, "2", (double[]){ 300, 3 })), DG_F16, "2", (double[]){ INFINITY, 1 });
+	/* bfloat16: 1 + 2^-8 ties to 1; 256 + 1 = 257 ties to 256; broadcasting
+	 * a scalar */
+	expect(OK("Add", NULL, vals(DG_BF16, "3", (double[]){ 1, 256, 3 }),
+		  vals(DG_BF16, "", (double[]){ 0x1p-8 })), DG_BF16, "3",
+	       (double[]){ 1, 256, 3 });
+	expect(OK("Mul", NULL, vals(DG_BF16, "2,2", (double[]){ 1, 2, 3, 4 }),
+		  vals(DG_BF16, "2", (double[]){ 10, -0.5 })), DG_BF16, "2,2",
+	       (double[]){ 10, -1, 30, -2 });
+	expect(OK("Sub", NULL, vals(DG_BF16, "2,1", (double[]){ 1, 2 }),
+		  vals(DG_BF16, "1,3", (double[]){ 1, 2, 3 })), DG_BF16, "2,3",
+	       (double[]){ 0, -1, -2, 1, 0, -1 });
+}
+
+Test(eltwise, relu_and_where_on_16_bit_floats_work_on_the_bits)
+{
+	/* -1, -0, a negative NaN, 2, -inf, the smallest subnormal */
+	uint16_t h[] = { 0xbc00, 0x8000, 0xfe00, 0x4000, 0xfc00, 0x0001 };
+	uint16_t b[] = { 0xbf80, 0x8000, 0xffc0, 0x4000, 0xff80, 0x0001 };
+	uint8_t k[] = { 1, 0 };
+
+	expect_bits16(OK("Relu", NULL, bits16(DG_F16, "6", h)), DG_F16, "6",
+		      (uint16_t[]){ 0, 0, 0xfe00, 0x4000, 0, 0x0001 });
+	expect_bits16(OK("Relu", NULL, bits16(DG_BF16, "6", b)), DG_BF16, "6",
+		      (uint16_t[]){ 0, 0, 0xffc0, 0x4000, 0, 0x0001 });
+	expect_bits16(OK("Where", NULL, raw(DG_BOOL, "2", k), bits16(DG_F16, "2", h),
+			 bits16(DG_F16, "2,2", (uint16_t[]){ 1, 2, 3, 4 })),
+		      DG_F16, "2,2", (uint16_t[]){ 0xbc00, 2, 0xbc00, 4 });
+}
+
+Test(eltwise, ops_without_16_bit_kernels_refuse_them_with_a_cast_hint)
+{
+	struct dg_err err = { 0 };
+	struct dg_ttype out;
+	struct dg_ttype in[2] = { TT(DG_F16, 3), TT(DG_F16, 3) };
+
+	cr_assert_eq(FAIL("Sqrt", NULL, &err, vals(DG_F16, "1", (double[]){ 4 })), DG_EDTYPE);
+	expect_msg(&err, "Sqrt is not defined for float16");
+	expect_hint(&err, "Cast to float32");
+	cr_assert_eq(FAIL("Div", NULL, &err, vals(DG_BF16, "1", (double[]){ 4 }),
+			  vals(DG_BF16, "1", (double[]){ 2 })), DG_EDTYPE);
+	expect_msg(&err, "Div is not defined for bfloat16");
+	expect_hint(&err, "storage dtype");
+	cr_assert_eq(FAIL("Sum", NULL, &err, vals(DG_F16, "2", (double[]){ 1, 2 })), DG_EDTYPE);
+	expect_msg(&err, "Sum does not take float16 tensors");
+	expect_hint(&err, "Cast to float32");
+	cr_assert_eq(FAIL("Softmax", NULL, &err, vals(DG_BF16, "2", (double[]){ 1, 2 })),
+		     DG_EDTYPE);
+	expect_msg(&err, "got bfloat16");
+	/* at graph validation (inference), before any kernel runs */
+	cr_assert_eq(infer("Less", NULL, 2, in, &out, &err), DG_EDTYPE);
+	expect_msg(&err, "Less is not defined for float16");
+	cr_assert_eq(infer("Add", NULL, 2, in, &out, &err), DG_OK);
+	cr_assert_eq(out.dtype, DG_F16);
+	in[1] = TT(DG_F32, 3);
+	cr_assert_eq(infer("Add", NULL, 2, in, &out, &err), DG_EDTYPE);
+	expect_msg(&err, "dtypes float16 and float32 differ");
 }

@@ -630,3 +630,96 @@ Test(matmul, blas_thread_count_can_be_set_and_restored)
 	dg_blas_set_threads(0);
 	cr_assert_eq(bl->get_num_threads(), start);
 }
+
+/* --- float16 and bfloat16: float32 accumulation ------------------------------ */
+
+/* 4096 products of ones: a float16 accumulator would stop at 2048 (2048 + 1
+ * rounds back to 2048); float32 accumulation gets 4096, exact in float16. */
+Test(matmul, float16_products_accumulate_in_float32)
+{
+	int64_t sa[] = { 1, 4096 }, sb[] = { 4096, 1 }, s11[] = { 1, 1 };
+	struct dg_tensor *a = mk(DG_F16, 2, sa, NULL), *b = mk(DG_F16, 2, sb, NULL), *o;
+
+	for (int64_t i = 0; i < 4096; i++) {
+		dg_tensor_set_f64(a, i, 1.0);
+		dg_tensor_set_f64(b, i, 1.0);
+	}
+	o = ok2("MatMul", NULL, a, b, 2, s11);
+	cr_assert_eq(o->dtype, DG_F16);
+	cr_assert_eq(((uint16_t *)o->data)[0], 0x6c00, "got %g", dg_tensor_get_f64(o, 0));
+	dg_tensor_free(o);
+	dg_tensor_free(a);
+	dg_tensor_free(b);
+}
+
+/* The result is rounded once to the input dtype: 1/3 (0x3555) * 3 = 1 - 2^-12,
+ * the midpoint of 0x3bff and 1.0, ties to even 1.0; a @ b of the shared A23/B32
+ * matrices is exact in both formats. */
+Test(matmul, half_results_round_once_to_the_input_dtype)
+{
+	int64_t s11[] = { 1, 1 };
+	struct dg_tensor *a = mk(DG_F16, 2, s11, (double[]){ 1.0 / 3 });
+	struct dg_tensor *b = mk(DG_F16, 2, s11, (double[]){ 3 }), *o;
+
+	o = ok2("MatMul", NULL, a, b, 2, s11);
+	cr_assert_eq(((uint16_t *)o->data)[0], 0x3c00);
+	dg_tensor_free(o);
+	dg_tensor_free(a);
+	dg_tensor_free(b);
+	for (int k = 0; k < 2; k++) {
+		enum dg_dtype dt = k ? DG_BF16 : DG_F16;
+		struct dg_tensor *x = mk(dt, 2, S23, A23), *y = mk(dt, 2, S32, B32);
+		struct dg_tensor *yt = mk(dt, 2, S23, B23T), *xt = mk(dt, 2, S32, A32T);
+		o = ok2("MatMul", NULL, x, y, 2, S22);
+		cr_assert_eq(o->dtype, dt);
+		expect_values(o, AB, 4, 0);
+		dg_tensor_free(o);
+		o = ok2("MatMul", "{\"transpose_a\": true, \"transpose_b\": true}", xt, yt, 2, S22);
+		expect_values(o, AB, 4, 0);
+		dg_tensor_free(o);
+		dg_tensor_free(x);
+		dg_tensor_free(y);
+		dg_tensor_free(xt);
+		dg_tensor_free(yt);
+	}
+}
+
+/* [2,2,2] @ [2,2] with a broadcast y, and [1,2,2] @ [3,2,2] with a broadcast x. */
+Test(matmul, batch_matmul_takes_half_inputs_with_broadcast_batches)
+{
+	int64_t s222[] = { 2, 2, 2 }, s122[] = { 1, 2, 2 }, s322[] = { 3, 2, 2 };
+	const double x[] = { 1, 2, 3, 4, 5, 6, 7, 8 }, e[] = { 1, 0, 0, 1 };
+	struct dg_tensor *a = mk(DG_BF16, 3, s222, x), *b = mk(DG_BF16, 2, S22, e), *o;
+
+	o = ok2("BatchMatMul", NULL, a, b, 3, s222);
+	cr_assert_eq(o->dtype, DG_BF16);
+	expect_values(o, x, 8, 0);
+	dg_tensor_free(o);
+	dg_tensor_free(a);
+	dg_tensor_free(b);
+	const double y[] = { 1, 0, 0, 1, 0, 1, 1, 0, 2, 0, 0, 2 };
+	const double w[] = { 1, 2, 3, 4, 2, 1, 4, 3, 2, 4, 6, 8 };
+	a = mk(DG_F16, 3, s122, x);
+	b = mk(DG_F16, 3, s322, y);
+	o = ok2("BatchMatMul", NULL, a, b, 3, s322);
+	expect_values(o, w, 12, 0);
+	dg_tensor_free(o);
+	dg_tensor_free(a);
+	dg_tensor_free(b);
+}
+
+Test(matmul, half_products_refuse_mixed_and_integer_dtypes)
+{
+	int64_t s11[] = { 1, 1 };
+	struct dg_tensor *h = mk(DG_F16, 2, s11, NULL), *f = mk(DG_F32, 2, s11, NULL);
+	struct dg_tensor *bh = mk(DG_BF16, 2, s11, NULL), *i = mk(DG_I32, 2, s11, NULL);
+
+	expect_error("MatMul", NULL, h, f, DG_EDTYPE, "mixed dtypes float16 and float32", "Cast");
+	expect_error("MatMul", NULL, h, bh, DG_EDTYPE, "mixed dtypes float16 and bfloat16", NULL);
+	expect_error("BatchMatMul", NULL, i, i, DG_EDTYPE,
+		     "support float32, float64, float16 and bfloat16, got int32", "Cast");
+	dg_tensor_free(h);
+	dg_tensor_free(f);
+	dg_tensor_free(bh);
+	dg_tensor_free(i);
+}

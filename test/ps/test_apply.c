@@ -688,3 +688,69 @@ Test(apply, concurrent_applies_from_eight_threads_are_each_applied_once)
 	}
 	ps_store_close(s);
 }
+
+/* --- float16 and bfloat16 variables ---------------------------------------------- */
+
+/* assign_add and sgd compute in float32 and round once to the variable's
+ * dtype: 1 + 2^-11 is a float16 tie (stays 1), 1 + 2^-10 is not. */
+Test(apply, half_variables_take_assign_add_and_sgd_in_float32_math)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = args(PS_ASSIGN_ADD);
+
+	put(s, "h", vec(DG_F16, 3, (double[]){ 1, 1, 65504 }));
+	cr_assert_eq(apply(s, "h", &a, vec(DG_F16, 3, (double[]){ 0x1p-11, 0x1p-10, 16 }), NULL,
+			   &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(at(s, "h", 0), 1.0);
+	cr_assert_eq(at(s, "h", 1), 1 + 0x1p-10);
+	cr_assert(isinf(at(s, "h", 2)), "65504 + 16 rounds to inf");
+	a = args(PS_SGD);   /* lr 0.1 */
+	put(s, "b", vec(DG_BF16, 2, (double[]){ 1, -2 }));
+	cr_assert_eq(apply(s, "b", &a, vec(DG_BF16, 2, (double[]){ 5, -10 }), NULL, &err),
+		     DG_OK, "%s", err.msg);
+	cr_assert_eq(at(s, "b", 0), 0.5);
+	cr_assert_eq(at(s, "b", 1), -1.0);
+	a = args(PS_ASSIGN);
+	cr_assert_eq(apply(s, "b", &a, vec(DG_BF16, 2, (double[]){ 3, 4 }), NULL, &err), DG_OK);
+	cr_assert_eq(at(s, "b", 1), 4.0);
+	ps_store_close(s);
+}
+
+Test(apply, half_variables_refuse_momentum_and_adam_with_a_hint)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	enum ps_rule rules[] = { PS_MOMENTUM, PS_ADAM };
+
+	put(s, "h", vec(DG_F16, 2, (double[]){ 1, 2 }));
+	for (int k = 0; k < 2; k++) {
+		struct ps_apply_args a = args(rules[k]);
+		assert_err(apply(s, "h", &a, vec(DG_F16, 2, (double[]){ 1, 1 }), NULL, &err),
+			   DG_EDTYPE, &err, "cannot update 'h': it is float16");
+		cr_assert_not_null(strstr(err.hint, "float32 master copy"), "%s", err.hint);
+	}
+	cr_assert_eq(at(s, "h", 1), 2.0, "nothing changed");
+	ps_store_close(s);
+}
+
+/* Sync sgd over float16 replicas: the mean of 1, 2 and 4 (7/3) is formed in
+ * double and rounded once to 2.333984375 (1195 * 2^-9); 10 minus that is
+ * 7.666015625, a float16 tie between 1962 and 1963 * 2^-8: even, 7.6640625. */
+Test(apply, sync_sgd_averages_half_gradients_in_double)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_result res;
+	const double g[3] = { 1, 2, 4 };
+
+	put(s, "w", fill(DG_F16, 4, 10));
+	for (int r = 0; r < 3; r++) {
+		struct ps_apply_args a = sync_args(PS_SGD, 0, 3, 0, r);
+		cr_assert_eq(apply(s, "w", &a, fill(DG_F16, 4, g[r]), &res, &err), DG_OK, "%s",
+			     err.msg);
+	}
+	cr_assert(res.applied);
+	cr_assert_eq(at(s, "w", 3), 7.6640625, "got %.9g", at(s, "w", 3));
+	ps_store_close(s);
+}

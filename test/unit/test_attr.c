@@ -138,7 +138,7 @@ Test(attr, ints_reads_arrays_up_to_a_maximum)
 
 Test(attr, dtype_parses_names_and_names_the_attr_on_failure)
 {
-	json_t *a = J("{\"T\": \"float64\", \"S\": \"i8\", \"U\": \"float16\", \"V\": 1}");
+	json_t *a = J("{\"T\": \"float64\", \"S\": \"i8\", \"U\": \"float8\", \"V\": 1}");
 	struct dg_err err = { 0 };
 	enum dg_dtype v, def = DG_BOOL;
 
@@ -149,7 +149,7 @@ Test(attr, dtype_parses_names_and_names_the_attr_on_failure)
 	cr_assert_eq(dg_attr_dtype(a, "W", &def, &v, &err), DG_OK);
 	cr_assert_eq(v, DG_BOOL);
 	assert_err(dg_attr_dtype(a, "U", NULL, &v, &err), DG_EDTYPE, &err,
-		   "attr 'U': unknown dtype 'float16'");
+		   "attr 'U': unknown dtype 'float8'");
 	cr_assert_not_null(strstr(err.hint, "float32"), "%s", err.hint);
 	assert_err(dg_attr_dtype(a, "V", NULL, &v, &err), DG_EINVAL, &err,
 		   "attr 'V' must be a dtype name, got integer");

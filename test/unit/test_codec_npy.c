@@ -31,6 +31,8 @@ static struct dg_tensor *pattern(enum dg_dtype dt, int ndim, const int64_t *dims
 		case DG_I64: ((int64_t *)t->data)[i] = i * 1000000007LL - 5; break;
 		case DG_U8: ((uint8_t *)t->data)[i] = (uint8_t)(i * 37 % 256); break;
 		case DG_BOOL: ((uint8_t *)t->data)[i] = (uint8_t)(i % 3 == 0); break;
+		case DG_F16:
+		case DG_BF16: ((uint16_t *)t->data)[i] = (uint16_t)(0x3c00 + i * 97); break;
 		default: break;
 		}
 	}
@@ -274,6 +276,8 @@ Test(codec_npy, header_size_equals_encoded_header_length_for_many_shapes)
 	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
 		for (int dt = 0; dt < DG_DTYPE_COUNT; dt++) {
 			struct dg_buf b = { 0 };
+			if (dt == DG_BF16)
+				continue;   /* no .npy form (bfloat16_has_no_npy_form) */
 			cr_assert_eq(dg_npy_encode_header((enum dg_dtype)dt, &shapes[k], &b, NULL),
 				     DG_OK);
 			cr_assert_eq(dg_npy_header_size((enum dg_dtype)dt, &shapes[k]), b.len);
@@ -330,6 +334,8 @@ Test(codec_npy, npy_round_trips_every_dtype_in_several_shapes)
 		d0[] = { 4, 0, 2 };
 
 	for (int dt = 0; dt < DG_DTYPE_COUNT; dt++) {
+		if (dt == DG_BF16)
+			continue;   /* no .npy form (bfloat16_has_no_npy_form) */
 		struct dg_tensor *ts[] = {
 			pattern((enum dg_dtype)dt, 0, NULL), pattern((enum dg_dtype)dt, 1, d1),
 			pattern((enum dg_dtype)dt, 2, d2),   pattern((enum dg_dtype)dt, 8, d8),
@@ -573,15 +579,19 @@ Test(codec_npy, structured_dtypes_are_refused)
 
 Test(codec_npy, unknown_dtypes_are_named_and_the_supported_ones_listed)
 {
-	const char *bad[] = { "<f2", "<u4", "<c8", "<U5", "|S3", "<M8[ns]", "|V16", "|f4", "" };
+	const char *bad[] = { ">f2", "|f2", "<u4", "<c8", "<U5",
+			      "|S3", "<M8[ns]", "|V16", "|f4", "" };
 	char dict[128];
 
 	for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
 		char want[32];
 		snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, "
 					    "'shape': (6,), }", bad[k]);
-		snprintf(want, sizeof want, "'%s' is not supported", bad[k]);
+		snprintf(want, sizeof want, bad[k][0] == '>' ? "'%s' is big-endian"
+							       : "'%s' is not supported", bad[k]);
 		assert_dict_refused(dict, DG_EDTYPE, want);
+		if (bad[k][0] == '>')
+			continue;
 		assert_dict_refused(dict, DG_EDTYPE, "'<f4' (float32)");
 	}
 }
@@ -766,6 +776,7 @@ static const char numpy_writer[] =
 	"save('v3', np.arange(4, dtype='<i4'), version=(3, 0))\n"
 	"save('big', np.full((3,), 1, dtype='>f4'))\n"
 	"save('fortran', np.asfortranarray(np.arange(6, dtype='<f4').reshape(2, 3)))\n"
+	"save('f2', np.array([1/3, 65504, -0.0, np.inf, 2**-24, 0.1], dtype='<f2'))\n"
 	"np.save(d + '/obj.npy', np.array([{'a': 1}, None], dtype=object), allow_pickle=True)\n";
 
 struct np_case {
@@ -784,7 +795,7 @@ Test(codec_npy, files_written_by_numpy_load_identically)
 		{ "scalar", DG_F64, 0, { 0 } },   { "empty", DG_F32, 2, { 3, 0 } },
 		{ "d8", DG_I64, 8, { 2, 1, 3, 1, 2, 2, 1, 3 } },
 		{ "special", DG_F32, 1, { 6 } }, { "v2", DG_F64, 1, { 4 } },
-		{ "v3", DG_I32, 1, { 4 } },
+		{ "v3", DG_I32, 1, { 4 } },       { "f2", DG_F16, 1, { 6 } },
 	};
 	char dir[64], path[160];
 
@@ -822,6 +833,16 @@ Test(codec_npy, files_written_by_numpy_load_identically)
 			cr_assert_eq(((double *)t->data)[0], -7.25);
 		if (strcmp(c->name, "d8") == 0)
 			cr_assert_eq(((int64_t *)t->data)[71], 71);
+		if (strcmp(c->name, "f2") == 0) {
+			/* numpy's float16 rounding equals dg's, bit for bit */
+			const uint16_t *h = t->data;
+			cr_assert_eq(h[0], 0x3555);
+			cr_assert_eq(h[1], 0x7bff);
+			cr_assert_eq(h[2], 0x8000);
+			cr_assert_eq(h[3], 0x7c00);
+			cr_assert_eq(h[4], 0x0001);
+			cr_assert_eq(h[5], dg_f64_to_f16(0.1));
+		}
 		if (strcmp(c->name, "special") == 0) {
 			const float *f = t->data;
 			cr_assert(isnan(f[0]) && f[1] == INFINITY && f[2] == -INFINITY);
@@ -858,7 +879,8 @@ static const char numpy_checker[] =
 	"cases = [('f4', '<f4', (2, 3)), ('f8', '<f8', (2, 3, 4)), ('i4', '<i4', (5,)),\n"
 	"         ('i8', '<i8', (4,)), ('u1', '|u1', (5, 2)), ('b1', '|b1', (7,)),\n"
 	"         ('scalar', '<f8', ()), ('empty', '<f4', (3, 0)),\n"
-	"         ('d8', '<i8', (2, 1, 3, 1, 2, 2, 1, 3)), ('special', '<f4', (6,))]\n"
+	"         ('d8', '<i8', (2, 1, 3, 1, 2, 2, 1, 3)), ('special', '<f4', (6,)),\n"
+	"         ('f2', '<f2', (3, 4))]\n"
 	"for name, descr, shape in cases:\n"
 	"    a = np.load(d + '/' + name + '.npy')\n"
 	"    m = np.load(d + '/' + name + '.npy', mmap_mode='r')\n"
@@ -874,7 +896,9 @@ static const char numpy_checker[] =
 	"f4 = np.load(d + '/f4.npy')\n"
 	"assert f4[1, 2] == (np.float32(5) - np.float32(2.5)) / np.float32(3)\n"
 	"b1 = np.load(d + '/b1.npy').tolist()\n"
-	"assert b1 == [True, False, False, True, False, False, True]\n";
+	"assert b1 == [True, False, False, True, False, False, True]\n"
+	"f2 = np.load(d + '/f2.npy')\n"
+	"assert f2.view('<u2').ravel().tolist() == [0x3c00 + i * 97 for i in range(12)]\n";
 
 Test(codec_npy, numpy_loads_what_dg_writes)
 {
@@ -884,6 +908,7 @@ Test(codec_npy, numpy_loads_what_dg_writes)
 		{ "u1", DG_U8, 2, { 5, 2 } },     { "b1", DG_BOOL, 1, { 7 } },
 		{ "scalar", DG_F64, 0, { 0 } },   { "empty", DG_F32, 2, { 3, 0 } },
 		{ "d8", DG_I64, 8, { 2, 1, 3, 1, 2, 2, 1, 3 } },
+		{ "f2", DG_F16, 2, { 3, 4 } },
 	};
 	char dir[64], path[160];
 	struct dg_err err = { 0 };
@@ -915,4 +940,57 @@ Test(codec_npy, numpy_loads_what_dg_writes)
 	write_text(dir, "checker.py", numpy_checker);
 	cr_assert_eq(run_python(dir, "checker.py"), 0, "numpy could not load what dg wrote");
 	remove_tmpdir(dir);
+}
+
+/* --- the 16-bit floats ----------------------------------------------------------- */
+
+Test(codec_npy, float16_is_written_as_little_endian_f2)
+{
+	int64_t d[] = { 2 };
+	struct dg_tensor *t = pattern(DG_F16, 1, d);
+	struct dg_buf b = { 0 };
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(dg_npy_encode(t, &b, &err), DG_OK, "%s", err.msg);
+	cr_assert_not_null(strstr(b.data + 10, "'descr': '<f2'"), "%s", b.data + 10);
+	size_t hs = dg_npy_header_size(DG_F16, &t->shape);
+	cr_assert_eq(hs % 64, 0);
+	cr_assert_eq(b.len, hs + 4);
+	cr_assert_eq(memcmp(b.data + hs, t->data, 4), 0);
+	dg_buf_deinit(&b);
+	dg_tensor_free(t);
+}
+
+Test(codec_npy, bfloat16_has_no_npy_form)
+{
+	int64_t d[] = { 3 };
+	struct dg_tensor *t = pattern(DG_BF16, 1, d);
+	struct dg_buf b = { 0 };
+	struct dg_err err = { 0 };
+
+	assert_err(dg_npy_encode(t, &b, &err), DG_EDTYPE, &err, "bfloat16 has no .npy form");
+	cr_assert_not_null(strstr(err.hint, "Cast to float32"), "%s", err.hint);
+	cr_assert_eq(b.len, 0, "nothing written");
+	cr_assert_eq(dg_npy_header_size(DG_BF16, &t->shape), 0);
+	assert_err(dg_npy_encode_header(DG_BF16, &t->shape, &b, &err), DG_EDTYPE, &err,
+		   "numpy has no bfloat16");
+	dg_buf_deinit(&b);
+	dg_tensor_free(t);
+}
+
+Test(codec_npy, a_numpy_style_f2_header_decodes_to_float16)
+{
+	uint16_t v[3] = { 0x3c00, 0xc000, 0x7e00 };
+	struct dg_buf b = { 0 };
+	struct dg_err err = { 0 };
+
+	build_npy(&b, 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (3,), }", v,
+		  sizeof v);
+	struct dg_tensor *t = dg_npy_decode(b.data, b.len, &err);
+	cr_assert_not_null(t, "%s", err.msg);
+	cr_assert_eq(t->dtype, DG_F16);
+	cr_assert_eq(dg_tensor_get_f64(t, 1), -2.0);
+	cr_assert(isnan(dg_tensor_get_f64(t, 2)));
+	dg_tensor_free(t);
+	dg_buf_deinit(&b);
 }

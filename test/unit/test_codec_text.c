@@ -663,3 +663,84 @@ Test(codec_text, float_spellings_equal_the_printf_reference)
 	dg_tensor_free(tf);
 	dg_tensor_free(tg);
 }
+
+/* --- the 16-bit floats ----------------------------------------------------------- */
+
+Test(codec_text, float16_prints_the_fewest_digits_that_read_back)
+{
+	int64_t d[] = { 2, 5 };
+	uint16_t v[] = { 0x3555, 0x7bff, 0x8000, 0x7c00, 0x7e00,
+			 0x0001, 0x0400, 0x2e66, 0x63d0, 0xbc00 };
+	struct dg_tensor *t = from(DG_F16, 2, d, v);
+
+	/* 1/3 = 0.333251953125 and 65504 print as 0.3333 and 65500 (as numpy
+	 * prints them): the nearest float16 of each is the value itself. 2^-24,
+	 * 2^-14 in exponent form as %g would; 0.1; 1000 without an exponent. */
+	assert_encodes_as(t, "# float16 [2,5]\n0.3333 65500 -0 inf nan\n"
+			     "6e-08 6.104e-05 0.1 1000 -1\n");
+	dg_tensor_free(t);
+}
+
+Test(codec_text, bfloat16_prints_at_most_4_digits)
+{
+	int64_t d[] = { 4 };
+	uint16_t v[] = { 0x3eab, 0x7f7f, 0x4789, 0x3f80 };
+	struct dg_tensor *t = from(DG_BF16, 1, d, v);
+
+	/* 70144 (0x4789) is the bfloat16 nearest 70000: "7e+04" reads back */
+	assert_encodes_as(t, "# bfloat16 [4]\n0.334 3.39e+38 7e+04 1\n");
+	dg_tensor_free(t);
+}
+
+/* Every one of the 65536 bit patterns of both formats goes through text and
+ * comes back with the same bits (NaNs as NaN). */
+Test(codec_text, every_16_bit_value_round_trips)
+{
+	int64_t d[] = { 256, 256 };
+
+	for (int k = 0; k < 2; k++) {
+		enum dg_dtype dt = k ? DG_BF16 : DG_F16;
+		struct dg_shape s = dg_shape_make(2, d);
+		struct dg_tensor *t = dg_tensor_new(dt, &s, NULL);
+		uint16_t *h = t->data;
+		for (uint32_t u = 0; u < 0x10000; u++)
+			h[u] = (uint16_t)u;
+		char *text = encode(t);
+		struct dg_err err = { 0 };
+		struct dg_tensor *r = dg_text_decode(text, strlen(text), NULL, NULL, &err);
+		cr_assert_not_null(r, "%s", err.msg);
+		cr_assert_eq(r->dtype, dt);
+		for (uint32_t u = 0; u < 0x10000; u++) {
+			double a = dg_tensor_get_f64(t, u), b = dg_tensor_get_f64(r, u);
+			if (isnan(a))
+				cr_assert(isnan(b), "%s 0x%04x", dg_dtype_name(dt), u);
+			else
+				cr_assert_eq(((uint16_t *)r->data)[u], u, "%s 0x%04x came back "
+					     "as 0x%04x", dg_dtype_name(dt), u,
+					     ((uint16_t *)r->data)[u]);
+		}
+		dg_tensor_free(r);
+		dg_tensor_free(t);
+		free(text);
+	}
+}
+
+Test(codec_text, float16_parses_with_one_rounding_and_refuses_overflow)
+{
+	struct dg_err err = { 0 };
+	struct dg_tensor *t = decode("# float16 [5]\n0.1 65519 1.00048828125 -1e-9 -inf\n", &err);
+
+	cr_assert_not_null(t, "%s", err.msg);
+	const uint16_t *h = t->data;
+	cr_assert_eq(h[0], 0x2e66);
+	cr_assert_eq(h[1], 0x7bff);
+	cr_assert_eq(h[2], 0x3c00);   /* the tie between 1 and 1+2^-10: even */
+	cr_assert_eq(h[3], 0x8000);
+	cr_assert_eq(h[4], 0xfc00);
+	dg_tensor_free(t);
+	cr_assert_null(decode("# float16 [2]\n1 65520\n", &err));
+	assert_err(&err, DG_EINVAL, "'65520' is out of range for float16");
+	cr_assert_not_null(strstr(err.hint, "65504"), "%s", err.hint);
+	assert_refused("# bfloat16 [1]\n1e39\n", DG_EINVAL, "out of range for bfloat16");
+	assert_refused("# float16 [1]\nx1\n", DG_EINVAL, "'x1' is not a valid float16");
+}

@@ -42,6 +42,7 @@ Test(tensor, dtypes_have_names_sizes_and_kinds)
 		{ DG_F32, "float32", 4, true, false }, { DG_F64, "float64", 8, true, false },
 		{ DG_I32, "int32", 4, false, true },   { DG_I64, "int64", 8, false, true },
 		{ DG_U8, "uint8", 1, false, true },    { DG_BOOL, "bool", 1, false, false },
+		{ DG_F16, "float16", 2, false, false }, { DG_BF16, "bfloat16", 2, false, false },
 	};
 
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -49,6 +50,7 @@ Test(tensor, dtypes_have_names_sizes_and_kinds)
 		cr_assert_eq(dg_dtype_size(want[i].dt), want[i].size);
 		cr_assert_eq(dg_dtype_is_float(want[i].dt), want[i].is_float);
 		cr_assert_eq(dg_dtype_is_int(want[i].dt), want[i].is_int);
+		cr_assert_eq(dg_dtype_is_half(want[i].dt), want[i].size == 2);
 		enum dg_dtype back;
 		cr_assert_eq(dg_dtype_parse(want[i].name, &back, NULL), DG_OK);
 		cr_assert_eq(back, want[i].dt);
@@ -66,7 +68,8 @@ Test(tensor, dtype_aliases_parse_numpy_style)
 		{ "f4", DG_F32 },   { "float", DG_F32 },  { "single", DG_F32 }, { "f8", DG_F64 },
 		{ "double", DG_F64 }, { "i4", DG_I32 },   { "int", DG_I32 },    { "i8", DG_I64 },
 		{ "long", DG_I64 },  { "u1", DG_U8 },     { "byte", DG_U8 },    { "b1", DG_BOOL },
-		{ "?", DG_BOOL },    { "boolean", DG_BOOL },
+		{ "?", DG_BOOL },    { "boolean", DG_BOOL }, { "f2", DG_F16 },
+		{ "half", DG_F16 },  { "bf16", DG_BF16 },
 	};
 
 	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -78,7 +81,7 @@ Test(tensor, dtype_aliases_parse_numpy_style)
 
 Test(tensor, unknown_dtypes_are_refused_with_the_valid_names)
 {
-	const char *bad[] = { "float16", "Float32", "", "int8", "f4 ", "complex64" };
+	const char *bad[] = { "float8", "Float32", "", "int8", "f4 ", "complex64" };
 	enum dg_dtype dt = DG_F64;
 	struct dg_err err = { 0 };
 
@@ -86,7 +89,8 @@ Test(tensor, unknown_dtypes_are_refused_with_the_valid_names)
 		char want[64];
 		snprintf(want, sizeof want, "unknown dtype '%s'", bad[i]);
 		assert_err(dg_dtype_parse(bad[i], &dt, &err), DG_EDTYPE, &err, want);
-		cr_assert_not_null(strstr(err.hint, "float32, float64, int32, int64, uint8, bool"));
+		cr_assert_not_null(strstr(err.hint, "float32, float64, int32, int64, uint8, bool, "
+					  "float16, bfloat16"));
 		cr_assert_eq(dt, DG_F64, "output changed on failure");
 	}
 	assert_err(dg_dtype_parse(NULL, &dt, &err), DG_EDTYPE, &err, "(null)");
@@ -655,4 +659,193 @@ Test(alloc, zero_budget_disables_the_cache)
 	void *a = dg_alloc_aligned(4 << 20);
 	dg_free_aligned(a);
 	cr_assert_eq(dg_alloc_cached_bytes(), 0);
+}
+
+/* --- float16 and bfloat16 -------------------------------------------------------- */
+
+/* Both narrowing paths (float32 bits, double) on one value. */
+static void expect_f16(double v, uint16_t want)
+{
+	uint16_t a = dg_f64_to_f16(v), b = dg_f32_to_f16((float)v);
+
+	cr_assert_eq(a, want, "f64 %.17g -> 0x%04x, want 0x%04x", v, a, want);
+	if ((double)(float)v == v || isnan(v))
+		cr_assert_eq(b, want, "f32 %.9g -> 0x%04x, want 0x%04x", v, b, want);
+}
+
+static void expect_bf16(double v, uint16_t want)
+{
+	uint16_t a = dg_f64_to_bf16(v), b = dg_f32_to_bf16((float)v);
+
+	cr_assert_eq(a, want, "f64 %.17g -> 0x%04x, want 0x%04x", v, a, want);
+	if ((double)(float)v == v || isnan(v))
+		cr_assert_eq(b, want, "f32 %.9g -> 0x%04x, want 0x%04x", v, b, want);
+}
+
+Test(half, float16_rounds_to_nearest_even_with_inf_on_overflow)
+{
+	expect_f16(1.0, 0x3c00);
+	expect_f16(-2.0, 0xc000);
+	expect_f16(1.0 / 3.0, 0x3555);
+	expect_f16(0.1, 0x2e66);
+	expect_f16(65504, 0x7bff);          /* the largest float16 */
+	expect_f16(65519.99, 0x7bff);       /* below the midpoint to 2^16 */
+	expect_f16(65520, 0x7c00);          /* the midpoint: ties to even, which is inf */
+	expect_f16(-1e9, 0xfc00);
+	expect_f16(1 + 0x1p-11, 0x3c00);    /* tie between 1 and 1+2^-10: even 1 */
+	expect_f16(1 + 3 * 0x1p-11, 0x3c02);  /* tie between 0x3c01 and 0x3c02: even */
+	expect_f16(1 + 0x1p-11 + 0x1p-20, 0x3c01);  /* just past the tie: up */
+	expect_f16(2049, 0x6800);           /* integers above 2048 step by 2 */
+	expect_f16(2051, 0x6802);
+	expect_f16(-0.0, 0x8000);
+	expect_f16(INFINITY, 0x7c00);
+	expect_f16(-INFINITY, 0xfc00);
+}
+
+Test(half, float16_subnormals_round_right)
+{
+	expect_f16(0x1p-14, 0x0400);        /* smallest normal */
+	expect_f16(0x1p-24, 0x0001);        /* smallest subnormal */
+	expect_f16(1023 * 0x1p-24, 0x03ff);  /* largest subnormal */
+	expect_f16(0x1p-25, 0x0000);        /* half the smallest: tie to even 0 */
+	expect_f16(-0x1p-25, 0x8000);
+	expect_f16(0x1p-25 * 1.5, 0x0001);
+	expect_f16(3 * 0x1p-25, 0x0002);    /* 1.5 units: tie to even 2 */
+	expect_f16(1023.5 * 0x1p-24, 0x0400);  /* rounds up into the smallest normal */
+	expect_f16(1e-30, 0x0000);
+	cr_assert_eq(dg_f16_to_f32(0x0001), 0x1p-24f);
+	cr_assert_eq(dg_f16_to_f32(0x03ff), 1023 * 0x1p-24f);
+	cr_assert_eq(dg_f16_to_f32(0x8001), -0x1p-24f);
+}
+
+Test(half, nan_stays_a_quiet_nan_and_widening_is_exact)
+{
+	uint16_t h = dg_f64_to_f16(NAN), b = dg_f64_to_bf16(NAN);
+
+	cr_assert_eq(h & 0x7e00, 0x7e00, "0x%04x is not a quiet NaN", h);
+	cr_assert_eq(b & 0x7fc0, 0x7fc0, "0x%04x is not a quiet NaN", b);
+	cr_assert(isnan(dg_f16_to_f32(dg_f32_to_f16(NAN))));
+	cr_assert(isnan(dg_bf16_to_f32(dg_f32_to_bf16(-NAN))));
+	/* a signalling float NaN (quiet bit clear) becomes quiet, never inf */
+	float snan;
+	uint32_t sbits = 0x7f800001;
+	memcpy(&snan, &sbits, 4);
+	cr_assert_eq(dg_f32_to_f16(snan) & 0x7e00, 0x7e00);
+	cr_assert_eq(dg_f32_to_bf16(snan) & 0x7fc0, 0x7fc0);
+	cr_assert_eq(dg_f16_to_f32(0x7bff), 65504.0f);
+	cr_assert_eq(dg_f16_to_f32(0x3555), 0.333251953125f);
+	cr_assert(isinf(dg_f16_to_f32(0xfc00)) && dg_f16_to_f32(0xfc00) < 0);
+	cr_assert(signbit(dg_f16_to_f32(0x8000)));
+	cr_assert_eq(dg_bf16_to_f32(0x3f80), 1.0f);
+	cr_assert_eq(dg_bf16_to_f32(0x7f7f), 0x1.fep127f);
+}
+
+Test(half, bfloat16_rounds_to_nearest_even)
+{
+	expect_bf16(1.0, 0x3f80);
+	expect_bf16(1.00390625, 0x3f80);           /* 1 + 2^-8: tie, even 1 */
+	expect_bf16(1.01171875, 0x3f82);           /* 1 + 3*2^-8: tie, even 0x3f82 */
+	expect_bf16(1.0 / 3.0, 0x3eab);
+	expect_bf16(0x1.fep127, 0x7f7f);           /* the largest bfloat16 */
+	expect_bf16(3.4028234663852886e38, 0x7f80);  /* FLT_MAX is past the midpoint */
+	expect_bf16(-1e39, 0xff80);
+	expect_bf16(0x1p-133, 0x0001);             /* smallest subnormal */
+	expect_bf16(0x1p-134, 0x0000);             /* tie to even 0 */
+	expect_bf16(-0.0, 0x8000);
+	/* One rounding from double: the 2^-40 decides the tie that a detour through
+	 * float32 would lose (float32 has no room for it). */
+	cr_assert_eq(dg_f64_to_bf16(1.00390625 + 0x1p-40), 0x3f81);
+	cr_assert_eq(dg_f32_to_bf16((float)(1.00390625 + 0x1p-40)), 0x3f80);
+	cr_assert_eq(dg_f64_to_f16(1 + 0x1p-11 + 0x1p-30), 0x3c01);
+	cr_assert_eq(dg_f32_to_f16((float)(1 + 0x1p-11 + 0x1p-30)), 0x3c00);
+}
+
+Test(half, every_16_bit_value_round_trips_through_float32_and_double)
+{
+	for (uint32_t u = 0; u < 0x10000; u++) {
+		uint16_t h = (uint16_t)u;
+		float f = dg_f16_to_f32(h), b = dg_bf16_to_f32(h);
+		bool fnan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff), bnan = (h & 0x7f80) == 0x7f80 &&
+									    (h & 0x7f);
+		cr_assert_eq(isnan(f), fnan, "float16 0x%04x", h);
+		cr_assert_eq(isnan(b), bnan, "bfloat16 0x%04x", h);
+		if (!fnan) {
+			cr_assert_eq(dg_f32_to_f16(f), h, "float16 0x%04x via float", h);
+			cr_assert_eq(dg_f64_to_f16(f), h, "float16 0x%04x via double", h);
+		}
+		if (!bnan) {
+			cr_assert_eq(dg_f32_to_bf16(b), h, "bfloat16 0x%04x via float", h);
+			cr_assert_eq(dg_f64_to_bf16(b), h, "bfloat16 0x%04x via double", h);
+		}
+	}
+}
+
+/* The integer-only float32 paths against the double-based rounding, over
+ * float32 bit patterns spread across every exponent, plus every midpoint
+ * between neighbouring float16 values and its two float neighbours. */
+Test(half, float32_fast_paths_agree_with_the_double_rounding)
+{
+	for (uint64_t u = 0; u < (UINT64_C(1) << 32); u += 65521) {
+		uint32_t bits = (uint32_t)u;
+		float f;
+		memcpy(&f, &bits, 4);
+		if (isnan(f))
+			continue;
+		cr_assert_eq(dg_f32_to_f16(f), dg_f64_to_f16(f), "0x%08x", bits);
+		cr_assert_eq(dg_f32_to_bf16(f), dg_f64_to_bf16(f), "0x%08x", bits);
+	}
+	for (uint32_t h = 0; h < 0x7c00; h++) {
+		float mid = (dg_f16_to_f32((uint16_t)h) + dg_f16_to_f32((uint16_t)(h + 1))) / 2;
+		float around[3] = { nextafterf(mid, 0), mid, nextafterf(mid, INFINITY) };
+		for (int k = 0; k < 3; k++)
+			cr_assert_eq(dg_f32_to_f16(around[k]), dg_f64_to_f16(around[k]),
+				     "near the midpoint above 0x%04x", h);
+	}
+}
+
+Test(half, tensors_get_and_set_16_bit_values)
+{
+	struct dg_err err = { 0 };
+	struct dg_shape s = sh(1, 4, 0, 0);
+
+	for (int k = 0; k < 2; k++) {
+		enum dg_dtype dt = k ? DG_BF16 : DG_F16;
+		struct dg_tensor *t = dg_tensor_new(dt, &s, &err);
+		cr_assert_not_null(t, "%s", err.msg);
+		cr_assert_eq(t->nbytes, 8);
+		dg_tensor_set_f64(t, 0, 1.0 / 3.0);
+		dg_tensor_set_f64(t, 1, 1e39);
+		dg_tensor_set_f64(t, 2, NAN);
+		dg_tensor_set_f64(t, 3, -2.5);
+		const uint16_t *b = t->data;
+		cr_assert_eq(b[0], k ? 0x3eab : 0x3555);
+		cr_assert_eq(b[1], k ? 0x7f80 : 0x7c00);
+		cr_assert_eq(dg_tensor_get_f64(t, 0), k ? 0.333984375 : 0.333251953125);
+		cr_assert(isinf(dg_tensor_get_f64(t, 1)));
+		cr_assert(isnan(dg_tensor_get_f64(t, 2)));
+		cr_assert_eq(dg_tensor_get_f64(t, 3), -2.5);
+		dg_tensor_free(t);
+		struct dg_tensor *c = dg_tensor_scalar(dt, 65504, &err);
+		cr_assert_eq(dg_tensor_get_f64(c, 0), k ? 65536.0 : 65504.0);
+		dg_tensor_free(c);
+	}
+}
+
+Test(half, array_conversions_cover_both_formats)
+{
+	const float in[4] = { 1.0f, -0.5f, 1.0f / 3.0f, 70000.0f };
+	uint16_t h[4], b[4];
+	float back[4];
+
+	dg_f32_to_half(DG_F16, in, h, 4);
+	dg_f32_to_half(DG_BF16, in, b, 4);
+	cr_assert_eq(h[0], 0x3c00);
+	cr_assert_eq(h[1], 0xb800);
+	cr_assert_eq(h[2], 0x3555);
+	cr_assert_eq(h[3], 0x7c00);
+	cr_assert_eq(b[3], 0x4789);   /* 70000 = 0x4788b800 rounds up */
+	dg_half_to_f32(DG_BF16, b, back, 4);
+	cr_assert_eq(back[0], 1.0f);
+	cr_assert_eq(back[2], 0.333984375f);
+	cr_assert_eq(back[3], 70144.0f);
 }

@@ -18,6 +18,8 @@ enum dg_dtype {
 	DG_I64 = 3,
 	DG_U8 = 4,
 	DG_BOOL = 5,   /* one byte, 0 or 1 */
+	DG_F16 = 6,    /* IEEE 754 binary16 ("float16", numpy '<f2') */
+	DG_BF16 = 7,   /* bfloat16: the top 16 bits of a float32 */
 	DG_DTYPE_COUNT
 };
 
@@ -26,16 +28,39 @@ enum dg_dtype {
  * overflow for every dtype and refuses absurd shapes before any allocation. */
 #define DG_MAX_NUMEL ((int64_t)1 << 48)
 
-/* Name used in JSON, headers and text ("float32", "int64", "bool"). */
+/* Name used in JSON, headers and text ("float32", "int64", "bool", "float16",
+ * "bfloat16"). */
 const char *dg_dtype_name(enum dg_dtype dt);
 /* Bytes per element. */
 size_t dg_dtype_size(enum dg_dtype dt);
+/* float32 and float64: the dtypes every float kernel computes in. The 16-bit
+ * floats are not included: they are storage dtypes (dg_dtype_is_half). */
 bool dg_dtype_is_float(enum dg_dtype dt);
 bool dg_dtype_is_int(enum dg_dtype dt);   /* int32, int64, uint8 (not bool) */
+/* float16 and bfloat16: stored, sent, cast and fed like any dtype; the few ops
+ * that compute on them (Cast, MatMul, Add/Sub/Mul, Relu) convert to float32,
+ * compute there and round once to the 16-bit dtype. Other ops refuse them at
+ * validation with a hint to Cast to float32. */
+bool dg_dtype_is_half(enum dg_dtype dt);
 /* Parse a dtype name: the canonical names above plus numpy-style aliases
- * ("f4", "float", "double", "i8", "int", "long", "u1", "?"). Unknown names give
- * DG_EDTYPE with a hint listing the valid names. */
+ * ("f4", "float", "double", "i8", "int", "long", "u1", "?", "f2", "half",
+ * "bf16"). Unknown names give DG_EDTYPE with a hint listing the valid names. */
 enum dg_status dg_dtype_parse(const char *s, enum dg_dtype *out, struct dg_err *err);
+
+/* Conversions of one 16-bit float (its bits). Narrowing rounds to nearest,
+ * ties to even, overflows to inf (float16: |x| >= 65520), keeps subnormals and
+ * the sign of zero, and turns NaN into a quiet NaN. Widening is exact. The f64
+ * forms round once from double (no double rounding through float32). */
+uint16_t dg_f32_to_f16(float x);
+uint16_t dg_f64_to_f16(double x);
+float dg_f16_to_f32(uint16_t h);
+uint16_t dg_f32_to_bf16(float x);
+uint16_t dg_f64_to_bf16(double x);
+float dg_bf16_to_f32(uint16_t h);
+/* Arrays of n elements between float32 and dt (float16 or bfloat16; any other
+ * dt is the caller's bug and does nothing). For kernels that compute in float32. */
+void dg_half_to_f32(enum dg_dtype dt, const uint16_t *in, float *out, int64_t n);
+void dg_f32_to_half(enum dg_dtype dt, const float *in, uint16_t *out, int64_t n);
 
 /* A shape: ndim in 0..DG_MAX_DIMS (0 = scalar). In shape *inference* (graph
  * validation) ndim == -1 means unknown rank and dim[i] == -1 an unknown size;
@@ -97,10 +122,10 @@ struct dg_tensor *dg_tensor_clone(const struct dg_tensor *t, struct dg_err *err)
 void dg_tensor_free(struct dg_tensor *t);
 
 /* Element i converted to double (int64 beyond 2^53 loses precision: for tests
- * and messages, not for data paths). */
+ * and messages, not for data paths; float16/bfloat16 are exact). */
 double dg_tensor_get_f64(const struct dg_tensor *t, int64_t i);
 /* Store v converted to the tensor's dtype at element i (integer dtypes saturate
- * to their range, NaN stores 0). */
+ * to their range, NaN stores 0; float16/bfloat16 round as dg_f64_to_f16). */
 void dg_tensor_set_f64(struct dg_tensor *t, int64_t i, double v);
 
 /* 64-byte aligned allocation for tensor-sized buffers; free with dg_free_aligned
