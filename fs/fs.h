@@ -64,6 +64,9 @@ struct dgfs {
 	uint64_t blob_bytes;            /* bytes of the blobs the per-name memory holds */
 	uint64_t blob_budget;           /* ... at most (older ones are dropped) */
 	uint64_t blob_seq;              /* publication counter (oldest first) */
+	/* The kernel maps direct-I/O opens (devio.c): readers of vars/ and
+	 * npy/ use direct I/O and the page cache only through mmap. */
+	bool dio_mmap;
 };
 
 /* --- paths.c ---------------------------------------------------------------- */
@@ -232,6 +235,28 @@ enum dg_status dgfs_upload_finish(struct dgfs_upload *u, uint64_t *version, bool
 				  struct dg_err *err);
 /* Abort the transfer (the ps changes nothing) and free u. NULL is fine. */
 void dgfs_upload_abort(struct dgfs_upload *u);
+
+/* --- devio.c --------------------------------------------------------------- */
+
+struct fuse_session;
+/* Read and write /dev/fuse through the mount's own io (after fuse_mount,
+ * before the loop), whose INIT reply also accepts the kernel's offer of
+ * FUSE_DIRECT_IO_ALLOW_MMAP (Linux >= 6.6). 0 or -errno (then libfuse's own
+ * io stays). */
+int dgfs_devio_install(struct fuse_session *se);
+/* In the init handler (before the reply goes out): will the reply accept
+ * direct-I/O mmap (the io is installed, the kernel offered it, and
+ * DG_MOUNT_NO_DIRECT_MMAP is not set)? */
+bool dgfs_devio_dio_mmap_offered(void);
+/* In a read handler: answer with the n bytes at src without copying them
+ * into libfuse's buffer out: the reply that libfuse sends next from this
+ * thread (the read's: [header, out, n], checked) is written from src, and
+ * done(arg) runs once that writev(2) returned (src must stay valid and
+ * unchanged until then: the kernel may release the file before writev
+ * returns). false (nothing done, done not called: copy) when the mount's io
+ * is not installed. */
+bool dgfs_devio_zero_copy(const void *out, const void *src, size_t n, void (*done)(void *),
+			  void *arg);
 
 /* --- ops.c ------------------------------------------------------------------ */
 

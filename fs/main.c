@@ -64,6 +64,12 @@ int dgfs_run(const struct dgfs_config *cfg, struct dg_err *err)
 		goto out_destroy;
 	}
 	se = fuse_get_session(f);
+	/* Our own io on the same descriptor: it lets the kernel map direct-I/O
+	 * opens (devio.c); without it reads use the page cache as before. */
+	int io_rc = dgfs_devio_install(se);
+	if (io_rc != 0)
+		dg_log(DG_LOG_INFO, "fs", "libfuse refused a custom io (%s): cold reads use the "
+		       "page cache", strerror(-io_rc));
 	if (fuse_set_signal_handlers(se) != 0) {
 		dg_err_set(err, DG_EIO, "cannot install signal handlers");
 		goto out_unmount;

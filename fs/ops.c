@@ -36,6 +36,9 @@ struct range {
 /* An open file. */
 struct handle {
 	pthread_mutex_t lock;           /* FUSE may call read/write/flush concurrently */
+	/* 1 from open to release, +1 per read reply written from its bytes
+	 * (serve): the kernel may release the file before that writev returns */
+	_Atomic int refs;
 	struct dgfs_path p;
 	int task;
 	struct dg_var_info info;        /* of the version seen at open (then at each commit) */
@@ -46,6 +49,7 @@ struct handle {
 	bool page_cache;                /* reads through the page cache (dgfs_cache_open) */
 	bool base_pending;              /* text/npy writer: fetch the content before use */
 	bool spoiled;                   /* a write failed: nothing of this handle commits */
+	bool mapped;                    /* the kernel read pages for a mapping of it */
 	uint64_t served;                /* bytes read through this page-cache handle */
 	/* vars/: nbytes of raw bytes (base and staged writes); text/npy: the whole
 	 * file content (read, or staged); cluster/queues: generated text. */
@@ -213,6 +217,9 @@ static int var_stat(struct dgfs *fs, const struct dgfs_path *p, const struct dg_
 	uint64_t size = v->bytes;
 	int rc;
 
+	/* bfloat16 has no .npy form (doc/encodings.md): no npy/ file for it */
+	if (p->view == DGFS_NPY && dg_npy_header_size(v->dtype, &v->shape) == 0)
+		return -ENOENT;
 	if (p->view == DGFS_NPY)
 		size += dg_npy_header_size(v->dtype, &v->shape);
 	else if (p->view == DGFS_TEXT && (rc = text_size(fs, v, task, &size)) != 0)
@@ -449,6 +456,9 @@ static int fill_vars(struct dgfs *fs, const struct dgfs_path *p, void *buf,
 			filler(buf, last_dir, &st, 0, FUSE_FILL_DIR_PLUS);
 			continue;
 		}
+		if (p->view == DGFS_NPY && dg_npy_header_size(l[i].info.dtype,
+							      &l[i].info.shape) == 0)
+			continue;       /* bfloat16: no .npy form */
 		snprintf(entry, sizeof entry, "%s%s", rest, p->view == DGFS_NPY ? ".npy" : "");
 		if (p->view == DGFS_TEXT || !(flags & FUSE_READDIR_PLUS)) {
 			filler(buf, entry, NULL, 0, 0);
@@ -579,6 +589,7 @@ static struct handle *handle_new(const struct dgfs_path *p)
 	struct handle *h = calloc(1, sizeof *h);
 
 	if (h) {
+		atomic_init(&h->refs, 1);
 		pthread_mutex_init(&h->lock, NULL);
 		pthread_cond_init(&h->arrived, NULL);
 		h->p = *p;
@@ -608,6 +619,13 @@ static void handle_free(struct handle *h)
 	dg_free_aligned(h->stage);
 	free(h->ranges);
 	free(h);
+}
+
+/* Drop a reference; the last frees the handle. */
+static void handle_put(struct handle *h)
+{
+	if (atomic_fetch_sub(&h->refs, 1) == 1)
+		handle_free(h);
 }
 
 /* /cluster: the spec, then each task's health. */
@@ -898,14 +916,20 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 	 * readers of another version fill the cache. A reader of the version
 	 * the kernel's pages hold (HEAD) fetches only on a miss; the others
 	 * join the cache with the version their GET brought. */
-	bool cached = false, reader = !h->writable && p.view != DGFS_TEXT;
+	bool cached = false, reader = !h->writable && p.view != DGFS_TEXT, kept = false;
 	if (st == DG_OK && reader)
-		h->lazy = h->page_cache = dgfs_cache_open(fs, p.view, p.name, h->info.version,
-							  true, &cached, &h->blob);
+		kept = h->lazy = h->page_cache = dgfs_cache_open(fs, p.view, p.name,
+								 h->info.version, true, &cached,
+								 &h->blob);
+	/* With direct-I/O mmap every read of vars/ and npy/ reaches the mount:
+	 * a reader of the kept version reads that copy (no GET), see
+	 * doc/filesystem.md "Reading". */
+	if (kept && fs->dio_mmap)
+		lazy_load(h);
 	uint64_t size = h->info.bytes;
 	if (p.view == DGFS_NPY)
 		size += dg_npy_header_size(h->info.dtype, &h->info.shape);
-	if (st == DG_OK && need && !h->lazy) {
+	if (st == DG_OK && need && !kept) {
 		if (reader && size >= STREAM_MIN)
 			st = stream_start(fs, h, size, &err);
 		else
@@ -934,7 +958,9 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 		fuse_invalidate_path(fuse_get_context()->fuse, path);
 		dgfs_cache_ready(fs, p.view, p.name, h->info.version);
 	}
-	fi->direct_io = !h->page_cache;
+	/* With direct-I/O mmap, h->page_cache means the handle may fill the
+	 * page cache through a mapping only (its version is the pages'). */
+	fi->direct_io = !h->page_cache || fs->dio_mmap;
 	fi->keep_cache = 1;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	if (h->writable)
@@ -991,6 +1017,21 @@ static int dgfs_create(const char *path, mode_t mode, struct fuse_file_info *fi)
  * (no copy: buf becomes the blob's). h->lock held. */
 static void note_served(struct handle *h, size_t n, uint64_t total)
 {
+	if (!h->page_cache)
+		return;         /* (h->fs is set for vars/text/npy handles only) */
+	if (h->fs->dio_mmap) {
+		/* Direct I/O: the pages play no part; once the handle's copy is
+		 * complete it becomes the version's kept copy, which the next
+		 * readers of that version read instead of fetching it again. */
+		if (h->blob || !h->buf.data ||
+		    (h->streaming && h->avail != h->expect))
+			return;
+		h->blob = dgfs_blob_new(h->buf.data, h->buf.len, h->buf_aligned,
+					h->info.version);
+		if (h->blob)
+			dgfs_cache_full(h->fs, h->p.view, h->p.name, h->info.version, h->blob);
+		return;
+	}
 	if (!h->page_cache || h->lazy || n == 0 || h->served >= total)
 		return;
 	h->served += n;
@@ -1000,6 +1041,24 @@ static void note_served(struct handle *h, size_t n, uint64_t total)
 		h->blob = dgfs_blob_new(h->buf.data, h->buf.len, h->buf_aligned,
 					h->info.version);
 	dgfs_cache_full(h->fs, h->p.view, h->p.name, h->info.version, h->blob);
+}
+
+/* With direct-I/O mmap, a read without a lock owner is the kernel filling
+ * the page cache for a mapping of h (read(2) of a direct-I/O file always
+ * names one). Those pages are shared by every open of the file: they are of
+ * one version only while h's version is the one the registered readers
+ * (h->page_cache) share. A handle outside that rule (a reader of another
+ * version opened meanwhile, a writer, text/) is still served, and the
+ * pages are dropped at its release; see doc/filesystem.md. h->lock held. */
+static void note_mapped(const char *path, struct handle *h)
+{
+	h->mapped = true;
+	if (h->page_cache)
+		return;
+	dg_log(DG_LOG_WARN, "fs", "%s is mapped by a handle %s: mappings of other handles of "
+	       "this file opened meanwhile may see its pages", path,
+	       h->writable ? "open for writing (its staged bytes reach the page cache)"
+			   : "that reads another version than the other open handles");
 }
 
 /* A text/npy writer's starting content, fetched when first needed. The
@@ -1019,6 +1078,27 @@ static int base_load(const char *path, struct handle *h)
 	return 0;
 }
 
+static void reply_written(void *arg)
+{
+	handle_put(arg);
+}
+
+/* Answer a read with the n bytes at src: handed to the mount's io, which
+ * writes them to the kernel from src (no copy into libfuse's buffer out),
+ * for read-only handles, whose bytes never change or move while they are
+ * open (a reference keeps them until the reply's writev returned); copied
+ * into out for writers. */
+static void serve(struct handle *h, char *out, const char *src, size_t n)
+{
+	if (!h->writable) {
+		atomic_fetch_add(&h->refs, 1);
+		if (dgfs_devio_zero_copy(out, src, n, reply_written, h))
+			return;
+		atomic_fetch_sub(&h->refs, 1);
+	}
+	memcpy(out, src, n);
+}
+
 /* vars/ reads of a handle that wrote: the base with the staged ranges over it
  * (both live in h->buf), or the staged bytes alone without a base. */
 static int dgfs_read(const char *path, char *out, size_t size, off_t off,
@@ -1028,6 +1108,8 @@ static int dgfs_read(const char *path, char *out, size_t size, off_t off,
 	size_t len;
 
 	pthread_mutex_lock(&h->lock);
+	if (fi->lock_owner == 0 && state()->dio_mmap && !h->mapped)
+		note_mapped(path, h);
 	int rc = base_load(path, h);
 	if (rc) {
 		pthread_mutex_unlock(&h->lock);
@@ -1050,7 +1132,7 @@ static int dgfs_read(const char *path, char *out, size_t size, off_t off,
 		}
 		size_t n = (uint64_t)off < want ? (size_t)(want - (uint64_t)off) : 0;
 		if (n)
-			memcpy(out, h->buf.data + off, n);
+			serve(h, out, h->buf.data + off, n);
 		note_served(h, n, h->expect);
 		pthread_mutex_unlock(&h->lock);
 		return (int)n;
@@ -1067,7 +1149,7 @@ static int dgfs_read(const char *path, char *out, size_t size, off_t off,
 	if (n > size)
 		n = size;
 	if (n)
-		memcpy(out, h->buf.data + off, n);
+		serve(h, out, h->buf.data + off, n);
 	note_served(h, n, len);
 	pthread_mutex_unlock(&h->lock);
 	return (int)n;
@@ -1422,11 +1504,18 @@ static int dgfs_release(const char *path, struct fuse_file_info *fi)
 
 	open_remove(h);         /* first: writer_find must not find it now */
 	commit_path(fs, path, h, "commit at release");
+	if (fs->dio_mmap && h->page_cache) {
+		pthread_mutex_lock(&h->lock);
+		note_served(h, 0, 0);   /* a complete copy is kept even if not all was read */
+		pthread_mutex_unlock(&h->lock);
+	}
+	if (h->mapped && !h->page_cache)
+		fuse_invalidate_path(fuse_get_context()->fuse, path);  /* its pages go */
 	if (h->page_cache)
 		dgfs_cache_close(fs, h->p.view, h->p.name);
 	if (h->writable)
 		dgfs_cache_writer(fs, h->p.view, h->p.name, -1);
-	handle_free(h);
+	handle_put(h);          /* freed here, or once a reply in flight was written */
 	return 0;
 }
 
@@ -1702,6 +1791,14 @@ static void *dgfs_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	conn->max_write = MAX_WRITE;
 	conn->max_readahead = MAX_WRITE;
+	fs->dio_mmap = dgfs_devio_dio_mmap_offered();
+	if (fs->dio_mmap)
+		dg_log(DG_LOG_INFO, "fs", "reads of vars/ and npy/ use direct I/O (the kernel maps "
+		       "direct-I/O opens: FUSE_DIRECT_IO_ALLOW_MMAP)");
+	else
+		dg_log(DG_LOG_WARN, "fs", "the kernel (Linux < 6.6) or libfuse cannot map direct-I/O "
+		       "opens (or DG_MOUNT_NO_DIRECT_MMAP is set): reads of vars/ and npy/ use "
+		       "the page cache");
 	return fs;
 }
 

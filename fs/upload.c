@@ -1,18 +1,27 @@
 /* A streaming PUT for the mount's replacing writers (doc/filesystem.md,
  * "Writing"): the request starts at the first write at offset 0 and its body
- * is fed from the handle's staging block as the writes fill it, so the
+ * is sent from the handle's staging block as the writes fill it, so the
  * transfer overlaps the writer instead of starting at close. The body has a
  * Content-Length of the tensor's nbytes: the ps replaces the value only once
  * that whole body arrived (an aborted upload changes nothing). dg/http.h has
- * no upload from a callback, hence libcurl directly here. */
-#include <curl/curl.h>
+ * no upload from a growing buffer, and libcurl's read callback would copy
+ * every byte once more, so the request is written on a plain socket: send(2)
+ * straight from the staging block (one HTTP/1.1 request per connection). */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dg/http.h"
 #include "dg/log.h"
@@ -20,149 +29,273 @@
 #include "fs.h"
 
 #define ERR_BODY_MAX ((size_t)64 << 10)  /* bytes of an error reply kept */
+#define HEAD_MAX ((size_t)16 << 10)      /* bytes of the reply's status line and headers */
+#define SEND_MAX ((uint64_t)4 << 20)     /* bytes per send(2) */
+#define CONNECT_MS 5000
 
 struct dgfs_upload {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;            /* avail grew, or the transfer ended */
 	pthread_t th;
-	CURL *h;
-	struct curl_slist *headers;
-	char *url;
+	int fd;                         /* the connection, or -1; closed by the thread */
+	char *host, *port;              /* owned: where the ps listens */
+	char *url;                      /* owned: for messages */
+	struct dg_buf head;             /* the request line and headers */
 	const char *data;               /* borrowed: the writer's staging block */
 	uint64_t nbytes;
 	uint64_t avail;                 /* bytes [0, avail) of data are final */
-	uint64_t sent;                  /* bytes given to curl */
+	uint64_t sent;                  /* bytes of the body sent */
 	bool aborted;                   /* the writer gave up: abort the transfer */
 	bool done;                      /* the thread finished */
 	bool started;                   /* the thread was created */
-	bool stalled;                   /* on_read gave up: the writer paused too long */
+	bool stalled;                   /* the writer paused too long */
 	long low_speed_s;               /* no byte moved for this long: give up */
 	/* the outcome */
-	CURLcode rc;
-	long http;
+	int sys_errno;                  /* a transport failure (0: none) */
+	const char *sys_what;           /* ... in which step */
+	long http;                      /* the reply's status; 0: no reply */
 	uint64_t version;               /* Dg-Version of the reply */
 	struct dg_buf body;             /* the reply's body (error details) */
 };
 
-/* The body, as the writer makes it final; waits while it has not, but for
- * low_speed_s at most: curl's own low-speed check cannot run while this
- * callback blocks, so a writer that pauses that long ends the stream here
- * (the commit then sends the staged bytes in one PUT) instead of holding the
- * ps's connection until the ps drops it, which could fail the commit. */
-static size_t on_read(char *out, size_t size, size_t n, void *ud)
+static void set_failure(struct dgfs_upload *u, const char *what, int e)
 {
-	struct dgfs_upload *u = ud;
-	size_t want = size * n, got = 0;
-	struct timespec deadline;
+	if (!u->sys_errno) {
+		u->sys_errno = e ? e : EIO;
+		u->sys_what = what;
+	}
+}
 
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += u->low_speed_s;
-	pthread_mutex_lock(&u->lock);
-	while (!u->aborted && u->avail <= u->sent) {
-		if (pthread_cond_timedwait(&u->cond, &u->lock, &deadline) == ETIMEDOUT &&
-		    u->avail <= u->sent) {
-			u->stalled = true;
-			u->aborted = true;
+/* Connect to the ps within CONNECT_MS; send(2) and recv(2) time out after
+ * low_speed_s without progress (a ps that hangs). -1 with the failure set. */
+static int connect_ps(struct dgfs_upload *u)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
+	int rc = getaddrinfo(u->host, u->port, &hints, &ai), fd = -1, err = ECONNREFUSED;
+
+	if (rc != 0) {
+		set_failure(u, "resolve the ps", rc == EAI_SYSTEM ? errno : EHOSTUNREACH);
+		return -1;
+	}
+	for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+		fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			    a->ai_protocol);
+		if (fd < 0) {
+			err = errno;
+			continue;
+		}
+		err = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+		if (err == EINPROGRESS) {
+			struct pollfd p = { .fd = fd, .events = POLLOUT };
+			socklen_t len = sizeof err;
+			if (poll(&p, 1, CONNECT_MS) != 1)
+				err = ETIMEDOUT;
+			else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+				err = errno;
+		}
+		if (err != 0) {
+			close(fd);
+			fd = -1;
 		}
 	}
-	if (!u->aborted) {
-		uint64_t left = u->avail - u->sent;
-		got = left < want ? (size_t)left : want;
+	freeaddrinfo(ai);
+	if (fd < 0) {
+		set_failure(u, "connect to the ps", err);
+		return -1;
 	}
-	uint64_t from = u->sent;
-	u->sent += got;
-	bool aborted = u->aborted;
-	pthread_mutex_unlock(&u->lock);
-	if (aborted)
-		return CURL_READFUNC_ABORT;
-	/* bytes below avail are never written again while the upload lives
-	 * (the writer aborts it first), so the copy needs no lock */
-	memcpy(out, u->data + from, got);
-	return got;
+	int one = 1, fl = fcntl(fd, F_GETFL);
+	struct timeval tv = { .tv_sec = u->low_speed_s };
+	/* the body's last byte goes alone at the commit: no Nagle delay */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+		set_failure(u, "connect to the ps", errno);
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
-static size_t on_body(char *p, size_t size, size_t n, void *ud)
+/* Send n bytes at p; false with the failure set (or after an abort). */
+static bool send_all(struct dgfs_upload *u, const char *p, size_t n, const char *what)
 {
-	struct dgfs_upload *u = ud;
-	size_t len = size * n;
-
-	if (u->body.len < ERR_BODY_MAX)
-		dg_buf_append(&u->body, p, len < ERR_BODY_MAX ? len : ERR_BODY_MAX, NULL);
-	return len;
+	while (n > 0) {
+		ssize_t k = send(u->fd, p, n, MSG_NOSIGNAL);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			set_failure(u, what, k < 0 ? (errno == EAGAIN ? ETIMEDOUT : errno) : EPIPE);
+			return false;
+		}
+		p += k;
+		n -= (size_t)k;
+	}
+	return true;
 }
 
-static size_t on_header(char *p, size_t size, size_t n, void *ud)
+/* The body, as the writer makes it final: waits while it has not, but for
+ * low_speed_s at most; a writer that pauses that long ends the stream (the
+ * commit then sends the staged bytes in one PUT) instead of holding the ps's
+ * connection until the ps drops it, which could fail the commit. */
+static bool send_body(struct dgfs_upload *u)
 {
-	struct dgfs_upload *u = ud;
-	size_t len = size * n;
-	static const char key[] = "dg-version:";
-
-	if (len > sizeof key - 1 && strncasecmp(p, key, sizeof key - 1) == 0)
-		u->version = strtoull(p + sizeof key - 1, NULL, 10);
-	return len;
+	for (;;) {
+		struct timespec deadline;
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_sec += u->low_speed_s;
+		pthread_mutex_lock(&u->lock);
+		while (!u->aborted && u->avail <= u->sent && u->sent < u->nbytes) {
+			if (pthread_cond_timedwait(&u->cond, &u->lock, &deadline) == ETIMEDOUT &&
+			    u->avail <= u->sent) {
+				u->stalled = true;
+				u->aborted = true;
+			}
+		}
+		uint64_t from = u->sent, n = u->avail - u->sent;
+		bool stop = u->aborted, all = u->sent == u->nbytes;
+		pthread_mutex_unlock(&u->lock);
+		if (stop) {
+			set_failure(u, "send the body", ECANCELED);
+			return false;
+		}
+		if (all)
+			return true;
+		/* bytes below avail are never written again while the upload
+		 * lives (the writer aborts it first): sent without a lock */
+		if (n > SEND_MAX)
+			n = SEND_MAX;
+		if (!send_all(u, u->data + from, (size_t)n, "send the body"))
+			return false;
+		pthread_mutex_lock(&u->lock);
+		u->sent = from + n;
+		pthread_mutex_unlock(&u->lock);
+	}
 }
 
-/* Aborts the transfer once the writer gave up (curl calls this about once a
- * second even while it waits in on_read's caller, and while it waits for the
- * reply). */
-static int on_progress(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult,
-		       curl_off_t uln)
+/* Read the reply (the request asked for Connection: close): the status,
+ * Dg-Version, and up to ERR_BODY_MAX bytes of the body. */
+static void read_reply(struct dgfs_upload *u)
 {
-	struct dgfs_upload *u = ud;
+	char *buf = malloc(HEAD_MAX + 1);
+	size_t len = 0;
+	char *end = NULL;
 
-	pthread_mutex_lock(&u->lock);
-	bool aborted = u->aborted;
-	pthread_mutex_unlock(&u->lock);
-	return aborted ? 1 : 0;
+	if (!buf) {
+		set_failure(u, "read the reply", ENOMEM);
+		return;
+	}
+	while (!end && len < HEAD_MAX) {
+		ssize_t k = recv(u->fd, buf + len, HEAD_MAX - len, 0);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			set_failure(u, "read the reply", k < 0 ? (errno == EAGAIN ? ETIMEDOUT
+									: errno) : ECONNRESET);
+			free(buf);
+			return;
+		}
+		len += (size_t)k;
+		buf[len] = '\0';
+		end = strstr(buf, "\r\n\r\n");
+	}
+	int code = 0;
+	if (!end || sscanf(buf, "HTTP/%*d.%*d %d", &code) != 1 || code < 100) {
+		set_failure(u, "read the reply", EPROTO);
+		free(buf);
+		return;
+	}
+	*end = '\0';
+	uint64_t clen = UINT64_MAX;
+	for (char *line = strstr(buf, "\r\n"); line; line = strstr(line, "\r\n")) {
+		line += 2;
+		if (strncasecmp(line, "dg-version:", 11) == 0)
+			u->version = strtoull(line + 11, NULL, 10);
+		else if (strncasecmp(line, "content-length:", 15) == 0)
+			clen = strtoull(line + 15, NULL, 10);
+	}
+	/* the body: what came with the headers, then up to the limit */
+	size_t have = len - (size_t)(end + 4 - buf);
+	dg_buf_append(&u->body, end + 4, have, NULL);
+	char chunk[4096];
+	while (u->body.len < ERR_BODY_MAX && u->body.len < clen) {
+		ssize_t k = recv(u->fd, chunk, sizeof chunk, 0);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		dg_buf_append(&u->body, chunk, (size_t)k, NULL);
+	}
+	u->http = code;
+	free(buf);
 }
 
 static void *upload_main(void *arg)
 {
 	struct dgfs_upload *u = arg;
-	CURLcode rc = curl_easy_perform(u->h);
-	long http = 0;
+	int fd = connect_ps(u);
 
-	curl_easy_getinfo(u->h, CURLINFO_RESPONSE_CODE, &http);
 	pthread_mutex_lock(&u->lock);
-	u->rc = rc;
-	u->http = http;
+	u->fd = fd;
+	bool go = fd >= 0 && !u->aborted;
+	pthread_mutex_unlock(&u->lock);
+	if (go && send_all(u, u->head.data, u->head.len, "send the request") && send_body(u))
+		read_reply(u);
+	else if (go && (u->sys_errno == EPIPE || u->sys_errno == ECONNRESET))
+		read_reply(u);  /* a ps that answered early (and closed) says why */
+	pthread_mutex_lock(&u->lock);
+	if (u->fd >= 0)
+		close(u->fd);
+	u->fd = -1;
 	u->done = true;
 	pthread_cond_broadcast(&u->cond);
 	pthread_mutex_unlock(&u->lock);
 	return NULL;
 }
 
-/* Headers of the PUT: those of dg_var_put (core/src/client.c) plus the token. */
-static enum dg_status build_headers(struct dgfs_upload *u, const char *token,
-				    enum dg_dtype dt, const struct dg_shape *shape,
-				    uint64_t if_match, struct dg_err *err)
+/* The request line and headers: those of dg_var_put (core/src/client.c)
+ * plus the token. */
+static enum dg_status build_head(struct dgfs_upload *u, const char *path, const char *token,
+				 enum dg_dtype dt, const struct dg_shape *shape, uint64_t if_match,
+				 struct dg_err *err)
 {
-	char line[512], dims[256] = "";
+	char dims[256] = "";
 	size_t off = 0;
-	const char *fixed[] = { "Expect:", "Content-Type: application/octet-stream" };
 
 	for (int i = 0; i < shape->ndim && off < sizeof dims; i++)
 		off += (size_t)snprintf(dims + off, sizeof dims - off, "%s%" PRId64, i ? "," : "",
 					shape->dim[i]);
-	for (size_t i = 0; i < 2; i++)
-		if (!(u->headers = curl_slist_append(u->headers, fixed[i])))
-			return dg_err_set(err, DG_ENOMEM, "out of memory");
-	for (int i = 0; i < 4; i++) {
-		if (i == 0)
-			snprintf(line, sizeof line, "Dg-Dtype: %s", dg_dtype_name(dt));
-		else if (i == 1)
-			snprintf(line, sizeof line, "Dg-Shape: %s", shape->ndim ? dims : "[]");
-		else if (i == 2 && if_match)
-			snprintf(line, sizeof line, "If-Match: \"%" PRIu64 "\"", if_match);
-		else if (i == 3 && token)
-			snprintf(line, sizeof line, "Authorization: Bearer %s", token);
-		else
-			continue;
-		struct curl_slist *l = curl_slist_append(u->headers, line);
-		if (!l)
-			return dg_err_set(err, DG_ENOMEM, "out of memory");
-		u->headers = l;
+	enum dg_status st = dg_buf_printf(&u->head, err,
+		"PUT %s HTTP/1.1\r\nHost: %s:%s\r\nConnection: close\r\n"
+		"Content-Type: application/octet-stream\r\nContent-Length: %" PRIu64 "\r\n"
+		"Dg-Dtype: %s\r\nDg-Shape: %s\r\n", path, u->host, u->port, u->nbytes,
+		dg_dtype_name(dt), shape->ndim ? dims : "[]");
+	if (st == DG_OK && if_match)
+		st = dg_buf_printf(&u->head, err, "If-Match: \"%" PRIu64 "\"\r\n", if_match);
+	if (st == DG_OK && token)
+		st = dg_buf_printf(&u->head, err, "Authorization: Bearer %s\r\n", token);
+	if (st == DG_OK)
+		st = dg_buf_printf(&u->head, err, "\r\n");
+	return st;
+}
+
+/* "HOST:PORT" or "http://HOST:PORT" ("[V6]:PORT" too) into u->host, u->port. */
+static enum dg_status split_address(struct dgfs_upload *u, const char *addr, struct dg_err *err)
+{
+	if (strncmp(addr, "http://", 7) == 0)
+		addr += 7;
+	const char *colon = strrchr(addr, ':');
+	if (!colon || !colon[1])
+		return dg_err_set(err, DG_EINVAL, "the ps address '%s' has no port", addr);
+	const char *h = addr, *he = colon;
+	if (*h == '[' && he > h && he[-1] == ']') {
+		h++;
+		he--;
 	}
+	u->host = strndup(h, (size_t)(he - h));
+	u->port = strdup(colon + 1);
+	if (!u->host || !u->port)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	return DG_OK;
 }
 
@@ -173,7 +306,6 @@ struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *nam
 {
 	struct dgfs_upload *u = calloc(1, sizeof *u);
 	struct dg_buf path = { 0 };
-	const char *addr = fs->tasks[task].address;
 	enum dg_status st;
 
 	if (!u) {
@@ -184,46 +316,29 @@ struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *nam
 
 	pthread_mutex_init(&u->lock, NULL);
 	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);         /* on_read's deadline */
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);         /* send_body's deadline */
 	pthread_cond_init(&u->cond, &ca);
 	pthread_condattr_destroy(&ca);
+	u->fd = -1;
 	u->data = data;
 	u->nbytes = nbytes;
 	u->low_speed_s = fs->timeout_ms > 1000 ? fs->timeout_ms / 1000 : 1;
-	st = dg_buf_printf(&path, err, "%s%s/v1/vars/",
-			   strncmp(addr, "http://", 7) ? "http://" : "", addr);
+	st = split_address(u, fs->tasks[task].address, err);
+	if (st == DG_OK)
+		st = dg_buf_printf(&path, err, "/v1/vars/");
 	if (st == DG_OK)
 		st = dg_http_escape_path(name, &path, err);
 	if (st == DG_OK)
-		st = build_headers(u, fs->cfg.token, dt, shape, if_match, err);
-	if (st == DG_OK && !(u->h = curl_easy_init()))
-		st = dg_err_set(err, DG_ENOMEM, "cannot start an upload of vars/%s", name);
+		st = build_head(u, path.data, fs->cfg.token, dt, shape, if_match, err);
+	if (st == DG_OK)
+		st = dg_buf_printf(&u->body, err, "http://%s:%s%s", u->host, u->port, path.data);
+	if (st == DG_OK && !(u->url = dg_buf_steal(&u->body, NULL)))
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+	dg_buf_deinit(&path);
 	if (st != DG_OK) {
-		dg_buf_deinit(&path);
 		dgfs_upload_abort(u);
 		return NULL;
 	}
-	u->url = dg_buf_steal(&path, NULL);
-	curl_easy_setopt(u->h, CURLOPT_URL, u->url);
-	curl_easy_setopt(u->h, CURLOPT_HTTPHEADER, u->headers);
-	curl_easy_setopt(u->h, CURLOPT_UPLOAD, 1L);
-	curl_easy_setopt(u->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)nbytes);
-	curl_easy_setopt(u->h, CURLOPT_READFUNCTION, on_read);
-	curl_easy_setopt(u->h, CURLOPT_READDATA, u);
-	curl_easy_setopt(u->h, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(u->h, CURLOPT_WRITEDATA, u);
-	curl_easy_setopt(u->h, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(u->h, CURLOPT_HEADERDATA, u);
-	curl_easy_setopt(u->h, CURLOPT_XFERINFOFUNCTION, on_progress);
-	curl_easy_setopt(u->h, CURLOPT_XFERINFODATA, u);
-	curl_easy_setopt(u->h, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(u->h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(u->h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-	/* a writer that stalls (or a ps that hangs) for --timeout ends the
-	 * stream; the commit then falls back to one PUT of the staged bytes */
-	curl_easy_setopt(u->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(u->h, CURLOPT_LOW_SPEED_TIME, u->low_speed_s);
-	curl_easy_setopt(u->h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);     /* curl's most */
 	if (pthread_create(&u->th, NULL, upload_main, u) != 0) {
 		dg_err_set(err, DG_ENOMEM, "cannot start a thread to upload vars/%s", name);
 		dgfs_upload_abort(u);
@@ -265,10 +380,10 @@ static void upload_free(struct dgfs_upload *u, bool started)
 {
 	if (started)
 		pthread_join(u->th, NULL);
-	if (u->h)
-		curl_easy_cleanup(u->h);
-	curl_slist_free_all(u->headers);
+	free(u->host);
+	free(u->port);
 	free(u->url);
+	dg_buf_deinit(&u->head);
 	dg_buf_deinit(&u->body);
 	pthread_cond_destroy(&u->cond);
 	pthread_mutex_destroy(&u->lock);
@@ -281,6 +396,10 @@ void dgfs_upload_abort(struct dgfs_upload *u)
 		return;
 	pthread_mutex_lock(&u->lock);
 	u->aborted = true;
+	/* wake a send(2) or recv(2) that waits on the ps: the ps sees a body
+	 * cut short and changes nothing */
+	if (u->fd >= 0)
+		shutdown(u->fd, SHUT_RDWR);
 	pthread_cond_broadcast(&u->cond);
 	pthread_mutex_unlock(&u->lock);
 	upload_free(u, u->started);
@@ -321,7 +440,7 @@ enum dg_status dgfs_upload_finish(struct dgfs_upload *u, uint64_t *version, bool
 		pthread_cond_wait(&u->cond, &u->lock);
 	bool all_sent = u->sent == u->nbytes;
 	pthread_mutex_unlock(&u->lock);
-	if (u->rc == CURLE_OK && u->http >= 200 && u->http < 300) {
+	if (u->http >= 200 && u->http < 300 && all_sent) {
 		*version = u->version;
 		if (!*version) {        /* as dg_var_put: else the JSON "version" */
 			json_t *j = json_loadb(u->body.data ? u->body.data : "", u->body.len, 0,
@@ -330,18 +449,20 @@ enum dg_status dgfs_upload_finish(struct dgfs_upload *u, uint64_t *version, bool
 			json_decref(j);
 		}
 		st = DG_OK;
-	} else if (u->rc == CURLE_OK) {
-		st = reply_error(u, err);       /* the ps's answer to the whole body */
+	} else if (u->http >= 300) {
+		st = reply_error(u, err);       /* the ps's answer (to the body, or early) */
 	} else if (!all_sent) {
 		/* the stream broke before the body was complete: the ps changed
 		 * nothing; the caller sends the staged bytes again in one PUT */
 		*retry = true;
-		st = dg_err_set(err, DG_EUNAVAILABLE, "PUT %s: %s", u->url,
-				curl_easy_strerror(u->rc));
+		st = dg_err_set(err, DG_EUNAVAILABLE, "PUT %s: cannot %s: %s", u->url,
+				u->sys_what ? u->sys_what : "send the body",
+				strerror(u->sys_errno ? u->sys_errno : EIO));
 	} else {
-		st = dg_err_set(err, u->rc == CURLE_OPERATION_TIMEDOUT ? DG_ETIMEOUT
-				: DG_EUNAVAILABLE, "PUT %s: no reply: %s", u->url,
-				curl_easy_strerror(u->rc));
+		st = dg_err_set(err, u->sys_errno == ETIMEDOUT ? DG_ETIMEOUT : DG_EUNAVAILABLE,
+				"PUT %s: no reply: cannot %s: %s", u->url,
+				u->sys_what ? u->sys_what : "read the reply",
+				strerror(u->sys_errno ? u->sys_errno : EIO));
 	}
 	upload_free(u, true);
 	return st;

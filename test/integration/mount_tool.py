@@ -20,6 +20,10 @@ hold PATH DATA READY GO       open PATH read-write (no truncation), create
                               READY, wait for GO to exist, write DATA at 0,
                               close; prints "ok" or the errno name of the
                               failing call ("write ESTALE" / "close ESTALE")
+mapread HOST:PORT NAME PATH   reads of PATH (vars/NAME, float32 [2097152]) opened
+                              cold, by read() and by mmap(MAP_SHARED), with the
+                              kernel's page cache of the file counted (cachestat);
+                              prints key=value lines (see test_mount.sh)
 """
 import errno
 import http.client
@@ -276,6 +280,103 @@ def hold(path, data, ready, go):
     return 0
 
 
+def cached_pages(fd):
+    """Pages of fd's file in the page cache (cachestat(2), Linux >= 6.5), or -1."""
+    import ctypes
+
+    class Range(ctypes.Structure):
+        _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
+
+    class Stat(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_uint64) for n in
+                    ("cache", "dirty", "writeback", "evicted", "recently_evicted")]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    rng, st = Range(0, 0), Stat()
+    if libc.syscall(451, fd, ctypes.byref(rng), ctypes.byref(st), 0) != 0:
+        return -1
+    return st.cache
+
+
+def var_gets(conn):
+    """GETs of /v1/vars/{name} the ps answered so far (its /v1/metrics)."""
+    conn.request("GET", "/v1/metrics")
+    resp = conn.getresponse()
+    n = 0
+    for line in resp.read().decode().splitlines():
+        if (line.startswith("dg_http_requests_total") and 'method="GET"' in line
+                and "vars/{name" in line):
+            n += int(float(line.split()[-1]))
+    return n
+
+
+def mapread(addr, name, path):
+    import mmap
+    host, port = addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    numel = 2097152
+
+    def value(k):
+        return array("f", [float(i % 1000 + k) for i in range(numel)]).tobytes()
+
+    def put(k):
+        body = value(k)
+        conn.request("PUT", "/v1/vars/" + name, body=body,
+                     headers={"Dg-Dtype": "float32", "Dg-Shape": str(numel),
+                              "Content-Type": "application/octet-stream"})
+        resp = conn.getresponse()
+        resp.read()
+        if resp.status not in (200, 201):
+            raise RuntimeError("PUT %s answered %d" % (name, resp.status))
+        return body
+
+    def read_all(fd, start=0):
+        out = []
+        while True:
+            chunk = os.pread(fd, CHUNK, start + sum(len(c) for c in out))
+            if not chunk:
+                return b"".join(out)
+            out.append(chunk)
+
+    # cold: read() of the first MiB, then the page cache, then a shared map
+    a = put(1)
+    deadline = time.time() + 5          # a new name shows within --attr-timeout
+    while not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.05)
+    fd = os.open(path, os.O_RDONLY)
+    first = os.pread(fd, CHUNK, 0)
+    print("cold_read_ok=%s" % (first == a[:CHUNK]))
+    print("cold_cached_pages=%d" % cached_pages(fd))
+    with mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ) as m:
+        print("cold_mmap_ok=%s" % (m[:] == a))
+    os.close(fd)
+    # a reader of version 2 stays open while version 3 arrives and is mapped
+    b = put(2)
+    fa = os.open(path, os.O_RDONLY)
+    head = os.pread(fa, CHUNK, 0)
+    c = put(3)
+    fb = os.open(path, os.O_RDONLY)
+    try:
+        with mmap.mmap(fb, 0, mmap.MAP_SHARED, mmap.PROT_READ) as m:
+            mapped_c = m[:] == c
+    except OSError as e:        # ENODEV where reads of another version use the cache
+        mapped_c = errno.errorcode.get(e.errno, str(e.errno))
+    os.close(fb)
+    rest = read_all(fa, CHUNK)
+    os.close(fa)
+    print("newer_mmap_ok=%s older_read_ok=%s" % (mapped_c, head + rest == b))
+    # a repeated read of the unchanged version 3: the same bytes, no GET
+    fd = os.open(path, os.O_RDONLY)
+    read_all(fd)
+    os.close(fd)
+    gets = var_gets(conn)
+    fd = os.open(path, os.O_RDONLY)
+    again = read_all(fd)
+    os.close(fd)
+    print("repeated_ok=%s repeated_gets=%d" % (again == c, var_gets(conn) - gets))
+    return 0
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -297,6 +398,8 @@ def main(argv):
         return bulk(a[0], int(a[1]), a[2])
     if cmd == "hold":
         return hold(a[0], a[1], a[2], a[3])
+    if cmd == "mapread":
+        return mapread(a[0], a[1], a[2])
     print("mount_tool: unknown command " + cmd, file=sys.stderr)
     return 2
 

@@ -2,7 +2,8 @@
 # `dg mount` end to end (issue 4): a real `dg ps` on a loopback port, the cluster
 # mounted in a temporary directory, driven with the shell tools a user would
 # use (ls, od, cat, dd, cp, sed -i, getfattr, rm), numpy, concurrent writers and
-# readers (mount_tool.py), streaming writes of large values, 10,000 variables,
+# readers (mount_tool.py), streaming writes of large values, direct-I/O reads
+# that can still be mapped (and the page-cache fallback), 10,000 variables,
 # jobs/ of a cluster of dg servers, a stopped and a restarted ps.
 # Usage: test_mount.sh PATH/TO/dg   (exit 77 = skipped: no /dev/fuse or fusermount3)
 set -uo pipefail
@@ -298,6 +299,23 @@ check "  ... and a read through the mount sees the new values" \
 	"$([[ $(tr -s ' \n' '  ' <"$TMP/out" | sed 's/^ //;s/ $//') == '4.5 100 101 102 6.5' ]]
 		echo $?)"
 
+# --- 16-bit floats --------------------------------------------------------------------
+dgr var create h16 "${C[@]}" --shape 3 --dtype float16 --init ones
+dgr var create b16 "${C[@]}" --shape 3 --dtype bfloat16 --init ones
+wait_visible h16 && wait_visible b16
+sh 'stat -c %s vars/h16 vars/b16; od -A n -t x2 vars/h16 vars/b16; cat text/b16'
+check "float16 and bfloat16 variables are 2 bytes per element, raw and in text" \
+	"$([[ $rc -eq 0 && $(tr -s ' \n' '  ' <"$TMP/out") == \
+		"6 6 3c00 3c00 3c00 3f80 3f80 3f80 # bfloat16 [3] 1 1 1 " ]]; echo $?)"
+sh "ls npy; $PY -c 'import numpy as np; a = np.load(\"npy/h16.npy\"); print(a.dtype, a.tolist())'"
+check "npy/ has h16.npy (numpy float16) and no b16.npy (numpy has no bfloat16)" \
+	"$([[ $rc -eq 0 ]] && grep -qx h16.npy "$TMP/out" && ! grep -q b16 "$TMP/out" &&
+		grep -qx 'float16 \[1.0, 1.0, 1.0\]' "$TMP/out"; echo $?)"
+sh 'test -e npy/b16.npy'
+check "  ... and npy/b16.npy does not exist" "$([[ $rc -ne 0 ]]; echo $?)"
+dgr var rm h16 "${C[@]}"
+dgr var rm b16 "${C[@]}"
+
 # --- cp of a .npy creates, and replaces ----------------------------------------------
 sh 'cp "'"$TMP"'/w2.npy" npy/'
 dgr var get w2 "${C[@]}"
@@ -549,6 +567,54 @@ os.close(fd)
 print(first + rest == a, open(\"vars/huge\", \"rb\").read() == b)" '"$TMP/huge.bin $TMP/huge2.bin $PA"
 check "a repeated reader whose pages were dropped after an update still reads its whole version" \
 	"$([[ $rc -eq 0 && $(cat "$TMP/out") == "True True" ]]; echo $?)"
+
+# --- direct I/O reads, mapped (doc/filesystem.md "Reading") -----------------------------
+# Linux >= 6.6 maps direct-I/O opens when the mount asks for it (the mount's own
+# INIT reply); then cold reads bypass the page cache and mmap still works.
+kv=$(uname -r | awk -F. '{ printf "%d", $1 * 1000 + $2 }')
+mlog="$TMP/mount.$(basename "$M").log"
+if ((kv >= 6006)); then DIO=true; else DIO=false; fi
+check "direct-I/O reads on Linux >= 6.6; before, one warning at start: reads use the page cache" \
+	"$( { $DIO && ! grep -qF "use the page cache" "$mlog"; } ||
+		{ ! $DIO && grep -qF "use the page cache" "$mlog"; }; echo $?)"
+sh "$PY $TOOL mapread 127.0.0.1:$PA mapped $M/vars/mapped"
+sed 's/^/  /' "$TMP/out"
+check "a cold read of 8 MiB and mmap(MAP_SHARED) of the same open both read its version" \
+	"$([[ $rc -eq 0 ]] && grep -qx 'cold_read_ok=True' "$TMP/out" &&
+		grep -qx 'cold_mmap_ok=True' "$TMP/out"; echo $?)"
+if $DIO; then
+	check "a cold read() is direct I/O: no page of the file is in the kernel's cache after it" \
+		"$(grep -qx 'cold_cached_pages=0' "$TMP/out"; echo $?)"
+	check "an update mapped while a reader of the older version reads: each sees its own" \
+		"$(grep -qx 'newer_mmap_ok=True older_read_ok=True' "$TMP/out"; echo $?)"
+	check "a repeated read of an unchanged version is served from the mount's copy (no GET)" \
+		"$(grep -qx 'repeated_ok=True repeated_gets=0' "$TMP/out"; echo $?)"
+	if $HAVE_NUMPY; then
+		"$DG" var put mapped2 "$TMP/w1.txt" "${C[@]}" >/dev/null
+		wait_visible mapped2
+		sh "$PY"' -c "import numpy as np
+m = np.memmap(\"vars/mapped2\", dtype=np.float32, mode=\"r\", shape=(4, 8))
+print(float(m[3, 7]), float(m.sum()))"'
+		check "np.memmap of a variable opened cold (direct I/O) reads its values" \
+			"$([[ $rc -eq 0 && $(cat "$TMP/out") == "15.5 248.0" ]]; echo $?)"
+	fi
+	# The fallback, as on kernels before 6.6: page-cache reads, mmap as before.
+	MP=$TMP/mnt_pc
+	if DG_MOUNT_NO_DIRECT_MMAP=1 mount_dg "$MP" "$TMP/cluster.json" --timeout 2; then
+		sh "$PY $TOOL mapread 127.0.0.1:$PA mapped $MP/vars/mapped"
+		sed 's/^/  /' "$TMP/out"
+		check "DG_MOUNT_NO_DIRECT_MMAP=1: cold reads fill the page cache and mmap reads them" \
+			"$([[ $rc -eq 0 ]] && grep -qF "use the page cache" "$TMP/mount.mnt_pc.log" &&
+				grep -qx 'cold_read_ok=True' "$TMP/out" &&
+				grep -qx 'cold_mmap_ok=True' "$TMP/out" &&
+				! grep -qx 'cold_cached_pages=0' "$TMP/out" &&
+				grep -q '^repeated_ok=True' "$TMP/out"; echo $?)"
+		unmount_dg "$MP"
+		check "fusermount3 -u of the page-cache mount: its process exits 0" $?
+	else
+		not_ok "dg mount with DG_MOUNT_NO_DIRECT_MMAP=1 comes up"
+	fi
+fi
 
 # --- ESTALE: the variable changed between open and close -------------------------------
 hold_stale() {   # hold_stale MOUNT: prints what the holder saw

@@ -1,0 +1,153 @@
+/* The mount's own reads and writes of /dev/fuse (libfuse3's custom io): plain
+ * read(2) and writev(2), except that the reply to the kernel's INIT request
+ * also accepts FUSE_DIRECT_IO_ALLOW_MMAP, which libfuse 3.14 cannot express
+ * (its capability mask is 32 bits). With it a direct-I/O open can still be
+ * mapped MAP_SHARED, so cold reads need not go through the page cache. */
+#define FUSE_USE_VERSION 31
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <linux/fuse.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "fs.h"
+
+/* Linux 6.6 (protocol 7.39) added it as bit 36 (bit 4 of flags2); the uapi
+ * header installed here may be older. */
+#ifndef FUSE_DIRECT_IO_ALLOW_MMAP
+#define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
+#endif
+#define OPCODE_INIT 26          /* FUSE_INIT of enum fuse_opcode */
+
+/* One mount per process: the INIT request seen and what the kernel offered. */
+static _Atomic uint64_t init_unique;            /* 0: no INIT seen yet */
+static _Atomic bool init_offered;               /* the kernel offered the flag */
+static _Atomic bool io_installed;
+
+/* The request this thread read last (it handles it, then reads the next). */
+static __thread uint64_t cur_unique;
+
+static ssize_t io_read(int fd, void *buf, size_t len, void *ud)
+{
+	(void)ud;
+	ssize_t n = read(fd, buf, len);
+
+	if (n >= (ssize_t)sizeof(struct fuse_in_header)) {
+		const struct fuse_in_header *in = buf;
+		cur_unique = in->unique;
+		if (in->opcode == OPCODE_INIT && (size_t)n >= sizeof *in +
+		    offsetof(struct fuse_init_in, flags2) + sizeof(uint32_t)) {
+			struct fuse_init_in ii;
+			memcpy(&ii, (const char *)buf + sizeof *in,
+			       offsetof(struct fuse_init_in, flags2) + sizeof(uint32_t));
+			bool ext = ii.flags & FUSE_INIT_EXT;
+			uint64_t flags = ii.flags | (ext ? (uint64_t)ii.flags2 << 32 : 0);
+			atomic_store(&init_offered, ext && (flags & FUSE_DIRECT_IO_ALLOW_MMAP));
+			atomic_store(&init_unique, in->unique);
+		}
+	}
+	return n;
+}
+
+/* Patch the INIT reply: libfuse sends it as the header then fuse_init_out
+ * (the first reply of the session, answering init_unique). */
+static void patch_init(struct iovec *iov, int count)
+{
+	uint64_t want = atomic_load(&init_unique);
+
+	if (!want || count != 2 || iov[0].iov_len != sizeof(struct fuse_out_header) ||
+	    iov[1].iov_len < offsetof(struct fuse_init_out, flags2) + sizeof(uint32_t))
+		return;
+	struct fuse_out_header *oh = iov[0].iov_base;
+	if (oh->unique != want || oh->error != 0)
+		return;
+	atomic_store(&init_unique, 0);
+	if (!atomic_load(&init_offered) || getenv("DG_MOUNT_NO_DIRECT_MMAP"))
+		return;
+	struct fuse_init_out *out = iov[1].iov_base;
+	out->flags |= FUSE_INIT_EXT;    /* flags2 is read only with it */
+	out->flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
+}
+
+/* A read answered without a copy (dgfs_devio_zero_copy): the reply libfuse
+ * sends next from this thread carries zc_len bytes of its buffer zc_out;
+ * they are written from zc_src instead. */
+static __thread const void *zc_out, *zc_src;
+static __thread size_t zc_len;
+static __thread uint64_t zc_unique;
+static __thread void (*zc_fn)(void *);
+static __thread void *zc_arg;
+
+/* The reply went (or another message did: the slot is for one reply only):
+ * the source may go now. */
+static void zc_done(void)
+{
+	void (*fn)(void *) = zc_fn;
+	void *arg = zc_arg;
+
+	zc_out = zc_src = NULL;
+	zc_fn = NULL;
+	zc_arg = NULL;
+	if (fn)
+		fn(arg);
+}
+
+static ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud)
+{
+	(void)ud;
+	if (atomic_load(&init_unique))
+		patch_init(iov, count);
+	if (zc_out) {
+		const struct fuse_out_header *oh = iov[0].iov_base;
+		if (count == 2 && iov[0].iov_len == sizeof *oh && oh->unique == zc_unique &&
+		    iov[1].iov_base == zc_out && iov[1].iov_len == zc_len) {
+			iov[1].iov_base = (void *)zc_src;
+		} else {
+			/* not the reply's expected shape: libfuse sends its buffer
+			 * after all, so it gets the bytes after all */
+			for (int i = 0; i < count; i++)
+				if (iov[i].iov_base == zc_out)
+					memcpy(iov[i].iov_base, zc_src, iov[i].iov_len < zc_len
+					       ? iov[i].iov_len : zc_len);
+		}
+	}
+	ssize_t n = writev(fd, iov, count);
+	zc_done();      /* one reply only, matched or not */
+	return n;
+}
+
+bool dgfs_devio_zero_copy(const void *out, const void *src, size_t n, void (*done)(void *),
+			  void *arg)
+{
+	if (!atomic_load(&io_installed) || n == 0)
+		return false;
+	zc_done();      /* a slot no reply consumed (none expected) */
+	zc_out = out;
+	zc_src = src;
+	zc_len = n;
+	zc_unique = cur_unique;
+	zc_fn = done;
+	zc_arg = arg;
+	return true;
+}
+
+int dgfs_devio_install(struct fuse_session *se)
+{
+	static const struct fuse_custom_io io = { .read = io_read, .writev = io_writev };
+	int rc = fuse_session_custom_io(se, &io, fuse_session_fd(se));
+
+	atomic_store(&io_installed, rc == 0);
+	return rc;
+}
+
+bool dgfs_devio_dio_mmap_offered(void)
+{
+	return atomic_load(&io_installed) && atomic_load(&init_offered) &&
+	       !getenv("DG_MOUNT_NO_DIRECT_MMAP");
+}
+
