@@ -63,6 +63,23 @@
 #define DEFAULT_MAX_CONNECTIONS 256
 #define DEFAULT_TIMEOUT_S 300u                  /* seconds a connection may sit idle */
 #define SPARE_CONNECTIONS 16            /* accepted past the limit to be told so in JSON */
+/* A connection's memory pool is the header limit plus POOL_ROOM (40 KiB at the
+ * default limit). libmicrohttpd 0.9.75 zeroes the whole pool after every request
+ * (MHD_pool_reset, for a kept-alive connection) and, once a request is read,
+ * the unused part of its read buffer, which starts at half the pool
+ * (MHD_pool_reallocate shrinking it): about 1.5 pools of memset per request,
+ * whatever its size. The room covers the request line, the headers' records
+ * (~64 bytes each: ~450 short headers fill the pool), the response headers,
+ * and headers up to ~20 KiB past the limit, which begin() still refuses with a
+ * JSON 431 (MHD answers larger ones itself, without JSON). A 2 * limit + 32 KiB
+ * pool (64 KiB) zeroed 96 KiB per request. */
+#define POOL_ROOM ((size_t)24 << 10)
+/* MHD tries to grow the read buffer before a read when less than the
+ * increment is free in it; growing takes 1/8 of the pool's free space while
+ * more than 8 KiB is free. An increment of the whole pool makes every read
+ * try, so an upload is read in recv()s of ~pool - 8 KiB (32 KiB at the
+ * default) instead of half the pool (20 KiB: 60% more recv()s per byte). */
+#define READ_INCREMENT(pool) (pool)
 
 /* Upper bounds (seconds) of the latency histogram; +Inf follows. */
 static const double bucket_le[N_BUCKETS] = {
@@ -1313,11 +1330,10 @@ struct dg_http_server *dg_http_server_new_groups(const struct dg_http_config *cf
 	 * that begin() can answer them 429 in JSON, naming the limit, instead of
 	 * a silent close; beyond the spares libmicrohttpd closes them itself.
 	 * The connection's memory pool holds the request line and headers, the
-	 * response headers and the upload read buffer: twice the header limit plus
-	 * room, so MHD itself answers 431 only well past the limit and begin()
-	 * refuses the rest with a JSON error. */
+	 * upload read buffer and the response headers: see POOL_ROOM and
+	 * READ_INCREMENT for its size and how the read buffer grows in it. */
 	unsigned timeout_s = cfg->request_timeout_s ? cfg->request_timeout_s : DEFAULT_TIMEOUT_S;
-	size_t pool = 2 * s->max_header + ((size_t)32 << 10);
+	size_t pool = s->max_header + POOL_ROOM;
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 			 MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 	if (s->v6)
@@ -1332,6 +1348,7 @@ struct dg_http_server *dg_http_server_new_groups(const struct dg_http_config *cf
 		MHD_OPTION_CONNECTION_LIMIT, s->max_conns + SPARE_CONNECTIONS,
 		MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
+		MHD_OPTION_CONNECTION_MEMORY_INCREMENT, READ_INCREMENT(pool),
 		MHD_OPTION_END);
 	if (!s->mhd) {
 		dg_err_set(err, DG_EIO, "cannot start the HTTP server on %s", s->addr);

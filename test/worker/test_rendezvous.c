@@ -1,17 +1,22 @@
 /* The rendezvous on its own: put/take in both orders, timeouts that name key
  * and step, abort waking waiters with the reason, concurrent steps kept
  * apart, take_any, key checks, 8 threads exchanging through it, aborting a
- * range of steps (which keeps the aborts of other steps) and waits that end on
- * a wake-up callback. */
+ * range of steps (which keeps the aborts of other steps), waits that end on
+ * a wake-up callback, and its limits: the bytes held (also over HTTP: 413) and
+ * the age after which a tensor nobody takes is dropped. */
 #include <criterion/criterion.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dg/executor.h"
+#include "dg/http.h"
 #include "dg/rendezvous.h"
 
 static struct dg_rendezvous *rv;
@@ -440,4 +445,257 @@ Test(rendezvous, repeated_aborts_use_no_slot_and_the_oldest_is_forgotten_first)
 	cr_assert(dg_rendezvous_is_aborted(rv, 8));
 	cr_assert(dg_rendezvous_is_aborted(rv, 999));
 	cr_assert(dg_rendezvous_is_aborted(rv, 1000));
+}
+
+/* ------------------------------------------------------------------ limits */
+
+/* A float32 vector of n elements, element i = i. */
+static struct dg_tensor *vec(int64_t n)
+{
+	struct dg_shape sh = dg_shape_make(1, &n);
+	struct dg_tensor *t = dg_tensor_new(DG_F32, &sh, NULL);
+
+	cr_assert_not_null(t);
+	for (int64_t i = 0; i < n; i++)
+		((float *)t->data)[i] = (float)i;
+	return t;
+}
+
+/* What a vec(n) under key costs against the cap. */
+static size_t charge_of(int64_t n, const char *key)
+{
+	struct dg_tensor *t = vec(n);
+	size_t c = dg_rendezvous_charge(t, key);
+
+	dg_tensor_free(t);
+	return c;
+}
+
+static void set_limits(size_t max_bytes, int64_t max_age_ms)
+{
+	struct dg_rendezvous_limits l = { .max_bytes = max_bytes, .max_age_ms = max_age_ms };
+
+	dg_rendezvous_set_limits(rv, &l);
+}
+
+Test(rendezvous, bytes_held_count_data_and_bookkeeping_and_go_back_to_zero)
+{
+	struct dg_err err = { 0 };
+	struct dg_tensor *t = NULL;
+	size_t ca = charge_of(1000, "a"), cb = charge_of(10, "bb");
+
+	/* The data, the tensor record, and the entry with its key: under 1 KiB more. */
+	cr_assert_geq(ca, 4000 + sizeof(struct dg_tensor) + 2);
+	cr_assert_lt(ca, 4000 + 1024);
+	cr_assert_eq(charge_of(1000, "abc"), ca + 2, "the key's bytes are charged");
+	cr_assert_eq(dg_rendezvous_put(rv, 1, "a", vec(1000), &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_bytes(rv), ca);
+	cr_assert_eq(dg_rendezvous_put(rv, 2, "bb", vec(10), &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_bytes(rv), ca + cb);
+	cr_assert_eq(dg_rendezvous_take(rv, 1, "a", 0, &t, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(dg_tensor_get_f64(t, 999), 999.0, 1e-9);
+	dg_tensor_free(t);
+	cr_assert_eq(dg_rendezvous_bytes(rv), cb);
+	dg_rendezvous_finish(rv, 2);
+	cr_assert_eq(dg_rendezvous_bytes(rv), 0);
+	cr_assert_eq(dg_rendezvous_put(rv, 3, "a", vec(1000), &err), DG_OK, "%s", err.msg);
+	dg_rendezvous_abort(rv, 3, "test");
+	cr_assert_eq(dg_rendezvous_bytes(rv), 0);
+	cr_assert_eq(dg_rendezvous_count(rv), 0);
+}
+
+Test(rendezvous, a_put_past_the_byte_limit_is_refused_naming_the_limit_and_what_is_held)
+{
+	struct dg_err err = { 0 };
+	struct dg_tensor *t = NULL;
+	size_t c = charge_of(1000, "k0");
+	char want[96];
+
+	set_limits(2 * c + c / 2, 0);
+	cr_assert_eq(dg_rendezvous_put(rv, 5, "k0", vec(1000), &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_put(rv, 5, "k1", vec(1000), &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_put(rv, 6, "k2", vec(1000), &err), DG_ETOOLARGE);
+	snprintf(want, sizeof want, "the limit of %zu bytes; 2 tensors (%zu bytes)", 2 * c + c / 2,
+		 2 * c);
+	cr_assert(strstr(err.msg, want), "%s", err.msg);
+	cr_assert(strstr(err.msg, "tensor 'k2' of step 6"), "%s", err.msg);
+	cr_assert(strstr(err.msg, "the oldest 'k0' of step 5"), "%s", err.msg);
+	cr_assert(strstr(err.hint, "DG_RENDEZVOUS_MAX_MB"), "%s", err.hint);
+	cr_assert_eq(dg_rendezvous_count(rv), 2);
+	cr_assert_eq(dg_rendezvous_bytes(rv), 2 * c);
+	/* Taking one makes room again; the refused step was not aborted. */
+	cr_assert_eq(dg_rendezvous_take(rv, 5, "k0", 0, &t, &err), DG_OK, "%s", err.msg);
+	dg_tensor_free(t);
+	cr_assert_eq(dg_rendezvous_put(rv, 6, "k2", vec(1000), &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_bytes(rv), 2 * c);
+}
+
+Test(rendezvous, a_tensor_bigger_than_the_whole_limit_is_refused_even_when_empty)
+{
+	struct dg_err err = { 0 };
+
+	set_limits(4000, 0);
+	cr_assert_eq(dg_rendezvous_put(rv, 1, "big", vec(1000), &err), DG_ETOOLARGE);
+	cr_assert(strstr(err.msg, "more than this task's rendezvous may hold (4000 bytes)"), "%s",
+		  err.msg);
+	cr_assert_eq(dg_rendezvous_count(rv), 0);
+	cr_assert_eq(dg_rendezvous_bytes(rv), 0);
+	/* 0 = no cap. */
+	set_limits(0, 0);
+	for (int i = 0; i < 64; i++)
+		cr_assert_eq(dg_rendezvous_put(rv, (uint64_t)i, "big", vec(1000), &err), DG_OK);
+	cr_assert_eq(dg_rendezvous_count(rv), 64);
+	cr_assert_eq(dg_rendezvous_bytes(rv), 64 * charge_of(1000, "big"));
+}
+
+Test(rendezvous, tensors_nobody_takes_are_dropped_after_the_max_age_and_their_step_aborted)
+{
+	struct dg_err err = { 0 };
+	struct dg_tensor *t = NULL;
+
+	set_limits(0, 100);
+	cr_assert_eq(dg_rendezvous_put(rv, 1, "old", vec(10), &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_put(rv, 1, "old2", vec(10), &err), DG_OK, "%s", err.msg);
+	usleep(150 * 1000);
+	/* The next put sweeps: both of step 1 go, the new one stays. */
+	cr_assert_eq(dg_rendezvous_put(rv, 2, "new", vec(10), &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_count(rv), 1);
+	cr_assert_eq(dg_rendezvous_expired(rv), 2);
+	cr_assert_eq(dg_rendezvous_bytes(rv), charge_of(10, "new"));
+	/* A late receiver hears why at once instead of waiting out its deadline. */
+	double t0 = now_s();
+	cr_assert_eq(dg_rendezvous_take(rv, 1, "old", 5000, &t, &err), DG_ECANCELED);
+	cr_assert_lt(now_s() - t0, 1.0);
+	cr_assert_null(t);
+	cr_assert(strstr(err.msg, "step 1 was aborted: tensor 'old' was not received within "
+			 "100 ms"), "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_put(rv, 1, "late", vec(10), &err), DG_ECANCELED);
+	cr_assert_eq(dg_rendezvous_take(rv, 2, "new", 0, &t, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(dg_tensor_get_f64(t, 9), 9.0, 1e-9);
+	dg_tensor_free(t);
+}
+
+Test(rendezvous, expiry_makes_room_for_a_put_that_did_not_fit)
+{
+	struct dg_err err = { 0 };
+	size_t c = charge_of(1000, "k0");
+
+	set_limits(c + c / 2, 200);
+	cr_assert_eq(dg_rendezvous_put(rv, 1, "k0", vec(1000), &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_put(rv, 2, "k1", vec(1000), &err), DG_ETOOLARGE);
+	cr_assert(strstr(err.msg, "the oldest 'k0' of step 1"), "%s", err.msg);
+	usleep(250 * 1000);
+	cr_assert_eq(dg_rendezvous_put(rv, 2, "k1", vec(1000), &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_count(rv), 1);
+	cr_assert_eq(dg_rendezvous_bytes(rv), c);
+	cr_assert(dg_rendezvous_is_aborted(rv, 1));
+	cr_assert_not(dg_rendezvous_is_aborted(rv, 2));
+}
+
+Test(rendezvous, default_limits_come_from_the_environment)
+{
+	struct dg_rendezvous_limits d, l;
+
+	unsetenv("DG_RENDEZVOUS_MAX_MB");
+	unsetenv("DG_RENDEZVOUS_MAX_AGE_S");
+	dg_rendezvous_default_limits(&d);
+	/* At most 4 GiB and a quarter of physical memory. */
+	uint64_t phys = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+	cr_assert_gt(d.max_bytes, 0);
+	cr_assert_leq(d.max_bytes, DG_RV_DEFAULT_MAX_BYTES);
+	cr_assert_leq(d.max_bytes, phys / 4);
+	cr_assert_eq(d.max_age_ms, DG_RV_DEFAULT_MAX_AGE_MS);
+	setenv("DG_RENDEZVOUS_MAX_MB", "3", 1);
+	setenv("DG_RENDEZVOUS_MAX_AGE_S", "7", 1);
+	dg_rendezvous_default_limits(&l);
+	cr_assert_eq(l.max_bytes, (size_t)3 << 20);
+	cr_assert_eq(l.max_age_ms, 7000);
+	struct dg_rendezvous *r2 = dg_rendezvous_new();
+	cr_assert_not_null(r2);
+	dg_rendezvous_get_limits(r2, &l);
+	dg_rendezvous_free(r2);
+	cr_assert_eq(l.max_bytes, (size_t)3 << 20, "a new rendezvous starts with them");
+	setenv("DG_RENDEZVOUS_MAX_MB", "0", 1);
+	setenv("DG_RENDEZVOUS_MAX_AGE_S", "0", 1);
+	dg_rendezvous_default_limits(&l);
+	cr_assert_eq(l.max_bytes, 0);
+	cr_assert_eq(l.max_age_ms, 0);
+	/* Malformed: the default, not 0 or 12. */
+	setenv("DG_RENDEZVOUS_MAX_MB", "12x", 1);
+	setenv("DG_RENDEZVOUS_MAX_AGE_S", "-1", 1);
+	dg_rendezvous_default_limits(&l);
+	cr_assert_eq(l.max_bytes, d.max_bytes);
+	cr_assert_eq(l.max_age_ms, DG_RV_DEFAULT_MAX_AGE_MS);
+	unsetenv("DG_RENDEZVOUS_MAX_MB");
+	unsetenv("DG_RENDEZVOUS_MAX_AGE_S");
+}
+
+/* PUT /v1/steps/S/tensors/KEY of a raw float32 [n] vector. */
+static enum dg_status put_http(struct dg_http_client *c, uint64_t step, const char *key,
+			       int64_t n, struct dg_http_result *res, struct dg_err *err)
+{
+	struct dg_tensor *t = vec(n);
+	char path[128], shape[32];
+
+	snprintf(path, sizeof path, "/v1/steps/%" PRIu64 "/tensors/%s", step, key);
+	snprintf(shape, sizeof shape, "%" PRId64, n);
+	struct dg_http_header h[] = { { "Content-Type", "application/octet-stream" },
+				      { "Dg-Dtype", "float32" }, { "Dg-Shape", shape } };
+	dg_http_result_deinit(res);
+	dg_http_result_init(res);
+	enum dg_status st = dg_http_request(c, "PUT", path, h, 3, t->data, t->nbytes, res, err);
+	dg_tensor_free(t);
+	return st;
+}
+
+/* The worker routes with DG_RENDEZVOUS_MAX_MB=1: a sender past the limit gets
+ * 413 too_large naming it; once the receiver takes a tensor there is room. */
+Test(rendezvous, a_put_over_http_past_the_limit_is_413_too_large_naming_the_limit)
+{
+	struct dg_err err = { 0 };
+	struct dg_http_result res;
+
+	setenv("DG_RENDEZVOUS_MAX_MB", "1", 1);
+	struct worker_config wc = { .job = "worker", .task = 0 };
+	struct worker *w = worker_new(&wc, &err);
+	unsetenv("DG_RENDEZVOUS_MAX_MB");
+	cr_assert_not_null(w, "%s", err.msg);
+	struct dg_http_config hc = { .server_name = "test" };
+	struct dg_http_server *s = dg_http_server_new_groups(&hc, worker_route_group(w), 1, &err);
+	cr_assert_not_null(s, "%s", err.msg);
+	char a[64];
+	snprintf(a, sizeof a, "127.0.0.1:%d", dg_http_server_port(s));
+	struct dg_http_client *c = dg_http_client_new(a, NULL, 10000, &err);
+	cr_assert_not_null(c, "%s", err.msg);
+	dg_http_result_init(&res);
+
+	/* 400 KB each: two fit in 1 MiB, the third does not. */
+	cr_assert_eq(put_http(c, 9, "x:0", 100000, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(res.status, 204);
+	cr_assert_eq(put_http(c, 9, "x:1", 100000, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(put_http(c, 9, "x:2", 100000, &res, &err), DG_ETOOLARGE, "%s", err.msg);
+	cr_assert_eq(res.status, 413);
+	json_t *j = json_loadb(res.body.data, res.body.len, 0, NULL);
+	cr_assert_not_null(j, "%.*s", (int)res.body.len, res.body.data);
+	json_t *e = json_object_get(j, "error");
+	cr_assert_str_eq(json_string_value(json_object_get(e, "code")), "too_large");
+	const char *msg = json_string_value(json_object_get(e, "message"));
+	cr_assert(msg && strstr(msg, "the limit of 1048576 bytes; 2 tensors"), "%s", msg);
+	json_decref(j);
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(w)), 2);
+	/* The receiver takes one: room for the third. */
+	dg_http_result_deinit(&res);
+	dg_http_result_init(&res);
+	cr_assert_eq(dg_http_request(c, "GET", "/v1/steps/9/tensors/x:0?timeout_ms=0", NULL, 0,
+				     NULL, 0, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(res.body.len, 400000);
+	cr_assert_float_eq(((const float *)res.body.data)[99999], 99999.0f, 1e-3);
+	cr_assert_eq(put_http(c, 9, "x:2", 100000, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(w)), 2);
+
+	dg_http_result_deinit(&res);
+	dg_http_client_free(c);
+	worker_stop(w);
+	dg_http_server_free(s);
+	worker_free(w);
 }
