@@ -46,6 +46,8 @@ static const char usage_text[] =
 	"  --checkpoint-secs N    snapshot applies at least every N s (default 5)\n"
 	"  --max-body BYTES       largest request body, suffix K, M or G (default 2G)\n"
 	"  --max-connections N    concurrent connections (default 256)\n"
+	"  --rendezvous-max-mb N  MiB of step tensors a task holds for receivers\n"
+	"                         (default: min(4096, memory/4); also $DG_RENDEZVOUS_MAX_MB)\n"
 	"  --request-timeout S    idle or request time limit, seconds (default 300)\n"
 	"  --port-file F          write the bound port to F once serving (atomic)\n"
 	"  --soft-placement       run ops placed on a missing device (gpu) on the CPU\n"
@@ -62,13 +64,14 @@ struct server_args {
 	int task;                       /* -1: not given */
 	unsigned checkpoint_secs, max_connections, request_timeout_s, threads;
 	size_t max_body;
+	uint64_t rendezvous_max_mb;     /* 0: the default */
 	bool soft_placement;
 };
 
 enum {
 	OPT_CLUSTER = 256, OPT_JOB, OPT_TASK, OPT_DATA_DIR, OPT_TOKEN_FILE, OPT_BIND,
 	OPT_CHECKPOINT, OPT_MAX_BODY, OPT_MAX_CONN, OPT_REQ_TIMEOUT, OPT_PORT_FILE,
-	OPT_SOFT_PLACEMENT, OPT_THREADS,
+	OPT_SOFT_PLACEMENT, OPT_THREADS, OPT_RV_MAX_MB,
 };
 
 static const struct option long_opts[] = {
@@ -85,6 +88,7 @@ static const struct option long_opts[] = {
 	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
 	{ "soft-placement", no_argument, NULL, OPT_SOFT_PLACEMENT },
 	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "rendezvous-max-mb", required_argument, NULL, OPT_RV_MAX_MB },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -170,6 +174,12 @@ static int parse_args(int argc, char **argv, struct server_args *a)
 			if ((rc = num_arg(cmd, "--threads", false, 1, 1024, &v)) >= 0)
 				return rc;
 			a->threads = (unsigned)v;
+			break;
+		case OPT_RV_MAX_MB:
+			if ((rc = num_arg(cmd, "--rendezvous-max-mb", false, 1, (uint64_t)1 << 30,
+					  &v)) >= 0)
+				return rc;
+			a->rendezvous_max_mb = v;
 			break;
 		case 'h':
 			fputs(usage_text, stdout);
@@ -303,7 +313,7 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 {
 	struct worker_config wc = {
 		.cluster = t->cluster, .job = t->job, .task = t->index, .token = token,
-		.soft_placement = a->soft_placement,
+		.soft_placement = a->soft_placement, .rendezvous_max_bytes = a->rendezvous_max_mb << 20,
 	};
 	if (a->threads)
 		dg_blas_set_threads((int)a->threads);

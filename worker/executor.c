@@ -178,6 +178,12 @@ struct worker *worker_new(const struct worker_config *cfg, struct dg_err *err)
 	w->cluster = cfg->cluster;
 	w->task = cfg->task;
 	w->soft_placement = cfg->soft_placement;
+	if (cfg->rendezvous_max_bytes) {
+		struct dg_rendezvous_limits l;
+		dg_rendezvous_get_limits(w->rv, &l);
+		l.max_bytes = (size_t)cfg->rendezvous_max_bytes;
+		dg_rendezvous_set_limits(w->rv, &l);
+	}
 	w->io_max = io_max;
 	snprintf(w->address, sizeof w->address, "%s", cfg->address ? cfg->address : "");
 	pthread_mutex_init(&w->mu, NULL);
@@ -1694,8 +1700,10 @@ void worker_count_received(struct worker *w, size_t n)
 enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 {
 	struct worker *w = vw;
+	struct dg_rendezvous_limits rl;
 	int n_frags, io_n;
 
+	dg_rendezvous_get_limits(w->rv, &rl);
 	pthread_mutex_lock(&w->mu);
 	n_frags = w->n_frags;
 	pthread_mutex_unlock(&w->mu);
@@ -1738,12 +1746,24 @@ enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 		"dg_worker_bytes_received_total %" PRIu64 "\n"
 		"# HELP dg_worker_rendezvous_tensors Tensors waiting to be received.\n"
 		"# TYPE dg_worker_rendezvous_tensors gauge\n"
-		"dg_worker_rendezvous_tensors %d\n",
+		"dg_worker_rendezvous_tensors %d\n"
+		"# HELP dg_worker_rendezvous_bytes Bytes of tensors waiting to be received (with "
+		"bookkeeping).\n"
+		"# TYPE dg_worker_rendezvous_bytes gauge\n"
+		"dg_worker_rendezvous_bytes %zu\n"
+		"# HELP dg_worker_rendezvous_limit_bytes Cap on dg_worker_rendezvous_bytes (0: none).\n"
+		"# TYPE dg_worker_rendezvous_limit_bytes gauge\n"
+		"dg_worker_rendezvous_limit_bytes %zu\n"
+		"# HELP dg_worker_rendezvous_expired_total Tensors dropped because nobody took them "
+		"in time.\n"
+		"# TYPE dg_worker_rendezvous_expired_total counter\n"
+		"dg_worker_rendezvous_expired_total %" PRIu64 "\n",
 		(uint64_t)atomic_load(&w->steps_ok), (uint64_t)atomic_load(&w->steps_failed),
 		(uint64_t)atomic_load(&w->nodes_run), (double)atomic_load(&w->step_us) * 1e-6,
 		n_frags, (uint64_t)atomic_load(&w->cached_bytes), io_n,
 		(uint64_t)atomic_load(&w->sent_local), (uint64_t)atomic_load(&w->sent_http),
 		(uint64_t)atomic_load(&w->bytes_local), (uint64_t)atomic_load(&w->bytes_http),
 		(uint64_t)atomic_load(&w->recv_http), (uint64_t)atomic_load(&w->bytes_recv_http),
-		dg_rendezvous_count(w->rv));
+		dg_rendezvous_count(w->rv), dg_rendezvous_bytes(w->rv), rl.max_bytes,
+		dg_rendezvous_expired(w->rv));
 }

@@ -194,6 +194,22 @@ run submit "$EX/seed_sum.json" "${C[@]}"
 check_err "an unreachable task at submit time is reported by address" 10 \
 	"task /job:worker/task:1 (127.0.0.1:$P2) does not answer"
 
+# --- the rendezvous cap is a server flag, shown in the metrics -----------------
+read -r p3 < <(free_ports 1)
+printf '{"worker": ["127.0.0.1:%s"]}\n' "$p3" >"$TMP/one.json"
+"$DG" server --cluster "$TMP/one.json" --job worker --task 0 --rendezvous-max-mb 3 \
+	--port-file "$TMP/one.port" 2>"$TMP/one.log" &
+pid[one]=$!
+if wait_port "$TMP/one.port" >/dev/null &&
+   curl -sf "http://127.0.0.1:$p3/v1/metrics" >"$TMP/metrics" &&
+   grep -qx "dg_worker_rendezvous_limit_bytes 3145728" "$TMP/metrics" &&
+   grep -qx "dg_worker_rendezvous_bytes 0" "$TMP/metrics"; then
+	ok "--rendezvous-max-mb 3 caps the rendezvous at 3 MiB (dg_worker_rendezvous_limit_bytes)"
+else
+	not_ok "--rendezvous-max-mb 3 caps the rendezvous at 3 MiB (dg_worker_rendezvous_limit_bytes)"
+fi
+kill_wait "${pid[one]}"
+
 # --- the servers stop cleanly (SIGTERM), without sanitizer reports -------------
 if stop_clean ps w0; then ok "ps and worker/0 stop cleanly without sanitizer reports"; else
 	not_ok "ps and worker/0 stop cleanly without sanitizer reports"; fi

@@ -37,6 +37,8 @@ struct worker_config {
 					    * remote _Send; 0: $DG_WORKER_IO_THREADS, else
 					    * WORKER_DEFAULT_IO_THREADS; < 0 (or the env var
 					    * set to 0): none, they run on the step's thread */
+	uint64_t rendezvous_max_bytes;     /* cap on the tensors the rendezvous holds; 0:
+					    * $DG_RENDEZVOUS_MAX_MB, else min(4 GiB, memory/4) */
 };
 
 struct worker;
