@@ -1,5 +1,6 @@
 """Shared by the PyTorch baselines of bench/train: the thread settings, the Fashion-MNIST
-reader (gzip + numpy), the model of examples/mlp.json and the test accuracy.
+reader (gzip + numpy), the model of examples/mlp.json, the test accuracy, and numpy copies of
+dg's data order (ShardBatch's permutations) and initial weights (glorot Variables).
 
 threads_env() must run before torch or numpy is imported: OpenMP and OpenBLAS fix their
 thread counts when they load (numpy and torch share Debian's OpenBLAS). So this module
@@ -67,15 +68,22 @@ def load(split):
     return x, y
 
 
-def make_model(torch, seed):
-    """The MLP with dg's initialisation: Glorot-uniform weights, zero biases."""
+def make_model(torch, seed, dg_init=None):
+    """The MLP with dg's initialisation: Glorot-uniform weights, zero biases. dg_init
+    (w1's seed, w2's seed): exactly the weights dg's Variables w1 [784,256] and w2 [256,10]
+    get with init "glorot" and these seeds (torch's Linear holds the transposes)."""
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(784, HIDDEN), torch.nn.ReLU(),
                                 torch.nn.Linear(HIDDEN, 10))
-    for m in model:
-        if isinstance(m, torch.nn.Linear):
+    linears = [m for m in model if isinstance(m, torch.nn.Linear)]
+    for i, m in enumerate(linears):
+        if dg_init is None:
             torch.nn.init.xavier_uniform_(m.weight)
-            torch.nn.init.zeros_(m.bias)
+        else:
+            w = dg_glorot(dg_init[i], m.in_features, m.out_features)
+            with torch.no_grad():
+                m.weight.copy_(torch.from_numpy(w.T.copy()))
+        torch.nn.init.zeros_(m.bias)
     return model
 
 
@@ -85,7 +93,76 @@ def accuracy(torch, model, x, y):
         return float((model(x).argmax(dim=1) == y).float().mean())
 
 
-def epoch_order(rng, n):
-    """The example order of one epoch and its number of full batches (the last partial
-    batch is dropped, as dg's ShardBatch does)."""
+def epoch_order(rng, n, epoch=0, dg_seed=None, shard=0):
+    """The example order of one epoch over a shard of n examples and its number of full
+    batches (the last partial batch is dropped, as dg's ShardBatch does): a permutation
+    from rng, or with dg_seed exactly ShardBatch's (seed dg_seed, this epoch and shard)."""
+    if dg_seed is not None:
+        return dg_shard_perm(dg_seed, epoch, shard, n), n // BATCH
     return rng.permutation(n), n // BATCH
+
+
+def dg_init_arg(text):
+    """argparse type of --dg-init: "S1,S2" -> (S1, S2)."""
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise ValueError("--dg-init takes two seeds: W1,W2")
+    return tuple(int(p) for p in parts)
+
+
+# ------------------------------------------------------------------ dg's own streams
+# For runs that give PyTorch exactly dg's data order and initial weights (--dg-order,
+# --dg-init of the torch scripts): numpy versions of ShardBatch's permutation
+# (kernels/cpu/data.c, shard_perm: Philox4x32-10 of kernels/philox.h) and of a Variable's
+# "glorot" init (worker/ops.c, worker_init_tensor: splitmix64).
+_M64 = (1 << 64) - 1
+
+
+def philox4x32_10(c0, c1, c2, c3, key):
+    """Philox4x32-10 of the counters (c0..c3: uint64 arrays holding 32-bit values) under
+    key (a 64-bit integer, low word first); returns the output words (r0, r1)."""
+    import numpy as np
+    m32 = np.uint64(0xFFFFFFFF)
+    c0, c1, c2, c3 = (np.asarray(c, dtype=np.uint64) & m32 for c in (c0, c1, c2, c3))
+    k0, k1 = key & 0xFFFFFFFF, (key >> 32) & 0xFFFFFFFF
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = ((p1 >> np.uint64(32)) ^ c1 ^ np.uint64(k0), p1 & m32,
+                          (p0 >> np.uint64(32)) ^ c3 ^ np.uint64(k1), p0 & m32)
+        k0 = (k0 + 0x9E3779B9) & 0xFFFFFFFF
+        k1 = (k1 + 0xBB67AE85) & 0xFFFFFFFF
+    return c0, c1
+
+
+def dg_shard_perm(seed, epoch, shard, n):
+    """ShardBatch's order of epoch `epoch` over shard `shard` of n examples: position j of
+    the epoch visits the shard's example perm[j] (the file's example shard + num_shards *
+    perm[j]). Fisher-Yates from j = n-1 down, swapping j with Philox((j, 0, epoch, shard),
+    seed) % (j + 1) of the first two words."""
+    import numpy as np
+    j = np.arange(n - 1, 0, -1, dtype=np.uint64)
+    r0, r1 = philox4x32_10(j, j >> np.uint64(32), np.full_like(j, epoch),
+                           np.full_like(j, shard), seed & _M64)
+    ks = (((r1 << np.uint64(32)) | r0) % (j + np.uint64(1))).tolist()
+    perm = list(range(n))
+    for jj, k in zip(range(n - 1, 0, -1), ks):
+        perm[jj], perm[k] = perm[k], perm[jj]
+    return np.array(perm, dtype=np.int64)
+
+
+def dg_glorot(seed, fan_in, fan_out):
+    """The float32 [fan_in, fan_out] value of a Variable with init "glorot" and seed: value
+    i (row-major) is limit (2 u_i - 1), u_i the i-th splitmix64 draw of seed mapped to
+    (0, 1), limit sqrt(6 / (fan_in + fan_out))."""
+    import numpy as np
+    n = fan_in * fan_out
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed & _M64) + np.arange(1, n + 1, dtype=np.uint64) * \
+            np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    u = ((z >> np.uint64(11)).astype(np.float64) + 0.5) * (1.0 / 9007199254740992.0)
+    limit = (6.0 / (fan_in + fan_out)) ** 0.5
+    return (limit * (2.0 * u - 1.0)).astype(np.float32).reshape(fan_in, fan_out)

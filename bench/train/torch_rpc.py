@@ -7,7 +7,8 @@ Like dg's default (async between-graph replication): trainer k (k = 0, 1) owns t
 training examples i with i % 2 == k (dg's ShardBatch shards), visits them in a fresh
 permutation each epoch in full batches of 64 (468 steps per epoch), and at every step
 pulls all four parameters from the ps (one rpc_sync), computes the gradient of its batch
-and pushes it (one rpc_sync) without waiting for the other trainer; the ps applies
+and pushes it (one rpc_sync) without waiting for the other trainer (--dg-order, --dg-init:
+dg's ShardBatch order of shard k and dg's initial weights for those seeds); the ps applies
 w -= lr * g under a lock, and returns a consistent copy on each pull. When both trainers
 have finished epoch e the ps snapshots the parameters; the test accuracy of each snapshot
 is computed after training, outside the clock. Loopback only: TensorPipe's TCP transport
@@ -78,7 +79,7 @@ def ps_epoch_done(epoch):
 
 # ----------------------------------------------------------------------- processes
 def run_ps(args, rpc, torch):
-    model = common.make_model(torch, args.seed)
+    model = common.make_model(torch, args.seed, args.dg_init)
     _params.extend(p.detach().clone() for p in model.parameters())
     tx, ty = (torch.from_numpy(a) for a in common.load("t10k"))
     rpc.init_rpc("ps", rank=0, world_size=N_TRAINERS + 1,
@@ -103,7 +104,7 @@ def run_trainer(args, rpc, torch, np):
     model = common.make_model(torch, 0)
     params = list(model.parameters())
     lossf = torch.nn.CrossEntropyLoss()
-    rng = np.random.default_rng(args.seed + k)
+    rng = np.random.default_rng([args.seed, k])     # independent streams per (seed, k)
     rpc.init_rpc(f"trainer{k}", rank=args.rank, world_size=N_TRAINERS + 1,
                  rpc_backend_options=backend_options(rpc, args.port))
     examples = 0
@@ -111,7 +112,7 @@ def run_trainer(args, rpc, torch, np):
     t0 = time.time()
     c0 = time.process_time()
     for e in range(args.epochs):
-        order, steps = common.epoch_order(rng, x.shape[0])
+        order, steps = common.epoch_order(rng, x.shape[0], e, args.dg_order, k)
         order = torch.from_numpy(order)
         for i in range(steps):
             vals = rpc.rpc_sync("ps", ps_pull)
@@ -139,6 +140,10 @@ def launch(args):
     port = free_port()
     me = [sys.executable, os.path.abspath(__file__), "--epochs", str(args.epochs),
           "--seed", str(args.seed), "--port", str(port)]
+    if args.dg_order is not None:
+        me += ["--dg-order", str(args.dg_order)]
+    if args.dg_init is not None:
+        me += ["--dg-init", "%d,%d" % args.dg_init]
     procs = [subprocess.Popen(me + ["--rank", str(r)], stdout=subprocess.PIPE, text=True)
              for r in range(N_TRAINERS + 1)]
     # A rank that fails leaves the others waiting in rpc: stop them all then.
@@ -178,6 +183,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--epochs", type=int, default=common.EPOCHS)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--dg-order", type=int, metavar="SEED",
+                    help="trainer k visits its shard in dg's order: ShardBatch's "
+                    "permutations with this seed for shard k of 2")
+    ap.add_argument("--dg-init", type=common.dg_init_arg, metavar="W1,W2",
+                    help="start from dg's initial weights: Variables w1, w2 with init "
+                    "glorot and these seeds")
     ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()

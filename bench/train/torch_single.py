@@ -3,7 +3,9 @@
 ReLU, softmax cross-entropy) trained on Fashion-MNIST with SGD lr 0.1, batch 64, 3 epochs.
 
 The data is read with gzip + numpy and held as torch tensors; each epoch visits a fresh
-permutation in full batches of 64 (937 steps of 59968 examples per epoch). Only the
+permutation in full batches of 64 (937 steps of 59968 examples per epoch); with
+--dg-order and --dg-init, exactly the order and initial weights of a 1-replica dg job
+with those seeds (common.dg_shard_perm, common.dg_glorot). Only the
 training steps are timed, in wall-clock and CPU time (the test accuracy after each epoch
 is computed outside the clock). Prints one JSON object: examples/s, CPU seconds, the test
 accuracy after epochs 1 and 3 (and every epoch), threads and the OpenBLAS core. Run with
@@ -23,6 +25,12 @@ def main():
                     help="torch intra-op, OpenMP and OpenBLAS threads (default 1)")
     ap.add_argument("--epochs", type=int, default=common.EPOCHS)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--dg-order", type=int, metavar="SEED",
+                    help="visit the examples in dg's order: ShardBatch's permutations "
+                    "with this seed (1 shard)")
+    ap.add_argument("--dg-init", type=common.dg_init_arg, metavar="W1,W2",
+                    help="start from dg's initial weights: Variables w1, w2 with init "
+                    "glorot and these seeds")
     args = ap.parse_args()
     common.threads_env(args.threads)
     import numpy as np
@@ -36,7 +44,7 @@ def main():
     x, y = common.load("train")
     tx, ty = common.load("t10k")
     x, y, tx, ty = (torch.from_numpy(a) for a in (x, y, tx, ty))
-    model = common.make_model(torch, args.seed)
+    model = common.make_model(torch, args.seed, args.dg_init)
     opt = torch.optim.SGD(model.parameters(), lr=common.LR)
     lossf = torch.nn.CrossEntropyLoss()
     rng = np.random.default_rng(args.seed)
@@ -46,8 +54,8 @@ def main():
     examples = 0
     acc = []
     loss = None
-    for _ in range(args.epochs):
-        order, steps = common.epoch_order(rng, x.shape[0])
+    for e in range(args.epochs):
+        order, steps = common.epoch_order(rng, x.shape[0], e, args.dg_order)
         order = torch.from_numpy(order)
         t0 = time.perf_counter()
         c0 = time.process_time()
