@@ -15,6 +15,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "dg/log.h"
 #include "fs.h"
 
 /* Linux 6.6 (protocol 7.39) added it as bit 36 (bit 4 of flags2); the uapi
@@ -28,6 +29,7 @@
 static _Atomic uint64_t init_unique;            /* 0: no INIT seen yet */
 static _Atomic bool init_offered;               /* the kernel offered the flag */
 static _Atomic bool io_installed;
+static _Atomic bool *dio_flag;                  /* the mount's: cleared if no patch went out */
 
 /* The request this thread read last (it handles it, then reads the next). */
 static __thread uint64_t cur_unique;
@@ -60,15 +62,25 @@ static void patch_init(struct iovec *iov, int count)
 {
 	uint64_t want = atomic_load(&init_unique);
 
-	if (!want || count != 2 || iov[0].iov_len != sizeof(struct fuse_out_header) ||
-	    iov[1].iov_len < offsetof(struct fuse_init_out, flags2) + sizeof(uint32_t))
+	if (!want || count < 1 || iov[0].iov_len < sizeof(struct fuse_out_header))
 		return;
 	struct fuse_out_header *oh = iov[0].iov_base;
-	if (oh->unique != want || oh->error != 0)
+	if (oh->unique != want)
 		return;
 	atomic_store(&init_unique, 0);
-	if (!atomic_load(&init_offered) || getenv("DG_MOUNT_NO_DIRECT_MMAP"))
+	if (oh->error != 0 || !atomic_load(&init_offered) || getenv("DG_MOUNT_NO_DIRECT_MMAP"))
 		return;
+	if (count != 2 || iov[0].iov_len != sizeof *oh ||
+	    iov[1].iov_len < offsetof(struct fuse_init_out, flags2) + sizeof(uint32_t)) {
+		/* another libfuse than the one this was written for: without
+		 * the flag a direct-I/O open cannot be mapped, so reads must
+		 * go through the page cache after all */
+		dg_log(DG_LOG_ERROR, "fs", "libfuse's INIT reply has an unknown shape; reads of "
+		       "vars/ and npy/ use the page cache");
+		if (dio_flag)
+			atomic_store(dio_flag, false);
+		return;
+	}
 	struct fuse_init_out *out = iov[1].iov_base;
 	out->flags |= FUSE_INIT_EXT;    /* flags2 is read only with it */
 	out->flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
@@ -110,14 +122,26 @@ static ssize_t io_writev(int fd, struct iovec *iov, int count, void *ud)
 		} else {
 			/* not the reply's expected shape: libfuse sends its buffer
 			 * after all, so it gets the bytes after all */
+			bool found = false;
 			for (int i = 0; i < count; i++)
-				if (iov[i].iov_base == zc_out)
+				if (iov[i].iov_base == zc_out) {
 					memcpy(iov[i].iov_base, zc_src, iov[i].iov_len < zc_len
 					       ? iov[i].iov_len : zc_len);
+					found = true;
+				}
+			/* the read's own reply without its buffer: a libfuse that
+			 * copied the (unfilled) buffer elsewhere first */
+			if (!found && count >= 1 && iov[0].iov_len >= sizeof *oh &&
+			    oh->unique == zc_unique)
+				dg_log(DG_LOG_ERROR, "fs", "a read reply did not carry the read's "
+				       "buffer: this libfuse does not suit the mount's zero-copy "
+				       "replies");
 		}
 	}
 	ssize_t n = writev(fd, iov, count);
+	int e = errno;  /* libfuse reads it after a failure; done() may free */
 	zc_done();      /* one reply only, matched or not */
+	errno = e;
 	return n;
 }
 
@@ -145,8 +169,9 @@ int dgfs_devio_install(struct fuse_session *se)
 	return rc;
 }
 
-bool dgfs_devio_dio_mmap_offered(void)
+bool dgfs_devio_dio_mmap_offered(_Atomic bool *flag)
 {
+	dio_flag = flag;
 	return atomic_load(&io_installed) && atomic_load(&init_offered) &&
 	       !getenv("DG_MOUNT_NO_DIRECT_MMAP");
 }

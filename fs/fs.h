@@ -66,7 +66,7 @@ struct dgfs {
 	uint64_t blob_seq;              /* publication counter (oldest first) */
 	/* The kernel maps direct-I/O opens (devio.c): readers of vars/ and
 	 * npy/ use direct I/O and the page cache only through mmap. */
-	bool dio_mmap;
+	_Atomic bool dio_mmap;
 };
 
 /* --- paths.c ---------------------------------------------------------------- */
@@ -246,8 +246,9 @@ struct fuse_session;
 int dgfs_devio_install(struct fuse_session *se);
 /* In the init handler (before the reply goes out): will the reply accept
  * direct-I/O mmap (the io is installed, the kernel offered it, and
- * DG_MOUNT_NO_DIRECT_MMAP is not set)? */
-bool dgfs_devio_dio_mmap_offered(void);
+ * DG_MOUNT_NO_DIRECT_MMAP is not set)? *flag (the mount's dio_mmap) is
+ * cleared if the reply then cannot be patched (an unknown libfuse). */
+bool dgfs_devio_dio_mmap_offered(_Atomic bool *flag);
 /* In a read handler: answer with the n bytes at src without copying them
  * into libfuse's buffer out: the reply that libfuse sends next from this
  * thread (the read's: [header, out, n], checked) is written from src, and

@@ -1791,7 +1791,7 @@ static void *dgfs_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	conn->max_write = MAX_WRITE;
 	conn->max_readahead = MAX_WRITE;
-	fs->dio_mmap = dgfs_devio_dio_mmap_offered();
+	fs->dio_mmap = dgfs_devio_dio_mmap_offered(&fs->dio_mmap);
 	if (fs->dio_mmap)
 		dg_log(DG_LOG_INFO, "fs", "reads of vars/ and npy/ use direct I/O (the kernel maps "
 		       "direct-I/O opens: FUSE_DIRECT_IO_ALLOW_MMAP)");

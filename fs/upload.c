@@ -38,7 +38,8 @@ struct dgfs_upload {
 	pthread_cond_t cond;            /* avail grew, or the transfer ended */
 	pthread_t th;
 	int fd;                         /* the connection, or -1; closed by the thread */
-	char *host, *port;              /* owned: where the ps listens */
+	char *host, *port;              /* owned: where the ps listens (getaddrinfo's) */
+	char *authority;                /* owned: "host:port" as given ("[v6]:port") */
 	char *url;                      /* owned: for messages */
 	struct dg_buf head;             /* the request line and headers */
 	const char *data;               /* borrowed: the writer's staging block */
@@ -86,11 +87,27 @@ static int connect_ps(struct dgfs_upload *u)
 		}
 		err = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
 		if (err == EINPROGRESS) {
+			/* in slices, so that an abort (under the writer's handle
+			 * lock) need not wait for a slow accept */
 			struct pollfd p = { .fd = fd, .events = POLLOUT };
 			socklen_t len = sizeof err;
-			if (poll(&p, 1, CONNECT_MS) != 1)
-				err = ETIMEDOUT;
-			else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+			int pr = 0;
+			err = ETIMEDOUT;
+			for (int waited = 0; waited < CONNECT_MS && pr == 0; waited += 100) {
+				pthread_mutex_lock(&u->lock);
+				bool stop = u->aborted;
+				pthread_mutex_unlock(&u->lock);
+				if (stop) {
+					err = ECANCELED;
+					break;
+				}
+				pr = poll(&p, 1, 100);
+				if (pr < 0 && errno == EINTR)
+					pr = 0;
+			}
+			if (pr == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+				err = errno;
+			else if (pr < 0)
 				err = errno;
 		}
 		if (err != 0) {
@@ -266,9 +283,9 @@ static enum dg_status build_head(struct dgfs_upload *u, const char *path, const 
 		off += (size_t)snprintf(dims + off, sizeof dims - off, "%s%" PRId64, i ? "," : "",
 					shape->dim[i]);
 	enum dg_status st = dg_buf_printf(&u->head, err,
-		"PUT %s HTTP/1.1\r\nHost: %s:%s\r\nConnection: close\r\n"
+		"PUT %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n"
 		"Content-Type: application/octet-stream\r\nContent-Length: %" PRIu64 "\r\n"
-		"Dg-Dtype: %s\r\nDg-Shape: %s\r\n", path, u->host, u->port, u->nbytes,
+		"Dg-Dtype: %s\r\nDg-Shape: %s\r\n", path, u->authority, u->nbytes,
 		dg_dtype_name(dt), shape->ndim ? dims : "[]");
 	if (st == DG_OK && if_match)
 		st = dg_buf_printf(&u->head, err, "If-Match: \"%" PRIu64 "\"\r\n", if_match);
@@ -279,22 +296,44 @@ static enum dg_status build_head(struct dgfs_upload *u, const char *path, const 
 	return st;
 }
 
-/* "HOST:PORT" or "http://HOST:PORT" ("[V6]:PORT" too) into u->host, u->port. */
+/* The ps address as dg_http_client_new takes it (doc/http-api.md): "HOST:PORT",
+ * "[V6]:PORT", an optional http:// in any case, trailing slashes, no port for
+ * 80. Sets u->authority (for Host: and messages) and u->host, u->port. */
 static enum dg_status split_address(struct dgfs_upload *u, const char *addr, struct dg_err *err)
 {
-	if (strncmp(addr, "http://", 7) == 0)
-		addr += 7;
-	const char *colon = strrchr(addr, ':');
-	if (!colon || !colon[1])
-		return dg_err_set(err, DG_EINVAL, "the ps address '%s' has no port", addr);
-	const char *h = addr, *he = colon;
-	if (*h == '[' && he > h && he[-1] == ']') {
+	const char *sep = strstr(addr, "://");
+	if (sep && sep - addr == 4 && strncasecmp(addr, "http", 4) == 0)
+		addr = sep + 3;
+	size_t n = strlen(addr);
+	while (n && addr[n - 1] == '/')
+		n--;
+	const char *h = addr, *he = addr + n, *port = "80";
+	size_t plen = 2;
+	if (n && *h == '[') {
+		const char *rb = memchr(h, ']', n);
+		if (!rb)
+			return dg_err_set(err, DG_EINVAL, "the ps address '%s' lacks a ']'", addr);
+		if (rb + 1 < he && rb[1] == ':') {
+			port = rb + 2;
+			plen = (size_t)(he - port);
+		}
 		h++;
-		he--;
+		he = rb;
+	} else {
+		const char *colon = n ? memrchr(h, ':', n) : NULL;
+		/* one colon: host:port; more: a bare IPv6 address without a port */
+		if (colon && !memchr(h, ':', (size_t)(colon - h))) {
+			port = colon + 1;
+			plen = (size_t)(he - port);
+			he = colon;
+		}
 	}
+	if (he == h || plen == 0)
+		return dg_err_set(err, DG_EINVAL, "the ps address '%s' has no host or port", addr);
+	u->authority = strndup(addr, n);
 	u->host = strndup(h, (size_t)(he - h));
-	u->port = strdup(colon + 1);
-	if (!u->host || !u->port)
+	u->port = strndup(port, plen);
+	if (!u->authority || !u->host || !u->port)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	return DG_OK;
 }
@@ -331,7 +370,7 @@ struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *nam
 	if (st == DG_OK)
 		st = build_head(u, path.data, fs->cfg.token, dt, shape, if_match, err);
 	if (st == DG_OK)
-		st = dg_buf_printf(&u->body, err, "http://%s:%s%s", u->host, u->port, path.data);
+		st = dg_buf_printf(&u->body, err, "http://%s%s", u->authority, path.data);
 	if (st == DG_OK && !(u->url = dg_buf_steal(&u->body, NULL)))
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 	dg_buf_deinit(&path);
@@ -382,6 +421,7 @@ static void upload_free(struct dgfs_upload *u, bool started)
 		pthread_join(u->th, NULL);
 	free(u->host);
 	free(u->port);
+	free(u->authority);
 	free(u->url);
 	dg_buf_deinit(&u->head);
 	dg_buf_deinit(&u->body);
