@@ -9,7 +9,7 @@
 /* Subcommands: argv[0] is the command's name; each returns the exit code. */
 int cmd_eval(int argc, char **argv);
 int cmd_ops(int argc, char **argv);
-int cmd_server(int argc, char **argv);   /* cmd_server.c: dg server, dg ps */
+int cmd_server(int argc, char **argv);   /* cmd_server.c: dg server (main.c: dg ps, dg worker) */
 int cmd_var(int argc, char **argv);      /* cmd_var.c: dg var ls|get|put|create|rm */
 int cmd_submit(int argc, char **argv);   /* cmd_submit.c: dg submit GRAPH.json */
 int cmd_mount(int argc, char **argv);    /* cmd_mount.c: dg mount MOUNTPOINT */
@@ -17,7 +17,7 @@ int cmd_up(int argc, char **argv);       /* cmd_up.c: dg up, dg down, dg status 
 int cmd_down(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_job(int argc, char **argv);      /* cmd_job.c: dg job ls|show|cancel */
-int cmd_checkpoint(int argc, char **argv);   /* cmd_checkpoint.c: dg checkpoint save */
+int cmd_checkpoint(int argc, char **argv);   /* cmd_checkpoint.c: dg checkpoint save|restore */
 /* Whether this dg has the subcommand name (main.c's table): e.g. `mount` is
  * absent from a build without FUSE. Thread-safe (reads a constant table). */
 bool cli_command_exists(const char *name);

@@ -25,6 +25,7 @@
 static const char usage_text[] =
 	"usage: dg server --cluster CLUSTER.json --job NAME --task I [OPTIONS]\n"
 	"       dg ps [--cluster CLUSTER.json] [--task I] [OPTIONS]   (--job ps)\n"
+	"       dg worker [--cluster CLUSTER.json] [--task I] [OPTIONS]   (--job worker)\n"
 	"\n"
 	"Run task I of job NAME of a cluster. Every task serves both faces on its\n"
 	"own address from the cluster spec (port 0 there picks a free port): a\n"
@@ -35,7 +36,8 @@ static const char usage_text[] =
 	"  --cluster FILE         TensorFlow cluster spec {\"ps\": [\"host:port\"], ...};\n"
 	"                         default: TF_CONFIG (cluster and task), else\n"
 	"                         $DG_CLUSTER, else the spec `dg up` wrote\n"
-	"  --job NAME             this task's job (default: TF_CONFIG's; 'ps' for dg ps)\n"
+	"  --job NAME             this task's job (default: TF_CONFIG's; fixed by dg ps\n"
+	"                         and dg worker)\n"
 	"  --task I               this task's index in the job (default: TF_CONFIG's, 0)\n"
 	"  --data-dir DIR         keep variables in DIR (snapshot + write-ahead log);\n"
 	"                         without it they live in memory only\n"

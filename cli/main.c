@@ -3,6 +3,7 @@
  * Each subcommand lives in its own cli/cmd_*.c file. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -11,6 +12,8 @@
 #include "dg_config.h"
 
 static int cmd_help(int argc, char **argv);
+static int cmd_ps(int argc, char **argv);
+static int cmd_worker(int argc, char **argv);
 
 static const struct cli_cmd {
 	const char *name;
@@ -20,7 +23,8 @@ static const struct cli_cmd {
 	{ "eval", cmd_eval, "run a graph in this process and print what it fetches" },
 	{ "ops", cmd_ops, "list the ops graphs can use, with their inputs and attrs" },
 	{ "server", cmd_server, "run a task of a cluster (parameter server, worker, master)" },
-	{ "ps", cmd_server, "short for 'dg server --job ps'" },
+	{ "ps", cmd_ps, "short for 'dg server --job ps'" },
+	{ "worker", cmd_worker, "short for 'dg server --job worker'" },
 	{ "var", cmd_var, "list, read, write, create and delete variables" },
 	{ "submit", cmd_submit, "run a graph on the cluster and print what it fetches" },
 	{ "mount", cmd_mount, "mount the cluster's variables as files" },
@@ -28,7 +32,8 @@ static const struct cli_cmd {
 	{ "down", cmd_down, "stop the cluster 'dg up' started" },
 	{ "status", cmd_status, "health of every task of the cluster" },
 	{ "job", cmd_job, "list, show and cancel jobs on the cluster's masters" },
-	{ "checkpoint", cmd_checkpoint, "make every ps of the cluster write a snapshot now" },
+	{ "checkpoint", cmd_checkpoint, "snapshot every ps now, or save/restore all variables "
+	  "to/from a directory" },
 	{ "help", cmd_help, "show this list; 'dg help CMD' shows a command's options" },
 };
 
@@ -77,6 +82,68 @@ static const struct cli_cmd *find_cmd(const char *name)
 bool cli_command_exists(const char *name)
 {
 	return find_cmd(name) != NULL;
+}
+
+/* The job a --job argument names: "--job V", "--job=V" or an abbreviation
+ * getopt_long takes ("--jo V"); *skip is 1 when V is the next argument. NULL
+ * when arg is not --job (or its value is missing: cmd_server says so). */
+static const char *job_flag_value(char **argv, int i, int argc, int *skip)
+{
+	const char *a = argv[i] + 2;
+	size_t n = strcspn(a, "=");
+
+	*skip = 0;
+	if (strncmp(argv[i], "--", 2) || n == 0 || n > 3 || strncmp(a, "job", n))
+		return NULL;
+	if (a[n] == '=')
+		return a + n + 1;
+	if (i + 1 >= argc)
+		return NULL;
+	*skip = 1;
+	return argv[i + 1];
+}
+
+/* dg ps ARGS and dg worker ARGS: dg server --job JOB ARGS, under their own
+ * name (usage messages say 'dg worker'). A --job naming another job is
+ * refused; --job JOB itself is accepted. */
+static int server_as(const char *job, int argc, char **argv)
+{
+	char job_opt[] = "--job", job_val[16];
+	char **av;
+	int rc, skip;
+
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i += 1 + skip) {
+		const char *v = job_flag_value(argv, i, argc, &skip);
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			printf("dg %s is short for 'dg server --job %s' (another --job is "
+			       "refused).\n\n", argv[0], job);
+		if (v && strcmp(v, job))
+			return cli_usage(argv[0], "'dg %s' runs a task of job '%s', not '%s' "
+					 "(use 'dg server --job %s')", argv[0], job, v, v);
+	}
+	if (!(av = calloc((size_t)argc + 3, sizeof *av))) {
+		fprintf(stderr, "dg: out of memory\n");
+		return dg_status_to_exit(DG_ENOMEM);
+	}
+	snprintf(job_val, sizeof job_val, "%s", job);
+	av[0] = argv[0];
+	av[1] = job_opt;
+	av[2] = job_val;
+	for (int i = 1; i < argc; i++)
+		av[i + 2] = argv[i];
+	rc = cmd_server(argc + 2, av);
+	free(av);
+	return rc;
+}
+
+static int cmd_ps(int argc, char **argv)
+{
+	return server_as("ps", argc, argv);
+}
+
+static int cmd_worker(int argc, char **argv)
+{
+	return server_as("worker", argc, argv);
 }
 
 /* dg help [CMD]: the table, or CMD's own --help. */
