@@ -211,6 +211,41 @@ enum dg_status dgfs_job_file(struct dgfs *fs, const char *id, const char *file,
 /* DG_OK when the master knows job id. */
 enum dg_status dgfs_job_exists(struct dgfs *fs, const char *id, struct dg_err *err);
 
+/* --- peer.c ----------------------------------------------------------------- */
+
+/* A ps address as dg_http_client_new takes it ("HOST:PORT", "[V6]:PORT", an
+ * optional http:// in any case, trailing slashes, no port for 80). */
+struct dgfs_peer {
+	char *host, *port;              /* owned: for getaddrinfo */
+	char *authority;                /* owned: "host:port" as given: Host: and messages */
+};
+enum dg_status dgfs_peer_parse(struct dgfs_peer *p, const char *addr, struct dg_err *err);
+void dgfs_peer_free(struct dgfs_peer *p);
+/* A blocking TCP connection to p (within 5 s; stop(ud), polled every 100 ms,
+ * gives up early), with send/recv timeouts of io_timeout_s and TCP_NODELAY.
+ * The fd, or -1 with *what ("connect to the ps") and *e (an errno). */
+int dgfs_peer_connect(const struct dgfs_peer *p, long io_timeout_s, bool (*stop)(void *),
+		      void *ud, const char **what, int *e);
+
+/* Where dgfs_get_direct puts a body. begin: the headers are in (info, the
+ * body's length): return a buffer of at least len bytes, or NULL to give up.
+ * progress: bytes [0, avail) of it are in; false gives up. stop: polled while
+ * connecting; true gives up (may be NULL). */
+struct dgfs_direct_sink {
+	void *(*begin)(void *ud, const struct dg_var_info *info, uint64_t len);
+	bool (*progress)(void *ud, uint64_t avail);
+	bool (*stop)(void *ud);
+};
+/* GET vars/NAME of task in encoding enc on a plain socket, received straight
+ * into the sink's buffer (no libcurl buffer to copy out of). *delivered says
+ * whether begin was called. Before that, any failure (a reply that is not a
+ * plain 200 with Content-Length and the tensor headers: DG_EUNSUPPORTED; a
+ * connection failure) leaves nothing done: the caller then takes the libcurl
+ * path (dg_var_get_stream), which says what went wrong. */
+enum dg_status dgfs_get_direct(struct dgfs *fs, int task, const char *name,
+			       enum dg_encoding enc, const struct dgfs_direct_sink *sink,
+			       void *ud, bool *delivered, struct dg_err *err);
+
 /* --- upload.c --------------------------------------------------------------- */
 
 /* A PUT of vars/NAME whose nbytes-long body is read from data (borrowed: the

@@ -31,15 +31,13 @@
 #define ERR_BODY_MAX ((size_t)64 << 10)  /* bytes of an error reply kept */
 #define HEAD_MAX ((size_t)16 << 10)      /* bytes of the reply's status line and headers */
 #define SEND_MAX ((uint64_t)4 << 20)     /* bytes per send(2) */
-#define CONNECT_MS 5000
 
 struct dgfs_upload {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;            /* avail grew, or the transfer ended */
 	pthread_t th;
 	int fd;                         /* the connection, or -1; closed by the thread */
-	char *host, *port;              /* owned: where the ps listens (getaddrinfo's) */
-	char *authority;                /* owned: "host:port" as given ("[v6]:port") */
+	struct dgfs_peer peer;          /* owned: where the ps listens */
 	char *url;                      /* owned: for messages */
 	struct dg_buf head;             /* the request line and headers */
 	const char *data;               /* borrowed: the writer's staging block */
@@ -67,70 +65,25 @@ static void set_failure(struct dgfs_upload *u, const char *what, int e)
 	}
 }
 
-/* Connect to the ps within CONNECT_MS; send(2) and recv(2) time out after
- * low_speed_s without progress (a ps that hangs). -1 with the failure set. */
+/* Connect to the ps (fs/peer.c); an abort stops the wait. */
+static bool upload_aborted(void *ud)
+{
+	struct dgfs_upload *u = ud;
+
+	pthread_mutex_lock(&u->lock);
+	bool stop = u->aborted;
+	pthread_mutex_unlock(&u->lock);
+	return stop;
+}
+
 static int connect_ps(struct dgfs_upload *u)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
-	int rc = getaddrinfo(u->host, u->port, &hints, &ai), fd = -1, err = ECONNREFUSED;
+	const char *what = NULL;
+	int e = 0;
+	int fd = dgfs_peer_connect(&u->peer, u->low_speed_s, upload_aborted, u, &what, &e);
 
-	if (rc != 0) {
-		set_failure(u, "resolve the ps", rc == EAI_SYSTEM ? errno : EHOSTUNREACH);
-		return -1;
-	}
-	for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-		fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-			    a->ai_protocol);
-		if (fd < 0) {
-			err = errno;
-			continue;
-		}
-		err = connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
-		if (err == EINPROGRESS) {
-			/* in slices, so that an abort (under the writer's handle
-			 * lock) need not wait for a slow accept */
-			struct pollfd p = { .fd = fd, .events = POLLOUT };
-			socklen_t len = sizeof err;
-			int pr = 0;
-			err = ETIMEDOUT;
-			for (int waited = 0; waited < CONNECT_MS && pr == 0; waited += 100) {
-				pthread_mutex_lock(&u->lock);
-				bool stop = u->aborted;
-				pthread_mutex_unlock(&u->lock);
-				if (stop) {
-					err = ECANCELED;
-					break;
-				}
-				pr = poll(&p, 1, 100);
-				if (pr < 0 && errno == EINTR)
-					pr = 0;
-			}
-			if (pr == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-				err = errno;
-			else if (pr < 0)
-				err = errno;
-		}
-		if (err != 0) {
-			close(fd);
-			fd = -1;
-		}
-	}
-	freeaddrinfo(ai);
-	if (fd < 0) {
-		set_failure(u, "connect to the ps", err);
-		return -1;
-	}
-	int one = 1, fl = fcntl(fd, F_GETFL);
-	struct timeval tv = { .tv_sec = u->low_speed_s };
-	/* the body's last byte goes alone at the commit: no Nagle delay */
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-		set_failure(u, "connect to the ps", errno);
-		close(fd);
-		return -1;
-	}
+	if (fd < 0)
+		set_failure(u, what, e);
 	return fd;
 }
 
@@ -285,7 +238,7 @@ static enum dg_status build_head(struct dgfs_upload *u, const char *path, const 
 	enum dg_status st = dg_buf_printf(&u->head, err,
 		"PUT %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n"
 		"Content-Type: application/octet-stream\r\nContent-Length: %" PRIu64 "\r\n"
-		"Dg-Dtype: %s\r\nDg-Shape: %s\r\n", path, u->authority, u->nbytes,
+		"Dg-Dtype: %s\r\nDg-Shape: %s\r\n", path, u->peer.authority, u->nbytes,
 		dg_dtype_name(dt), shape->ndim ? dims : "[]");
 	if (st == DG_OK && if_match)
 		st = dg_buf_printf(&u->head, err, "If-Match: \"%" PRIu64 "\"\r\n", if_match);
@@ -294,48 +247,6 @@ static enum dg_status build_head(struct dgfs_upload *u, const char *path, const 
 	if (st == DG_OK)
 		st = dg_buf_printf(&u->head, err, "\r\n");
 	return st;
-}
-
-/* The ps address as dg_http_client_new takes it (doc/http-api.md): "HOST:PORT",
- * "[V6]:PORT", an optional http:// in any case, trailing slashes, no port for
- * 80. Sets u->authority (for Host: and messages) and u->host, u->port. */
-static enum dg_status split_address(struct dgfs_upload *u, const char *addr, struct dg_err *err)
-{
-	const char *sep = strstr(addr, "://");
-	if (sep && sep - addr == 4 && strncasecmp(addr, "http", 4) == 0)
-		addr = sep + 3;
-	size_t n = strlen(addr);
-	while (n && addr[n - 1] == '/')
-		n--;
-	const char *h = addr, *he = addr + n, *port = "80";
-	size_t plen = 2;
-	if (n && *h == '[') {
-		const char *rb = memchr(h, ']', n);
-		if (!rb)
-			return dg_err_set(err, DG_EINVAL, "the ps address '%s' lacks a ']'", addr);
-		if (rb + 1 < he && rb[1] == ':') {
-			port = rb + 2;
-			plen = (size_t)(he - port);
-		}
-		h++;
-		he = rb;
-	} else {
-		const char *colon = n ? memrchr(h, ':', n) : NULL;
-		/* one colon: host:port; more: a bare IPv6 address without a port */
-		if (colon && !memchr(h, ':', (size_t)(colon - h))) {
-			port = colon + 1;
-			plen = (size_t)(he - port);
-			he = colon;
-		}
-	}
-	if (he == h || plen == 0)
-		return dg_err_set(err, DG_EINVAL, "the ps address '%s' has no host or port", addr);
-	u->authority = strndup(addr, n);
-	u->host = strndup(h, (size_t)(he - h));
-	u->port = strndup(port, plen);
-	if (!u->authority || !u->host || !u->port)
-		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	return DG_OK;
 }
 
 struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *name,
@@ -362,7 +273,7 @@ struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *nam
 	u->data = data;
 	u->nbytes = nbytes;
 	u->low_speed_s = fs->timeout_ms > 1000 ? fs->timeout_ms / 1000 : 1;
-	st = split_address(u, fs->tasks[task].address, err);
+	st = dgfs_peer_parse(&u->peer, fs->tasks[task].address, err);
 	if (st == DG_OK)
 		st = dg_buf_printf(&path, err, "/v1/vars/");
 	if (st == DG_OK)
@@ -370,7 +281,7 @@ struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *nam
 	if (st == DG_OK)
 		st = build_head(u, path.data, fs->cfg.token, dt, shape, if_match, err);
 	if (st == DG_OK)
-		st = dg_buf_printf(&u->body, err, "http://%s%s", u->authority, path.data);
+		st = dg_buf_printf(&u->body, err, "http://%s%s", u->peer.authority, path.data);
 	if (st == DG_OK && !(u->url = dg_buf_steal(&u->body, NULL)))
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 	dg_buf_deinit(&path);
@@ -419,9 +330,7 @@ static void upload_free(struct dgfs_upload *u, bool started)
 {
 	if (started)
 		pthread_join(u->th, NULL);
-	free(u->host);
-	free(u->port);
-	free(u->authority);
+	dgfs_peer_free(&u->peer);
 	free(u->url);
 	dg_buf_deinit(&u->head);
 	dg_buf_deinit(&u->body);

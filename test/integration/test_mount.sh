@@ -427,6 +427,15 @@ sh "$PY $TOOL produce $TMP/huge2.bin 4093 65537 333 | cat > vars/huge"
 fetch huge "$TMP/after"
 check "8 MiB streamed in odd chunks (4093, 65537, 333) arrives whole" \
 	"$([[ $rc -eq 0 ]] && cmp -s "$TMP/after.bin" "$TMP/huge2.bin"; echo $?)"
+# a new version put over HTTP: the mount's next read of it is cold and
+# streams the body (raw and .npy) straight into the handle's buffer
+curl -s -o /dev/null -X PUT -H 'Content-Type: application/octet-stream' \
+	--data-binary @"$TMP/huge.bin" "http://127.0.0.1:$PA/v1/vars/huge"
+sh 'cmp vars/huge "'"$TMP"'/huge.bin" && '"$PY"' -c "import numpy as np, sys
+a = np.load(\"npy/huge.npy\")
+sys.exit(0 if a.dtype == np.float32 and a.shape == (2097152,) and
+	a.tobytes() == open(sys.argv[1], \"rb\").read() else 1)" "'"$TMP"'/huge.bin"'
+check "a cold 8 MiB read streams the new version: vars/huge and npy/huge.npy are its bytes" "$rc"
 n0=$(commits)
 bad_write "6 MB of an 8 MiB tensor: EINVAL at close, the started PUT changes nothing" \
 	huge 'head -c 6000000 "'"$TMP"'/huge.bin" > vars/huge' "Invalid argument"
