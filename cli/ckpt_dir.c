@@ -112,9 +112,14 @@ static enum dg_status dest_kind(const char *dir, bool force, enum dest_kind *kin
 	/* --force replaces an old checkpoint only, never some other directory. */
 	if (path_join(path, sizeof path, dir, CKPT_MANIFEST, err) != DG_OK)
 		return err->code;
-	if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		dg_err_set(err, DG_EEXIST, "not replacing '%s': it is not a checkpoint (no %s)",
-			   dir, CKPT_MANIFEST);
+	json_t *j = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) ?
+		    json_load_file(path, 0, NULL) : NULL;
+	const char *fmt = json_string_value(json_object_get(j, "format"));
+	bool ours = fmt && !strcmp(fmt, CKPT_FORMAT);
+	json_decref(j);
+	if (!ours) {
+		dg_err_set(err, DG_EEXIST, "not replacing '%s': it is not a checkpoint (no %s "
+			   "with \"format\": \"%s\")", dir, CKPT_MANIFEST, CKPT_FORMAT);
 		dg_err_hint(err, "--force replaces only a directory written by 'dg checkpoint save "
 			    "DIR'; choose another DIR");
 		return DG_EEXIST;
@@ -214,7 +219,8 @@ enum dg_status ckpt_install(const char *stage, const char *dir, bool force, stru
 			return dg_err_set(err, DG_EIO, "renaming '%s' to '%s': %s", stage, dir,
 					  strerror(errno));
 	} else if (renameat2(AT_FDCWD, stage, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
-		ckpt_remove_tree(stage);         /* now the old checkpoint */
+		fsync_parent(dir);               /* the exchange is durable before ... */
+		ckpt_remove_tree(stage);         /* ... the old checkpoint goes */
 	} else {
 		/* A filesystem without RENAME_EXCHANGE: the old one moves aside first,
 		 * so for a moment DIR is absent (never half written). */
@@ -236,6 +242,7 @@ enum dg_status ckpt_install(const char *stage, const char *dir, bool force, stru
 			free(old);
 			return DG_EIO;
 		}
+		fsync_parent(dir);
 		ckpt_remove_tree(old);
 		free(old);
 	}
@@ -346,10 +353,10 @@ enum dg_status ckpt_export_var(const char *root, struct dg_client *c, const char
 	enum dg_status st;
 	char *slash;
 
-	if ((st = path_join(part, sizeof part, root, name, err)) != DG_OK)
+	/* The name comes from the server: it must not lead out of root. */
+	if ((st = dg_var_name_check(name, err)) != DG_OK ||
+	    (st = path_join(part, sizeof part, root, name, err)) != DG_OK)
 		return st;
-	if (strlen(part) + 8 > sizeof part)
-		return dg_err_set(err, DG_EINVAL, "path '%s' is too long", part);
 	if ((slash = strrchr(part, '/')) && slash > part + strlen(root)) {
 		*slash = '\0';
 		st = mkdir_p(part, err);
@@ -357,7 +364,10 @@ enum dg_status ckpt_export_var(const char *root, struct dg_client *c, const char
 		if (st != DG_OK)
 			return st;
 	}
-	strcat(part, ".part");
+	/* '#' is in no variable name, so no file or directory of the checkpoint
+	 * has this name, and it stays short whatever the variable's name. */
+	if ((st = path_join(part, sizeof part, root, "#part", err)) != DG_OK)
+		return st;
 	if ((s.fd = open(part, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0)
 		return dg_err_set(err, DG_EIO, "cannot create '%s': %s", part, strerror(errno));
 	st = stream_var(c, name, &s, err);
@@ -549,7 +559,12 @@ static enum dg_status parse_var(const char *dir, int i, json_t *e, struct ckpt_v
 		return bad_entry(err, dir, i, "\"encoding\" is not npy, or raw (bfloat16 is raw)");
 	v->raw = !strcmp(enc, "raw");
 	/* The file stays inside DIR: the same rules as a variable name. */
-	if (!file || dg_var_name_check(file, &e2) != DG_OK) {
+	size_t fl = file ? strlen(file) : 0;
+	char stem[DG_VAR_NAME_MAX + 1] = "";
+	if (fl > 4 && fl - 4 < sizeof stem)
+		snprintf(stem, sizeof stem, "%.*s", (int)(fl - 4), file);
+	if (!file || !stem[0] || strcmp(file + fl - 4, v->raw ? ".raw" : ".npy") ||
+	    dg_var_name_check(stem, &e2) != DG_OK) {
 		snprintf(msg, sizeof msg, "\"file\" is not a relative path inside the "
 			 "checkpoint (%s)", e2.msg);
 		return bad_entry(err, dir, i, msg);
@@ -725,7 +740,7 @@ enum dg_status ckpt_load_var(const char *dir, const struct ckpt_var *v, struct d
 		*out = NULL;
 	if ((st = path_join(path, sizeof path, dir, v->file, err)) != DG_OK)
 		return st;
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) {
 		dg_err_set(err, errno == ENOENT ? DG_ENOTFOUND : DG_EIO, "file %s of variable '%s' "
 			   "%s", path, v->name, errno == ENOENT ? "is missing" : strerror(errno));
 		return err->code;

@@ -305,7 +305,18 @@ static int export_cmd(const struct ckpt_args *a)
 	if (st == DG_OK) {
 		if (vl.n)
 			qsort(vl.v, (size_t)vl.n, sizeof *vl.v, var_cmp);
-		st = ckpt_manifest_write(stage, vl.v, vl.n, tasks, &err);
+		/* One name on two tasks with different encodings (w.npy, w.raw) got
+		 * past the file check: restore would refuse this manifest. */
+		for (int i = 1; st == DG_OK && i < vl.n; i++) {
+			if (strcmp(vl.v[i - 1].name, vl.v[i].name))
+				continue;
+			st = dg_err_set(&err, DG_EEXIST, "variable '%s' is on more than one task "
+					"(%s and %s)", vl.v[i].name, vl.v[i - 1].task, vl.v[i].task);
+			dg_err_hint(&err, "remove the copies with 'dg var rm' on all but one task, "
+				    "then save again");
+		}
+		if (st == DG_OK)
+			st = ckpt_manifest_write(stage, vl.v, vl.n, tasks, &err);
 	}
 	if (st == DG_OK && (st = ckpt_install(stage, a->dir, a->force, &err)) == DG_OK)
 		print_saved(a, &vl, ts.n, now_s() - t0);

@@ -499,7 +499,8 @@ static bool stream_body(void *ud, uint64_t offset, const void *p, size_t n)
 {
 	struct stream *s = ud;
 
-	if (!s->have_info) {
+	/* offset 0 again: a retried request, whose reply may be a newer value. */
+	if (!s->have_info || offset == 0) {
 		if (info_from_headers(s->c, s->name, &s->c->res, &s->info, NULL) != DG_OK)
 			return false;
 		s->have_info = true;

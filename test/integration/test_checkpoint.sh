@@ -138,6 +138,12 @@ mkdir -p "$TMP/other" && echo keep >"$TMP/other/notes.txt"
 run checkpoint save "$TMP/other" "${A[@]}" --force
 check_err "--force does not replace a directory that is not a checkpoint" 4 "is not a checkpoint"
 check "and that directory is untouched" '[[ $(cat "$TMP/other/notes.txt") == keep ]]'
+echo '{"name": "some web app"}' >"$TMP/other/manifest.json"
+run checkpoint save "$TMP/other" "${A[@]}" --force
+check_err "--force does not replace a directory whose manifest.json is not a checkpoint's" 4 \
+	"is not a checkpoint"
+check "and that directory is untouched too" \
+	'[[ $(cat "$TMP/other/notes.txt") == keep && -f $TMP/other/manifest.json ]]'
 run checkpoint save "$TMP/ck" "${A[@]}" --force --json
 check "--force replaces an earlier checkpoint; --json gives the totals" \
 	'[[ $rc -eq 0 ]] && grep -q "\"variables\":6," "$TMP/out" && run_py'
