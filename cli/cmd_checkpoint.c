@@ -763,7 +763,7 @@ static int parse_args(int argc, char **argv, struct ckpt_args *a)
 		return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
 	if (!strcmp(a->sub, "restore") && !a->dir)
 		return cli_usage(cmd, "missing DIR (a directory 'dg checkpoint save DIR' wrote)");
-	if (a->force && !a->dir)
+	if (a->force && (!a->dir || strcmp(a->sub, "save")))
 		return cli_usage(cmd, "--force applies to 'dg checkpoint save DIR' only");
 	if (a->n_only && strcmp(a->sub, "restore"))
 		return cli_usage(cmd, "--only applies to 'dg checkpoint restore' only");

@@ -147,6 +147,8 @@ check "and that directory is untouched too" \
 run checkpoint save "$TMP/ck" "${A[@]}" --force --json
 check "--force replaces an earlier checkpoint; --json gives the totals" \
 	'[[ $rc -eq 0 ]] && grep -q "\"variables\":6," "$TMP/out" && run_py'
+run checkpoint restore "$TMP/ck" "${A[@]}" --force
+check_err "restore refuses --force (it applies to save DIR)" 1 "--force applies to"
 mkdir -p "$TMP/empty"
 run checkpoint save "$TMP/empty/" "${A[@]}"
 check "an empty DIR (given with a trailing slash) is used" \
