@@ -179,7 +179,8 @@ static const char *const opt_keys[] = {
 	"rule", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", NULL,
 };
 static const char *const sched_keys[] = { "kind", "every", "factor", NULL };
-static const char *const eval_keys[] = { "fetch", "every_epochs", "every_steps", NULL };
+static const char *const eval_keys[] = { "fetch", "every_epochs", "every_steps", "barrier",
+					 NULL };
 static const char *const rules[] = { "sgd", "momentum", "adam", NULL };
 static const char *const kinds[] = { "constant", "step", "exponential", NULL };
 static const char *const modes[] = { "async", "sync", NULL };
@@ -306,6 +307,8 @@ static enum dg_status parse_eval(const json_t *v, struct train_spec *s, struct d
 	if ((st = get_refs(v, p, "fetch", false, &s->eval_fetch, &s->n_eval_fetch, err)) != DG_OK)
 		return st;
 	if ((st = get_int(v, p, "every_epochs", 1, INT64_MAX, &s->eval_every_epochs, err)) != DG_OK)
+		return st;
+	if ((st = get_bool(v, p, "barrier", &s->eval_barrier, err)) != DG_OK)
 		return st;
 	return get_int(v, p, "every_steps", 1, INT64_MAX, &s->eval_every_steps, err);
 }

@@ -643,6 +643,55 @@ Test(jobs, variables_are_initialised_once_and_read_where_used)
 	json_decref(st);
 }
 
+/* Async training where every step subtracts exactly 0.5 from w (loss = sum(w * 1), sgd lr
+ * 0.5), 2 replicas, an eval of w every 3 steps: an eval that sees exactly b steps of each
+ * replica reads w = -0.5 * 2b = -b, at mean replica step b. Without eval.barrier the
+ * eval runs when replica 0 gets there, wherever the other replica is (mean step 1 or 7 at
+ * the first eval, w not -3). */
+Test(jobs, async_evals_with_a_barrier_see_exactly_the_steps_of_every_replica)
+{
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	char path[128];
+	json_t *st;
+	int n_eval = 0;
+	const char *body = "{'graph': {'nodes': ["
+		"{'name':'w','op':'Variable','attrs':{'shape':[1],'init':'zeros',"
+		"'var':'test/evalw'}},"
+		"{'name':'one','op':'Const','attrs':{'value':1.0}},"
+		"{'name':'prod','op':'Mul','inputs':['w','one']},"
+		"{'name':'loss','op':'Sum','inputs':['prod']},"
+		"{'name':'wv','op':'Identity','inputs':['w']}],"
+		"'training': {'loss':'loss','optimizer':{'rule':'sgd','lr':0.5},'steps':12,"
+		"'replicas':2,'mode':'async','reinit':true,"
+		"'eval':{'fetch':['wv'],'every_steps':3,'barrier':true}}}}";
+
+	const char *id = run_job(body, &st);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "done", "%s",
+			 json_dumps(json_object_get(st, "error"), 0));
+	json_decref(st);
+	snprintf(path, sizeof path, "/v1/jobs/%s/events?from=0", id);
+	cr_assert_eq(req("GET", path, NULL, NULL, 0, &res, &err), DG_OK, "%s", err.msg);
+	/* One event per line; the evals after steps 3, 6 and 9, then the final one. */
+	for (char *line = res.body.data, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+		nl = strchr(line, '\n');
+		json_t *ev = json_loadb(line, nl ? (size_t)(nl - line) : strlen(line), 0, NULL);
+		cr_assert_not_null(ev, "event line: %.80s", line);
+		if (strcmp(json_string_value(json_object_get(ev, "event")), "eval") == 0) {
+			json_t *v = json_object_get(json_object_get(ev, "values"), "wv");
+			int64_t step = json_integer_value(json_object_get(ev, "step"));
+			n_eval++;
+			cr_assert_eq(step, 3 * n_eval, "eval %d at mean step %lld", n_eval,
+				     (long long)step);
+			cr_assert_float_eq(json_number_value(v), -3.0 * n_eval, 1e-9,
+					   "eval %d: w = %g", n_eval, json_number_value(v));
+		}
+		json_decref(ev);
+	}
+	dg_http_result_deinit(&res);
+	cr_assert_eq(n_eval, 4);
+}
+
 Test(jobs, cancel_aborts_a_running_job_and_concurrent_jobs_do_not_mix)
 {
 	struct dg_http_result res;

@@ -156,7 +156,8 @@ Test(train, spec_parse_reads_every_documented_key)
 	     " 'optimizer': {'rule': 'momentum', 'lr': 0.05, 'momentum': 0.9, 'nesterov': true},"
 	     " 'lr_schedule': {'kind': 'step', 'every': 100, 'factor': 0.5},"
 	     " 'steps': 1000, 'batch': 128, 'replicas': 3, 'mode': 'sync', 'backup': 1,"
-	     " 'checkpoint_secs': 30, 'eval': {'fetch': ['test_acc'], 'every_steps': 200},"
+	     " 'checkpoint_secs': 30, 'eval': {'fetch': ['test_acc'], 'every_steps': 200,"
+	     " 'barrier': true},"
 	     " 'reinit': true}", &s);
 	cr_assert_str_eq(s.loss, "loss:0");
 	cr_assert_eq(s.n_metrics, 2);
@@ -179,6 +180,7 @@ Test(train, spec_parse_reads_every_documented_key)
 	cr_assert_str_eq(s.eval_fetch[0], "test_acc");
 	cr_assert_eq(s.eval_every_steps, 200);
 	cr_assert_eq(s.eval_every_epochs, 0);
+	cr_assert(s.eval_barrier);
 	cr_assert(s.reinit);
 	train_spec_deinit(&s);
 	cr_assert_null(s.loss);
@@ -271,6 +273,8 @@ Test(train, spec_parse_refuses_each_bad_key_or_value_naming_it)
 		{ "{'loss':'l','optimizer':{'rule':'sgd','lr':0.1},'steps':1,"
 		  "'eval':{'fetch':['a'],'every_epochs':1,'every_steps':5}}",
 		  "both every_epochs and every_steps" },
+		{ "{'loss':'l','optimizer':{'rule':'sgd','lr':0.1},'steps':1,"
+		  "'eval':{'fetch':['a'],'barrier':1}}", "training.eval.barrier" },
 		{ "{'loss':'l','optimizer':{'rule':'sgd','lr':0.1},'steps':1,'metrics':['a',7]}",
 		  "training.metrics[1]" },
 		{ "{'loss':'l','optimizer':{'rule':'sgd','lr':0.1},'steps':1,'reinit':'yes'}",

@@ -24,6 +24,7 @@ struct train_spec {
 	bool sync; int backup;
 	double checkpoint_secs;
 	char **eval_fetch; int n_eval_fetch; int64_t eval_every_epochs, eval_every_steps;
+	bool eval_barrier;                                  /* async: replicas wait at evals */
 	bool reinit;
 };
 
