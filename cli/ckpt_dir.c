@@ -345,6 +345,32 @@ static enum dg_status stream_var(struct dg_client *c, const char *name, struct s
 	return DG_OK;
 }
 
+/* A file for a variable whose NAME.npy cannot be one (a name that is a
+ * directory of another variable's file, under manifest.json, or too long for
+ * the filesystem): part linked as "#/N.ext", the first N free ('#' is in no
+ * variable name, so these never meet a NAME.npy). rel gets the name. */
+static enum dg_status spare_file(const char *root, const char *part, const char *ext, char *rel,
+				 size_t rel_n, struct dg_err *err)
+{
+	char dir[PATH_MAX], final[PATH_MAX];
+	enum dg_status st = path_join(dir, sizeof dir, root, "#", err);
+
+	if (st == DG_OK && mkdir(dir, 0777) != 0 && errno != EEXIST)
+		st = dg_err_set(err, DG_EIO, "cannot create directory '%s': %s", dir,
+				strerror(errno));
+	for (unsigned n = 1; st == DG_OK; n++) {
+		snprintf(rel, rel_n, "#/%u.%s", n, ext);
+		if ((st = path_join(final, sizeof final, root, rel, err)) != DG_OK)
+			break;
+		if (link(part, final) == 0)
+			return DG_OK;
+		if (errno != EEXIST)
+			st = dg_err_set(err, DG_EIO, "cannot create '%s': %s", final,
+					strerror(errno));
+	}
+	return st;
+}
+
 enum dg_status ckpt_export_var(const char *root, struct dg_client *c, const char *name,
 			       const char *task, struct ckpt_var *out, struct dg_err *err)
 {
@@ -354,15 +380,15 @@ enum dg_status ckpt_export_var(const char *root, struct dg_client *c, const char
 	char *slash;
 
 	/* The name comes from the server: it must not lead out of root. */
-	if ((st = dg_var_name_check(name, err)) != DG_OK ||
-	    (st = path_join(part, sizeof part, root, name, err)) != DG_OK)
+	if ((st = dg_var_name_check(name, err)) != DG_OK)
 		return st;
-	if ((slash = strrchr(part, '/')) && slash > part + strlen(root)) {
+	/* NAME.npy, unless that cannot be a file of its own (spare_file) */
+	bool spare = strncmp(name, CKPT_MANIFEST "/", strlen(CKPT_MANIFEST) + 1) == 0 ||
+		     path_join(part, sizeof part, root, name, NULL) != DG_OK;
+	if (!spare && (slash = strrchr(part, '/')) && slash > part + strlen(root)) {
 		*slash = '\0';
-		st = mkdir_p(part, err);
+		spare = mkdir_p(part, NULL) != DG_OK;
 		*slash = '/';
-		if (st != DG_OK)
-			return st;
 	}
 	/* '#' is in no variable name, so no file or directory of the checkpoint
 	 * has this name, and it stays short whatever the variable's name. */
@@ -373,12 +399,29 @@ enum dg_status ckpt_export_var(const char *root, struct dg_client *c, const char
 	st = stream_var(c, name, &s, err);
 	if (close(s.fd) != 0 && st == DG_OK)
 		st = dg_err_set(err, DG_EIO, "closing '%s': %s", part, strerror(errno));
-	if (st == DG_OK) {
-		snprintf(rel, sizeof rel, "%s.%s", name, s.info.dtype == DG_BF16 ? "raw" : "npy");
-		st = path_join(final, sizeof final, root, rel, err);
+	const char *ext = s.info.dtype == DG_BF16 ? "raw" : "npy";
+	if (st == DG_OK && !spare) {
+		snprintf(rel, sizeof rel, "%s.%s", name, ext);
+		if (path_join(final, sizeof final, root, rel, NULL) != DG_OK)
+			spare = true;
 	}
-	/* link(2) refuses an existing name: two tasks holding the same variable. */
-	if (st == DG_OK && link(part, final) != 0) {
+	/* link(2) refuses an existing name: a regular file there is this name
+	 * again (two tasks holding the same variable); a directory there, or a
+	 * name too long for the filesystem, sends the file to spare_file. */
+	int le = 0;
+	if (st == DG_OK && !spare && link(part, final) != 0) {
+		struct stat sb;
+		le = errno;
+		if (le == ENAMETOOLONG || le == ENOTDIR || le == EISDIR ||
+		    (le == EEXIST && lstat(final, &sb) == 0 && !S_ISREG(sb.st_mode)))
+			spare = true;
+	}
+	if (st == DG_OK && spare) {
+		st = spare_file(root, part, ext, rel, sizeof rel, err);
+		le = 0;
+	}
+	if (st == DG_OK && le) {
+		errno = le;
 		if (errno == EEXIST) {
 			dg_err_set(err, DG_EEXIST, "variable '%s' is on more than one task (again "
 				   "on %s)", name, task);
@@ -558,13 +601,16 @@ static enum dg_status parse_var(const char *dir, int i, json_t *e, struct ckpt_v
 	    (v->dtype == DG_BF16 && strcmp(enc, "raw")))
 		return bad_entry(err, dir, i, "\"encoding\" is not npy, or raw (bfloat16 is raw)");
 	v->raw = !strcmp(enc, "raw");
-	/* The file stays inside DIR: the same rules as a variable name. */
+	/* The file stays inside DIR: the same rules as a variable name, or a
+	 * spare "#/N.npy" (spare_file). */
 	size_t fl = file ? strlen(file) : 0;
 	char stem[DG_VAR_NAME_MAX + 1] = "";
 	if (fl > 4 && fl - 4 < sizeof stem)
 		snprintf(stem, sizeof stem, "%.*s", (int)(fl - 4), file);
+	bool spare = stem[0] == '#' && stem[1] == '/' && stem[2] >= '1' && stem[2] <= '9' &&
+		     strspn(stem + 2, "0123456789") == strlen(stem + 2) && strlen(stem) < 12;
 	if (!file || !stem[0] || strcmp(file + fl - 4, v->raw ? ".raw" : ".npy") ||
-	    dg_var_name_check(stem, &e2) != DG_OK) {
+	    (!spare && dg_var_name_check(stem, &e2) != DG_OK)) {
 		snprintf(msg, sizeof msg, "\"file\" is not a relative path inside the "
 			 "checkpoint (%s)", e2.msg);
 		return bad_entry(err, dir, i, msg);

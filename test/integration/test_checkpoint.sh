@@ -272,6 +272,23 @@ check "x is replaced where it is now, its slot follows it, the stray copy is gon
 run var get x.momentum "${T[@]}"
 check_out "the slot has its saved value" 0 "$(printf '# float32 [2,3]\n2 2 2\n2 2 2')"
 
+# names whose NAME.npy cannot be a file of its own go to #/N.npy
+"$DG" var put a "${T[@]}" --value '[1,2]' >/dev/null
+"$DG" var put a.npy/b "${T[@]}" --value '[3]' >/dev/null
+"$DG" var put manifest.json/x "${T[@]}" --value '[4]' >/dev/null
+run checkpoint save "$TMP/ck3" "${T[@]}"
+check "names that collide as files (a and a.npy/b, manifest.json/x) still save" \
+	'[[ $rc -eq 0 ]] && grep -q "\"file\":\"#/1.npy\"" "$TMP/ck3/manifest.json" &&
+	 grep -q "\"file\":\"#/2.npy\"" "$TMP/ck3/manifest.json"'
+"$DG" var rm a "${T[@]}" >/dev/null
+"$DG" var put a.npy/b "${T[@]}" --value '[0]' >/dev/null
+"$DG" var put manifest.json/x "${T[@]}" --value '[0]' >/dev/null
+run checkpoint restore "$TMP/ck3" "${T[@]}"
+vals=$(for v in a a.npy/b manifest.json/x; do "$DG" var get "$v" "${T[@]}" | tail -n 1; done |
+	tr '\n' ' ')
+check "  ... and restore them (a = 1 2, a.npy/b = 3, manifest.json/x = 4)" \
+	'[[ $rc -eq 0 && $vals == "1 2 3 4 " ]]'
+
 for f in "$TMP"/*.log; do
 	if grep -qE 'Sanitizer|runtime error:' "$f"; then
 		failed=$((failed + 1))
