@@ -6,9 +6,11 @@
 #ifndef DG_TEST_MLP_STEP_H
 #define DG_TEST_MLP_STEP_H
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <criterion/criterion.h>
 #include <jansson.h>
 
 #include "dg/autodiff.h"
@@ -96,6 +98,23 @@ done:
 	json_decref(doc);
 	dg_graph_free(g);
 	return st;
+}
+
+/* |a - b| <= rel * max|cpu| elementwise (gradients have entries near zero):
+ * the CPU value c against the GPU value g. */
+static inline void mlp_expect_close(const struct dg_tensor *c, const struct dg_tensor *g,
+				    double rel, const char *what)
+{
+	double mx = 0;
+
+	cr_assert(dg_shape_eq(&c->shape, &g->shape), "%s: shapes differ", what);
+	for (int64_t i = 0; i < c->numel; i++)
+		mx = fmax(mx, fabs(dg_tensor_get_f64(c, i)));
+	for (int64_t i = 0; i < c->numel; i++) {
+		double a = dg_tensor_get_f64(c, i), b = dg_tensor_get_f64(g, i);
+		cr_assert(fabs(a - b) <= rel * mx, "%s: element %lld cpu %.9g gpu %.9g (max %.3g)",
+			  what, (long long)i, a, b, mx);
+	}
 }
 
 #endif

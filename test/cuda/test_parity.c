@@ -1065,22 +1065,6 @@ static void mlp_run(const char *dev, struct dg_tensor **out)
 	dg_graph_free(g);
 }
 
-/* |a - b| <= rel * max|cpu| elementwise (gradients have entries near zero). */
-static void expect_close_scaled(const struct dg_tensor *c, const struct dg_tensor *g, double rel,
-				const char *what)
-{
-	double mx = 0;
-
-	cr_assert(dg_shape_eq(&c->shape, &g->shape), "%s: shapes differ", what);
-	for (int64_t i = 0; i < c->numel; i++)
-		mx = fmax(mx, fabs(dg_tensor_get_f64(c, i)));
-	for (int64_t i = 0; i < c->numel; i++) {
-		double a = dg_tensor_get_f64(c, i), b = dg_tensor_get_f64(g, i);
-		cr_assert(fabs(a - b) <= rel * mx, "%s: element %lld cpu %.9g gpu %.9g (max %.3g)",
-			  what, (long long)i, a, b, mx);
-	}
-}
-
 static const char *const MLP_OUT[9] = { "loss", "w1_new", "b1_new", "w2_new", "b2_new",
 					"grad w1", "grad b1", "grad w2", "grad b2" };
 
@@ -1106,7 +1090,7 @@ Test(cuda_exec, mlp_training_step_on_the_gpu_equals_the_cpu_step)
 	cr_assert_float_eq(dg_tensor_get_f64(gpu[0], 0), dg_tensor_get_f64(cpu[0], 0),
 			   1e-5 * log(10.0));
 	for (int k = 1; k < 9; k++)
-		expect_close_scaled(cpu[k], gpu[k], k < 5 ? 1e-5 : 1e-4, MLP_OUT[k]);
+		mlp_expect_close(cpu[k], gpu[k], k < 5 ? 1e-5 : 1e-4, MLP_OUT[k]);
 	for (int k = 0; k < 9; k++) {
 		dg_tensor_free(cpu[k]);
 		dg_tensor_free(gpu[k]);

@@ -128,22 +128,6 @@ static void free_run(struct mlp_run *r)
 		dg_tensor_free(r->out[k]);
 }
 
-/* |a - b| <= rel * max|cpu| elementwise. */
-static void expect_close(const struct dg_tensor *c, const struct dg_tensor *g, double rel,
-			 const char *what)
-{
-	double mx = 0;
-
-	cr_assert(dg_shape_eq(&c->shape, &g->shape), "%s: shapes differ", what);
-	for (int64_t i = 0; i < c->numel; i++)
-		mx = fmax(mx, fabs(dg_tensor_get_f64(c, i)));
-	for (int64_t i = 0; i < c->numel; i++) {
-		double a = dg_tensor_get_f64(c, i), b = dg_tensor_get_f64(g, i);
-		cr_assert(fabs(a - b) <= rel * mx, "%s: element %lld cpu %.9g gpu %.9g (max %.3g)",
-			  what, (long long)i, a, b, mx);
-	}
-}
-
 static void expect_same_bits(const struct mlp_run *a, const struct mlp_run *b)
 {
 	for (int k = 0; k < N_FETCH; k++) {
@@ -198,8 +182,8 @@ Test(place_gpu_exec, mlp_step_fragment_on_the_gpu_equals_the_cpu_step)
 	cr_assert_float_eq(dg_tensor_get_f64(cost.out[0], 0), dg_tensor_get_f64(cpu.out[0], 0),
 			   1e-5 * log(10.0));
 	for (int k = 1; k < N_FETCH; k++) {
-		expect_close(cpu.out[k], gpu.out[k], 1e-5, fetch_names[k]);
-		expect_close(cpu.out[k], cost.out[k], 1e-5, fetch_names[k]);
+		mlp_expect_close(cpu.out[k], gpu.out[k], 1e-5, fetch_names[k]);
+		mlp_expect_close(cpu.out[k], cost.out[k], 1e-5, fetch_names[k]);
 	}
 	/* Every node on the GPU: the only host copies are the five fetched values,
 	 * whatever the ~40 nodes between them exchange. */
