@@ -1,12 +1,21 @@
 /* The mount's own reads and writes of /dev/fuse (libfuse3's custom io): plain
- * read(2) and writev(2), except that the reply to the kernel's INIT request
- * also accepts FUSE_DIRECT_IO_ALLOW_MMAP, which libfuse 3.14 cannot express
- * (its capability mask is 32 bits). With it a direct-I/O open can still be
- * mapped MAP_SHARED, so cold reads need not go through the page cache. */
+ * read(2) and writev(2), except that
+ * - the reply to the kernel's INIT request also accepts
+ *   FUSE_DIRECT_IO_ALLOW_MMAP, which libfuse 3.14 cannot express (its
+ *   capability mask is 32 bits): with it a direct-I/O open can still be mapped
+ *   MAP_SHARED, so cold reads need not go through the page cache;
+ * - a read reply can be written from the handle's bytes (no copy into
+ *   libfuse's buffer);
+ * - a write's payload can be received straight where the handle stages it
+ *   (no copy out of libfuse's buffer; see dgfs_devio_landing in fs.h). The
+ *   kernel copies a request into the buffers of one read(2), so the place
+ *   must be chosen before the request is seen: it is the place the file's
+ *   previous write predicts (sequential writers hit it every time). */
 #define FUSE_USE_VERSION 31
 #include <errno.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,26 +43,127 @@ static _Atomic bool *dio_flag;                  /* the mount's: cleared if no pa
 /* The request this thread read last (it handles it, then reads the next). */
 static __thread uint64_t cur_unique;
 
+/* Landings (dgfs_devio_landing). read_tok lets one thread at a time read
+ * /dev/fuse while landings are on: a landing is only safe while no other
+ * thread can receive a write into the same bytes (see fs.h). */
+#define WRITE_HDR (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
+static const struct dgfs_landing_ops *land_ops;
+static sem_t read_tok;
+static struct dgfs_landing pending;             /* guarded by read_tok */
+static bool pending_set;
+/* The write this thread read last, if its payload landed. */
+static __thread struct { uint64_t unique; const void *dst; size_t size; } landed;
+
+/* The request just read: remember its id; look into an INIT. */
+static void note_request(const char *buf, ssize_t n)
+{
+	if (n < (ssize_t)sizeof(struct fuse_in_header))
+		return;
+	const struct fuse_in_header *in = (const void *)buf;
+	cur_unique = in->unique;
+	if (in->opcode == OPCODE_INIT && (size_t)n >= sizeof *in +
+	    offsetof(struct fuse_init_in, flags2) + sizeof(uint32_t)) {
+		struct fuse_init_in ii;
+		memcpy(&ii, buf + sizeof *in, offsetof(struct fuse_init_in, flags2) + sizeof(uint32_t));
+		bool ext = ii.flags & FUSE_INIT_EXT;
+		uint64_t flags = ii.flags | (ext ? (uint64_t)ii.flags2 << 32 : 0);
+		atomic_store(&init_offered, ext && (flags & FUSE_DIRECT_IO_ALLOW_MMAP));
+		atomic_store(&init_unique, in->unique);
+	}
+}
+
+/* One read of /dev/fuse by the holder of read_tok: into the pending
+ * landing if there is one (header and write_in into buf, the next bytes at
+ * the landing, any more after them in buf). */
+static ssize_t read_landing(int fd, char *buf, size_t len)
+{
+	struct dgfs_landing l = pending;
+	size_t ll = 0;
+	ssize_t n;
+
+	if (pending_set && len > WRITE_HDR) {
+		ll = l.len < len - WRITE_HDR ? l.len : len - WRITE_HDR;
+		struct iovec iov[3] = {
+			{ buf, WRITE_HDR }, { l.dst, ll }, { buf + WRITE_HDR + ll, len - WRITE_HDR - ll },
+		};
+		n = readv(fd, iov, iov[2].iov_len ? 3 : 2);
+	} else {
+		n = read(fd, buf, len);
+	}
+	if (n < (ssize_t)sizeof(struct fuse_in_header))
+		return n;
+	const struct fuse_in_header *in = (const void *)buf;
+	struct fuse_write_in wi;
+	bool is_write = in->opcode == FUSE_WRITE && (size_t)n >= WRITE_HDR &&
+			in->total_extlen == 0 && in->len == (uint32_t)n;
+	if (is_write)
+		memcpy(&wi, buf + sizeof *in, sizeof wi);
+	bool hit = ll && is_write && wi.fh == l.fh && wi.offset == l.off && wi.size <= ll &&
+		   (size_t)n == WRITE_HDR + wi.size;
+	if (ll && !hit && (size_t)n > WRITE_HDR)       /* not the expected write: back */
+		memcpy(buf + WRITE_HDR, l.dst, (size_t)n - WRITE_HDR < ll ? (size_t)n - WRITE_HDR
+									 : ll);
+	note_request(buf, n);
+	if (hit) {
+		landed.unique = in->unique;
+		landed.dst = l.dst;
+		landed.size = wi.size;
+	}
+	if (is_write) {
+		/* the file's next write is expected where this one ends */
+		struct dgfs_landing next;
+		if (pending_set)
+			land_ops->put(pending.obj);
+		pending_set = land_ops->seen(wi.fh, wi.offset, wi.size, &next);
+		if (pending_set)
+			pending = next;
+	}
+	return n;
+}
+
 static ssize_t io_read(int fd, void *buf, size_t len, void *ud)
 {
 	(void)ud;
-	ssize_t n = read(fd, buf, len);
-
-	if (n >= (ssize_t)sizeof(struct fuse_in_header)) {
-		const struct fuse_in_header *in = buf;
-		cur_unique = in->unique;
-		if (in->opcode == OPCODE_INIT && (size_t)n >= sizeof *in +
-		    offsetof(struct fuse_init_in, flags2) + sizeof(uint32_t)) {
-			struct fuse_init_in ii;
-			memcpy(&ii, (const char *)buf + sizeof *in,
-			       offsetof(struct fuse_init_in, flags2) + sizeof(uint32_t));
-			bool ext = ii.flags & FUSE_INIT_EXT;
-			uint64_t flags = ii.flags | (ext ? (uint64_t)ii.flags2 << 32 : 0);
-			atomic_store(&init_offered, ext && (flags & FUSE_DIRECT_IO_ALLOW_MMAP));
-			atomic_store(&init_unique, in->unique);
-		}
+	if (!land_ops) {
+		ssize_t n = read(fd, buf, len);
+		note_request(buf, n);
+		return n;
 	}
+	/* libfuse cancels its threads (in here too: sem_wait and readv are
+	 * cancellation points) only when the session ends, so a token that
+	 * leaves with a cancelled thread is never needed again */
+	while (sem_wait(&read_tok) != 0)
+		;
+	ssize_t n = read_landing(fd, buf, len);
+	int e = errno;
+
+	sem_post(&read_tok);
+	errno = e;
 	return n;
+}
+
+bool dgfs_devio_landed(const void *dst, size_t size)
+{
+	bool yes = landed.dst && landed.unique == cur_unique && landed.dst == dst &&
+		   landed.size == size;
+
+	landed.dst = NULL;
+	return yes;
+}
+
+void dgfs_devio_landing_stop(void)
+{
+	if (land_ops && pending_set)
+		land_ops->put(pending.obj);
+	pending_set = false;
+}
+
+void dgfs_devio_landing(const struct dgfs_landing_ops *ops)
+{
+	if (!atomic_load(&io_installed) || land_ops)
+		return;
+	sem_init(&read_tok, 0, 1);
+	land_ops = ops;
 }
 
 /* Patch the INIT reply: libfuse sends it as the header then fuse_init_out

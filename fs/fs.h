@@ -294,11 +294,44 @@ bool dgfs_devio_dio_mmap_offered(_Atomic bool *flag);
 bool dgfs_devio_zero_copy(const void *out, const void *src, size_t n, void (*done)(void *),
 			  void *arg);
 
+/* Writes received in place. The mount's io reads one request at a time (a
+ * token passes between libfuse's threads) and shows every write request to
+ * seen() as it arrives. seen() may answer where the next write to the same
+ * file should land: the next read of /dev/fuse then receives a payload that
+ * matches (same fh, that offset, at most len bytes) straight at dst, with no
+ * copy out of libfuse's buffer (dgfs_devio_landed tells the write handler).
+ * Any other request that arrives there is moved back into libfuse's buffer,
+ * so dst..dst+len must hold nothing anyone needs: bytes past every write
+ * seen for that file, which the handler never shows before a write covers
+ * them. obj is a reference that keeps dst alive until put(obj). */
+struct dgfs_landing {
+	uint64_t fh;                    /* the file's handle (fuse_file_info.fh) */
+	uint64_t off;                   /* the offset the next write must have */
+	char *dst;                      /* where its payload goes */
+	size_t len;                     /* at most this many bytes */
+	void *obj;                      /* put(obj) when the landing is spent */
+};
+struct dgfs_landing_ops {
+	/* A write request of fh, [off, off + size), just read. true with *next
+	 * filled (a reference taken) to expect the next one at *next. */
+	bool (*seen)(uint64_t fh, uint64_t off, uint32_t size, struct dgfs_landing *next);
+	void (*put)(void *obj);
+};
+/* Install ops (once, before the loop; with the io installed). */
+void dgfs_devio_landing(const struct dgfs_landing_ops *ops);
+/* In a write handler: is its payload of size bytes already at dst (it
+ * landed there, so the handler must not copy it)? */
+bool dgfs_devio_landed(const void *dst, size_t size);
+/* After the loop ended: give back the landing still expected. */
+void dgfs_devio_landing_stop(void);
+
 /* --- ops.c ------------------------------------------------------------------ */
 
 struct fuse_operations;
 /* The FUSE table of the mount. */
 const struct fuse_operations *dgfs_operations(void);
+/* The landings of vars/ writers (dgfs_devio_landing). */
+const struct dgfs_landing_ops *dgfs_landing_ops(void);
 
 /* --- main.c ----------------------------------------------------------------- */
 

@@ -70,6 +70,8 @@ int dgfs_run(const struct dgfs_config *cfg, struct dg_err *err)
 	if (io_rc != 0)
 		dg_log(DG_LOG_INFO, "fs", "libfuse refused a custom io (%s): cold reads use the "
 		       "page cache", strerror(-io_rc));
+	else
+		dgfs_devio_landing(dgfs_landing_ops());
 	if (fuse_set_signal_handlers(se) != 0) {
 		dg_err_set(err, DG_EIO, "cannot install signal handlers");
 		goto out_unmount;
@@ -88,6 +90,7 @@ int dgfs_run(const struct dgfs_config *cfg, struct dg_err *err)
 	/* FUSE's signal handlers end the loop with the signal's number: a
 	 * requested unmount, not a failure. */
 	int lr = fuse_loop_mt(f, 0);
+	dgfs_devio_landing_stop();
 	rc = lr == 0 || lr == SIGTERM || lr == SIGINT || lr == SIGHUP ? 0 : 1;
 	if (rc)
 		dg_err_set(err, DG_EIO, "the FUSE loop of %s failed", cfg->mountpoint);

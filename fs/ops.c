@@ -57,6 +57,11 @@ struct handle {
 	/* vars/ writers without a base: the staged bytes (dg_alloc_aligned keeps
 	 * large blocks for reuse: no page faults on every 256 MiB write) */
 	char *stage;
+	/* Where the mount's io may land this writer's payloads (landing_seen):
+	 * stage and its size once a large replacing write started; read_end:
+	 * the end of every write request of this file read so far. */
+	_Atomic(char *) land_base;
+	_Atomic uint64_t land_size, read_end;
 	struct range *ranges;           /* vars/: written ranges, sorted, merged */
 	int n_ranges, cap_ranges;
 	/* vars/ replacing writers of large values: the PUT streams from stage
@@ -1316,10 +1321,53 @@ static int write_vars(struct handle *h, const char *data, size_t size, off_t off
 	int rc = range_add(h, (uint64_t)off, end);
 	if (rc)
 		return rc;
-	memcpy(vars_data(h) + off, data, size);
+	if (!dgfs_devio_landed(vars_data(h) + off, size))
+		memcpy(vars_data(h) + off, data, size);
 	h->dirty = true;
 	upload_feed(h, (uint64_t)off);
+	if (h->replace && h->stage && h->info.bytes >= STREAM_MIN && !atomic_load(&h->land_base)) {
+		atomic_store(&h->land_size, h->info.bytes);
+		atomic_store(&h->land_base, h->stage);
+	}
 	return (int)size;
+}
+
+/* A write request of fh just arrived (the mount's io, before any handler
+ * sees it): the next one is expected right after it, and its payload may
+ * land in the staging block there, when nothing was asked to be written
+ * there yet. The file is open (its writer waits for the reply), so fh is a
+ * live handle. */
+static bool landing_seen(uint64_t fhv, uint64_t off, uint32_t size, struct dgfs_landing *next)
+{
+	struct handle *h = (struct handle *)(uintptr_t)fhv;
+	uint64_t end = off + size, prev = atomic_load(&h->read_end);
+
+	while (end > prev && !atomic_compare_exchange_weak(&h->read_end, &prev, end))
+		;
+	char *base = atomic_load(&h->land_base);
+	uint64_t nb = atomic_load(&h->land_size);
+	if (!base || end < prev || end >= nb || size == 0)
+		return false;
+	atomic_fetch_add(&h->refs, 1);
+	/* any size: a writer's requests need not all be as large (a buffer
+	 * that is not page aligned is sent as 1 MiB less its offset, then the
+	 * rest) */
+	*next = (struct dgfs_landing){ .fh = fhv, .off = end, .dst = base + end,
+				       .len = nb - end < SIZE_MAX ? (size_t)(nb - end) : SIZE_MAX,
+				       .obj = h };
+	return true;
+}
+
+static void landing_put(void *obj)
+{
+	handle_put(obj);
+}
+
+static const struct dgfs_landing_ops landing_ops = { .seen = landing_seen, .put = landing_put };
+
+const struct dgfs_landing_ops *dgfs_landing_ops(void)
+{
+	return &landing_ops;
 }
 
 static int write_whole(struct handle *h, const char *data, size_t size, off_t off)

@@ -24,6 +24,13 @@ mapread HOST:PORT NAME PATH   reads of PATH (vars/NAME, float32 [2097152]) opene
                               cold, by read() and by mmap(MAP_SHARED), with the
                               kernel's page cache of the file counted (cachestat);
                               prints key=value lines (see test_mount.sh)
+landing HOST:PORT DIR A B     replacing writes of vars A and B (float32
+                              [2097152], in DIR/vars) in the patterns that
+                              receive payloads in place or must not: aligned
+                              and unaligned buffers, two files interleaved,
+                              rewrites, reverse order, 4 threads on one file
+                              with other requests in between, two processes;
+                              prints one "PATTERN ok|BAD why" line each
 """
 import errno
 import http.client
@@ -377,6 +384,153 @@ def mapread(addr, name, path):
     return 0
 
 
+def get_raw(addr, name):
+    host, port = addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("GET", "/v1/vars/" + name)
+    resp = conn.getresponse()
+    body = resp.read()
+    conn.close()
+    return resp.status, body
+
+
+def landing_write(path, data, order, aligned=True, pause=None):
+    """Write data to path (O_TRUNC) in CHUNK pieces, in the given order of
+    chunk indexes; from a page-aligned buffer, or from one 48 bytes off."""
+    import mmap
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        buf = mmap.mmap(-1, CHUNK + 4096)
+        for i in order:
+            piece = data[i * CHUNK:(i + 1) * CHUNK]
+            at = 0 if aligned else 48
+            buf[at:at + len(piece)] = piece
+            mv = memoryview(buf)[at:at + len(piece)]
+            done = 0
+            while done < len(piece):
+                done += os.pwrite(fd, mv[done:], i * CHUNK + done)
+            mv.release()
+            if pause:
+                pause()
+        buf.close()
+    finally:
+        os.close(fd)
+
+
+def landing_threads(path, data, nthreads, noise_dir):
+    """nthreads threads pwrite interleaved chunks of one open file while
+    another thread stats and lists noise_dir."""
+    import threading
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    stop = threading.Event()
+    errors = []
+
+    def noise():
+        while not stop.is_set():
+            os.stat(noise_dir)
+            os.listdir(noise_dir)
+
+    def work(t):
+        try:
+            n = len(data) // CHUNK
+            for i in range(t, n, nthreads):
+                piece = data[i * CHUNK:(i + 1) * CHUNK]
+                done = 0
+                while done < len(piece):
+                    done += os.pwrite(fd, piece[done:], i * CHUNK + done)
+        except OSError as e:
+            errors.append(e)
+
+    nt = threading.Thread(target=noise)
+    nt.start()
+    ws = [threading.Thread(target=work, args=(t,)) for t in range(nthreads)]
+    for w in ws:
+        w.start()
+    for w in ws:
+        w.join()
+    stop.set()
+    nt.join()
+    os.close(fd)
+    if errors:
+        raise errors[0]
+
+
+def landing_proc(path, data, q):
+    try:
+        landing_write(path, data, range(len(data) // CHUNK))
+        q.put("ok")
+    except OSError as e:
+        q.put("errno " + errno.errorcode.get(e.errno, str(e.errno)))
+
+
+def landing(addr, d, a, b):
+    n = 2097152 * 4
+    chunks = n // CHUNK
+    rnd = [os.urandom(n) for _ in range(4)]
+    pa, pb = os.path.join(d, "vars", a), os.path.join(d, "vars", b)
+    bad = 0
+
+    def verify(pattern, want):
+        nonlocal bad
+        msgs = []
+        for name, data in want:
+            status, body = get_raw(addr, name)
+            if status != 200 or body != data:
+                diff = next((i for i in range(min(len(body), len(data)))
+                             if body[i] != data[i]), min(len(body), len(data)))
+                msgs.append("%s: HTTP %d, %d bytes, first difference at byte %d"
+                            % (name, status, len(body), diff))
+        print(pattern, "ok" if not msgs else "BAD " + "; ".join(msgs))
+        bad += bool(msgs)
+
+    seq = list(range(chunks))
+    landing_write(pa, rnd[0], seq)
+    verify("aligned", [(a, rnd[0])])
+    landing_write(pa, rnd[1], seq, aligned=False)
+    verify("unaligned", [(a, rnd[1])])
+    # two files written turn by turn (both open): each write lands in its own
+    fa = os.open(pa, os.O_WRONLY | os.O_TRUNC)
+    fb = os.open(pb, os.O_WRONLY | os.O_TRUNC)
+    for i in seq:
+        os.pwrite(fa, rnd[2][i * CHUNK:(i + 1) * CHUNK], i * CHUNK)
+        os.pwrite(fb, rnd[3][i * CHUNK:(i + 1) * CHUNK], i * CHUNK)
+    os.close(fa)
+    os.close(fb)
+    verify("interleaved", [(a, rnd[2]), (b, rnd[3])])
+    # forward, back over chunk 2 (new bytes), forward again
+    mixed = bytearray(rnd[0])
+    mixed[2 * CHUNK:3 * CHUNK] = rnd[1][2 * CHUNK:3 * CHUNK]
+    fd = os.open(pa, os.O_WRONLY | os.O_TRUNC)
+    for i in range(5):
+        os.pwrite(fd, rnd[0][i * CHUNK:(i + 1) * CHUNK], i * CHUNK)
+    os.pwrite(fd, rnd[1][2 * CHUNK:3 * CHUNK], 2 * CHUNK)
+    for i in range(5, chunks):
+        os.pwrite(fd, rnd[0][i * CHUNK:(i + 1) * CHUNK], i * CHUNK)
+    os.close(fd)
+    verify("rewrite", [(a, bytes(mixed))])
+    landing_write(pa, rnd[3], list(reversed(seq)))
+    verify("reverse", [(a, rnd[3])])
+    # a skip ahead, then the gap: every chunk once
+    landing_write(pa, rnd[2], [0, 1, 4, 5, 2, 3, 6, 7])
+    verify("skip", [(a, rnd[2])])
+    landing_threads(pa, rnd[1], 4, os.path.join(d, "vars"))
+    verify("threads", [(a, rnd[1])])
+    q = mp.Queue()
+    ps = [mp.Process(target=landing_proc, args=(p, r, q))
+          for p, r in ((pa, rnd[0]), (pb, rnd[1]))]
+    for p in ps:
+        p.start()
+    outs = [q.get(timeout=120) for _ in ps]
+    for p in ps:
+        p.join()
+    if outs != ["ok", "ok"]:
+        print("processes BAD", outs)
+        bad += 1
+    else:
+        verify("processes", [(a, rnd[0]), (b, rnd[1])])
+    return 1 if bad else 0
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -400,6 +554,8 @@ def main(argv):
         return hold(a[0], a[1], a[2], a[3])
     if cmd == "mapread":
         return mapread(a[0], a[1], a[2])
+    if cmd == "landing":
+        return landing(a[0], a[1], a[2], a[3])
     print("mount_tool: unknown command " + cmd, file=sys.stderr)
     return 2
 

@@ -427,6 +427,16 @@ sh "$PY $TOOL produce $TMP/huge2.bin 4093 65537 333 | cat > vars/huge"
 fetch huge "$TMP/after"
 check "8 MiB streamed in odd chunks (4093, 65537, 333) arrives whole" \
 	"$([[ $rc -eq 0 ]] && cmp -s "$TMP/after.bin" "$TMP/huge2.bin"; echo $?)"
+# payloads received in place (fs/devio.c): every pattern of replacing writes
+# of large values, each checked over HTTP
+dgr var create huge_b "${C[@]}" --shape 2097152
+wait_visible huge_b
+sh "$PY $TOOL landing 127.0.0.1:$PA . huge huge_b"
+for pat in aligned unaligned interleaved rewrite reverse skip threads processes; do
+	check "writes received in place, pattern $pat: the values arrive whole" \
+		"$([[ $rc -eq 0 ]] && grep -qx "$pat ok" "$TMP/out"; echo $?)"
+done
+[[ $rc -eq 0 ]] || cat "$TMP/out" "$TMP/err"
 # a new version put over HTTP: the mount's next read of it is cold and
 # streams the body (raw and .npy) straight into the handle's buffer
 curl -s -o /dev/null -X PUT -H 'Content-Type: application/octet-stream' \
