@@ -27,6 +27,8 @@ struct dgfs_kv {
 	struct dgfs_kv *next;
 	int view;
 	uint64_t cache_version;         /* the version the kernel's pages may hold; 0 = none */
+	int cache_task;                 /* ... of the variable on this task (versions count
+					 * per ps: a variable that moved may repeat one) */
 	int cache_users;                /* open handles that read through the page cache */
 	int writers;                    /* open writers (their writes drop pages) */
 	bool cache_full;                /* every page of cache_version was read into it */
@@ -380,6 +382,17 @@ void dgfs_list_invalidate(struct dgfs *fs)
 	pthread_mutex_unlock(&fs->lock);
 }
 
+/* The list's entry of name, of any age, or NULL. fs->lock held. */
+static struct dgfs_var *list_find_locked(struct dgfs *fs, const char *name)
+{
+	struct dgfs_var key;
+
+	if (!fs->list)
+		return NULL;
+	snprintf(key.info.name, sizeof key.info.name, "%s", name);
+	return bsearch(&key, fs->list, (size_t)fs->n_list, sizeof *fs->list, var_cmp);
+}
+
 /* Ask every task (HEAD) for name. */
 static enum dg_status find_remote(struct dgfs *fs, const char *name, struct dg_var_info *info,
 				  int *task, struct dg_err *err)
@@ -412,15 +425,25 @@ static enum dg_status find_remote(struct dgfs *fs, const char *name, struct dg_v
 enum dg_status dgfs_var_find(struct dgfs *fs, const char *name, bool fresh_needed,
 			     struct dg_var_info *info, int *task, struct dg_err *err)
 {
-	if (fresh_needed)
-		return find_remote(fs, name, info, task, err);
+	if (fresh_needed) {
+		enum dg_status st = find_remote(fs, name, info, task, err);
+		if (st != DG_OK)
+			return st;
+		/* a variable that moved: later readers ask its new task first
+		 * (dgfs_var_hint); the listed size and mtime stay until the
+		 * list is fetched again */
+		pthread_mutex_lock(&fs->lock);
+		struct dgfs_var *hit = list_find_locked(fs, name);
+		if (hit)
+			hit->task = *task;
+		pthread_mutex_unlock(&fs->lock);
+		return DG_OK;
+	}
 	enum dg_status st = list_refresh(fs, err);
 	if (st != DG_OK)
 		return st;
 	pthread_mutex_lock(&fs->lock);
-	struct dgfs_var key, *hit;
-	snprintf(key.info.name, sizeof key.info.name, "%s", name);
-	hit = bsearch(&key, fs->list, (size_t)fs->n_list, sizeof *fs->list, var_cmp);
+	struct dgfs_var *hit = list_find_locked(fs, name);
 	if (hit) {
 		*info = hit->info;
 		*task = hit->task;
@@ -429,6 +452,18 @@ enum dg_status dgfs_var_find(struct dgfs *fs, const char *name, bool fresh_neede
 	if (!hit)
 		return dg_err_set(err, DG_ENOTFOUND, "variable '%s' not found", name);
 	return DG_OK;
+}
+
+bool dgfs_var_hint(struct dgfs *fs, const char *name, struct dg_var_info *info, int *task)
+{
+	pthread_mutex_lock(&fs->lock);
+	struct dgfs_var *hit = list_find_locked(fs, name);
+	if (hit) {
+		*info = hit->info;
+		*task = hit->task;
+	}
+	pthread_mutex_unlock(&fs->lock);
+	return hit != NULL;
 }
 
 enum dg_status dgfs_place_new(struct dgfs *fs, int *task, struct dg_err *err)
@@ -595,7 +630,7 @@ static struct dgfs_blob *kv_forget(struct dgfs *fs, struct dgfs_kv *e)
 	return b;
 }
 
-bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, uint64_t version,
+bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, int task, uint64_t version,
 		     bool only_cached, bool *keep, struct dgfs_blob **blob)
 {
 	struct dgfs_blob *drop = NULL;
@@ -606,7 +641,8 @@ bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, uint64_t versi
 		*blob = NULL;
 	pthread_mutex_lock(&fs->lock);
 	struct dgfs_kv *e = kv_lookup(fs, view, name, true);
-	if (e && only_cached && (e->cache_version != version || e->writers > 0 ||
+	bool same = e && e->cache_version == version && e->cache_task == task;
+	if (e && only_cached && (!same || e->writers > 0 ||
 				 !e->cache_full || !e->blob || e->blob->version != version ||
 				 !blob)) {
 		e = NULL;
@@ -620,11 +656,11 @@ bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, uint64_t versi
 		/* nobody fills the cache: keep it if it holds this version; else
 		 * the caller drops it (dgfs_cache_ready follows), and until then
 		 * the pages are of no version another reader could rely on */
-		*keep = e->cache_version == version;
+		*keep = same;
 		if (!*keep)
 			drop = kv_forget(fs, e);
 		use = true;
-	} else if (e && e->cache_version == version) {
+	} else if (same) {
 		*keep = true;
 		use = true;
 	}
@@ -650,13 +686,28 @@ void dgfs_cache_writer(struct dgfs *fs, int view, const char *name, int delta)
 	dgfs_blob_put(drop);
 }
 
-void dgfs_cache_ready(struct dgfs *fs, int view, const char *name, uint64_t version)
+void dgfs_cache_ready(struct dgfs *fs, int view, const char *name, int task, uint64_t version)
 {
 	pthread_mutex_lock(&fs->lock);
 	struct dgfs_kv *e = kv_lookup(fs, view, name, false);
-	if (e && e->cache_version == 0)
+	if (e && e->cache_version == 0) {
 		e->cache_version = version;
+		e->cache_task = task;
+	}
 	pthread_mutex_unlock(&fs->lock);
+}
+
+bool dgfs_cache_kept(struct dgfs *fs, int view, const char *name, int *task)
+{
+	pthread_mutex_lock(&fs->lock);
+	struct dgfs_kv *e = kv_lookup(fs, view, name, false);
+	/* the conditions of dgfs_cache_open's only_cached, but the version */
+	bool kept = e && e->cache_full && e->writers == 0 && e->blob &&
+		    e->blob->version == e->cache_version;
+	if (kept)
+		*task = e->cache_task;
+	pthread_mutex_unlock(&fs->lock);
+	return kept;
 }
 
 /* The entry holding the oldest published blob, other than keep. fs->lock held. */
@@ -695,7 +746,7 @@ static bool drops_add(struct drops *d, struct dgfs_blob *b)
 	return true;
 }
 
-void dgfs_cache_full(struct dgfs *fs, int view, const char *name, uint64_t version,
+void dgfs_cache_full(struct dgfs *fs, int view, const char *name, int task, uint64_t version,
 		     struct dgfs_blob *blob)
 {
 	struct drops d = { .n = 0, .cap = 8 };
@@ -706,7 +757,7 @@ void dgfs_cache_full(struct dgfs *fs, int view, const char *name, uint64_t versi
 	/* only a blob of the pages' version backs them; one larger than the
 	 * whole budget is not kept (later readers fetch instead of relying on
 	 * pages nothing backs) */
-	if (e && e->cache_version == version && e->writers == 0 && blob &&
+	if (e && e->cache_version == version && e->cache_task == task && e->writers == 0 && blob &&
 	    blob->version == version && blob->len <= fs->blob_budget) {
 		if (e->blob != blob && (!e->blob || drops_add(&d, e->blob))) {
 			if (e->blob)

@@ -114,10 +114,18 @@ void dgfs_client_put(struct dgfs *fs, int task, struct dg_client *c, enum dg_sta
 /* True for statuses that mean the connection may be broken. */
 bool dgfs_status_is_transport(enum dg_status st);
 
-/* Locate a variable: from the list when fresh, else by asking every task.
- * DG_ENOTFOUND when no task has it. *info and *task are filled. */
+/* Locate a variable: from the list (refreshed when older than the TTL), or
+ * with fresh_needed by asking every task (HEAD; the list's entry then names
+ * the task found). DG_ENOTFOUND when no task has it. *info and *task are
+ * filled. */
 enum dg_status dgfs_var_find(struct dgfs *fs, const char *name, bool fresh_needed,
 			     struct dg_var_info *info, int *task, struct dg_err *err);
+/* Where the variable list, of any age and without refreshing it, says name
+ * is: *task and *info (as listed: a hint of the size, not a version to
+ * trust). False when the list has no such name. A reader asks that task
+ * directly; its 404 means the variable moved or went (then dgfs_var_find
+ * with fresh_needed says where it is now). */
+bool dgfs_var_hint(struct dgfs *fs, const char *name, struct dg_var_info *info, int *task);
 /* A copy of the variable list (refreshed when older than the TTL); owned
  * (free()) array of *n. */
 enum dg_status dgfs_list_get(struct dgfs *fs, struct dgfs_var **out, int *n,
@@ -163,21 +171,28 @@ void dgfs_blob_put(struct dgfs_blob *b);        /* NULL is fine */
  * dgfs_cache_close must follow at release); false: read with direct I/O.
  * With only_cached, it succeeds only when the pages are of that version and
  * all there (dgfs_cache_full: a reader of that version read every byte).
- * version must be the one the handle's data is of (from its GET). When
+ * version must be the one the handle's data is of (from its GET), task the
+ * task it came from (versions count per ps: a variable deleted and created
+ * on another task may come back with a version its pages have). When
  * *keep is false the caller drops the kernel's pages of the file and then
  * calls dgfs_cache_ready (until then other readers cannot rely on them).
  * With only_cached it also needs the version's published blob and gives the
  * caller a reference (*blob; NULL otherwise). */
-bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, uint64_t version,
+bool dgfs_cache_open(struct dgfs *fs, int view, const char *name, int task, uint64_t version,
 		     bool only_cached, bool *keep, struct dgfs_blob **blob);
-void dgfs_cache_ready(struct dgfs *fs, int view, const char *name, uint64_t version);
+void dgfs_cache_ready(struct dgfs *fs, int view, const char *name, int task, uint64_t version);
+/* Does the mount keep a copy of (view, name) that dgfs_cache_open with
+ * only_cached could serve if its version is still the variable's? Then
+ * *task is the task it came from: a reader of that task asks for the
+ * version (HEAD) instead of the value. */
+bool dgfs_cache_kept(struct dgfs *fs, int view, const char *name, int *task);
 /* A writer opens (+1) or is released (-1): while one is open no reader
  * relies on pages it did not fetch itself (writes drop pages). */
 void dgfs_cache_writer(struct dgfs *fs, int view, const char *name, int delta);
 /* A reader of version read every byte through the page cache: the pages are
  * all there, and blob (its copy, borrowed: the memory takes its own
  * reference when it keeps it, within fs->blob_budget) backs them. */
-void dgfs_cache_full(struct dgfs *fs, int view, const char *name, uint64_t version,
+void dgfs_cache_full(struct dgfs *fs, int view, const char *name, int task, uint64_t version,
 		     struct dgfs_blob *blob);
 void dgfs_cache_close(struct dgfs *fs, int view, const char *name);
 /* The text size at a version (text/ getattr). */
@@ -238,8 +253,9 @@ struct dgfs_direct_sink {
 };
 /* GET vars/NAME of task in encoding enc on a plain socket, received straight
  * into the sink's buffer (no libcurl buffer to copy out of). *delivered says
- * whether begin was called. Before that, any failure (a reply that is not a
- * plain 200 with Content-Length and the tensor headers: DG_EUNSUPPORTED; a
+ * whether begin was called. Before that, a 404 is DG_ENOTFOUND (the variable
+ * is not on that task), and any other failure (a reply that is not a plain
+ * 200 with Content-Length and the tensor headers: DG_EUNSUPPORTED; a
  * connection failure) leaves nothing done: the caller then takes the libcurl
  * path (dg_var_get_stream), which says what went wrong. */
 enum dg_status dgfs_get_direct(struct dgfs *fs, int task, const char *name,

@@ -858,7 +858,7 @@ static void *stream_main(void *arg)
 	 * for anything but a plain 200, and to say what went wrong */
 	enum dg_status st = dgfs_get_direct(fs, h->task, h->p.name, view_enc(h->p.view),
 					    &direct_sink, h, &delivered, &err);
-	if (st != DG_OK && !delivered && !direct_stop(h)) {
+	if (st != DG_OK && st != DG_ENOTFOUND && !delivered && !direct_stop(h)) {
 		dg_log(DG_LOG_DEBUG, "fs", "GET %s on a plain socket: %s; through libcurl instead",
 		       h->p.name, err.msg);
 		err = (struct dg_err){ 0 };
@@ -906,6 +906,53 @@ static enum dg_status stream_start(struct dgfs *fs, struct handle *h, uint64_t e
 	}
 	pthread_mutex_unlock(&h->lock);
 	return st;
+}
+
+/* Undo a stream_start whose GET failed before its headers arrived (its
+ * thread ended), so that the handle can fetch again. */
+static void stream_reset(struct handle *h)
+{
+	if (!h->streaming)
+		return;
+	pthread_join(h->stream_th, NULL);
+	h->streaming = h->stream_done = h->stream_headers = false;
+	h->stream_st = DG_OK;
+	h->stream_err = (struct dg_err){ 0 };
+	h->avail = h->expect = 0;
+	if (h->buf_aligned)
+		dg_free_aligned(h->buf.data);
+	h->buf_aligned = false;
+	dg_buf_init(&h->buf);
+}
+
+/* A reader's GET of the value into h (h->info then describes it). h->info
+ * before it gives the size expected (from a HEAD, or the list's as a hint):
+ * values that large stream in; a wrong guess costs speed, not correctness
+ * (the stream sizes its buffer from the reply's headers). */
+static enum dg_status fetch_value(struct dgfs *fs, struct handle *h, bool reader,
+				  struct dg_err *err)
+{
+	uint64_t size = h->info.bytes;
+
+	if (h->p.view == DGFS_NPY)
+		size += dg_npy_header_size(h->info.dtype, &h->info.shape);
+	if (reader && size >= STREAM_MIN)
+		return stream_start(fs, h, size, err);
+	return fetch(fs, h, err);
+}
+
+/* The version of the variable (HEAD) on the task the list named; where it is
+ * not there any more, where it is now. */
+static enum dg_status stat_at(struct dgfs *fs, struct handle *h, struct dg_err *err)
+{
+	struct dg_client *c = dgfs_client_get(fs, h->task, err);
+	enum dg_status st = c ? dg_var_stat(c, h->p.name, &h->info, err) : err->code;
+
+	dgfs_client_put(fs, h->task, c, st);
+	if (st != DG_ENOTFOUND)
+		return st;
+	dg_err_clear(err);
+	return dgfs_var_find(fs, h->p.name, true, &h->info, &h->task, err);
 }
 
 static int open_generated(struct dgfs *fs, const char *path, const struct dgfs_path *p,
@@ -967,7 +1014,6 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 		return -ENOMEM;
 	h->fs = fs;
 	h->writable = acc != O_RDONLY;
-	enum dg_status st = dgfs_var_find(fs, p.name, true, &h->info, &h->task, &err);
 	bool trunc = h->writable && (fi->flags & O_TRUNC);
 	/* What the handle starts from: readers fetch the value (a reader of the
 	 * version whose pages the kernel holds only on a miss); vars/ writers
@@ -982,8 +1028,23 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 	 * the kernel's pages hold (HEAD) fetches only on a miss; the others
 	 * join the cache with the version their GET brought. */
 	bool cached = false, reader = !h->writable && p.view != DGFS_TEXT, kept = false;
-	if (st == DG_OK && reader)
-		kept = h->lazy = h->page_cache = dgfs_cache_open(fs, p.view, p.name,
+	/* One round trip for a read-only open of a variable the list places:
+	 * the GET goes to that task at once, its headers telling the dtype,
+	 * shape and version a HEAD would. Only a kept copy of the view (of that
+	 * task) needs the version first (HEAD: is the copy still the value?).
+	 * Writers (and names the list lacks) find the variable first, on every
+	 * task if need be. A 404 from the listed task means the variable moved
+	 * or went: search (dgfs_var_find fresh), then GET once more. */
+	bool hinted = !h->writable && dgfs_var_hint(fs, p.name, &h->info, &h->task);
+	int copy_task = -1;
+	bool head = !hinted || (reader && dgfs_cache_kept(fs, p.view, p.name, &copy_task) &&
+				copy_task == h->task);
+	enum dg_status st = DG_OK;
+	if (head)
+		st = hinted ? stat_at(fs, h, &err)
+			    : dgfs_var_find(fs, p.name, true, &h->info, &h->task, &err);
+	if (st == DG_OK && reader && head)
+		kept = h->lazy = h->page_cache = dgfs_cache_open(fs, p.view, p.name, h->task,
 								 h->info.version, true, &cached,
 								 &h->blob);
 	/* With direct-I/O mmap every read of vars/ and npy/ reaches the mount:
@@ -991,18 +1052,19 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 	 * doc/filesystem.md "Reading". */
 	if (kept && fs->dio_mmap)
 		lazy_load(h);
-	uint64_t size = h->info.bytes;
-	if (p.view == DGFS_NPY)
-		size += dg_npy_header_size(h->info.dtype, &h->info.shape);
 	if (st == DG_OK && need && !kept) {
-		if (reader && size >= STREAM_MIN)
-			st = stream_start(fs, h, size, &err);
-		else
-			st = fetch(fs, h, &err);
-		if (st == DG_OK && reader)
-			h->page_cache = dgfs_cache_open(fs, p.view, p.name, h->info.version, false,
-							&cached, NULL);
+		st = fetch_value(fs, h, reader, &err);
+		if (st == DG_ENOTFOUND && !head) {
+			stream_reset(h);
+			dg_err_clear(&err);
+			st = dgfs_var_find(fs, p.name, true, &h->info, &h->task, &err);
+			if (st == DG_OK)
+				st = fetch_value(fs, h, reader, &err);
+		}
 	}
+	if (st == DG_OK && need && !kept && reader)
+		h->page_cache = dgfs_cache_open(fs, p.view, p.name, h->task, h->info.version,
+						false, &cached, NULL);
 	if (st != DG_OK) {
 		if (h->page_cache)
 			dgfs_cache_close(fs, p.view, p.name);
@@ -1021,7 +1083,7 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 		 * can rely on them; the kernel never drops them at open (keep_cache
 		 * is always set: a direct-I/O open would drop them under readers). */
 		fuse_invalidate_path(fuse_get_context()->fuse, path);
-		dgfs_cache_ready(fs, p.view, p.name, h->info.version);
+		dgfs_cache_ready(fs, p.view, p.name, h->task, h->info.version);
 	}
 	/* With direct-I/O mmap, h->page_cache means the handle may fill the
 	 * page cache through a mapping only (its version is the pages'). */
@@ -1094,7 +1156,8 @@ static void note_served(struct handle *h, size_t n, uint64_t total)
 		h->blob = dgfs_blob_new(h->buf.data, h->buf.len, h->buf_aligned,
 					h->info.version);
 		if (h->blob)
-			dgfs_cache_full(h->fs, h->p.view, h->p.name, h->info.version, h->blob);
+			dgfs_cache_full(h->fs, h->p.view, h->p.name, h->task, h->info.version,
+					h->blob);
 		return;
 	}
 	if (!h->page_cache || h->lazy || n == 0 || h->served >= total)
@@ -1105,7 +1168,7 @@ static void note_served(struct handle *h, size_t n, uint64_t total)
 	if (!h->blob && h->buf.data && (!h->streaming || h->avail == h->expect))
 		h->blob = dgfs_blob_new(h->buf.data, h->buf.len, h->buf_aligned,
 					h->info.version);
-	dgfs_cache_full(h->fs, h->p.view, h->p.name, h->info.version, h->blob);
+	dgfs_cache_full(h->fs, h->p.view, h->p.name, h->task, h->info.version, h->blob);
 }
 
 /* With direct-I/O mmap, a read without a lock owner is the kernel filling

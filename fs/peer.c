@@ -3,8 +3,9 @@
  * writes (fs/upload.c) and the GET of a cold read, whose body is received
  * straight into the handle's buffer here (libcurl receives into its own
  * buffer and hands the bytes to a callback that must copy them). Only a plain
- * 200 with Content-Length is taken; anything else makes the caller use the
- * libcurl path (dg/client.h), which reports errors properly. */
+ * 200 with Content-Length is taken, and a 404 is reported as such; anything
+ * else makes the caller use the libcurl path (dg/client.h), which reports
+ * errors properly. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -276,6 +277,14 @@ enum dg_status dgfs_get_direct(struct dgfs *fs, int task, const char *name,
 	}
 	struct dg_var_info info;
 	uint64_t clen = 0;
+	int code = 0;
+	if (end && sscanf(head, "HTTP/1.%*d %d", &code) == 1 && code == 404) {
+		/* the reader asked the task the list named: the variable moved or
+		 * went, which the caller handles (no second request to say so) */
+		st = dg_err_set(err, DG_ENOTFOUND, "variable '%s' not found on http://%s", name,
+				peer.authority);
+		goto out;
+	}
 	if (!end || !plain_ok(head, end + 2, name, &info, &clen)) {
 		st = dg_err_set(err, DG_EUNSUPPORTED, "not a plain 200 reply");
 		goto out;

@@ -4,6 +4,7 @@
 # use (ls, od, cat, dd, cp, sed -i, getfattr, rm), numpy, concurrent writers and
 # readers (mount_tool.py), streaming writes of large values, direct-I/O reads
 # that can still be mapped (and the page-cache fallback), 10,000 variables,
+# one request per read-only open and a variable that moved to another ps,
 # jobs/ of a cluster of dg servers, a stopped and a restarted ps.
 # Usage: test_mount.sh PATH/TO/dg   (exit 77 = skipped: no /dev/fuse or fusermount3)
 set -uo pipefail
@@ -736,6 +737,113 @@ if [[ $rc -eq 0 ]] && mount_dg "$MB" "$TMP/cluster_b.json"; then
 	check "fusermount3 -u of the 10,000-variable mount: its process exits 0" $?
 else
 	not_ok "10,000 variables created and mounted"
+fi
+
+# --- a reader's open: one request; a variable that moved to another ps ------------------
+# doc/filesystem.md "Reading": a reader of a variable the list places sends one
+# GET to its task (no HEAD first); a kept copy costs one HEAD (and a GET when
+# the version changed); a variable deleted and created on another ps between two
+# opens (the list, kept --attr-timeout 60 s, still names the old task) is
+# searched for and read right, even when its version there equals the copy's.
+start_ps c 0
+PC=$PORT
+start_ps d 0
+PD=$PORT
+printf '{"ps": ["127.0.0.1:%s", "127.0.0.1:%s"]}\n' "$PC" "$PD" >"$TMP/cluster_cd.json"
+# vreq PORT: "GET200 GET304 GET404 HEAD": requests of vars/NAME the ps answered
+vreq() {
+	curl -s "http://127.0.0.1:$1/v1/metrics" | awk '/^dg_http_requests_total/ &&
+		/vars\/\{name/ { if (/method="GET"/ && /code="200"/) g += $NF
+			if (/method="GET"/ && /code="304"/) n += $NF
+			if (/method="GET"/ && /code="404"/) f += $NF
+			if (/method="HEAD"/) h += $NF }
+		END { printf "%d %d %d %d\n", g, n, f, h }'
+}
+# delta BEFORE AFTER: the difference of two vreq lines
+delta() {
+	awk -v a="$1" -v b="$2" 'BEGIN { split(a, x); split(b, y)
+		printf "%d %d %d %d\n", y[1] - x[1], y[2] - x[2], y[3] - x[3], y[4] - x[4] }'
+}
+# put_raw PORT NAME FILE SHAPE: PUT a float32 value from raw bytes; prints its version
+put_raw() {
+	curl -s -D - -o /dev/null -X PUT -H 'Content-Type: application/octet-stream' \
+		-H 'Dg-Dtype: float32' -H "Dg-Shape: $4" --data-binary "@$3" \
+		"http://127.0.0.1:$1/v1/vars/$2" | tr -d '\r' |
+		awk -F': ' 'tolower($1) == "dg-version" { print $2 }'
+}
+"$PY" "$TOOL" raw "$TMP/mv1.bin" 2f 1 2
+"$PY" "$TOOL" raw "$TMP/mv2.bin" 2f 3 4
+"$PY" "$TOOL" raw "$TMP/mv3.bin" 3f 7 8 9
+# 4.4 MB values: they stream in (>= 4 MiB)
+"$PY" -c 'import struct, sys
+n = 1100000
+for k in (1, 2):
+    open("%s/big%d.bin" % (sys.argv[1], k), "wb").write(
+        struct.pack("<%df" % n, *(float((i * k) % 1000) for i in range(n))))' "$TMP"
+put_raw "$PD" mv "$TMP/mv1.bin" 2 >/dev/null
+put_raw "$PD" big "$TMP/big1.bin" 1100000 >/dev/null
+MV=$TMP/mnt_cd
+if mount_dg "$MV" "$TMP/cluster_cd.json" --attr-timeout 60 --timeout 2; then
+	ls "$MV/vars" >/dev/null
+	r0=$(vreq "$PD") c0=$(vreq "$PC")
+	od -A n -t f4 "$MV/vars/mv" >"$TMP/out" 2>"$TMP/err"
+	r1=$(vreq "$PD") c1=$(vreq "$PC")
+	check "a cold open of vars/mv (2nd ps): one GET, no HEAD, no request to the 1st ps" \
+		"$([[ $(tr -s ' \n' '  ' <"$TMP/out") == ' 1 2 ' && $(delta "$r0" "$r1") == '1 0 0 0' &&
+			$(delta "$c0" "$c1") == '0 0 0 0' ]]; echo $?)"
+	od -A n -t f4 "$MV/vars/mv" >"$TMP/out" 2>"$TMP/err"
+	r2=$(vreq "$PD")
+	check "  ... a repeated open reads the kept copy after one HEAD" \
+		"$([[ $(tr -s ' \n' '  ' <"$TMP/out") == ' 1 2 ' && $(delta "$r1" "$r2") == '0 0 0 1' ]]
+			echo $?)"
+	mv_v=$(put_raw "$PD" mv "$TMP/mv2.bin" 2)
+	r2=$(vreq "$PD")
+	od -A n -t f4 "$MV/vars/mv" >"$TMP/out" 2>"$TMP/err"
+	r3=$(vreq "$PD")
+	check "  ... after an update, a HEAD and a GET bring the new value" \
+		"$([[ $(tr -s ' \n' '  ' <"$TMP/out") == ' 3 4 ' && $(delta "$r2" "$r3") == '1 0 0 1' ]]
+			echo $?)"
+	# the same name on the 1st ps, at the version of the mount's copy where the
+	# counters allow it (versions count per ps): the copy must not be served
+	curl -s -o /dev/null -X DELETE "http://127.0.0.1:$PD/v1/vars/mv"
+	for _ in $(seq 1 20); do
+		v=$(put_raw "$PC" pad "$TMP/mv1.bin" 2)
+		[[ -n $v && $((v + 1)) -lt ${mv_v:-0} ]] || break
+	done
+	v=$(put_raw "$PC" mv "$TMP/mv3.bin" 3)
+	od -A n -t f4 "$MV/vars/mv" >"$TMP/out" 2>"$TMP/err"
+	check "mv deleted, created on the 1st ps (version $v, the copy's $mv_v): vars/mv reads it" \
+		"$([[ $(tr -s ' \n' '  ' <"$TMP/out") == ' 7 8 9 ' ]]; echo $?)"
+	rc=0
+	"$PY" -c 'import numpy as np, sys; print(np.load(sys.argv[1]).tolist())' \
+		"$MV/npy/mv.npy" >"$TMP/out" 2>"$TMP/err" || rc=$?
+	check "  ... and so does npy/mv.npy" \
+		"$( ! $HAVE_NUMPY || [[ $rc -eq 0 && $(cat "$TMP/out") == '[7.0, 8.0, 9.0]' ]]
+			echo $?)"
+	curl -s -o /dev/null -X DELETE "http://127.0.0.1:$PC/v1/vars/mv"
+	rc=0
+	cat "$MV/vars/mv" >/dev/null 2>"$TMP/err" || rc=$?
+	check "  ... deleted from both: No such file or directory" \
+		"$([[ $rc -ne 0 ]] && grep -qF 'No such file' "$TMP/err"; echo $?)"
+	# a value that streams, moved before the mount read it: the stream's GET
+	# to the listed ps answers 404, the mount searches and streams it again
+	curl -s -o /dev/null -X DELETE "http://127.0.0.1:$PD/v1/vars/big"
+	put_raw "$PC" big "$TMP/big2.bin" 1100000 >/dev/null
+	rc=0
+	cmp "$MV/vars/big" "$TMP/big2.bin" 2>"$TMP/err" || rc=$?
+	check "a streamed value moved to the other ps between list and open reads right" \
+		"$([[ $rc -eq 0 ]]; echo $?)"
+	r0=$(vreq "$PC")
+	cmp "$MV/vars/big" "$TMP/big2.bin" 2>"$TMP/err" || rc=$?
+	r1=$(vreq "$PC")
+	put_raw "$PC" big "$TMP/big1.bin" 1100000 >/dev/null
+	cmp "$MV/vars/big" "$TMP/big1.bin" 2>"$TMP/err" || rc=$?
+	check "  ... read again: the kept copy after one HEAD, then the update" \
+		"$([[ $rc -eq 0 && $(delta "$r0" "$r1") == '0 0 0 1' ]]; echo $?)"
+	unmount_dg "$MV"
+	check "fusermount3 -u of the two-ps mount: its process exits 0" $?
+else
+	not_ok "a mount of two ps comes up"
 fi
 
 # --- jobs/: the jobs of the cluster's master ---------------------------------------------
