@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
+#include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -43,12 +44,23 @@ static _Atomic bool *dio_flag;                  /* the mount's: cleared if no pa
 /* The request this thread read last (it handles it, then reads the next). */
 static __thread uint64_t cur_unique;
 
-/* Landings (dgfs_devio_landing). read_tok lets one thread at a time read
- * /dev/fuse while landings are on: a landing is only safe while no other
- * thread can receive a write into the same bytes (see fs.h). */
+/* Landings (dgfs_devio_landing). A landing is only safe while no other
+ * thread can receive a write into the same bytes, so while one may be used
+ * (land_mode: from a write that allows one until a request leaves none
+ * pending) one thread at a time reads /dev/fuse: the holder of read_tok.
+ * Otherwise (most of the time) threads read as libfuse's would, in
+ * parallel, without passing a token (a wake-up per request). A landing is
+ * used only once no thread is left inside such a plain read (plain_readers)
+ * and no write past it was read meanwhile (valid). Only a file written
+ * twice in a row gets one: writes that alternate between files would miss
+ * every time, and a miss costs a copy back. */
 #define WRITE_HDR (sizeof(struct fuse_in_header) + sizeof(struct fuse_write_in))
 static const struct dgfs_landing_ops *land_ops;
+static _Atomic bool land_off;                   /* a write it could not parse: never again */
 static sem_t read_tok;
+static _Atomic bool land_mode;
+static _Atomic int plain_readers;
+static _Atomic uint64_t last_write_fh;          /* of the write read last */
 static struct dgfs_landing pending;             /* guarded by read_tok */
 static bool pending_set;
 /* The write this thread read last, if its payload landed. */
@@ -72,16 +84,83 @@ static void note_request(const char *buf, ssize_t n)
 	}
 }
 
+/* The write request in buf (n bytes read), if it is one. A write of
+ * another shape than this code knows (none comes from Linux 6.x) is not
+ * seen(), so landings stop for good: one could cover its bytes. */
+static bool write_of(const char *buf, ssize_t n, struct fuse_write_in *wi)
+{
+	const struct fuse_in_header *in = (const void *)buf;
+
+	if (n < (ssize_t)sizeof *in || in->opcode != FUSE_WRITE)
+		return false;
+	if (n < (ssize_t)WRITE_HDR || in->total_extlen != 0 || in->len != (uint32_t)n) {
+		if (!atomic_exchange(&land_off, true))
+			dg_log(DG_LOG_WARN, "fs", "a write request of an unknown shape: writes are "
+			       "copied from now on");
+		atomic_store(&land_mode, false);
+		return false;
+	}
+	memcpy(wi, buf + sizeof *in, sizeof *wi);
+	return true;
+}
+
+/* The write just read (fh): may it have a landing (its file was also the
+ * one written last)? */
+static bool write_again(uint64_t fh)
+{
+	return atomic_exchange(&last_write_fh, fh) == fh && !atomic_load(&land_off);
+}
+
+/* Give back landings outside the token, with cancellation off: put() may
+ * free a handle (libfuse cancels threads in here only at exit). */
+static void put_all(void **objs, int n)
+{
+	int old;
+
+	if (n == 0)
+		return;
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old);
+	for (int i = 0; i < n; i++)
+		land_ops->put(objs[i]);
+	pthread_setcancelstate(old, NULL);
+}
+
+/* A read without the token; a write that would allow a landing turns the
+ * landings on (the next readers take the token). */
+static ssize_t read_plain(int fd, char *buf, size_t len)
+{
+	ssize_t n = read(fd, buf, len);
+	int e = errno;
+	struct fuse_write_in wi;
+	struct dgfs_landing next;
+
+	note_request(buf, n);
+	/* seen() before leaving plain_readers: a landing checked after that
+	 * sees this write's end (valid) */
+	if (land_ops && write_of(buf, n, &wi)) {
+		bool again = write_again(wi.fh);
+		if (land_ops->seen(wi.fh, wi.offset, wi.size, &next)) {
+			put_all(&next.obj, 1);
+			if (again)
+				atomic_store(&land_mode, true);
+		}
+	}
+	errno = e;
+	return n;
+}
+
 /* One read of /dev/fuse by the holder of read_tok: into the pending
- * landing if there is one (header and write_in into buf, the next bytes at
- * the landing, any more after them in buf). */
-static ssize_t read_landing(int fd, char *buf, size_t len)
+ * landing if it may be used (header and write_in into buf, the next bytes
+ * at the landing, any more after them in buf). Landings it is done with go
+ * to put[] (*n_put of them), for the caller to give back. */
+static ssize_t read_landing(int fd, char *buf, size_t len, void **put, int *n_put)
 {
 	struct dgfs_landing l = pending;
 	size_t ll = 0;
 	ssize_t n;
 
-	if (pending_set && len > WRITE_HDR) {
+	if (pending_set && len > WRITE_HDR && atomic_load(&plain_readers) == 0 &&
+	    land_ops->valid(&l)) {
 		ll = l.len < len - WRITE_HDR ? l.len : len - WRITE_HDR;
 		struct iovec iov[3] = {
 			{ buf, WRITE_HDR }, { l.dst, ll }, { buf + WRITE_HDR + ll, len - WRITE_HDR - ll },
@@ -92,12 +171,10 @@ static ssize_t read_landing(int fd, char *buf, size_t len)
 	}
 	if (n < (ssize_t)sizeof(struct fuse_in_header))
 		return n;
+	int e = errno;
 	const struct fuse_in_header *in = (const void *)buf;
 	struct fuse_write_in wi;
-	bool is_write = in->opcode == FUSE_WRITE && (size_t)n >= WRITE_HDR &&
-			in->total_extlen == 0 && in->len == (uint32_t)n;
-	if (is_write)
-		memcpy(&wi, buf + sizeof *in, sizeof wi);
+	bool is_write = write_of(buf, n, &wi);
 	bool hit = ll && is_write && wi.fh == l.fh && wi.offset == l.off && wi.size <= ll &&
 		   (size_t)n == WRITE_HDR + wi.size;
 	if (ll && !hit && (size_t)n > WRITE_HDR)       /* not the expected write: back */
@@ -109,35 +186,66 @@ static ssize_t read_landing(int fd, char *buf, size_t len)
 		landed.dst = l.dst;
 		landed.size = wi.size;
 	}
-	if (is_write) {
-		/* the file's next write is expected where this one ends */
-		struct dgfs_landing next;
-		if (pending_set)
-			land_ops->put(pending.obj);
-		pending_set = land_ops->seen(wi.fh, wi.offset, wi.size, &next);
-		if (pending_set)
-			pending = next;
+	/* the file's next write is expected where this one ends; a release of
+	 * the file expects none */
+	bool drop = is_write || atomic_load(&land_off) ||
+		    (pending_set && in->opcode == FUSE_RELEASE &&
+		     (size_t)n >= sizeof *in + sizeof(struct fuse_release_in) &&
+		     ((const struct fuse_release_in *)(const void *)(buf + sizeof *in))->fh == l.fh);
+	if (drop && pending_set) {
+		put[(*n_put)++] = pending.obj;
+		pending_set = false;
 	}
+	if (is_write) {
+		struct dgfs_landing next;
+		bool again = write_again(wi.fh);
+		if (land_ops->seen(wi.fh, wi.offset, wi.size, &next)) {
+			if (again) {
+				pending = next;
+				pending_set = true;
+			} else {
+				put[(*n_put)++] = next.obj;
+			}
+		}
+	}
+	if (!pending_set)
+		atomic_store(&land_mode, false);        /* back to parallel reads */
+	errno = e;
 	return n;
 }
 
 static ssize_t io_read(int fd, void *buf, size_t len, void *ud)
 {
 	(void)ud;
-	if (!land_ops) {
-		ssize_t n = read(fd, buf, len);
-		note_request(buf, n);
+	/* in plain_readers before looking at the mode: a holder of the token
+	 * that turned the mode on then sees this thread (or it sees the mode) */
+	atomic_fetch_add(&plain_readers, 1);
+	if (!atomic_load(&land_mode)) {
+		ssize_t n = read_plain(fd, buf, len);
+		atomic_fetch_sub(&plain_readers, 1);
 		return n;
 	}
+	atomic_fetch_sub(&plain_readers, 1);
 	/* libfuse cancels its threads (in here too: sem_wait and readv are
 	 * cancellation points) only when the session ends, so a token that
 	 * leaves with a cancelled thread is never needed again */
 	while (sem_wait(&read_tok) != 0)
 		;
-	ssize_t n = read_landing(fd, buf, len);
+	if (!atomic_load(&land_mode)) {
+		/* the mode went off while this thread waited: read as the others */
+		atomic_fetch_add(&plain_readers, 1);
+		sem_post(&read_tok);
+		ssize_t n = read_plain(fd, buf, len);
+		atomic_fetch_sub(&plain_readers, 1);
+		return n;
+	}
+	void *put[2];
+	int n_put = 0;
+	ssize_t n = read_landing(fd, buf, len, put, &n_put);
 	int e = errno;
 
 	sem_post(&read_tok);
+	put_all(put, n_put);
 	errno = e;
 	return n;
 }

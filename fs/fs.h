@@ -310,16 +310,18 @@ bool dgfs_devio_dio_mmap_offered(_Atomic bool *flag);
 bool dgfs_devio_zero_copy(const void *out, const void *src, size_t n, void (*done)(void *),
 			  void *arg);
 
-/* Writes received in place. The mount's io reads one request at a time (a
- * token passes between libfuse's threads) and shows every write request to
+/* Writes received in place. The mount's io shows every write request to
  * seen() as it arrives. seen() may answer where the next write to the same
- * file should land: the next read of /dev/fuse then receives a payload that
+ * file should land: a later read of /dev/fuse then receives a payload that
  * matches (same fh, that offset, at most len bytes) straight at dst, with no
  * copy out of libfuse's buffer (dgfs_devio_landed tells the write handler).
  * Any other request that arrives there is moved back into libfuse's buffer,
  * so dst..dst+len must hold nothing anyone needs: bytes past every write
  * seen for that file, which the handler never shows before a write covers
- * them. obj is a reference that keeps dst alive until put(obj). */
+ * them; valid() says the landing still is that (no write past it was seen
+ * since). While a landing may be used, requests are read one at a time (a
+ * token passes between libfuse's threads); otherwise in parallel. obj is a
+ * reference that keeps dst alive until put(obj). */
 struct dgfs_landing {
 	uint64_t fh;                    /* the file's handle (fuse_file_info.fh) */
 	uint64_t off;                   /* the offset the next write must have */
@@ -331,6 +333,7 @@ struct dgfs_landing_ops {
 	/* A write request of fh, [off, off + size), just read. true with *next
 	 * filled (a reference taken) to expect the next one at *next. */
 	bool (*seen)(uint64_t fh, uint64_t off, uint32_t size, struct dgfs_landing *next);
+	bool (*valid)(const struct dgfs_landing *l);
 	void (*put)(void *obj);
 };
 /* Install ops (once, before the loop; with the io installed). */

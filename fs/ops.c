@@ -62,6 +62,7 @@ struct handle {
 	 * the end of every write request of this file read so far. */
 	_Atomic(char *) land_base;
 	_Atomic uint64_t land_size, read_end;
+	uint64_t landed;                /* bytes received in place since the last commit */
 	struct range *ranges;           /* vars/: written ranges, sorted, merged */
 	int n_ranges, cap_ranges;
 	/* vars/ replacing writers of large values: the PUT streams from stage
@@ -1384,7 +1385,9 @@ static int write_vars(struct handle *h, const char *data, size_t size, off_t off
 	int rc = range_add(h, (uint64_t)off, end);
 	if (rc)
 		return rc;
-	if (!dgfs_devio_landed(vars_data(h) + off, size))
+	if (dgfs_devio_landed(vars_data(h) + off, size))
+		h->landed += size;
+	else
 		memcpy(vars_data(h) + off, data, size);
 	h->dirty = true;
 	upload_feed(h, (uint64_t)off);
@@ -1421,12 +1424,22 @@ static bool landing_seen(uint64_t fhv, uint64_t off, uint32_t size, struct dgfs_
 	return true;
 }
 
+/* Still nothing asked for at l (no write past it was seen since)? */
+static bool landing_valid(const struct dgfs_landing *l)
+{
+	const struct handle *h = l->obj;
+
+	return atomic_load(&h->read_end) == l->off;
+}
+
 static void landing_put(void *obj)
 {
 	handle_put(obj);
 }
 
-static const struct dgfs_landing_ops landing_ops = { .seen = landing_seen, .put = landing_put };
+static const struct dgfs_landing_ops landing_ops = {
+	.seen = landing_seen, .valid = landing_valid, .put = landing_put,
+};
 
 const struct dgfs_landing_ops *dgfs_landing_ops(void)
 {
@@ -1586,6 +1599,11 @@ static enum dg_status commit(struct dgfs *fs, struct handle *h, struct dg_err *e
 		st = err->code;
 	if (st == DG_OK && h->p.view == DGFS_VARS) {
 		st = commit_vars(fs, h, c, &version, err);
+		if (st == DG_OK && h->landed)
+			dg_log(DG_LOG_DEBUG, "fs", "vars/%s: committed; %" PRIu64 " of its %" PRIu64
+			       " bytes were received in place", h->p.name, h->landed,
+			       h->info.bytes);
+		h->landed = 0;
 	} else if (st == DG_OK) {
 		struct dg_put_opts o = {
 			.replace = h->p.view == DGFS_NPY,

@@ -429,15 +429,36 @@ fetch huge "$TMP/after"
 check "8 MiB streamed in odd chunks (4093, 65537, 333) arrives whole" \
 	"$([[ $rc -eq 0 ]] && cmp -s "$TMP/after.bin" "$TMP/huge2.bin"; echo $?)"
 # payloads received in place (fs/devio.c): every pattern of replacing writes
-# of large values, each checked over HTTP
+# of large values, each checked over HTTP, on a mount that logs how many
+# bytes of each commit were received in place
 dgr var create huge_b "${C[@]}" --shape 2097152
 wait_visible huge_b
-sh "$PY $TOOL landing 127.0.0.1:$PA . huge huge_b"
-for pat in aligned unaligned interleaved rewrite reverse skip threads processes; do
-	check "writes received in place, pattern $pat: the values arrive whole" \
-		"$([[ $rc -eq 0 ]] && grep -qx "$pat ok" "$TMP/out"; echo $?)"
-done
-[[ $rc -eq 0 ]] || cat "$TMP/out" "$TMP/err"
+ML=$TMP/mnt_land
+if DG_LOG=debug mount_dg "$ML" "$TMP/cluster.json" --timeout 20; then
+	sh "$PY $TOOL landing 127.0.0.1:$PA $ML huge huge_b"
+	for pat in aligned unaligned interleaved rewrite reverse skip threads processes; do
+		check "writes received in place, pattern $pat: the values arrive whole" \
+			"$([[ $rc -eq 0 ]] && grep -qx "$pat ok" "$TMP/out"; echo $?)"
+	done
+	[[ $rc -eq 0 ]] || cat "$TMP/out" "$TMP/err"
+	# a sequential writer lands all but its first few writes (the second
+	# turns landings on, the third sets the first one, threads that were
+	# already waiting take one each): of 32 writes of 1 MiB, at least 24
+	head -c 33554432 /dev/urandom >"$TMP/land32.bin"
+	dgr var create huge_c "${C[@]}" --shape 8388608
+	wait_visible huge_c
+	sh 'dd if="'"$TMP"'/land32.bin" of="'"$ML"'/vars/huge_c" bs=1M status=none'
+	fetch huge_c "$TMP/after"
+	landed=$(sed -n 's/.*vars\/huge_c: committed; \([0-9]*\) of its.*/\1/p' \
+		"$TMP/mount.mnt_land.log" | tail -1)
+	check "dd of 32 MiB in 1 MiB writes: the value arrives whole, ${landed:-0} bytes received in place (>= 24 MiB)" \
+		"$([[ $rc -eq 0 && ${landed:-0} -ge 25165824 ]] && cmp -s "$TMP/after.bin" "$TMP/land32.bin"; echo $?)"
+	dgr var rm huge_c "${C[@]}" >/dev/null
+	unmount_dg "$ML"
+	check "fusermount3 -u of the mount that received writes in place: its process exits 0" $?
+else
+	not_ok "dg mount with DG_LOG=debug comes up"
+fi
 # a new version put over HTTP: the mount's next read of it is cold and
 # streams the body (raw and .npy) straight into the handle's buffer
 curl -s -o /dev/null -X PUT -H 'Content-Type: application/octet-stream' \
