@@ -159,8 +159,18 @@ static ssize_t read_landing(int fd, char *buf, size_t len, void **put, int *n_pu
 	size_t ll = 0;
 	ssize_t n;
 
+	if (pending_set && !land_ops->valid(&l)) {
+		/* a later write of its file was read (read_end only grows) or
+		 * the file was released: it can never be used again, and keeping
+		 * it would keep the token passing and its staging block alive */
+		put[(*n_put)++] = pending.obj;
+		pending_set = false;
+	}
+	/* plain_readers, land_off, then valid(): in this order. A plain reader
+	 * leaves plain_readers only after seen() (or after setting land_off),
+	 * so once it is seen gone, valid() sees its write's end. */
 	if (pending_set && len > WRITE_HDR && atomic_load(&plain_readers) == 0 &&
-	    land_ops->valid(&l)) {
+	    !atomic_load(&land_off) && land_ops->valid(&l)) {
 		ll = l.len < len - WRITE_HDR ? l.len : len - WRITE_HDR;
 		struct iovec iov[3] = {
 			{ buf, WRITE_HDR }, { l.dst, ll }, { buf + WRITE_HDR + ll, len - WRITE_HDR - ll },
@@ -218,7 +228,8 @@ static ssize_t io_read(int fd, void *buf, size_t len, void *ud)
 {
 	(void)ud;
 	/* in plain_readers before looking at the mode: a holder of the token
-	 * that turned the mode on then sees this thread (or it sees the mode) */
+	 * about to use a landing then sees this thread (or this thread sees
+	 * the mode, which readers outside the token turn on) */
 	atomic_fetch_add(&plain_readers, 1);
 	if (!atomic_load(&land_mode)) {
 		ssize_t n = read_plain(fd, buf, len);

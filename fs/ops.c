@@ -62,6 +62,7 @@ struct handle {
 	 * the end of every write request of this file read so far. */
 	_Atomic(char *) land_base;
 	_Atomic uint64_t land_size, read_end;
+	_Atomic bool released;          /* its release ran: no write of it follows */
 	uint64_t landed;                /* bytes received in place since the last commit */
 	struct range *ranges;           /* vars/: written ranges, sorted, merged */
 	int n_ranges, cap_ranges;
@@ -1429,7 +1430,7 @@ static bool landing_valid(const struct dgfs_landing *l)
 {
 	const struct handle *h = l->obj;
 
-	return atomic_load(&h->read_end) == l->off;
+	return !atomic_load(&h->released) && atomic_load(&h->read_end) == l->off;
 }
 
 static void landing_put(void *obj)
@@ -1691,6 +1692,7 @@ static int dgfs_release(const char *path, struct fuse_file_info *fi)
 	struct dgfs *fs = state();
 	struct handle *h = fh(fi);
 
+	atomic_store(&h->released, true);       /* a pending landing of it goes */
 	open_remove(h);         /* first: writer_find must not find it now */
 	commit_path(fs, path, h, "commit at release");
 	if (fs->dio_mmap && h->page_cache) {
