@@ -63,6 +63,8 @@ static _Atomic int plain_readers;
 static _Atomic uint64_t last_write_fh;          /* of the write read last */
 static struct dgfs_landing pending;             /* guarded by read_tok */
 static bool pending_set;
+static unsigned others;                         /* requests since the last write (read_tok) */
+#define LAND_PATIENCE 16                        /* ... after which a landing goes */
 /* The write this thread read last, if its payload landed. */
 static __thread struct { uint64_t unique; const void *dst; size_t size; } landed;
 
@@ -197,8 +199,10 @@ static ssize_t read_landing(int fd, char *buf, size_t len, void **put, int *n_pu
 		landed.size = wi.size;
 	}
 	/* the file's next write is expected where this one ends; a release of
-	 * the file expects none */
-	bool drop = is_write || atomic_load(&land_off) ||
+	 * the file expects none, and neither does a writer that paused while
+	 * other requests came (they would all pass the token meanwhile) */
+	others = is_write ? 0 : others + 1;
+	bool drop = is_write || atomic_load(&land_off) || others > LAND_PATIENCE ||
 		    (pending_set && in->opcode == FUSE_RELEASE &&
 		     (size_t)n >= sizeof *in + sizeof(struct fuse_release_in) &&
 		     ((const struct fuse_release_in *)(const void *)(buf + sizeof *in))->fh == l.fh);
