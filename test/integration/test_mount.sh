@@ -545,6 +545,27 @@ except OSError as e:
 fetch huge "$TMP/after"
 check "an update by another client during a streaming write: ESTALE at close, its value stays" \
 	"$([[ $(cat "$TMP/out") == ESTALE ]] && cmp -s "$TMP/after.bin" "$TMP/huge2.bin"; echo $?)"
+# large .npy copies into npy/ of an existing variable: its own shape (the
+# buffer sized for it at once), a smaller one, and a larger one of another
+# dtype (the buffer grows past that size)
+if $HAVE_NUMPY; then
+	dgr var create npybig "${C[@]}" --shape 2097152
+	wait_visible npybig
+	sh "$PY"' -c "import numpy as np, shutil, sys, urllib.request
+rng = np.random.default_rng(7)
+res = []
+for dt, n in ((np.float32, 2097152), (np.float32, 786432), (np.float64, 1572864)):
+	a = rng.standard_normal(n).astype(dt)
+	np.save(sys.argv[1], a)
+	shutil.copyfile(sys.argv[1], \"npy/npybig.npy\")
+	r = urllib.request.urlopen(\"http://127.0.0.1:%s/v1/vars/npybig\" % sys.argv[2])
+	res.append(r.headers[\"Dg-Dtype\"] == np.dtype(dt).name and r.read() == a.tobytes())
+print(*res)" '"$TMP/big.npy $PA"
+	check "cp of 8, 3 and 12 MiB .npy files over npy/npybig.npy: each value arrives whole" \
+		"$([[ $rc -eq 0 && $(cat "$TMP/out") == "True True True" ]]; echo $?)"
+	[[ $rc -eq 0 ]] || cat "$TMP/out" "$TMP/err"
+	dgr var rm npybig "${C[@]}" >/dev/null
+fi
 
 # --- rename over a variable (sed -i, mv) -----------------------------------------------------
 dgr var ls "${C[@]}"
