@@ -197,7 +197,10 @@ def writers(path, procs, iters, numel):
 
 
 def put_f32(conn, name, numel, value):
-    body = array("f", [float(value)] * numel).tobytes()
+    put_f32_bytes(conn, name, numel, array("f", [float(value)] * numel).tobytes())
+
+
+def put_f32_bytes(conn, name, numel, body):
     conn.request("PUT", "/v1/vars/" + name, body=body,
                  headers={"Dg-Dtype": "float32", "Dg-Shape": str(numel),
                           "Content-Type": "application/octet-stream"})
@@ -328,13 +331,7 @@ def mapread(addr, name, path):
 
     def put(k):
         body = value(k)
-        conn.request("PUT", "/v1/vars/" + name, body=body,
-                     headers={"Dg-Dtype": "float32", "Dg-Shape": str(numel),
-                              "Content-Type": "application/octet-stream"})
-        resp = conn.getresponse()
-        resp.read()
-        if resp.status not in (200, 201):
-            raise RuntimeError("PUT %s answered %d" % (name, resp.status))
+        put_f32_bytes(conn, name, numel, body)
         return body
 
     def read_all(fd, start=0):
