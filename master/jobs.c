@@ -20,7 +20,7 @@
 #include "dg/exec.h"
 #include "dg/log.h"
 #include "dg/train.h"
-#include "master_internal.h"
+#include "internal.h"
 
 enum job_state { JOB_CREATED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELED };
 
@@ -2002,7 +2002,7 @@ static char *train_explain(const struct master *m, const struct job *j)
 }
 
 /* A training job: the "training" section (the job's key, else the graph's)
- * parsed, the plan built (worker/train.c), each replica placed and cut, the
+ * parsed, the plan built (master/train.c), each replica placed and cut, the
  * eval graph placed and cut like an ordinary one-step job (j->g, j->part: its
  * fetched values are the job's results). */
 static enum dg_status train_build(struct master *m, struct job *j, const json_t *body,

@@ -3,8 +3,8 @@
  * built from such text with a Criterion assert on failure, and a placed graph.
  * static inline so a suite that uses only some of them compiles without
  * unused-function warnings. */
-#ifndef DG_WORKER_TEST_UTIL_H
-#define DG_WORKER_TEST_UTIL_H
+#ifndef DG_MASTER_TEST_UTIL_H
+#define DG_MASTER_TEST_UTIL_H
 
 #include <criterion/criterion.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* Shared between master.c (routes, master state) and jobs.c (job table, step
  * driver): the master struct and the job functions the routes call. Not a
  * public header: only these two files include it. */
-#ifndef WORKER_MASTER_INTERNAL_H
-#define WORKER_MASTER_INTERNAL_H
+#ifndef MASTER_INTERNAL_H
+#define MASTER_INTERNAL_H
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -19,7 +19,7 @@
 #include "dg/master.h"
 #include "dg/place.h"
 #include "server.h"
-#include "worker_test_util.h"
+#include "master_test_util.h"
 
 /* ------------------------------------------------------------ helpers */
 

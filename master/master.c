@@ -10,7 +10,7 @@
 
 #include "dg/buf.h"
 #include "dg/codec.h"
-#include "master_internal.h"
+#include "internal.h"
 
 #define EVENTS_MAX_WAIT_MS 60000
 

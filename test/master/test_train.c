@@ -18,7 +18,7 @@
 #include "dg/graph.h"
 #include "dg/place.h"
 #include "dg/train.h"
-#include "worker_test_util.h"
+#include "master_test_util.h"
 
 /* ------------------------------------------------------------ helpers */
 

@@ -12,7 +12,7 @@
 #include "dg/cluster.h"
 #include "dg/graph.h"
 #include "dg/place.h"
-#include "worker_test_util.h"
+#include "master_test_util.h"
 
 /* ps/0, worker/0, worker/1 (task indices 0, 1, 2); only worker/1 has a GPU. */
 static const char cluster3[] =
