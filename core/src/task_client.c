@@ -1,0 +1,290 @@
+/* The typed client of the worker routes (dg/task_client.h): request bodies
+ * and paths built once here, replies parsed back into C values. Neighbours:
+ * dg/http.h below it (the transport), the master's remote tasks and the
+ * executor's remote _Send above it, worker/routes.c on the other side of
+ * the wire. */
+#include "dg/task_client.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dg/buf.h"
+#include "dg/codec.h"
+
+#define PATH_MAX_LEN 256                /* DELETE /v1/steps/S?...&reason=... */
+
+/* Whether st (with the reply res) says the task itself is gone. */
+static bool is_lost(enum dg_status st, const struct dg_http_result *res,
+		    const struct dg_err *err)
+{
+	if (st == DG_OK)
+		return false;
+	if (res->status == 0)
+		return st == DG_EUNAVAILABLE;
+	return res->status == 404 && err && strstr(err->msg, "fragment '") &&
+	       strstr(err->msg, "' not found");
+}
+
+static json_t *reply_json(struct dg_http_client *c, const char *what,
+			  const struct dg_http_result *res, struct dg_err *err)
+{
+	json_error_t je;
+	json_t *j = json_loadb(res->body.data ? res->body.data : "", res->body.len, 0, &je);
+
+	if (!j)
+		dg_err_set(err, DG_EINVAL, "reply to %s from %s is not JSON: %s", what,
+			   dg_http_client_url(c), je.text);
+	return j;
+}
+
+enum dg_status dg_task_fragment_add(struct dg_http_client *c, const json_t *doc, char *id,
+				    bool *lost, struct dg_err *err)
+{
+	static const struct dg_http_header h[] = { { "Content-Type", "application/json" } };
+	char *text = json_dumps(doc, JSON_COMPACT);
+	struct dg_http_result res;
+	json_t *reply = NULL;
+	enum dg_status st;
+
+	if (lost)
+		*lost = false;
+	if (!text)
+		return dg_err_set(err, DG_ENOMEM, "out of memory encoding a fragment");
+	dg_http_result_init(&res);
+	st = dg_http_request(c, "POST", "/v1/fragments", h, 1, text, strlen(text), &res, err);
+	if (lost)
+		*lost = is_lost(st, &res, err);
+	if (st == DG_OK && (reply = reply_json(c, "POST /v1/fragments", &res, err)) == NULL)
+		st = DG_EINVAL;
+	const char *s = json_string_value(json_object_get(reply, "id"));
+	if (st == DG_OK && (!s || strlen(s) >= DG_FRAGMENT_ID_MAX))
+		st = dg_err_set(err, DG_EINTERNAL, "POST /v1/fragments answered without an id");
+	if (st == DG_OK)
+		snprintf(id, DG_FRAGMENT_ID_MAX, "%s", s);
+	json_decref(reply);
+	dg_http_result_deinit(&res);
+	free(text);
+	return st;
+}
+
+enum dg_status dg_task_fragment_remove(struct dg_http_client *c, const char *id,
+				       struct dg_err *err)
+{
+	char path[64];
+	struct dg_http_result res;
+	enum dg_status st;
+
+	snprintf(path, sizeof path, "/v1/fragments/%.*s", DG_FRAGMENT_ID_MAX, id);
+	dg_http_result_init(&res);
+	st = dg_http_request(c, "DELETE", path, NULL, 0, NULL, 0, &res, err);
+	dg_http_result_deinit(&res);
+	return st;
+}
+
+/* The run request's body (worker/routes.c, run_args). */
+static char *run_body(const struct dg_task_run *run)
+{
+	json_t *body = json_pack("{s:I, s:I}", "step", (json_int_t)run->step, "timeout_ms",
+				 (json_int_t)run->timeout_ms);
+	json_t *collect = run->n_collect > 0 ? json_array() : NULL;
+	char *text;
+
+	if (body && run->steps != 1)
+		json_object_set_new(body, "steps", json_integer(run->steps));
+	if (body && run->train_step >= 0)
+		json_object_set_new(body, "train_step", json_integer(run->train_step));
+	for (int i = 0; collect && i < run->n_collect; i++)
+		json_array_append_new(collect, json_string(run->collect[i]));
+	if (body && collect)
+		json_object_set_new(body, "collect", collect);
+	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_decref(body);
+	return text;
+}
+
+/* "results": [{"values": {KEY: x | null}, "stale": n}, ...] into out. */
+static enum dg_status run_results(const json_t *reply, const struct dg_task_run *run,
+				  const char *path, struct dg_task_run_result *out,
+				  struct dg_err *err)
+{
+	const json_t *results = json_object_get(reply, "results");
+	size_t n = json_array_size(results);
+
+	if (!json_is_array(results))
+		return dg_err_set(err, DG_EINTERNAL, "POST %s answered without \"results\"", path);
+	out->values = calloc(n * (size_t)run->n_collect + 1, sizeof *out->values);
+	if (!out->values)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const json_t *ri = json_array_get(results, i);
+		const json_t *vals = json_object_get(ri, "values");
+		for (int v = 0; v < run->n_collect; v++) {
+			const json_t *x = json_object_get(vals, run->collect[v]);
+			out->values[(int64_t)i * run->n_collect + v] = json_is_number(x) ?
+								       json_number_value(x) : NAN;
+		}
+		out->stale += json_integer_value(json_object_get(ri, "stale"));
+	}
+	out->steps_done = (int64_t)n;
+	return DG_OK;
+}
+
+enum dg_status dg_task_run(struct dg_http_client *c, const char *id, const struct dg_task_run *run,
+			   struct dg_task_run_result *out, bool *lost, struct dg_err *err)
+{
+	static const struct dg_http_header h[] = { { "Content-Type", "application/json" } };
+	char path[64], *text = run_body(run);
+	struct dg_http_result res;
+	json_t *reply = NULL;
+	enum dg_status st;
+
+	if (lost)
+		*lost = false;
+	if (out)
+		*out = (struct dg_task_run_result){ 0 };
+	if (!text)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	snprintf(path, sizeof path, "/v1/fragments/%.*s/run", DG_FRAGMENT_ID_MAX, id);
+	dg_http_result_init(&res);
+	st = dg_http_request(c, "POST", path, h, 1, text, strlen(text), &res, err);
+	if (lost)
+		*lost = is_lost(st, &res, err);
+	free(text);
+	if (st == DG_OK && out && !(reply = reply_json(c, path, &res, err)))
+		st = DG_EINVAL;
+	dg_http_result_deinit(&res);
+	if (st == DG_OK && out)
+		st = run_results(reply, run, path, out, err);
+	json_decref(reply);
+	if (st != DG_OK && out)
+		dg_task_run_result_deinit(out);
+	return st;
+}
+
+void dg_task_run_result_deinit(struct dg_task_run_result *r)
+{
+	if (!r)
+		return;
+	free(r->values);
+	*r = (struct dg_task_run_result){ 0 };
+}
+
+/* "/v1/steps/S/tensors/" + the escaped key. */
+static enum dg_status tensor_path(struct dg_buf *path, uint64_t step, const char *key,
+				  struct dg_err *err)
+{
+	enum dg_status st = dg_buf_printf(path, err, "/v1/steps/%" PRIu64 "/tensors/", step);
+
+	return st == DG_OK ? dg_http_escape_path(key, path, err) : st;
+}
+
+enum dg_status dg_task_tensor_put(struct dg_http_client *c, uint64_t step, const char *key,
+				  const struct dg_tensor *t, bool *lost, struct dg_err *err)
+{
+	struct dg_buf path = { 0 };
+	struct dg_http_result res;
+	char shape[DG_MAX_DIMS * 21 + 3];
+	enum dg_status st;
+
+	if (lost)
+		*lost = false;
+	dg_shape_format(&t->shape, shape, sizeof shape);
+	const struct dg_http_header h[] = {
+		{ "Content-Type", dg_encoding_mime(DG_ENC_RAW) },
+		{ "Dg-Dtype", dg_dtype_name(t->dtype) },
+		{ "Dg-Shape", shape },
+	};
+	dg_http_result_init(&res);
+	st = tensor_path(&path, step, key, err);
+	if (st == DG_OK)
+		st = dg_http_request(c, "PUT", path.data, h, 3, t->data, t->nbytes, &res, err);
+	if (lost)
+		*lost = is_lost(st, &res, err);
+	dg_http_result_deinit(&res);
+	dg_buf_deinit(&path);
+	return st;
+}
+
+enum dg_status dg_task_tensor_take(struct dg_http_client *c, uint64_t step, const char *key,
+				   int64_t timeout_ms, struct dg_tensor **out, struct dg_err *err)
+{
+	struct dg_buf path = { 0 };
+	struct dg_http_result res;
+	struct dg_shape shape;
+	enum dg_dtype dt;
+	enum dg_status st;
+
+	*out = NULL;
+	dg_http_result_init(&res);
+	res.aligned_body = true;        /* the body becomes the tensor's data */
+	st = tensor_path(&path, step, key, err);
+	if (st == DG_OK)
+		st = dg_buf_printf(&path, err, "?timeout_ms=%" PRId64, timeout_ms);
+	if (st == DG_OK)
+		st = dg_http_request(c, "GET", path.data, NULL, 0, NULL, 0, &res, err);
+	if (st == DG_OK && ((st = dg_dtype_parse(res.dg_dtype, &dt, err)) != DG_OK ||
+			    (st = dg_shape_parse(res.dg_shape, &shape, err)) != DG_OK))
+		dg_err_prefix(err, "tensor '%s' of step %" PRIu64 " from %s", key, step,
+			      dg_http_client_url(c));
+	if (st == DG_OK) {
+		size_t n = 0;
+		void *p = NULL;
+		if (res.aligned || res.body.len == 0) {
+			p = dg_http_result_take_aligned(&res, &n);
+			*out = dg_tensor_adopt(dt, &shape, p, n, err);
+		} else {
+			*out = dg_raw_decode(res.body.data, res.body.len, dt, &shape, err);
+		}
+		if (!*out) {
+			dg_free_aligned(p);
+			st = err ? err->code : DG_EINVAL;
+		}
+	}
+	dg_http_result_deinit(&res);
+	dg_buf_deinit(&path);
+	return st;
+}
+
+enum dg_status dg_task_abort(struct dg_http_client *c, uint64_t step, int64_t count,
+			     const char *reason, struct dg_err *err)
+{
+	struct dg_buf q = { 0 };
+	struct dg_http_result res;
+	enum dg_status st;
+
+	if (count > 1)
+		st = dg_buf_printf(&q, err, "/v1/steps/%" PRIu64 "?count=%" PRId64 "&reason=", step,
+				   count);
+	else
+		st = dg_buf_printf(&q, err, "/v1/steps/%" PRIu64 "?reason=", step);
+	/* An escape is 3 bytes: stop while it still fits. */
+	for (const char *s = reason ? reason : ""; st == DG_OK && *s && q.len + 4 < PATH_MAX_LEN;
+	     s++)
+		st = dg_buf_printf(&q, err, (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+				   (*s >= '0' && *s <= '9') ? "%c" : "%%%02X",
+				   (unsigned char)*s);
+	dg_http_result_init(&res);
+	if (st == DG_OK)
+		st = dg_http_request(c, "DELETE", q.data, NULL, 0, NULL, 0, &res, err);
+	dg_http_result_deinit(&res);
+	dg_buf_deinit(&q);
+	return st;
+}
+
+enum dg_status dg_task_health(struct dg_http_client *c, json_t **out, struct dg_err *err)
+{
+	struct dg_http_result res;
+	enum dg_status st;
+
+	if (out)
+		*out = NULL;
+	dg_http_result_init(&res);
+	st = dg_http_request(c, "GET", "/v1/health", NULL, 0, NULL, 0, &res, err);
+	if (st == DG_OK && out && !(*out = reply_json(c, "GET /v1/health", &res, err)))
+		st = DG_EINVAL;
+	dg_http_result_deinit(&res);
+	return st;
+}
