@@ -13,6 +13,7 @@
 #include "dg/buf.h"
 #include "dg/master.h"
 #include "dg/place.h"
+#include "task.h"
 
 struct job;
 
@@ -23,6 +24,7 @@ struct master {
 	char *token;                        /* owned; NULL = none */
 	bool soft_placement;
 	struct worker *w;                   /* borrowed */
+	struct mtask **tasks;               /* owned: per cluster task, its interface */
 	struct dg_route_group group;
 	pthread_mutex_t mu;                 /* guards jobs[], every job's mutable fields */
 	pthread_cond_t cv;                  /* broadcast on any job event */

@@ -62,7 +62,7 @@ struct job {
 	uint64_t cur_step;             /* 0 between steps */
 	char (*frag_id)[24];           /* per part.frags: id on its task, "" = not registered */
 	char (*init_id)[24];           /* per part.init */
-	struct dg_http_client **clients; /* per part.frags: used only by that fragment's runner */
+	struct mtask_conn **conns;     /* per part.frags: used only by that fragment's runner */
 	double t_created, t_started, t_finished, step_ms_sum, step_ms_last;   /* ms */
 };
 
@@ -76,7 +76,7 @@ struct replica {
 	struct partition part;         /* frags[0]: the step fragment; init: VarInit */
 	char frag_id[24];              /* "" = not registered */
 	char (*init_id)[24];           /* per part.init; registered for replica 0 only */
-	struct dg_http_client *client; /* used only by the replica's thread */
+	struct mtask_conn *conn;       /* used only by the replica's thread */
 	/* Guarded by m->mu: */
 	int64_t done;                  /* training steps run */
 	uint64_t cur_step;             /* first step id of the chunk in flight; 0 = none */
@@ -142,33 +142,32 @@ int master_self(const struct master *m)
 }
 
 /* "task /job:worker/task:1 (127.0.0.1:2223)" */
-static void task_label(const struct master *m, int t, char *buf, size_t n)
+static const char *task_label(const struct master *m, int t)
 {
-	snprintf(buf, n, "task /job:%s/task:%d (%s)", m->cluster->tasks[t].job,
-		 m->cluster->tasks[t].index, m->cluster->tasks[t].address);
+	return m->tasks[t]->label;
 }
 
 /* ------------------------------------------------------------ the table */
 
-static void train_free(struct train *tr);
+static void train_free(struct master *m, struct train *tr);
 
 static void job_free(struct job *j)
 {
 	if (!j)
 		return;
-	train_free(j->tr);
+	train_free(j->m, j->tr);
 	for (int i = 0; j->feeds && i < j->part.n_feeds; i++)
 		dg_tensor_free(j->feeds[i]);
 	for (int i = 0; j->results && i < j->part.n_fetch; i++)
 		dg_tensor_free(j->results[i]);
-	for (int i = 0; j->clients && i < j->part.n_frags; i++)
-		dg_http_client_free(j->clients[i]);
+	for (int i = 0; j->conns && i < j->part.n_frags; i++)
+		mtask_conn_drop(j->m->tasks[j->part.frags[i].task], &j->conns[i]);
 	for (int i = 0; i < j->n_events; i++)
 		free(j->events[i]);
 	free(j->events);
 	free(j->feeds);
 	free(j->results);
-	free(j->clients);
+	free(j->conns);
 	free(j->frag_id);
 	free(j->init_id);
 	free(j->explain);
@@ -305,27 +304,6 @@ static void finish_job(struct master *m, struct job *j, enum dg_status st,
 
 /* ------------------------------------------------------------ requests */
 
-/* One HTTP request to task t with a client made for it (slow path: health,
- * registration, abort); res may be NULL. */
-static enum dg_status task_request(struct master *m, int t, const char *method, const char *path,
-				   const struct dg_http_header *h, int nh, const void *body,
-				   size_t len, long timeout_ms, struct dg_http_result *res,
-				   struct dg_err *err)
-{
-	struct dg_http_result local;
-	struct dg_http_client *c = dg_http_client_new(m->cluster->tasks[t].address, m->token,
-						      timeout_ms, err);
-	enum dg_status st;
-
-	if (!c)
-		return err ? err->code : DG_ENOMEM;
-	dg_http_result_init(&local);
-	st = dg_http_request(c, method, path, h, nh, body, len, res ? res : &local, err);
-	dg_http_result_deinit(&local);
-	dg_http_client_free(c);
-	return st;
-}
-
 /* Mark in used[] (per cluster task) the tasks the job has fragments on: its
  * step and init fragments, and a training job's replicas. */
 static void job_tasks(const struct job *j, bool *used)
@@ -343,41 +321,21 @@ static void job_tasks(const struct job *j, bool *used)
 	}
 }
 
-/* The path of DELETE /v1/steps/S[?count=K]&reason=R (count 1 = left out),
- * with the reason percent-encoded and cut so that the path fits in n bytes. */
-static void abort_path(char *path, size_t n, uint64_t step, int64_t count, const char *reason)
-{
-	struct dg_buf q = { 0 };
-
-	if (count > 1)
-		dg_buf_printf(&q, NULL, "/v1/steps/%" PRIu64 "?count=%" PRId64 "&reason=", step,
-			      count);
-	else
-		dg_buf_printf(&q, NULL, "/v1/steps/%" PRIu64 "?reason=", step);
-	/* An escape is 3 bytes: stop while it still fits. */
-	for (const char *s = reason; *s && q.len + 4 < n; s++)
-		dg_buf_printf(&q, NULL, (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-			      (*s >= '0' && *s <= '9') ? "%c" : "%%%02X", (unsigned char)*s);
-	snprintf(path, n, "%s", q.data ? q.data : "/");
-	dg_buf_deinit(&q);
-}
-
-/* Abort step on every task in the job's fragments (and this task's
- * rendezvous). Best effort: a task that is down has nothing to release. */
+/* Abort step on every task in the job's fragments and in this task's
+ * rendezvous. Best effort: a task that is down has nothing to release. */
 static void abort_everywhere(struct master *m, struct job *j, uint64_t step, const char *reason)
 {
 	int self = master_self(m);
-	char path[200];
-
-	dg_rendezvous_abort(worker_rendezvous(m->w), step, reason);
-	abort_path(path, sizeof path, step, 1, reason);
 	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
+
+	if (self >= 0)
+		m->tasks[self]->ops->abort(m->tasks[self], step, 1, reason);
 	if (!used)
 		return;
 	job_tasks(j, used);
 	for (int t = 0; t < m->cluster->n_tasks; t++)
 		if (used[t] && t != self)
-			task_request(m, t, "DELETE", path, NULL, 0, NULL, 0, 2000, NULL, NULL);
+			m->tasks[t]->ops->abort(m->tasks[t], step, 1, reason);
 	free(used);
 }
 
@@ -385,52 +343,20 @@ static void abort_everywhere(struct master *m, struct job *j, uint64_t step, con
 static enum dg_status register_frag(struct master *m, const struct place_fragment *f, char *id,
 				    struct dg_err *err)
 {
-	char *text = json_dumps(f->doc, JSON_COMPACT);
-	struct dg_http_header h[] = { { "Content-Type", "application/json" } };
-	struct dg_http_result res;
-	enum dg_status st;
-	char label[200];
+	struct mtask *t = m->tasks[f->task];
+	enum dg_status st = t->ops->fragment_add(t, f->doc, id, NULL, err);
 
-	if (!text)
-		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	dg_http_result_init(&res);
-	if (f->task == master_self(m)) {
-		st = worker_fragment_add(m->w, text, strlen(text), id, 24, NULL, err);
-	} else {
-		st = task_request(m, f->task, "POST", "/v1/fragments", h, 1, text, strlen(text),
-				  30000, &res, err);
-		json_t *reply = st == DG_OK ? json_loadb(res.body.data ? res.body.data : "",
-							 res.body.len, 0, NULL) : NULL;
-		const char *s = json_string_value(json_object_get(reply, "id"));
-		if (st == DG_OK && (!s || strlen(s) >= 24))
-			st = dg_err_set(err, DG_EINTERNAL, "POST /v1/fragments answered without "
-					"an id");
-		if (st == DG_OK)
-			snprintf(id, 24, "%s", s);
-		json_decref(reply);
-	}
-	if (st != DG_OK) {
-		task_label(m, f->task, label, sizeof label);
-		dg_err_prefix(err, "registering a fragment on %s", label);
-	}
-	dg_http_result_deinit(&res);
-	free(text);
+	if (st != DG_OK)
+		dg_err_prefix(err, "registering a fragment on %s", t->label);
 	return st;
 }
 
 /* Remove fragment id (registered on task t); best effort. */
 static void unregister_one(struct master *m, int t, char *id)
 {
-	char path[64];
-
 	if (!id[0])
 		return;
-	if (t == master_self(m)) {
-		worker_fragment_remove(m->w, id, NULL);
-	} else {
-		snprintf(path, sizeof path, "/v1/fragments/%s", id);
-		task_request(m, t, "DELETE", path, NULL, 0, NULL, 0, 5000, NULL, NULL);
-	}
+	m->tasks[t]->ops->fragment_remove(m->tasks[t], id);
 	id[0] = '\0';
 }
 
@@ -451,84 +377,34 @@ static void unregister_all(struct master *m, struct job *j)
 
 /* ------------------------------------------------------------ one step */
 
-/* Whether a failed request to a task says the task itself is gone, so that a
- * retry once it is back may help (doc/graph-execution.md, "Steps and
- * failures"): the connection failed (refused, reset: DG_EUNAVAILABLE without
- * an HTTP answer), or 404 for the fragment it was asked to run (a restarted
- * task lost its fragments). A node's own error (a kernel, a bad feed) comes
- * as an HTTP answer; a request that timed out may be a step that is merely
- * slow, so re-running it would not help either. */
-static bool task_lost(enum dg_status st, const struct dg_http_result *res,
-		      const struct dg_err *err)
-{
-	if (st == DG_OK)
-		return false;
-	if (res->status == 0)
-		return st == DG_EUNAVAILABLE;
-	return res->status == 404 && err && strstr(err->msg, "fragment '") &&
-	       strstr(err->msg, "' not found");
-}
-
 struct runner {
 	struct master *m;
 	struct job *j;
 	const struct place_fragment *f;
 	const char *id;
-	struct dg_http_client **client;   /* this fragment's kept client; NULL = make one */
+	struct mtask_conn **conn;         /* this fragment's kept connection; NULL = make one */
 	uint64_t step;
 	atomic_bool *failed;
-	bool unreachable;                 /* the task is lost (task_lost): died or restarted */
+	bool unreachable;                 /* the task is lost (dg/task_client.h): died or
+					   * restarted */
 	enum dg_status st;
 	struct dg_err err;
 };
 
-static enum dg_status run_remote(struct runner *r)
-{
-	char path[64], body[96];
-	struct dg_http_header h[] = { { "Content-Type", "application/json" } };
-	struct dg_http_result res;
-	struct dg_http_client *own = NULL, *c;
-	enum dg_status st;
-
-	c = r->client ? *r->client : NULL;
-	if (!c) {
-		c = dg_http_client_new(r->m->cluster->tasks[r->f->task].address, r->m->token,
-				       (long)(r->j->timeout_ms + JOB_RUN_SLACK_MS), &r->err);
-		if (!c)
-			return r->err.code;
-		if (r->client)
-			*r->client = c;
-		else
-			own = c;
-	}
-	snprintf(path, sizeof path, "/v1/fragments/%s/run", r->id);
-	snprintf(body, sizeof body, "{\"step\": %" PRIu64 ", \"timeout_ms\": %" PRId64 "}",
-		 r->step, r->j->timeout_ms);
-	dg_http_result_init(&res);
-	st = dg_http_request(c, "POST", path, h, 1, body, strlen(body), &res, &r->err);
-	r->unreachable = task_lost(st, &res, &r->err);
-	dg_http_result_deinit(&res);
-	dg_http_client_free(own);
-	return st;
-}
-
 static void *run_fragment(void *arg)
 {
 	struct runner *r = arg;
-	char label[200], reason[300];
+	struct mtask *t = r->m->tasks[r->f->task];
+	const struct dg_task_run run = { .step = r->step, .steps = 1, .train_step = -1,
+					 .timeout_ms = r->j->timeout_ms };
+	char reason[300];
 
-	if (r->f->task == master_self(r->m))
-		r->st = worker_run_fragment_local(r->m->w, r->id, r->step, r->j->timeout_ms,
-						  &r->err);
-	else
-		r->st = run_remote(r);
+	r->st = t->ops->run(t, r->conn, r->id, &run, NULL, &r->unreachable, &r->err);
 	if (r->st == DG_OK)
 		return NULL;
 	/* Name the task unless the executor already did ("task worker/1: node ..."). */
-	if (strncmp(r->err.msg, "task ", 5) != 0) {
-		task_label(r->m, r->f->task, label, sizeof label);
-		dg_err_prefix(&r->err, "%s", label);
-	}
+	if (strncmp(r->err.msg, "task ", 5) != 0)
+		dg_err_prefix(&r->err, "%s", t->label);
 	/* The first failure releases every other task's waits at once. */
 	if (!atomic_exchange(r->failed, true)) {
 		snprintf(reason, sizeof reason, "%s", r->err.msg);
@@ -538,44 +414,23 @@ static void *run_fragment(void *arg)
 }
 
 /* Put the job's feeds for step into the rendezvous of the tasks that read
- * them. *down gets a task that is lost (task_lost) when that is why it failed. */
+ * them. *down gets a task that is lost when that is why it failed. */
 static enum dg_status put_feeds(struct master *m, struct job *j, uint64_t step, int *down,
 				struct dg_err *err)
 {
-	int self = master_self(m);
 	enum dg_status st = DG_OK;
 
 	for (int i = 0; st == DG_OK && i < j->part.n_feeds; i++) {
 		const struct place_feed *pf = &j->part.feeds[i];
-		const struct dg_tensor *t = j->feeds[i];
-		char path[DG_RV_KEY_MAX + 64], shape[200] = "";
+		bool lost = false;
 		if (pf->task < 0)
 			continue;
-		if (pf->task == self) {
-			struct dg_tensor *c = dg_tensor_clone(t, err);
-			st = c ? dg_rendezvous_put(worker_rendezvous(m->w), step, pf->key, c, err)
-			       : DG_ENOMEM;
-			continue;
-		}
-		for (int d = 0; d < t->shape.ndim; d++)
-			snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%" PRId64,
-				 d ? "," : "", t->shape.dim[d]);
-		struct dg_http_header h[] = { { "Content-Type", "application/octet-stream" },
-					      { "Dg-Dtype", dg_dtype_name(t->dtype) },
-					      { "Dg-Shape", t->shape.ndim ? shape : "[]" } };
-		snprintf(path, sizeof path, "/v1/steps/%" PRIu64 "/tensors/%s", step, pf->key);
-		struct dg_http_result res;
-		dg_http_result_init(&res);
-		st = task_request(m, pf->task, "PUT", path, h, 3, t->data, t->nbytes, 60000, &res,
-				  err);
-		if (task_lost(st, &res, NULL))
+		struct mtask *t = m->tasks[pf->task];
+		st = t->ops->tensor_put(t, step, pf->key, j->feeds[i], &lost, err);
+		if (lost)
 			*down = pf->task;
-		dg_http_result_deinit(&res);
-		if (st != DG_OK) {
-			char label[200];
-			task_label(m, pf->task, label, sizeof label);
-			dg_err_prefix(err, "sending feed '%s' to %s", pf->ref, label);
-		}
+		if (st != DG_OK && !t->local)
+			dg_err_prefix(err, "sending feed '%s' to %s", pf->ref, t->label);
 	}
 	return st;
 }
@@ -599,14 +454,15 @@ static const struct runner *primary_failure(const struct runner *rs, int n)
 
 /* Run one step of the n fragments frags (registered as ids) with a fresh
  * cluster-unique step id; unless init, put the feeds first and take the
- * fetched values into j->results. clients: per fragment kept clients or NULL.
- * On failure *down (when not NULL) gets the task that was lost (task_lost)
- * if that explains the failure, else stays -1. */
+ * fetched values into j->results. conns: per fragment kept connections or
+ * NULL. On failure *down (when not NULL) gets the task that was lost if that
+ * explains the failure, else stays -1. */
 static enum dg_status run_frags(struct master *m, struct job *j,
 				const struct place_fragment *frags, char (*ids)[24], int n,
-				struct dg_http_client **clients, bool init, int *down,
+				struct mtask_conn **conns, bool init, int *down,
 				struct dg_err *err)
 {
+	struct mtask *self = m->tasks[master_self(m)];
 	uint64_t step = m->step_base | (atomic_fetch_add(&m->step_counter, 1) + 1);
 	struct runner *rs = calloc((size_t)n + 1, sizeof *rs);
 	pthread_t *th = calloc((size_t)n + 1, sizeof *th);
@@ -628,7 +484,7 @@ static enum dg_status run_frags(struct master *m, struct job *j,
 		st = put_feeds(m, j, step, &lost, err);
 	for (int i = 0; st == DG_OK && i < n; i++) {
 		rs[i] = (struct runner){ .m = m, .j = j, .f = &frags[i], .step = step,
-					 .id = ids[i], .client = clients ? &clients[i] : NULL,
+					 .id = ids[i], .conn = conns ? &conns[i] : NULL,
 					 .failed = &failed };
 		/* The last fragment runs on this thread: one thread fewer per step. */
 		if (i == n - 1)
@@ -650,8 +506,7 @@ static enum dg_status run_frags(struct master *m, struct job *j,
 	}
 	for (int i = 0; st == DG_OK && !init && i < j->part.n_fetch; i++) {
 		struct dg_tensor *t = NULL;
-		st = dg_rendezvous_take(worker_rendezvous(m->w), step, j->part.fetch_keys[i], 5000,
-					&t, err);
+		st = self->ops->tensor_take(self, step, j->part.fetch_keys[i], 5000, &t, err);
 		if (st != DG_OK) {
 			dg_err_prefix(err, "taking fetched value");
 			break;
@@ -663,7 +518,7 @@ static enum dg_status run_frags(struct master *m, struct job *j,
 	}
 	if (st != DG_OK && !atomic_load(&failed))
 		abort_everywhere(m, j, step, err->msg);
-	dg_rendezvous_finish(worker_rendezvous(m->w), step);
+	self->ops->finish(self, step, 1);
 out:
 	pthread_mutex_lock(&m->mu);
 	j->cur_step = 0;
@@ -711,14 +566,14 @@ static enum dg_status retry_wait(struct master *m, struct job *j, int t, int64_t
 				 int replica, struct dg_err *err)
 {
 	double deadline = now_ms() + (double)j->retry_ms;
-	char label[200], dev[128], first[sizeof err->msg];
+	char dev[128], first[sizeof err->msg];
+	const char *label = task_label(m, t);
 	const char *why = err->msg;
 	struct dg_err e = { 0 };
 	bool stop;
 
 	if (j->retry_ms == 0)
 		return err->code;
-	task_label(m, t, label, sizeof label);
 	place_device_name(m->cluster, t, dev, sizeof dev);
 	/* The step's error usually starts with the label already: say it once. */
 	if (strncmp(why, label, strlen(label)) == 0 && strncmp(why + strlen(label), ": ", 2) == 0)
@@ -747,8 +602,8 @@ static enum dg_status retry_wait(struct master *m, struct job *j, int t, int64_t
 	       "waiting up to %" PRId64 " ms for it to come back", j->id, k, label, first,
 	       j->retry_ms);
 	for (;;) {
-		if (task_request(m, t, "GET", "/v1/health", NULL, 0, NULL, 0,
-				 JOB_HEALTH_TIMEOUT_MS, NULL, &e) == DG_OK)
+		if (m->tasks[t]->ops->health(m->tasks[t], JOB_HEALTH_TIMEOUT_MS, NULL, &e) ==
+		    DG_OK)
 			return DG_OK;
 		pthread_mutex_lock(&m->mu);
 		double left = deadline - now_ms();
@@ -771,16 +626,13 @@ static enum dg_status retry_wait(struct master *m, struct job *j, int t, int64_t
 
 /* Register fragment f again on task t after the task was lost: the old id
  * (removed first: a task that only dropped a connection still has it) is
- * replaced in id, and the kept client (its connection is dead) dropped.
- * *client may be NULL. */
+ * replaced in id, and the kept connection (it is dead) dropped. conn may be
+ * NULL. */
 static enum dg_status reregister(struct master *m, const struct place_fragment *f, char *id,
-				 struct dg_http_client **client, struct dg_err *err)
+				 struct mtask_conn **conn, struct dg_err *err)
 {
 	unregister_one(m, f->task, id);
-	if (client) {
-		dg_http_client_free(*client);
-		*client = NULL;
-	}
+	mtask_conn_drop(m->tasks[f->task], conn);
 	return register_frag(m, f, id, err);
 }
 
@@ -797,7 +649,7 @@ static enum dg_status run_step(struct master *m, struct job *j, int64_t k, struc
 {
 	int down = -1;
 	enum dg_status st = run_frags(m, j, j->part.frags, j->frag_id, j->part.n_frags,
-				      j->clients, false, &down, err);
+				      j->conns, false, &down, err);
 
 	for (int attempt = 0; st != DG_OK && down >= 0; attempt++) {
 		int t = down;
@@ -806,7 +658,7 @@ static enum dg_status run_step(struct master *m, struct job *j, int64_t k, struc
 		down = -1;
 		for (int i = 0; st == DG_OK && i < j->part.n_frags; i++)
 			if (j->part.frags[i].task == t)
-				st = reregister(m, &j->part.frags[i], j->frag_id[i], &j->clients[i],
+				st = reregister(m, &j->part.frags[i], j->frag_id[i], &j->conns[i],
 						err);
 		if (st != DG_OK) {
 			/* Lost again while registering: that counts as a failed run. */
@@ -814,7 +666,7 @@ static enum dg_status run_step(struct master *m, struct job *j, int64_t k, struc
 				down = t;
 			continue;
 		}
-		st = run_frags(m, j, j->part.frags, j->frag_id, j->part.n_frags, j->clients,
+		st = run_frags(m, j, j->part.frags, j->frag_id, j->part.n_frags, j->conns,
 			       false, &down, err);
 	}
 	return st;
@@ -1017,122 +869,27 @@ static enum dg_status train_eval(struct master *m, struct job *j, int64_t epoch,
 	return DG_OK;
 }
 
-/* What one chunk of a replica brought back: per step done, n_collect values. */
-struct chunk {
-	int64_t done;
-	double *values;                /* owned: done * n_collect */
-	int64_t stale;
-};
-
 /* Run steps step..step+k-1 (training steps t0...) of the replica's fragment
- * in-process (worker_run_steps). */
-static enum dg_status chunk_local(struct master *m, struct job *j, const char *id, uint64_t step,
-				  int64_t k, int64_t t0, struct chunk *c, struct dg_err *err)
+ * on its task, over the replica's kept connection. *lost: the failure was the
+ * task's loss. */
+static enum dg_status run_chunk(struct master *m, struct job *j, struct replica *rp,
+				const char *id, uint64_t step, int64_t k, int64_t t0,
+				struct dg_task_run_result *c, bool *lost, struct dg_err *err)
 {
 	const struct train *tr = j->tr;
-	struct worker_run_opts o = { .step = step, .steps = k, .train_step = t0,
-				     .timeout_ms = j->timeout_ms, .collect = tr->collect,
-				     .n_collect = tr->n_collect };
-	struct worker_run_result res = { 0 };
-	enum dg_status st = worker_run_steps(m->w, id, &o, &res, err);
+	const struct dg_task_run run = { .step = step, .steps = k, .train_step = t0,
+					 .timeout_ms = j->timeout_ms, .collect = tr->collect,
+					 .n_collect = tr->n_collect };
+	struct mtask *t = m->tasks[rp->task];
 
-	c->values = calloc((size_t)(res.steps_done * tr->n_collect) + 1, sizeof *c->values);
-	if (!c->values) {
-		worker_run_result_deinit(&res);
-		return st != DG_OK ? st : dg_err_set(err, DG_ENOMEM, "out of memory");
-	}
-	for (int64_t i = 0; i < res.steps_done; i++) {
-		for (int v = 0; v < tr->n_collect; v++)
-			c->values[i * tr->n_collect + v] = res.r[i].values ? res.r[i].values[v]
-									   : NAN;
-		c->stale += res.r[i].stale;
-	}
-	c->done = res.steps_done;
-	worker_run_result_deinit(&res);
-	/* A failed run leaves what its steps put here (the run takes only the
-	 * collected keys): drop it. */
-	for (int64_t i = 0; st != DG_OK && i < k; i++)
-		dg_rendezvous_finish(worker_rendezvous(m->w), step + (uint64_t)i);
-	return st;
+	return t->ops->run(t, &rp->conn, id, &run, c, lost, err);
 }
 
-/* The same on another task: POST /v1/fragments/ID/run with "steps" and
- * "collect" over the replica's kept client. *lost: the failure was the task's
- * loss (task_lost). */
-static enum dg_status chunk_remote(struct master *m, struct job *j, struct replica *rp,
-				   const char *id, uint64_t step, int64_t k, int64_t t0,
-				   struct chunk *c, bool *lost, struct dg_err *err)
-{
-	const struct train *tr = j->tr;
-	struct dg_http_header h[] = { { "Content-Type", "application/json" } };
-	struct dg_http_result res;
-	json_t *collect = json_array(), *body, *reply = NULL, *results;
-	char path[64], *text;
-	enum dg_status st;
-
-	for (int v = 0; v < tr->n_collect; v++)
-		json_array_append_new(collect, json_string(tr->collect[v]));
-	body = json_pack("{s:I, s:I, s:I, s:I, s:o}", "step", (json_int_t)step, "timeout_ms",
-			 (json_int_t)j->timeout_ms, "steps", (json_int_t)k, "train_step",
-			 (json_int_t)t0, "collect", collect);
-	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-	json_decref(body);
-	if (!text)
-		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	if (!rp->client)
-		rp->client = dg_http_client_new(m->cluster->tasks[rp->task].address, m->token,
-						(long)(j->timeout_ms + JOB_RUN_SLACK_MS), err);
-	if (!rp->client) {
-		free(text);
-		return err ? err->code : DG_ENOMEM;
-	}
-	snprintf(path, sizeof path, "/v1/fragments/%s/run", id);
-	dg_http_result_init(&res);
-	st = dg_http_request(rp->client, "POST", path, h, 1, text, strlen(text), &res, err);
-	*lost = task_lost(st, &res, err);
-	free(text);
-	if (st == DG_OK)
-		reply = json_loadb(res.body.data ? res.body.data : "", res.body.len, 0, NULL);
-	dg_http_result_deinit(&res);
-	if (st != DG_OK)
-		return st;
-	results = json_object_get(reply, "results");
-	c->values = calloc(json_array_size(results) * (size_t)tr->n_collect + 1,
-			   sizeof *c->values);
-	if (!c->values || !json_is_array(results)) {
-		json_decref(reply);
-		return c->values ? dg_err_set(err, DG_EINTERNAL, "POST %s answered without "
-					      "\"results\"", path)
-				 : dg_err_set(err, DG_ENOMEM, "out of memory");
-	}
-	for (size_t i = 0; i < json_array_size(results); i++) {
-		const json_t *ri = json_array_get(results, i);
-		const json_t *vals = json_object_get(ri, "values");
-		for (int v = 0; v < tr->n_collect; v++) {
-			const json_t *x = json_object_get(vals, tr->collect[v]);
-			c->values[(int64_t)i * tr->n_collect + v] = json_is_number(x) ?
-								      json_number_value(x) : NAN;
-		}
-		c->stale += json_integer_value(json_object_get(ri, "stale"));
-	}
-	c->done = (int64_t)json_array_size(results);
-	json_decref(reply);
-	return DG_OK;
-}
-
-/* Abort the chunk in flight on task t (steps step..step+count-1): in this
- * task's rendezvous, or DELETE /v1/steps/S?count=K there. Best effort. */
+/* Abort the chunk in flight on task t (steps step..step+count-1). Best effort. */
 static void abort_chunk(struct master *m, int t, uint64_t step, int64_t count,
 			const char *reason)
 {
-	char path[256];
-
-	if (t == master_self(m)) {
-		dg_rendezvous_abort_range(worker_rendezvous(m->w), step, count, reason);
-		return;
-	}
-	abort_path(path, sizeof path, step, count, reason);
-	task_request(m, t, "DELETE", path, NULL, 0, NULL, 0, 2000, NULL, NULL);
+	m->tasks[t]->ops->abort(m->tasks[t], step, count, reason);
 }
 
 /* Steps for the replica's next chunk: k (adapted to ~JOB_CHUNK_MS), cut at
@@ -1196,7 +953,7 @@ struct replica_arg {
 static enum dg_status replica_reregister(struct master *m, struct replica *rp, char *id,
 					 struct dg_err *err)
 {
-	enum dg_status st = reregister(m, &rp->part.frags[0], id, &rp->client, err);
+	enum dg_status st = reregister(m, &rp->part.frags[0], id, &rp->conn, err);
 
 	pthread_mutex_lock(&m->mu);
 	snprintf(rp->frag_id, sizeof rp->frag_id, "%s", id);
@@ -1218,7 +975,7 @@ static void *train_replica_main(void *arg)
 	int64_t k = 1, done = 0;
 	enum dg_status st = DG_OK;
 	struct dg_err err = { 0 };
-	char id[24], label[200];
+	char id[24];
 
 	free(a);
 	snprintf(id, sizeof id, "%s", rp->frag_id);
@@ -1226,7 +983,7 @@ static void *train_replica_main(void *arg)
 		int64_t n = chunk_size(tr, r, done, k);
 		uint64_t step = m->step_base |
 				(atomic_fetch_add(&m->step_counter, (uint64_t)n) + 1);
-		struct chunk c = { 0 };
+		struct dg_task_run_result c = { 0 };
 		bool stop, lost = false;
 		double t0;
 
@@ -1240,31 +997,28 @@ static void *train_replica_main(void *arg)
 		if (stop)
 			break;
 		t0 = now_ms();
-		if (rp->task == master_self(m))
-			st = chunk_local(m, j, id, step, n, done, &c, &err);
-		else
-			st = chunk_remote(m, j, rp, id, step, n, done, &c, &lost, &err);
+		st = run_chunk(m, j, rp, id, step, n, done, &c, &lost, &err);
 		double ms = now_ms() - t0;
 		pthread_mutex_lock(&m->mu);
 		rp->cur_step = 0;
-		rp->done += c.done;
-		for (int64_t i = 0; i < c.done; i++) {
+		rp->done += c.steps_done;
+		for (int64_t i = 0; i < c.steps_done; i++) {
 			tr->sum_loss += c.values[i * tr->n_collect];
 			for (int v = 1; v < tr->n_collect; v++)
 				tr->sum_metric[v - 1] += c.values[i * tr->n_collect + v];
 		}
-		tr->n_agg += c.done;
+		tr->n_agg += c.steps_done;
 		tr->stale += c.stale;
-		if (c.done > 0) {
+		if (c.steps_done > 0) {
 			/* A replica's step time: its chunk's time over its steps. */
-			j->step_ms_last = ms / (double)c.done;
+			j->step_ms_last = ms / (double)c.steps_done;
 			tr->chunk_ms_sum += ms;
 		}
 		train_event_locked(m, j, false);
 		pthread_cond_broadcast(&m->cv);         /* replica 0 may wait for this step */
 		pthread_mutex_unlock(&m->mu);
-		done += c.done;
-		free(c.values);
+		done += c.steps_done;
+		dg_task_run_result_deinit(&c);
 		if (st != DG_OK && lost) {
 			/* The task was lost: once it is back, register the fragment
 			 * again and run on from the last step done (ShardBatch makes a
@@ -1288,8 +1042,7 @@ static void *train_replica_main(void *arg)
 		}
 	}
 	if (st != DG_OK && strncmp(err.msg, "task ", 5) != 0) {
-		task_label(m, rp->task, label, sizeof label);
-		dg_err_prefix(&err, "replica %d on %s", r, label);
+		dg_err_prefix(&err, "replica %d on %s", r, task_label(m, rp->task));
 	} else if (st != DG_OK) {
 		dg_err_prefix(&err, "replica %d", r);
 	}
@@ -1638,18 +1391,11 @@ static void probe_tasks(struct master *m, int64_t *bytes, bool *gpu, enum dg_sta
 			struct dg_err *errs)
 {
 	for (int t = 0; t < m->cluster->n_tasks; t++) {
-		struct dg_http_result res;
-		dg_http_result_init(&res);
-		reach[t] = task_request(m, t, "GET", "/v1/health", NULL, 0, NULL, 0, 3000, &res,
-					&errs[t]);
-		if (reach[t] == DG_OK) {
-			json_t *h = json_loadb(res.body.data ? res.body.data : "", res.body.len, 0,
-					       NULL);
-			bytes[t] = json_integer_value(json_object_get(h, "bytes"));
-			gpu[t] = json_array_size(json_object_get(h, "gpus")) > 0;
-			json_decref(h);
-		}
-		dg_http_result_deinit(&res);
+		json_t *h = NULL;
+		reach[t] = m->tasks[t]->ops->health(m->tasks[t], 3000, &h, &errs[t]);
+		bytes[t] = json_integer_value(json_object_get(h, "bytes"));
+		gpu[t] = json_array_size(json_object_get(h, "gpus")) > 0;
+		json_decref(h);
 	}
 }
 
@@ -1661,16 +1407,15 @@ static enum dg_status check_used(struct master *m, const struct job *j,
 {
 	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
 	enum dg_status st = DG_OK;
-	char label[200];
 
 	if (!used)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	job_tasks(j, used);
 	for (int t = 0; st == DG_OK && t < m->cluster->n_tasks; t++) {
-		if (!used[t] || reach[t] == DG_OK || t == master_self(m))
+		if (!used[t] || reach[t] == DG_OK || m->tasks[t]->local)
 			continue;
-		task_label(m, t, label, sizeof label);
-		st = dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", label, errs[t].msg);
+		st = dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", task_label(m, t),
+				errs[t].msg);
 		dg_err_hint(err, "start that task (dg server --job %s --task %d) or check the "
 			    "cluster spec", m->cluster->tasks[t].job, m->cluster->tasks[t].index);
 	}
@@ -1836,13 +1581,13 @@ static char *explain_summary(const struct master *m, const struct job *j)
 
 /* ------------------------------------------------------------ training: build */
 
-static void train_free(struct train *tr)
+static void train_free(struct master *m, struct train *tr)
 {
 	if (!tr)
 		return;
 	for (int r = 0; tr->reps && r < tr->n_reps; r++) {
 		struct replica *rp = &tr->reps[r];
-		dg_http_client_free(rp->client);
+		mtask_conn_drop(m->tasks[rp->task], &rp->conn);
 		free(rp->init_id);
 		partition_deinit(&rp->part);
 		placement_deinit(&rp->pl);
@@ -1893,7 +1638,6 @@ static enum dg_status build_replica(struct master *m, struct train *tr, int r,
 	struct replica *rp = &tr->reps[r];
 	struct partition_opts ppo = { 0 };
 	enum dg_status st;
-	char label[200];
 
 	rp->task = tr->plan.replica_task[r];
 	if (!(rp->g = dg_graph_from_json(tp->doc, master_op_find, err))) {
@@ -1912,9 +1656,9 @@ static enum dg_status build_replica(struct master *m, struct train *tr, int r,
 	if (st != DG_OK)
 		return st;
 	if (rp->part.n_frags != 1 || rp->part.frags[0].task != rp->task) {
-		task_label(m, rp->task, label, sizeof label);
 		dg_err_set(err, DG_EINVAL, "replica %d of the training graph should run on %s "
-			   "alone, but its nodes span %d tasks", r, label, rp->part.n_frags);
+			   "alone, but its nodes span %d tasks", r, task_label(m, rp->task),
+			   rp->part.n_frags);
 		dg_err_hint(err, "only Variables may be placed off the replica's task");
 		return DG_EINVAL;
 	}
@@ -2119,10 +1863,10 @@ static enum dg_status job_arrays(struct job *j, struct dg_err *err)
 {
 	j->feeds = calloc((size_t)j->part.n_feeds + 1, sizeof *j->feeds);
 	j->results = calloc((size_t)j->part.n_fetch + 1, sizeof *j->results);
-	j->clients = calloc((size_t)j->part.n_frags + 1, sizeof *j->clients);
+	j->conns = calloc((size_t)j->part.n_frags + 1, sizeof *j->conns);
 	j->frag_id = calloc((size_t)j->part.n_frags + 1, sizeof *j->frag_id);
 	j->init_id = calloc((size_t)j->part.n_init + 1, sizeof *j->init_id);
-	if (!j->feeds || !j->results || !j->clients || !j->frag_id || !j->init_id)
+	if (!j->feeds || !j->results || !j->conns || !j->frag_id || !j->init_id)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	return DG_OK;
 }

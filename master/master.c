@@ -189,6 +189,24 @@ static const struct dg_route master_routes[] = {
 	{ "GET", "/v1/jobs/{id}/metrics", h_metrics, "a training job's metrics and evals (CSV)" },
 };
 
+/* The task interface of every cluster task: this one's own, the others
+ * remote. */
+static enum dg_status tasks_new(struct master *m, struct dg_err *err)
+{
+	int self = master_self(m);
+
+	m->tasks = calloc((size_t)m->cluster->n_tasks + 1, sizeof *m->tasks);
+	if (!m->tasks)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int t = 0; t < m->cluster->n_tasks; t++) {
+		m->tasks[t] = t == self ? mtask_local_new(m->cluster, t, m->w, m->token, err)
+					: mtask_remote_new(m->cluster, t, m->token, err);
+		if (!m->tasks[t])
+			return err ? err->code : DG_ENOMEM;
+	}
+	return DG_OK;
+}
+
 struct master *master_new(const struct master_config *cfg, struct worker *w,
 			  struct dg_err *err)
 {
@@ -223,6 +241,10 @@ struct master *master_new(const struct master_config *cfg, struct worker *w,
 	m->group = (struct dg_route_group){ master_routes,
 					    (int)(sizeof master_routes / sizeof master_routes[0]),
 					    m };
+	if (tasks_new(m, err) != DG_OK) {
+		master_free(m);
+		return NULL;
+	}
 	return m;
 }
 
@@ -236,6 +258,9 @@ void master_free(struct master *m)
 	if (!m)
 		return;
 	master_jobs_free(m);
+	for (int t = 0; m->tasks && t < m->cluster->n_tasks; t++)
+		mtask_free(m->tasks[t]);
+	free(m->tasks);
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
 	free(m->jobs);
