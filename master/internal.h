@@ -1,6 +1,7 @@
-/* Shared between master.c (routes, master state) and jobs.c (job table, step
- * driver): the master struct and the job functions the routes call. Not a
- * public header: only these two files include it. */
+/* Shared by the files of master/: the master struct, the job functions the
+ * routes call (master.c), and what the job files share: the job, replica and
+ * training structs and the functions one file of them calls in another.
+ * Not a public header. */
 #ifndef MASTER_INTERNAL_H
 #define MASTER_INTERNAL_H
 
@@ -13,6 +14,7 @@
 #include "dg/buf.h"
 #include "dg/master.h"
 #include "dg/place.h"
+#include "dg/train.h"
 #include "task.h"
 
 struct job;
@@ -74,5 +76,186 @@ enum dg_status master_job_metrics(struct master *m, const char *id, struct dg_bu
 enum dg_status master_job_cancel(struct master *m, const char *id, struct dg_err *err);
 /* Join and free every job (master_free). */
 void master_jobs_free(struct master *m);
+
+/* ------------------------------------------------ jobs (job.c and the files it names) */
+
+enum job_state { JOB_CREATED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELED };
+extern const char *const job_state_names[];
+
+#define JOB_MAX_EVENTS 4096        /* step events are thinned beyond this */
+#define JOB_EXPLAIN_MAX_NODES 10000  /* larger graphs get a per-task summary */
+#define JOB_TRAIN_EVENT_MS 500     /* at most one train event this often (and per epoch) */
+#define JOB_CHUNK_MS 100           /* a replica's chunk of steps aims at this long */
+#define JOB_TRAIN_POLL_MS 200      /* the training coordinator looks around this often */
+#define JOB_RETRY_MS 30000         /* default "retry_ms": wait this long for a lost task */
+#define JOB_MAX_RETRY_MS 3600000
+#define JOB_MAX_RETRIES 3          /* re-runs of one step (or a replica's chunk) at most */
+#define JOB_HEALTH_POLL_MS 200     /* a lost task's health is asked this often */
+#define JOB_HEALTH_TIMEOUT_MS 1000 /* per health request while waiting for it */
+
+struct job {
+	struct master *m;              /* borrowed */
+	struct train *tr;              /* owned; NULL for a job without "training" */
+	char id[16];
+	int refs;                      /* guarded by m->mu, like every field below that changes */
+	enum job_state state;
+	int64_t steps, steps_done;
+	int64_t timeout_ms;            /* _Recv deadline of each run */
+	int64_t retry_ms;              /* wait for a lost task this long; 0 = fail at once */
+	struct dg_graph *g;
+	struct placement pl;
+	struct partition part;
+	char *explain;                 /* owned */
+	struct dg_tensor **feeds;      /* per part.feeds entry; NULL until given */
+	struct dg_tensor **results;    /* per fetch: the last step's values */
+	struct dg_err err;             /* why the job failed */
+	char **events;                 /* owned JSON lines */
+	int n_events, cap_events;
+	bool cancel;
+	uint64_t cur_step;             /* 0 between steps */
+	char (*frag_id)[24];           /* per part.frags: id on its task, "" = not registered */
+	char (*init_id)[24];           /* per part.init */
+	struct mtask_conn **conns;     /* per part.frags: used only by that fragment's runner */
+	double t_created, t_started, t_finished, step_ms_sum, step_ms_last;   /* ms */
+};
+
+/* One replica of a training job (doc/training.md, "Replication"): its graph
+ * placed and cut into one step fragment on its compute task, run in chunks of
+ * steps by a thread of its own (train_replica_main). */
+struct replica {
+	int task;                      /* cluster task index */
+	struct dg_graph *g;
+	struct placement pl;
+	struct partition part;         /* frags[0]: the step fragment; init: VarInit */
+	char frag_id[24];              /* "" = not registered */
+	char (*init_id)[24];           /* per part.init; registered for replica 0 only */
+	struct mtask_conn *conn;       /* used only by the replica's thread */
+	/* Guarded by m->mu: */
+	int64_t done;                  /* training steps run */
+	uint64_t cur_step;             /* first step id of the chunk in flight; 0 = none */
+	int64_t cur_count;
+	bool finished;                 /* its thread is over (st, err say how) */
+	enum dg_status st;
+	struct dg_err err;
+};
+
+/* The training side of a job: spec, plan, replicas, and the running figures
+ * the events, the status and the metrics CSV are made of (guarded by m->mu). */
+struct train {
+	struct train_spec spec;
+	struct train_plan plan;
+	struct replica *reps;          /* plan.n_replicas */
+	int n_reps;
+	int n_collect;                 /* loss + metrics */
+	const char **collect;          /* borrowed from reps[r].part.fetch_keys (same for all r) */
+	int n_vars;                    /* trained variables */
+	char **var_name;               /* owned: name on the ps */
+	int *var_task;                 /* cluster task holding it */
+	int64_t *var_base;             /* sync step when training started */
+	int64_t steps;                 /* per replica */
+	int64_t spe;                   /* steps per epoch; 0 = no epochs */
+	int64_t epochs;                /* 0 when there are no epochs */
+	int64_t eval_every;            /* replica 0 steps between evals; 0 = only at the end */
+	int64_t evaluated;             /* async: the last eval boundary (steps) evaluated */
+	bool stop;                     /* replicas leave at their next chunk */
+	char stop_reason[256];         /* why, for the aborts of the chunks in flight */
+	bool failed;                   /* a replica failed: the others were aborted */
+	double t0;                     /* ms when the replicas started */
+	double sum_loss, *sum_metric;  /* since the last train event */
+	int64_t n_agg;
+	double loss, *metric;          /* last train event's values (NAN: none yet) */
+	double *eval;                  /* per eval fetch: last eval's value (NAN: none) */
+	bool have_eval;
+	int64_t stale;
+	double last_event_ms;
+	int64_t last_event_step;       /* its mean step (rows have increasing steps) */
+	bool final_reported;           /* the last train row is out: no more after it */
+	double chunk_ms_sum;           /* time of the chunks done, all replicas: with the
+					* steps done it gives the mean step time */
+	int64_t epochs_reported;       /* epochs whose end had a train event */
+	double examples_per_s;
+	struct dg_buf csv;             /* GET /v1/jobs/ID/metrics */
+};
+
+/* "task /job:worker/task:1 (127.0.0.1:2223)" */
+static inline const char *task_label(const struct master *m, int t)
+{
+	return m->tasks[t]->label;
+}
+
+/* job.c: the table. */
+/* Monotonic milliseconds. */
+double master_now_ms(void);
+/* Add j to the table (which takes a reference); m->mu held. */
+enum dg_status job_table_add(struct master *m, struct job *j, struct dg_err *err);
+/* Find job id and take a reference (job_put). NULL with DG_ENOTFOUND. */
+struct job *job_get(struct master *m, const char *id, struct dg_err *err);
+void job_put(struct master *m, struct job *j);
+void job_put_locked(struct job *j);
+void job_free(struct job *j);
+bool job_over(const struct job *j);
+/* Mark in used[] (per cluster task) the tasks the job has fragments on. */
+void job_tasks(const struct job *j, bool *used);
+/* Append one event (takes v) to the job's log and wake long-polls; m->mu held. */
+void job_event_locked(struct master *m, struct job *j, json_t *v);
+/* {"code", "message", "hint"} of e (owned). */
+json_t *job_err_json(const struct dg_err *e);
+/* A number for JSON: null when not finite. */
+json_t *job_num_json(double x);
+/* The job is over: its final state and event, waiters woken. */
+void job_finish(struct master *m, struct job *j, enum dg_status st, const struct dg_err *err);
+/* Wait on m->cv (m->mu held) for up to ms milliseconds. */
+void master_wait_locked(struct master *m, double ms);
+
+/* step.c: one step of a job, on every task it uses. */
+/* Register fragment f on its task; id receives its id there. */
+enum dg_status step_register(struct master *m, const struct place_fragment *f, char *id,
+			     struct dg_err *err);
+/* f registered again after its task was lost: the old id replaced, the kept
+ * connection (dead) dropped; conn may be NULL. */
+enum dg_status step_reregister(struct master *m, const struct place_fragment *f, char *id,
+			       struct mtask_conn **conn, struct dg_err *err);
+void step_unregister_all(struct master *m, struct job *j);
+/* Abort step on every task of the job and in this task's rendezvous. */
+void step_abort_everywhere(struct master *m, struct job *j, uint64_t step, const char *reason);
+/* One step of the n fragments frags (registered as ids) on a fresh step id;
+ * unless init, feeds put first and fetches taken into j->results. On failure
+ * *down (when not NULL) gets a task whose loss explains it, else -1. */
+enum dg_status step_run_frags(struct master *m, struct job *j,
+			      const struct place_fragment *frags, char (*ids)[24], int n,
+			      struct mtask_conn **conns, bool init, int *down,
+			      struct dg_err *err);
+/* The init fragments, once. */
+enum dg_status step_run_init(struct master *m, struct job *j, struct dg_err *err);
+/* The job's k-th step, re-run when a task was lost and came back. */
+enum dg_status step_run(struct master *m, struct job *j, int64_t k, struct dg_err *err);
+/* Task t was lost at step k (of replica, or of the job's own steps when < 0):
+ * wait up to retry_ms for it to answer again. DG_OK: register and re-run. */
+enum dg_status step_retry_wait(struct master *m, struct job *j, int t, int64_t k, int attempt,
+			       int replica, struct dg_err *err);
+/* The thread of a job without "training" (takes the job reference). */
+void *job_main(void *arg);
+
+/* submit.c */
+/* Every task the job uses must have answered the health probe (reach[]). */
+enum dg_status job_check_used(struct master *m, const struct job *j,
+			      const enum dg_status *reach, const struct dg_err *errs,
+			      struct dg_err *err);
+
+/* train_build.c */
+/* The training side of job j from the body's "training" section. */
+enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
+			   struct place_opts *po, const enum dg_status *reach,
+			   const struct dg_err *errs, struct dg_err *err);
+void train_free(struct master *m, struct train *tr);
+
+/* train_run.c */
+/* Initialise the variables, read their sync steps, register the replica and
+ * eval fragments. */
+enum dg_status train_setup(struct master *m, struct job *j, struct dg_err *err);
+/* The coordinator thread of a training job (takes the job reference). */
+void *train_main(void *arg);
+/* Training steps done, summed over the replicas, and their mean; m->mu held. */
+int64_t train_done_locked(const struct train *tr, int64_t *mean);
 
 #endif

@@ -1,0 +1,301 @@
+/* Building a training job (doc/training.md): the training section parsed,
+ * the plan built (train.c: autodiff and the replicas' graphs), each replica
+ * placed and cut into one step fragment on its task, the trained variables
+ * and the job's figures (steps, epochs, evals). Neighbours: submit.c (its
+ * caller), train_run.c (what runs the result). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dg/buf.h"
+#include "dg/client.h"
+#include "dg/exec.h"
+#include "dg/log.h"
+#include "dg/train.h"
+#include "internal.h"
+
+/* ------------------------------------------------------------ the table */
+
+void train_free(struct master *m, struct train *tr);
+
+/* ------------------------------------------------------------ training: build */
+
+void train_free(struct master *m, struct train *tr)
+{
+	if (!tr)
+		return;
+	for (int r = 0; tr->reps && r < tr->n_reps; r++) {
+		struct replica *rp = &tr->reps[r];
+		mtask_conn_drop(m->tasks[rp->task], &rp->conn);
+		free(rp->init_id);
+		partition_deinit(&rp->part);
+		placement_deinit(&rp->pl);
+		dg_graph_free(rp->g);
+	}
+	free(tr->reps);
+	for (int v = 0; tr->var_name && v < tr->n_vars; v++)
+		free(tr->var_name[v]);
+	free(tr->var_name);
+	free(tr->var_task);
+	free(tr->var_base);
+	free(tr->sum_metric);
+	free(tr->metric);
+	free(tr->eval);
+	dg_buf_deinit(&tr->csv);
+	train_plan_deinit(&tr->plan);
+	train_spec_deinit(&tr->spec);
+	free(tr);
+}
+
+/* The variables that exist now: name -> cluster task index, from GET /v1/vars
+ * on every ps task that answered the health probe. Owned. */
+static json_t *probe_vars(struct master *m, const enum dg_status *reach)
+{
+	json_t *o = json_object();
+
+	for (int t = 0; o && t < m->cluster->n_tasks; t++) {
+		struct dg_var_info *vars = NULL;
+		int n = 0;
+		if (strcmp(m->cluster->tasks[t].job, "ps") != 0 || reach[t] != DG_OK)
+			continue;
+		struct dg_client *c = dg_client_new(m->cluster->tasks[t].address, m->token, NULL);
+		if (c && dg_var_list(c, "", &vars, &n, NULL) == DG_OK)
+			for (int i = 0; i < n; i++)
+				json_object_set_new(o, vars[i].name, json_integer(t));
+		free(vars);
+		dg_client_free(c);
+	}
+	return o;
+}
+
+/* Place and cut replica r's graph: one step fragment on its task (targets:
+ * the ApplyGradient nodes; fetches sent to that task itself). */
+static enum dg_status build_replica(struct master *m, struct train *tr, int r,
+				    const struct place_opts *po, struct dg_err *err)
+{
+	const struct train_replica *tp = &tr->plan.rep[r];
+	struct replica *rp = &tr->reps[r];
+	struct partition_opts ppo = { 0 };
+	enum dg_status st;
+
+	rp->task = tr->plan.replica_task[r];
+	if (!(rp->g = dg_graph_from_json(tp->doc, master_op_find, err))) {
+		dg_err_prefix(err, "replica %d's graph", r);
+		return err ? err->code : DG_EINVAL;
+	}
+	if ((st = place_graph(rp->g, m->cluster, po, &rp->pl, err)) != DG_OK)
+		return st;
+	ppo.fetch = (const char *const *)tp->fetch;
+	ppo.n_fetch = tp->n_fetch;
+	ppo.targets = (const char *const *)tp->targets;
+	ppo.n_targets = tp->n_targets;
+	ppo.fetch_local = true;
+	ppo.master_task = master_self(m);
+	st = place_partition_ex(rp->g, m->cluster, &rp->pl, &ppo, &rp->part, err);
+	if (st != DG_OK)
+		return st;
+	if (rp->part.n_frags != 1 || rp->part.frags[0].task != rp->task) {
+		dg_err_set(err, DG_EINVAL, "replica %d of the training graph should run on %s "
+			   "alone, but its nodes span %d tasks", r, task_label(m, rp->task),
+			   rp->part.n_frags);
+		dg_err_hint(err, "only Variables may be placed off the replica's task");
+		return DG_EINVAL;
+	}
+	if (rp->part.n_fetch != tp->n_fetch)
+		return dg_err_set(err, DG_EINTERNAL, "replica %d: %d fetch keys for %d fetches",
+				  r, rp->part.n_fetch, tp->n_fetch);
+	return DG_OK;
+}
+
+/* The trained variables (name on the ps, task) from replica 0's placement. */
+static enum dg_status train_vars(struct train *tr, struct dg_err *err)
+{
+	const struct replica *rp = &tr->reps[0];
+
+	tr->n_vars = tr->plan.n_vars;
+	tr->var_name = calloc((size_t)tr->n_vars + 1, sizeof *tr->var_name);
+	tr->var_task = calloc((size_t)tr->n_vars + 1, sizeof *tr->var_task);
+	tr->var_base = calloc((size_t)tr->n_vars + 1, sizeof *tr->var_base);
+	if (!tr->var_name || !tr->var_task || !tr->var_base)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int v = 0; v < tr->n_vars; v++) {
+		int n = dg_graph_find(rp->g, tr->plan.var_nodes[v]);
+		const char *name;
+		if (n < 0)
+			return dg_err_set(err, DG_EINTERNAL, "trained variable '%s' is not in "
+					  "replica 0's graph", tr->plan.var_nodes[v]);
+		if (dg_attr_string(rp->g->nodes[n].attrs, "var", rp->g->nodes[n].name, &name,
+				   err) != DG_OK)
+			return DG_EINVAL;
+		if (!(tr->var_name[v] = strdup(name)))
+			return dg_err_set(err, DG_ENOMEM, "out of memory");
+		tr->var_task[v] = rp->pl.task[n];
+	}
+	return DG_OK;
+}
+
+/* The header of the metrics CSV and the running figures. */
+static enum dg_status train_figures(struct job *j, struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	int nm = tr->n_collect - 1;
+
+	tr->sum_metric = calloc((size_t)nm + 1, sizeof *tr->sum_metric);
+	tr->metric = calloc((size_t)nm + 1, sizeof *tr->metric);
+	tr->eval = calloc((size_t)j->part.n_fetch + 1, sizeof *tr->eval);
+	if (!tr->sum_metric || !tr->metric || !tr->eval)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	tr->loss = NAN;
+	for (int i = 0; i < nm; i++)
+		tr->metric[i] = NAN;
+	for (int i = 0; i < j->part.n_fetch; i++)
+		tr->eval[i] = NAN;
+	dg_buf_init(&tr->csv);
+	dg_buf_printf(&tr->csv, NULL, "step,time_s,epoch,loss");
+	for (int i = 0; i < nm; i++)
+		dg_buf_printf(&tr->csv, NULL, ",%s", tr->spec.metrics[i]);
+	dg_buf_printf(&tr->csv, NULL, ",examples_per_s");
+	for (int i = 0; i < j->part.n_fetch; i++)
+		dg_buf_printf(&tr->csv, NULL, ",%s", j->part.fetch_keys[i] + 6);
+	return dg_buf_printf(&tr->csv, err, "\n");
+}
+
+/* Explain text: replica 0 (the others are alike) and the eval. Owned. */
+static char *train_explain(const struct master *m, const struct job *j)
+{
+	const struct replica *rp = &j->tr->reps[0];
+	struct dg_buf b;
+	char *part;
+
+	dg_buf_init(&b);
+	dg_buf_printf(&b, NULL, "training: %d replica(s), %" PRId64 " steps each, %s\n",
+		      j->tr->n_reps, j->tr->steps, j->tr->spec.sync ? "sync" : "async");
+	dg_buf_printf(&b, NULL, "replica 0 (the others differ in task and shard only):\n");
+	part = rp->g->n_nodes <= JOB_EXPLAIN_MAX_NODES ?
+	       place_explain(rp->g, m->cluster, &rp->pl, &rp->part) : NULL;
+	dg_buf_printf(&b, NULL, "%s", part ? part : "(too many nodes to list)\n");
+	free(part);
+	if (j->g) {
+		part = j->g->n_nodes <= JOB_EXPLAIN_MAX_NODES ?
+		       place_explain(j->g, m->cluster, &j->pl, &j->part) : NULL;
+		dg_buf_printf(&b, NULL, "eval:\n%s", part ? part : "(too many nodes to list)\n");
+		free(part);
+	}
+	return b.data ? dg_buf_steal(&b, NULL) : NULL;
+}
+
+/* A training job: the "training" section (the job's key, else the graph's)
+ * parsed, the plan built (master/train.c), each replica placed and cut, the
+ * eval graph placed and cut like an ordinary one-step job (j->g, j->part: its
+ * fetched values are the job's results). */
+enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
+				  struct place_opts *po, const enum dg_status *reach,
+				  const struct dg_err *errs, struct dg_err *err)
+{
+	const json_t *graph = json_object_get(body, "graph");
+	const json_t *section = json_object_get(body, "training");
+	json_t *gdoc = json_copy((json_t *)graph), *existing = NULL;
+	struct dg_graph *ug = NULL;
+	struct train *tr = calloc(1, sizeof *tr);
+	enum dg_status st = DG_OK;
+
+	if (!section)
+		section = json_object_get(graph, "training");
+	if (!gdoc || !tr) {
+		free(tr);
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	j->tr = tr;
+	if (json_object_get(body, "feeds") || json_object_get(body, "upload") ||
+	    json_object_get(body, "fetch") || json_object_get(body, "steps")) {
+		st = dg_err_set(err, DG_EINVAL, "a training job takes no \"feeds\", \"upload\", "
+				"\"fetch\" or \"steps\"");
+		dg_err_hint(err, "read data with IdxReader/NpyReader; set training.steps or "
+			    "training.eval.fetch instead (doc/training.md)");
+		goto out;
+	}
+	if ((st = train_spec_parse(section, &tr->spec, err)) != DG_OK)
+		goto out;
+	json_object_del(gdoc, "training");
+	if (!(ug = dg_graph_from_json(gdoc, master_op_find, err))) {
+		st = err ? err->code : DG_EINVAL;
+		goto out;
+	}
+	if ((st = train_plan_build(ug, &tr->spec, m->cluster, &tr->plan, err)) != DG_OK)
+		goto out;
+	if (!(tr->reps = calloc((size_t)tr->plan.n_replicas + 1, sizeof *tr->reps))) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	tr->n_reps = tr->plan.n_replicas;
+	if (!(existing = probe_vars(m, reach))) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	po->existing = existing;
+	for (int r = 0; st == DG_OK && r < tr->n_reps; r++) {
+		st = build_replica(m, tr, r, po, err);
+		/* Every replica (and the eval) uses the variables where replica 0 put them. */
+		for (int n = 0; st == DG_OK && r == 0 && n < tr->reps[0].g->n_nodes; n++) {
+			const struct dg_node *nd = &tr->reps[0].g->nodes[n];
+			const char *var;
+			if (strcmp(nd->op->name, "Variable") == 0 &&
+			    dg_attr_string(nd->attrs, "var", nd->name, &var, err) == DG_OK)
+				json_object_set_new(existing, var,
+						    json_integer(tr->reps[0].pl.task[n]));
+		}
+	}
+	if (st != DG_OK)
+		goto out;
+	tr->collect = (const char **)tr->reps[0].part.fetch_keys;
+	tr->n_collect = tr->reps[0].part.n_fetch;
+	if (tr->n_collect < 1) {
+		st = dg_err_set(err, DG_EINTERNAL, "the training plan collects no loss");
+		goto out;
+	}
+	tr->reps[0].init_id = calloc((size_t)tr->reps[0].part.n_init + 1,
+				     sizeof *tr->reps[0].init_id);
+	if (!tr->reps[0].init_id) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((st = train_vars(tr, err)) != DG_OK)
+		goto out;
+	if (tr->plan.eval_doc) {
+		if (!(j->g = dg_graph_from_json(tr->plan.eval_doc, master_op_find, err))) {
+			dg_err_prefix(err, "the eval graph");
+			st = err ? err->code : DG_EINVAL;
+			goto out;
+		}
+		if ((st = place_graph(j->g, m->cluster, po, &j->pl, err)) != DG_OK ||
+		    (st = place_partition(j->g, m->cluster, &j->pl, master_self(m), NULL, 0,
+					  (const char *const *)tr->spec.eval_fetch,
+					  tr->spec.n_eval_fetch, &j->part, err)) != DG_OK)
+			goto out;
+	}
+	tr->steps = tr->plan.steps;
+	tr->spe = tr->plan.steps_per_epoch;
+	tr->epochs = tr->spec.epochs > 0 ? tr->spec.epochs :
+		     tr->spe > 0 ? (tr->steps + tr->spe - 1) / tr->spe : 0;
+	tr->eval_every = tr->spec.eval_every_steps > 0 ? tr->spec.eval_every_steps :
+			 tr->spec.eval_every_epochs > 0 ? tr->spec.eval_every_epochs * tr->spe : 0;
+	j->steps = tr->steps;
+	if ((st = train_figures(j, err)) != DG_OK)
+		goto out;
+	j->explain = train_explain(m, j);
+	if (!j->explain) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	st = job_check_used(m, j, reach, errs, err);
+out:
+	po->existing = NULL;
+	json_decref(existing);
+	json_decref(gdoc);
+	dg_graph_free(ug);
+	return st;
+}

@@ -1,0 +1,674 @@
+/* A training run (doc/training.md): one thread per replica, each running
+ * its step fragment in chunks of steps on its task (task.h), and a
+ * coordinator (train_main) that waits for them, evaluates, checkpoints and
+ * reports train events and the metrics CSV. Neighbours: train_build.c (what
+ * it runs), step.c (evals are plain steps), job.c (events). */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dg/buf.h"
+#include "dg/client.h"
+#include "dg/exec.h"
+#include "dg/log.h"
+#include "dg/train.h"
+#include "internal.h"
+
+/* A CSV cell: empty when not finite. */
+static void csv_num(struct dg_buf *b, double x, bool comma)
+{
+	if (comma)
+		dg_buf_printf(b, NULL, ",");
+	if (isfinite(x))
+		dg_buf_printf(b, NULL, "%.9g", x);
+}
+
+/* The 1-based epoch a replica that ran done steps is in (the one just
+ * finished at a boundary); 0 without epochs. */
+static int64_t train_epoch(const struct train *tr, int64_t done)
+{
+	int64_t e;
+
+	if (tr->spe <= 0)
+		return 0;
+	e = (done + tr->spe - 1) / tr->spe;
+	if (e < 1)
+		e = 1;
+	return tr->epochs > 0 && e > tr->epochs ? tr->epochs : e;
+}
+
+/* Training steps done, summed over the replicas, and their mean. Locked. */
+int64_t train_done_locked(const struct train *tr, int64_t *mean)
+{
+	int64_t sum = 0;
+
+	for (int r = 0; r < tr->n_reps; r++)
+		sum += tr->reps[r].done;
+	*mean = tr->n_reps ? sum / tr->n_reps : 0;
+	return sum;
+}
+
+/* A "train" event and a metrics row, at most every JOB_TRAIN_EVENT_MS, at each
+ * epoch's end (of the mean replica progress) and when forced (the last one).
+ * The loss and metrics are the means over the steps since the previous event,
+ * all replicas together. Called with m->mu held. */
+static void train_event_locked(struct master *m, struct job *j, bool force)
+{
+	struct train *tr = j->tr;
+	double now = master_now_ms(), elapsed, xps;
+	int64_t mean, sum = train_done_locked(tr, &mean), examples;
+	int64_t ep_done = tr->spe > 0 ? mean / tr->spe : 0;
+	bool epoch_end = tr->spe > 0 && ep_done > tr->epochs_reported;
+	json_t *ev, *metrics;
+
+	if (job_over(j) || tr->final_reported ||
+	    (!force && !epoch_end && now - tr->last_event_ms < JOB_TRAIN_EVENT_MS))
+		return;
+	/* One row per step: the steps since an event at this same mean step are
+	 * reported with the next one, and none after the final row (a straggler's
+	 * chunk, with backups). */
+	if (force)
+		tr->final_reported = true;
+	if (mean <= tr->last_event_step || (tr->n_agg == 0 && !force))
+		return;
+	if (tr->n_agg > 0) {
+		tr->loss = tr->sum_loss / (double)tr->n_agg;
+		for (int i = 0; i < tr->n_collect - 1; i++)
+			tr->metric[i] = tr->sum_metric[i] / (double)tr->n_agg;
+	}
+	tr->sum_loss = 0;
+	for (int i = 0; i < tr->n_collect - 1; i++)
+		tr->sum_metric[i] = 0;
+	tr->n_agg = 0;
+	if (epoch_end)
+		tr->epochs_reported = ep_done;
+	tr->last_event_ms = now;
+	tr->last_event_step = mean;
+	elapsed = (now - tr->t0) / 1e3;
+	examples = sum * tr->plan.examples_per_step;
+	xps = elapsed > 0 ? (double)examples / elapsed : 0.0;
+	tr->examples_per_s = xps;
+	j->steps_done = mean;
+	metrics = json_object();
+	for (int i = 0; i < tr->n_collect - 1; i++)
+		json_object_set_new(metrics, tr->spec.metrics[i], job_num_json(tr->metric[i]));
+	ev = json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:I, s:o, s:o, s:o}",
+		       "event", "train", "epoch", (json_int_t)train_epoch(tr, mean),
+		       "epochs", (json_int_t)tr->epochs, "step", (json_int_t)mean,
+		       "steps", (json_int_t)tr->steps, "loss", job_num_json(tr->loss),
+		       "metrics", metrics, "examples", (json_int_t)examples,
+		       "examples_per_s", job_num_json(xps), "elapsed_s", job_num_json(elapsed),
+		       "eta_s", mean > 0 ? job_num_json(elapsed * (double)(tr->steps - mean) /
+						    (double)mean) : json_null());
+	job_event_locked(m, j, ev);
+	dg_buf_printf(&tr->csv, NULL, "%" PRId64 ",%.3f,%" PRId64, mean, elapsed,
+		      train_epoch(tr, mean));
+	csv_num(&tr->csv, tr->loss, true);
+	for (int i = 0; i < tr->n_collect - 1; i++)
+		csv_num(&tr->csv, tr->metric[i], true);
+	csv_num(&tr->csv, xps, true);
+	for (int i = 0; i < j->part.n_fetch; i++)
+		dg_buf_printf(&tr->csv, NULL, ",");
+	dg_buf_printf(&tr->csv, NULL, "\n");
+}
+
+/* Run the eval fragments once (a one-step run like an ordinary job's: the
+ * fetched values land in j->results) and report them for epoch (replica 0's)
+ * at the mean replica step, like the train events (the CSV's steps grow). */
+static enum dg_status train_eval(struct master *m, struct job *j, int64_t epoch,
+				 struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	enum dg_status st;
+	int64_t step;
+	json_t *vals;
+
+	if (j->part.n_frags == 0)
+		return DG_OK;
+	pthread_mutex_lock(&m->mu);
+	train_done_locked(tr, &step);
+	pthread_mutex_unlock(&m->mu);
+	if ((st = step_run(m, j, step, err)) != DG_OK) {
+		dg_err_prefix(err, "evaluating");
+		return st;
+	}
+	pthread_mutex_lock(&m->mu);
+	train_done_locked(tr, &step);
+	vals = json_object();
+	for (int i = 0; i < j->part.n_fetch; i++) {
+		const struct dg_tensor *t = j->results[i];
+		/* Only one-element values make a number; larger ones stay in results. */
+		tr->eval[i] = t && t->numel == 1 ? dg_tensor_get_f64(t, 0) : NAN;
+		json_object_set_new(vals, j->part.fetch_keys[i] + 6, job_num_json(tr->eval[i]));
+	}
+	tr->have_eval = true;
+	job_event_locked(m, j, json_pack("{s:s, s:I, s:I, s:o}", "event", "eval", "epoch",
+					 (json_int_t)epoch, "step", (json_int_t)step, "values",
+					 vals));
+	dg_buf_printf(&tr->csv, NULL, "%" PRId64 ",%.3f,%" PRId64 ",", step,
+		      (master_now_ms() - tr->t0) / 1e3, epoch);
+	for (int i = 0; i < tr->n_collect - 1; i++)
+		dg_buf_printf(&tr->csv, NULL, ",");
+	dg_buf_printf(&tr->csv, NULL, ",");
+	for (int i = 0; i < j->part.n_fetch; i++)
+		csv_num(&tr->csv, tr->eval[i], true);
+	dg_buf_printf(&tr->csv, NULL, "\n");
+	pthread_mutex_unlock(&m->mu);
+	return DG_OK;
+}
+
+/* Run steps step..step+k-1 (training steps t0...) of the replica's fragment
+ * on its task, over the replica's kept connection. *lost: the failure was the
+ * task's loss. */
+static enum dg_status run_chunk(struct master *m, struct job *j, struct replica *rp,
+				const char *id, uint64_t step, int64_t k, int64_t t0,
+				struct dg_task_run_result *c, bool *lost, struct dg_err *err)
+{
+	const struct train *tr = j->tr;
+	const struct dg_task_run run = { .step = step, .steps = k, .train_step = t0,
+					 .timeout_ms = j->timeout_ms, .collect = tr->collect,
+					 .n_collect = tr->n_collect };
+	struct mtask *t = m->tasks[rp->task];
+
+	return t->ops->run(t, &rp->conn, id, &run, c, lost, err);
+}
+
+/* Abort the chunk in flight on task t (steps step..step+count-1). Best effort. */
+static void abort_chunk(struct master *m, int t, uint64_t step, int64_t count,
+			const char *reason)
+{
+	m->tasks[t]->ops->abort(m->tasks[t], step, count, reason);
+}
+
+/* Steps for the replica's next chunk: k (adapted to ~JOB_CHUNK_MS), cut at
+ * its last step, at epoch ends (so each epoch ends with an event) and at the
+ * next eval (replica 0; every replica of an async job with eval.barrier, see
+ * train_eval_barrier). */
+static int64_t chunk_size(const struct train *tr, int r, int64_t done, int64_t k)
+{
+	int64_t n = k < tr->steps - done ? k : tr->steps - done;
+
+	if (tr->spe > 0 && n > tr->spe - done % tr->spe)
+		n = tr->spe - done % tr->spe;
+	if ((r == 0 || (!tr->spec.sync && tr->spec.eval_barrier)) && tr->eval_every > 0 &&
+	    n > tr->eval_every - done % tr->eval_every)
+		n = tr->eval_every - done % tr->eval_every;
+	return n < 1 ? 1 : n;
+}
+
+/* Async with eval.barrier: replica r is at eval boundary done (a multiple of
+ * eval_every). Every
+ * replica waits there until replica 0 has evaluated it, and replica 0
+ * evaluates once every other replica reached it (or finished, or the job
+ * stops), so the eval sees exactly done steps of every replica, as a sync
+ * job's does. Without it (the default: the wait costs examples/s) the others
+ * train on during the eval: the epoch-1 eval of examples/mlp.json (2 workers)
+ * sees 1.1-1.3 epochs. */
+static enum dg_status train_eval_barrier(struct master *m, struct job *j, int r, int64_t done,
+					 struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	enum dg_status st = DG_OK;
+	bool go = false, stop = false;
+
+	pthread_mutex_lock(&m->mu);
+	while (!go && !(stop = j->cancel || tr->stop)) {
+		go = r == 0 || tr->evaluated >= done || tr->reps[0].finished;
+		for (int q = 1; r == 0 && q < tr->n_reps; q++)
+			if (!tr->reps[q].finished && tr->reps[q].done < done)
+				go = false;
+		if (!go)
+			master_wait_locked(m, JOB_TRAIN_POLL_MS);
+	}
+	pthread_mutex_unlock(&m->mu);
+	if (r != 0 || stop)
+		return DG_OK;
+	st = train_eval(m, j, train_epoch(tr, done), err);
+	pthread_mutex_lock(&m->mu);
+	tr->evaluated = done;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
+struct replica_arg {
+	struct job *j;
+	int r;
+};
+
+/* The replica's step fragment registered again on its task after it was
+ * lost (step_reregister); id (the thread's copy) and rp->frag_id get the new id. */
+static enum dg_status replica_reregister(struct master *m, struct replica *rp, char *id,
+					 struct dg_err *err)
+{
+	enum dg_status st = step_reregister(m, &rp->part.frags[0], id, &rp->conn, err);
+
+	pthread_mutex_lock(&m->mu);
+	snprintf(rp->frag_id, sizeof rp->frag_id, "%s", id);
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
+/* One replica: chunks of steps until it ran tr->steps, the job stops, or a
+ * chunk fails. Holds a job reference and counts in m->n_threads (a replica
+ * left behind on a stopped task ends when its request times out). */
+static void *train_replica_main(void *arg)
+{
+	struct replica_arg *a = arg;
+	struct job *j = a->j;
+	struct master *m = j->m;
+	struct train *tr = j->tr;
+	struct replica *rp = &tr->reps[a->r];
+	int r = a->r, attempt = 0;
+	int64_t k = 1, done = 0;
+	enum dg_status st = DG_OK;
+	struct dg_err err = { 0 };
+	char id[24];
+
+	free(a);
+	snprintf(id, sizeof id, "%s", rp->frag_id);
+	while (st == DG_OK && done < tr->steps) {
+		int64_t n = chunk_size(tr, r, done, k);
+		uint64_t step = m->step_base |
+				(atomic_fetch_add(&m->step_counter, (uint64_t)n) + 1);
+		struct dg_task_run_result c = { 0 };
+		bool stop, lost = false;
+		double t0;
+
+		pthread_mutex_lock(&m->mu);
+		stop = j->cancel || tr->stop;
+		if (!stop) {
+			rp->cur_step = step;
+			rp->cur_count = n;
+		}
+		pthread_mutex_unlock(&m->mu);
+		if (stop)
+			break;
+		t0 = master_now_ms();
+		st = run_chunk(m, j, rp, id, step, n, done, &c, &lost, &err);
+		double ms = master_now_ms() - t0;
+		pthread_mutex_lock(&m->mu);
+		rp->cur_step = 0;
+		rp->done += c.steps_done;
+		for (int64_t i = 0; i < c.steps_done; i++) {
+			tr->sum_loss += c.values[i * tr->n_collect];
+			for (int v = 1; v < tr->n_collect; v++)
+				tr->sum_metric[v - 1] += c.values[i * tr->n_collect + v];
+		}
+		tr->n_agg += c.steps_done;
+		tr->stale += c.stale;
+		if (c.steps_done > 0) {
+			/* A replica's step time: its chunk's time over its steps. */
+			j->step_ms_last = ms / (double)c.steps_done;
+			tr->chunk_ms_sum += ms;
+		}
+		train_event_locked(m, j, false);
+		pthread_cond_broadcast(&m->cv);         /* replica 0 may wait for this step */
+		pthread_mutex_unlock(&m->mu);
+		done += c.steps_done;
+		dg_task_run_result_deinit(&c);
+		if (st != DG_OK && lost) {
+			/* The task was lost: once it is back, register the fragment
+			 * again and run on from the last step done (ShardBatch makes a
+			 * step's data a function of its training step). */
+			if ((st = step_retry_wait(m, j, rp->task, done, attempt++, r, &err)) == DG_OK &&
+			    (st = replica_reregister(m, rp, id, &err)) == DG_OK)
+				continue;
+		}
+		if (st != DG_OK)
+			break;
+		attempt = 0;
+		/* Aim at JOB_CHUNK_MS per chunk, growing at most 4x at a time. */
+		double want = (double)JOB_CHUNK_MS * (double)n / (ms > 0.01 ? ms : 0.01);
+		k = want > (double)(4 * n) ? 4 * n : (int64_t)want;
+		k = k < 1 ? 1 : k > WORKER_MAX_RUN_STEPS ? WORKER_MAX_RUN_STEPS : k;
+		if (tr->eval_every > 0 && done < tr->steps && done % tr->eval_every == 0) {
+			if (!tr->spec.sync && tr->spec.eval_barrier)
+				st = train_eval_barrier(m, j, r, done, &err);
+			else if (r == 0)
+				st = train_eval(m, j, train_epoch(tr, done), &err);
+		}
+	}
+	if (st != DG_OK && strncmp(err.msg, "task ", 5) != 0) {
+		dg_err_prefix(&err, "replica %d on %s", r, task_label(m, rp->task));
+	} else if (st != DG_OK) {
+		dg_err_prefix(&err, "replica %d", r);
+	}
+	pthread_mutex_lock(&m->mu);
+	rp->finished = true;
+	rp->st = st;
+	rp->err = err;
+	job_put_locked(j);
+	m->n_threads--;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+/* POST /v1/checkpoint to every ps task; an event per snapshot. */
+static enum dg_status train_checkpoint(struct master *m, struct job *j, struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	for (int t = 0; st == DG_OK && t < m->cluster->n_tasks; t++) {
+		struct dg_client *c;
+		json_t *reply = NULL;
+		if (strcmp(m->cluster->tasks[t].job, "ps") != 0)
+			continue;
+		if (!(c = dg_client_new(m->cluster->tasks[t].address, m->token, err)))
+			return err ? err->code : DG_ENOMEM;
+		st = dg_ps_checkpoint(c, &reply, err);
+		dg_client_free(c);
+		if (st != DG_OK) {
+			dg_err_prefix(err, "checkpoint of ps %s", m->cluster->tasks[t].address);
+			break;
+		}
+		pthread_mutex_lock(&m->mu);
+		job_event_locked(m, j, json_pack("{s:s, s:s, s:O?}", "event", "checkpoint", "ps",
+						 m->cluster->tasks[t].address, "snapshot", reply));
+		pthread_mutex_unlock(&m->mu);
+		json_decref(reply);
+	}
+	return st;
+}
+
+/* The sync step of every trained variable into steps[] (-1: not reported),
+ * from GET /v1/vars of each ps task holding one (HEAD does not give it to
+ * the client). DG_ENOTFOUND naming a variable that is not there. */
+static enum dg_status var_steps(struct master *m, const struct train *tr, int64_t *steps,
+				struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	for (int v = 0; v < tr->n_vars; v++)
+		steps[v] = INT64_MIN;
+	for (int v = 0; st == DG_OK && v < tr->n_vars; v++) {
+		struct dg_var_info *vars = NULL;
+		int n = 0, t = tr->var_task[v];
+		const char *addr = m->cluster->tasks[t].address;
+		struct dg_client *c;
+		if (steps[v] != INT64_MIN)
+			continue;   /* listed with an earlier variable of the same task */
+		if (!(c = dg_client_new(addr, m->token, err)))
+			return err ? err->code : DG_ENOMEM;
+		st = dg_var_list(c, "", &vars, &n, err);
+		dg_client_free(c);
+		if (st != DG_OK)
+			dg_err_prefix(err, "listing the variables of ps %s", addr);
+		for (int i = 0; st == DG_OK && i < n; i++)
+			for (int u = v; u < tr->n_vars; u++)
+				if (tr->var_task[u] == t &&
+				    strcmp(vars[i].name, tr->var_name[u]) == 0)
+					steps[u] = vars[i].step;
+		free(vars);
+		if (st == DG_OK && steps[v] == INT64_MIN) {
+			dg_err_set(err, DG_ENOTFOUND, "variable '%s' is not on ps %s",
+				   tr->var_name[v], addr);
+			return DG_ENOTFOUND;
+		}
+	}
+	return st;
+}
+
+/* Whether every trained variable reached its sync step base + steps (sync
+ * with backups: the job is complete without the slow replicas). */
+static bool train_vars_reached(struct master *m, const struct train *tr)
+{
+	int64_t *steps = calloc((size_t)tr->n_vars + 1, sizeof *steps);
+	bool ok = steps && var_steps(m, tr, steps, NULL) == DG_OK;
+
+	for (int v = 0; ok && v < tr->n_vars; v++)
+		ok = steps[v] >= tr->var_base[v] + tr->steps;
+	free(steps);
+	return ok;
+}
+
+/* Whether v is the JSON string s. */
+static bool str_is(const json_t *v, const char *s)
+{
+	return json_is_string(v) && strcmp(json_string_value(v), s) == 0;
+}
+
+/* Set attrs[key] = value on every node of doc whose op is op, by "var". */
+static void patch_nodes(json_t *doc, const char *op, const char *key, const struct train *tr)
+{
+	size_t i;
+	json_t *n;
+
+	json_array_foreach(json_object_get(doc, "nodes"), i, n) {
+		json_t *attrs = json_object_get(n, "attrs");
+		const char *var = json_string_value(json_object_get(attrs, "var"));
+		if (!var || !str_is(json_object_get(n, "op"), op))
+			continue;
+		for (int v = 0; v < tr->n_vars; v++)
+			if (strcmp(tr->var_name[v], var) == 0)
+				json_object_set_new(attrs, key,
+						    json_integer((json_int_t)tr->var_base[v]));
+	}
+}
+
+/* Initialise the variables (replica 0's VarInit fragments, reset when the
+ * spec says reinit; then the eval's, which create only what is missing),
+ * read each variable's sync step, and register the replica and eval
+ * fragments (with the sync step bases patched in when sync). */
+enum dg_status train_setup(struct master *m, struct job *j, struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	struct replica *rp0 = &tr->reps[0];
+	enum dg_status st = DG_OK;
+	size_t i;
+	json_t *n;
+
+	for (int f = 0; tr->spec.reinit && f < rp0->part.n_init; f++)
+		json_array_foreach(json_object_get(rp0->part.init[f].doc, "nodes"), i, n)
+			if (str_is(json_object_get(n, "op"), "VarInit"))
+				json_object_set_new(json_object_get(n, "attrs"), "reset",
+						    json_true());
+	for (int f = 0; st == DG_OK && f < rp0->part.n_init; f++)
+		st = step_register(m, &rp0->part.init[f], rp0->init_id[f], err);
+	if (st == DG_OK && rp0->part.n_init > 0)
+		st = step_run_frags(m, j, rp0->part.init, rp0->init_id, rp0->part.n_init, NULL, true,
+			       NULL, err);
+	for (int f = 0; st == DG_OK && f < j->part.n_init; f++)
+		st = step_register(m, &j->part.init[f], j->init_id[f], err);
+	if (st == DG_OK && j->part.n_init > 0)
+		st = step_run_init(m, j, err);
+	if (st != DG_OK) {
+		dg_err_prefix(err, "initialising variables");
+		return st;
+	}
+	if ((st = var_steps(m, tr, tr->var_base, err)) != DG_OK)
+		return st;
+	for (int v = 0; tr->spec.sync && v < tr->n_vars; v++) {
+		if (tr->var_base[v] >= 0)
+			continue;
+		dg_err_set(err, DG_EUNSUPPORTED, "ps %s does not report the sync step of "
+			   "variable '%s'", m->cluster->tasks[tr->var_task[v]].address,
+			   tr->var_name[v]);
+		dg_err_hint(err, "run every task with the same dg version");
+		return DG_EUNSUPPORTED;
+	}
+	for (int r = 0; st == DG_OK && r < tr->n_reps; r++) {
+		struct replica *rp = &tr->reps[r];
+		if (tr->spec.sync) {
+			patch_nodes(rp->part.frags[0].doc, "VarApply", "step_base", tr);
+			patch_nodes(rp->part.frags[0].doc, "VarRead", "min_step_base", tr);
+		}
+		st = step_register(m, &rp->part.frags[0], rp->frag_id, err);
+	}
+	for (int f = 0; st == DG_OK && f < j->part.n_frags; f++)
+		st = step_register(m, &j->part.frags[f], j->frag_id[f], err);
+	return st;
+}
+
+/* Start one thread per replica. */
+static enum dg_status train_start_replicas(struct master *m, struct job *j, struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	pthread_attr_t attr;
+	enum dg_status st = DG_OK;
+
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_mutex_lock(&m->mu);
+	tr->t0 = master_now_ms();
+	tr->last_event_ms = tr->t0;
+	for (int r = 0; r < tr->n_reps; r++) {
+		struct replica_arg *a = malloc(sizeof *a);
+		pthread_t th;
+		if (!a) {
+			st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		} else {
+			*a = (struct replica_arg){ j, r };
+			j->refs++;
+			m->n_threads++;
+			if (pthread_create(&th, &attr, train_replica_main, a) != 0) {
+				j->refs--;
+				m->n_threads--;
+				free(a);
+				st = dg_err_set(err, DG_ENOMEM, "cannot start a thread for "
+						"replica %d of job %s", r, j->id);
+			}
+		}
+		if (st != DG_OK) {
+			/* The replicas not started count as finished with this error. */
+			for (int q = r; q < tr->n_reps; q++) {
+				tr->reps[q].finished = true;
+				tr->reps[q].st = st;
+				tr->reps[q].err = *err;
+			}
+			tr->stop = true;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&m->mu);
+	pthread_attr_destroy(&attr);
+	return st;
+}
+
+/* Wait until the replicas are done (or, sync with backups, enough of them and
+ * every variable reached its last step), one failed, or the job was canceled;
+ * checkpoint every checkpoint_secs meanwhile. Then stop the replicas still
+ * running and abort their chunks in flight. */
+static enum dg_status train_wait(struct master *m, struct job *j, enum dg_status st,
+				 struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	double next_ckpt = tr->spec.checkpoint_secs > 0 ?
+			   master_now_ms() + tr->spec.checkpoint_secs * 1e3 : 0;
+	const char *reason = "the training job stopped";
+	int n = tr->n_reps;
+
+	pthread_mutex_lock(&m->mu);
+	while (st == DG_OK) {
+		int ok = 0, bad = -1;
+		for (int r = 0; r < n; r++) {
+			if (tr->reps[r].finished && tr->reps[r].st == DG_OK)
+				ok++;
+			else if (tr->reps[r].finished && bad < 0)
+				bad = r;
+		}
+		if (j->cancel) {
+			st = dg_err_set(err, DG_ECANCELED, "job %s was canceled", j->id);
+			reason = "job canceled";
+			break;
+		}
+		if (bad >= 0) {
+			*err = tr->reps[bad].err;
+			st = tr->reps[bad].st;
+			reason = err->msg;
+			break;
+		}
+		if (ok == n)
+			break;
+		if (tr->spec.sync && tr->spec.backup > 0 && ok >= n - tr->spec.backup) {
+			pthread_mutex_unlock(&m->mu);
+			bool reached = train_vars_reached(m, tr);
+			pthread_mutex_lock(&m->mu);
+			if (reached) {
+				reason = "the job finished without this replica (a backup)";
+				break;
+			}
+		}
+		if (next_ckpt > 0 && master_now_ms() >= next_ckpt) {
+			pthread_mutex_unlock(&m->mu);
+			st = train_checkpoint(m, j, err);
+			pthread_mutex_lock(&m->mu);
+			next_ckpt = master_now_ms() + tr->spec.checkpoint_secs * 1e3;
+			if (st != DG_OK) {
+				reason = err->msg;
+				break;
+			}
+			continue;
+		}
+		double wait_ms = JOB_TRAIN_POLL_MS;
+		if (next_ckpt > 0 && next_ckpt - master_now_ms() < wait_ms)
+			wait_ms = next_ckpt - master_now_ms() > 1 ? next_ckpt - master_now_ms() : 1;
+		master_wait_locked(m, wait_ms);
+	}
+	tr->stop = true;
+	tr->failed = st != DG_OK;
+	snprintf(tr->stop_reason, sizeof tr->stop_reason, "%s", reason);
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
+/* Abort the chunks still in flight (replicas left behind, or all of them
+ * after a failure), after the job is over: a stopped task's DELETE waits for
+ * its timeout and must not delay the job's end. */
+static void train_abort_inflight(struct master *m, struct job *j)
+{
+	struct train *tr = j->tr;
+	int n = tr->n_reps;
+	uint64_t *steps = calloc((size_t)n + 1, sizeof *steps);
+	int64_t *counts = calloc((size_t)n + 1, sizeof *counts);
+
+	pthread_mutex_lock(&m->mu);
+	for (int r = 0; steps && counts && r < n; r++) {
+		steps[r] = tr->reps[r].finished ? 0 : tr->reps[r].cur_step;
+		counts[r] = tr->reps[r].cur_count;
+	}
+	pthread_mutex_unlock(&m->mu);
+	for (int r = 0; steps && counts && r < n; r++)
+		if (steps[r])
+			abort_chunk(m, tr->reps[r].task, steps[r], counts[r], tr->stop_reason);
+	free(steps);
+	free(counts);
+}
+
+/* The thread of a training job: set up, run the replicas, evaluate and
+ * checkpoint at the end, clean up. */
+void *train_main(void *arg)
+{
+	struct job *j = arg;
+	struct master *m = j->m;
+	struct train *tr = j->tr;
+	struct dg_err err = { 0 };
+	enum dg_status st = train_setup(m, j, &err);
+
+	if (st == DG_OK)
+		st = train_start_replicas(m, j, &err);
+	st = train_wait(m, j, st, &err);
+	if (st == DG_OK) {
+		pthread_mutex_lock(&m->mu);
+		train_event_locked(m, j, true);
+		pthread_mutex_unlock(&m->mu);
+		st = train_eval(m, j, tr->epochs, &err);
+	}
+	if (st == DG_OK && tr->spec.checkpoint_secs > 0)
+		st = train_checkpoint(m, j, &err);
+	job_finish(m, j, st, &err);
+	/* After the job is over: a replica left on a stopped task must not hold
+	 * the job's end up while its DELETEs wait. */
+	train_abort_inflight(m, j);
+	step_unregister_all(m, j);
+	pthread_mutex_lock(&m->mu);
+	job_put_locked(j);
+	m->n_threads--;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
