@@ -224,6 +224,36 @@ static void mark_reach(const struct dg_graph *g, const struct dg_edge *wrt, int 
 
 /* Differentiate node n: sum its output gradients, call its op's gradient
  * function, and file the input gradients it returns. */
+/* Call node n's gradient function with c (refs, need, dout and din already
+ * set): the node's attrs and types filled in, input types taken from the
+ * producers' inferred outputs, the new nodes tagged with n's name and
+ * device. */
+static enum dg_status call_grad(struct builder *b, int n, struct dg_grad_ctx *c)
+{
+	const struct dg_node *nd = &b->g->nodes[n];
+	struct dg_ttype *it = calloc((size_t)nd->n_in + 1, sizeof *it);
+	enum dg_status st;
+
+	if (!it)
+		return dg_err_set(b->err, DG_ENOMEM, "out of memory");
+	for (int i = 0; i < nd->n_in; i++)
+		it[i] = b->g->nodes[nd->in[i].node].out[nd->in[i].index];
+	c->node = nd->name;
+	c->attrs = nd->attrs;
+	c->n_in = nd->n_in;
+	c->in_type = it;
+	c->n_out = nd->n_out;
+	c->out_type = nd->out;
+	b->fwd = nd->name;
+	b->device = nd->device;
+	st = nd->op->grad(c);
+	free(it);
+	c->in_type = NULL;
+	if (st != DG_OK)
+		dg_err_prefix(b->err, "gradient of node '%s' (%s)", nd->name, nd->op->name);
+	return st;
+}
+
 static enum dg_status grad_node(struct builder *b, int n, const struct dg_edge *wrt, int n_wrt,
 				const bool *reach)
 {
@@ -272,36 +302,13 @@ static enum dg_status grad_node(struct builder *b, int n, const struct dg_edge *
 			st = b->err->code;
 	if (st != DG_OK)
 		goto out;
-	c.node = nd->name;
-	c.attrs = nd->attrs;
-	c.n_in = nd->n_in;
 	c.in = in;
-	c.in_type = NULL;
 	c.need = need;
-	c.n_out = nd->n_out;
 	c.out = out;
-	c.out_type = nd->out;
 	c.dout = dout;
 	c.din = din;
-	b->fwd = nd->name;
-	b->device = nd->device;
-	{
-		/* Input types come from the producers' inferred outputs. */
-		struct dg_ttype *it = calloc((size_t)nd->n_in + 1, sizeof *it);
-		if (!it) {
-			st = dg_err_set(b->err, DG_ENOMEM, "out of memory");
-			goto out;
-		}
-		for (int i = 0; i < nd->n_in; i++)
-			it[i] = b->g->nodes[nd->in[i].node].out[nd->in[i].index];
-		c.in_type = it;
-		st = nd->op->grad(&c);
-		free(it);
-	}
-	if (st != DG_OK) {
-		dg_err_prefix(b->err, "gradient of node '%s' (%s)", nd->name, nd->op->name);
+	if ((st = call_grad(b, n, &c)) != DG_OK)
 		goto out;
-	}
 	for (int i = 0; i < nd->n_in && st == DG_OK; i++)
 		if (din[i] && need[i])
 			st = contrib_add(b, &b->acc[b->base[nd->in[i].node] + nd->in[i].index],

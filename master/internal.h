@@ -77,6 +77,16 @@ enum dg_status master_job_cancel(struct master *m, const char *id, struct dg_err
 /* Join and free every job (master_free). */
 void master_jobs_free(struct master *m);
 
+/* ------------------------------------------------ the master's ops (ops.c) */
+
+/* Whether node n is a Variable / an ApplyGradient. */
+bool master_is_variable(const struct dg_node *n);
+bool master_is_apply(const struct dg_node *n);
+/* The Variable node the ApplyGradient node n updates, or -1 with *err set. */
+int master_apply_target(const struct dg_graph *g, int n, struct dg_err *err);
+/* ApplyGradient node n's gradient has its Variable's dtype and known shape. */
+enum dg_status master_check_apply(const struct dg_graph *g, int n, struct dg_err *err);
+
 /* ------------------------------------------------ jobs (job.c and the files it names) */
 
 enum job_state { JOB_CREATED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELED };

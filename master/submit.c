@@ -227,67 +227,45 @@ static enum dg_status job_arrays(struct job *j, struct dg_err *err)
 }
 
 /* Parse, place and partition body into j. */
-static enum dg_status job_build(struct master *m, struct job *j, const json_t *body,
-				struct dg_err *err)
+/* The body is an object with a "graph" object and only known keys. */
+static enum dg_status check_keys(const json_t *body, struct dg_err *err)
 {
 	static const char *const keys[] = { "graph", "fetch", "feeds", "upload", "steps",
 					    "timeout_ms", "retry_ms", "soft_placement", "vars",
 					    "start", "training" };
-	const char **feeds = NULL, **fetch = NULL, *k;
-	int n_feeds = 0, n_fetch = 0, nt = m->cluster->n_tasks;
-	struct place_opts po = { 0 };
-	int64_t *bytes = calloc((size_t)nt + 1, sizeof *bytes);
-	bool *gpu = calloc((size_t)nt + 1, sizeof *gpu);
-	enum dg_status *reach = calloc((size_t)nt + 1, sizeof *reach);
-	struct dg_err *errs = calloc((size_t)nt + 1, sizeof *errs);
-	enum dg_status st = DG_OK;
+	const char *k;
 	json_t *v;
 
-	if (!bytes || !gpu || !reach || !errs) {
-		st = dg_err_set(err, DG_ENOMEM, "out of memory");
-		goto out;
-	}
 	if (!json_is_object(body) || !json_is_object(json_object_get(body, "graph"))) {
-		st = dg_err_set(err, DG_EINVAL, "a job is a JSON object with a \"graph\" object");
+		dg_err_set(err, DG_EINVAL, "a job is a JSON object with a \"graph\" object");
 		dg_err_hint(err, "see doc/http-api.md, section Executor and master");
-		goto out;
+		return DG_EINVAL;
 	}
 	json_object_foreach((json_t *)body, k, v) {
 		bool known = false;
 		for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 			known |= strcmp(k, keys[i]) == 0;
-		if (!known) {
-			st = dg_err_set(err, DG_EINVAL, "unknown job key '%.64s'", k);
-			goto out;
-		}
+		if (!known)
+			return dg_err_set(err, DG_EINVAL, "unknown job key '%.64s'", k);
 	}
-	if ((st = job_options(j, body, &po, m->soft_placement, err)) != DG_OK)
-		goto out;
-	if (json_object_get(body, "training") ||
-	    json_object_get(json_object_get(body, "graph"), "training")) {
-		probe_tasks(m, bytes, gpu, reach, errs);
-		po.task_bytes = bytes;
-		po.task_gpu = gpu;
-		if ((st = train_build(m, j, body, &po, reach, errs, err)) == DG_OK)
-			st = job_arrays(j, err);
-		goto out;
-	}
-	j->g = dg_graph_from_json(json_object_get(body, "graph"), master_op_find, err);
-	if (!j->g) {
-		st = err ? err->code : DG_EINVAL;
-		goto out;
-	}
+	return DG_OK;
+}
+
+/* A job of plain steps: the graph placed and cut with the body's feeds and
+ * fetches, its explanation, its literal feeds. */
+static enum dg_status build_steps(struct master *m, struct job *j, const json_t *body,
+				  struct place_opts *po, const enum dg_status *reach,
+				  const struct dg_err *errs, struct dg_err *err)
+{
+	const char **feeds = NULL, **fetch = NULL;
+	int n_feeds = 0, n_fetch = 0;
+	enum dg_status st;
+
 	if ((st = feed_names(body, &feeds, &n_feeds, err)) != DG_OK ||
-	    (st = fetch_names(body, &fetch, &n_fetch, err)) != DG_OK)
-		goto out;
-	probe_tasks(m, bytes, gpu, reach, errs);
-	po.task_bytes = bytes;
-	po.task_gpu = gpu;
-	if ((st = place_graph(j->g, m->cluster, &po, &j->pl, err)) != DG_OK)
-		goto out;
-	st = place_partition(j->g, m->cluster, &j->pl, master_self(m), feeds, n_feeds, fetch,
-			     n_fetch, &j->part, err);
-	if (st != DG_OK)
+	    (st = fetch_names(body, &fetch, &n_fetch, err)) != DG_OK ||
+	    (st = place_graph(j->g, m->cluster, po, &j->pl, err)) != DG_OK ||
+	    (st = place_partition(j->g, m->cluster, &j->pl, master_self(m), feeds, n_feeds, fetch,
+				  n_fetch, &j->part, err)) != DG_OK)
 		goto out;
 	j->explain = j->g->n_nodes <= JOB_EXPLAIN_MAX_NODES ?
 		     place_explain(j->g, m->cluster, &j->pl, &j->part) : explain_summary(m, j);
@@ -295,14 +273,46 @@ static enum dg_status job_build(struct master *m, struct job *j, const json_t *b
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((st = job_arrays(j, err)) != DG_OK)
-		goto out;
-	if ((st = literal_feeds(j, body, err)) != DG_OK)
-		goto out;
-	st = job_check_used(m, j, reach, errs, err);
+	if ((st = job_arrays(j, err)) == DG_OK && (st = literal_feeds(j, body, err)) == DG_OK)
+		st = job_check_used(m, j, reach, errs, err);
 out:
 	free(feeds);
 	free(fetch);
+	return st;
+}
+
+static enum dg_status job_build(struct master *m, struct job *j, const json_t *body,
+				struct dg_err *err)
+{
+	int nt = m->cluster->n_tasks;
+	struct place_opts po = { 0 };
+	int64_t *bytes = calloc((size_t)nt + 1, sizeof *bytes);
+	bool *gpu = calloc((size_t)nt + 1, sizeof *gpu);
+	enum dg_status *reach = calloc((size_t)nt + 1, sizeof *reach);
+	struct dg_err *errs = calloc((size_t)nt + 1, sizeof *errs);
+	bool training = json_object_get(body, "training") ||
+			json_object_get(json_object_get(body, "graph"), "training");
+	enum dg_status st;
+
+	if (!bytes || !gpu || !reach || !errs)
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+	else
+		st = check_keys(body, err);
+	if (st == DG_OK)
+		st = job_options(j, body, &po, m->soft_placement, err);
+	if (st == DG_OK && !training &&
+	    !(j->g = dg_graph_from_json(json_object_get(body, "graph"), master_op_find, err)))
+		st = err ? err->code : DG_EINVAL;
+	if (st == DG_OK) {
+		/* The graph is valid: now ask every task what it holds and has. */
+		probe_tasks(m, bytes, gpu, reach, errs);
+		po.task_bytes = bytes;
+		po.task_gpu = gpu;
+		if (training && (st = train_build(m, j, body, &po, reach, errs, err)) == DG_OK)
+			st = job_arrays(j, err);
+		else if (!training)
+			st = build_steps(m, j, body, &po, reach, errs, err);
+	}
 	free(bytes);
 	free(gpu);
 	free(reach);

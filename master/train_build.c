@@ -191,55 +191,19 @@ static char *train_explain(const struct master *m, const struct job *j)
  * parsed, the plan built (master/train.c), each replica placed and cut, the
  * eval graph placed and cut like an ordinary one-step job (j->g, j->part: its
  * fetched values are the job's results). */
-enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
-				  struct place_opts *po, const enum dg_status *reach,
-				  const struct dg_err *errs, struct dg_err *err)
+/* Every replica placed and cut (build_replica); existing (the variables that
+ * exist, po->existing) gains replica 0's placement, which the others and the
+ * eval use. Then what every replica collects and replica 0's init ids. */
+static enum dg_status build_replicas(struct master *m, struct train *tr, struct place_opts *po,
+				     json_t *existing, struct dg_err *err)
 {
-	const json_t *graph = json_object_get(body, "graph");
-	const json_t *section = json_object_get(body, "training");
-	json_t *gdoc = json_copy((json_t *)graph), *existing = NULL;
-	struct dg_graph *ug = NULL;
-	struct train *tr = calloc(1, sizeof *tr);
 	enum dg_status st = DG_OK;
 
-	if (!section)
-		section = json_object_get(graph, "training");
-	if (!gdoc || !tr) {
-		free(tr);
-		st = dg_err_set(err, DG_ENOMEM, "out of memory");
-		goto out;
-	}
-	j->tr = tr;
-	if (json_object_get(body, "feeds") || json_object_get(body, "upload") ||
-	    json_object_get(body, "fetch") || json_object_get(body, "steps")) {
-		st = dg_err_set(err, DG_EINVAL, "a training job takes no \"feeds\", \"upload\", "
-				"\"fetch\" or \"steps\"");
-		dg_err_hint(err, "read data with IdxReader/NpyReader; set training.steps or "
-			    "training.eval.fetch instead (doc/training.md)");
-		goto out;
-	}
-	if ((st = train_spec_parse(section, &tr->spec, err)) != DG_OK)
-		goto out;
-	json_object_del(gdoc, "training");
-	if (!(ug = dg_graph_from_json(gdoc, master_op_find, err))) {
-		st = err ? err->code : DG_EINVAL;
-		goto out;
-	}
-	if ((st = train_plan_build(ug, &tr->spec, m->cluster, &tr->plan, err)) != DG_OK)
-		goto out;
-	if (!(tr->reps = calloc((size_t)tr->plan.n_replicas + 1, sizeof *tr->reps))) {
-		st = dg_err_set(err, DG_ENOMEM, "out of memory");
-		goto out;
-	}
+	if (!(tr->reps = calloc((size_t)tr->plan.n_replicas + 1, sizeof *tr->reps)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	tr->n_reps = tr->plan.n_replicas;
-	if (!(existing = probe_vars(m, reach))) {
-		st = dg_err_set(err, DG_ENOMEM, "out of memory");
-		goto out;
-	}
-	po->existing = existing;
 	for (int r = 0; st == DG_OK && r < tr->n_reps; r++) {
 		st = build_replica(m, tr, r, po, err);
-		/* Every replica (and the eval) uses the variables where replica 0 put them. */
 		for (int n = 0; st == DG_OK && r == 0 && n < tr->reps[0].g->n_nodes; n++) {
 			const struct dg_node *nd = &tr->reps[0].g->nodes[n];
 			const char *var;
@@ -250,33 +214,44 @@ enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
 		}
 	}
 	if (st != DG_OK)
-		goto out;
+		return st;
 	tr->collect = (const char **)tr->reps[0].part.fetch_keys;
 	tr->n_collect = tr->reps[0].part.n_fetch;
-	if (tr->n_collect < 1) {
-		st = dg_err_set(err, DG_EINTERNAL, "the training plan collects no loss");
-		goto out;
-	}
+	if (tr->n_collect < 1)
+		return dg_err_set(err, DG_EINTERNAL, "the training plan collects no loss");
 	tr->reps[0].init_id = calloc((size_t)tr->reps[0].part.n_init + 1,
 				     sizeof *tr->reps[0].init_id);
-	if (!tr->reps[0].init_id) {
-		st = dg_err_set(err, DG_ENOMEM, "out of memory");
-		goto out;
+	if (!tr->reps[0].init_id)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	return DG_OK;
+}
+
+/* The eval graph (when the plan has one) placed and cut as the job's own
+ * steps: j->g, j->pl, j->part. */
+static enum dg_status build_eval(struct master *m, struct job *j, const struct place_opts *po,
+				 struct dg_err *err)
+{
+	const struct train *tr = j->tr;
+	enum dg_status st;
+
+	if (!tr->plan.eval_doc)
+		return DG_OK;
+	if (!(j->g = dg_graph_from_json(tr->plan.eval_doc, master_op_find, err))) {
+		dg_err_prefix(err, "the eval graph");
+		return err ? err->code : DG_EINVAL;
 	}
-	if ((st = train_vars(tr, err)) != DG_OK)
-		goto out;
-	if (tr->plan.eval_doc) {
-		if (!(j->g = dg_graph_from_json(tr->plan.eval_doc, master_op_find, err))) {
-			dg_err_prefix(err, "the eval graph");
-			st = err ? err->code : DG_EINVAL;
-			goto out;
-		}
-		if ((st = place_graph(j->g, m->cluster, po, &j->pl, err)) != DG_OK ||
-		    (st = place_partition(j->g, m->cluster, &j->pl, master_self(m), NULL, 0,
-					  (const char *const *)tr->spec.eval_fetch,
-					  tr->spec.n_eval_fetch, &j->part, err)) != DG_OK)
-			goto out;
-	}
+	if ((st = place_graph(j->g, m->cluster, po, &j->pl, err)) != DG_OK)
+		return st;
+	return place_partition(j->g, m->cluster, &j->pl, master_self(m), NULL, 0,
+			       (const char *const *)tr->spec.eval_fetch, tr->spec.n_eval_fetch,
+			       &j->part, err);
+}
+
+/* Steps, epochs and the eval interval from the plan and the spec. */
+static void train_counts(struct job *j)
+{
+	struct train *tr = j->tr;
+
 	tr->steps = tr->plan.steps;
 	tr->spe = tr->plan.steps_per_epoch;
 	tr->epochs = tr->spec.epochs > 0 ? tr->spec.epochs :
@@ -284,18 +259,69 @@ enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
 	tr->eval_every = tr->spec.eval_every_steps > 0 ? tr->spec.eval_every_steps :
 			 tr->spec.eval_every_epochs > 0 ? tr->spec.eval_every_epochs * tr->spe : 0;
 	j->steps = tr->steps;
-	if ((st = train_figures(j, err)) != DG_OK)
-		goto out;
-	j->explain = train_explain(m, j);
-	if (!j->explain) {
-		st = dg_err_set(err, DG_ENOMEM, "out of memory");
-		goto out;
+}
+
+/* The spec and the plan (autodiff, the replicas' graphs: train.c) of the
+ * body's training section; the graph's own "training" when the body has
+ * none. A training job takes no feeds, fetches or step count of its own. */
+static enum dg_status build_plan(struct master *m, struct train *tr, const json_t *body,
+				 struct dg_err *err)
+{
+	const json_t *graph = json_object_get(body, "graph");
+	const json_t *section = json_object_get(body, "training");
+	json_t *gdoc;
+	struct dg_graph *ug;
+	enum dg_status st;
+
+	if (json_object_get(body, "feeds") || json_object_get(body, "upload") ||
+	    json_object_get(body, "fetch") || json_object_get(body, "steps")) {
+		st = dg_err_set(err, DG_EINVAL, "a training job takes no \"feeds\", \"upload\", "
+				"\"fetch\" or \"steps\"");
+		dg_err_hint(err, "read data with IdxReader/NpyReader; set training.steps or "
+			    "training.eval.fetch instead (doc/training.md)");
+		return st;
 	}
-	st = job_check_used(m, j, reach, errs, err);
-out:
-	po->existing = NULL;
-	json_decref(existing);
+	if (!section)
+		section = json_object_get(graph, "training");
+	if ((st = train_spec_parse(section, &tr->spec, err)) != DG_OK)
+		return st;
+	if (!(gdoc = json_copy((json_t *)graph)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	json_object_del(gdoc, "training");
+	ug = dg_graph_from_json(gdoc, master_op_find, err);
 	json_decref(gdoc);
+	if (!ug)
+		return err ? err->code : DG_EINVAL;
+	st = train_plan_build(ug, &tr->spec, m->cluster, &tr->plan, err);
 	dg_graph_free(ug);
 	return st;
+}
+
+enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
+			   struct place_opts *po, const enum dg_status *reach,
+			   const struct dg_err *errs, struct dg_err *err)
+{
+	json_t *existing;
+	enum dg_status st;
+
+	if (!(j->tr = calloc(1, sizeof *j->tr)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	if ((st = build_plan(m, j->tr, body, err)) != DG_OK)
+		return st;
+	if (!(existing = probe_vars(m, reach)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	po->existing = existing;
+	if ((st = build_replicas(m, j->tr, po, existing, err)) == DG_OK &&
+	    (st = train_vars(j->tr, err)) == DG_OK)
+		st = build_eval(m, j, po, err);
+	po->existing = NULL;
+	json_decref(existing);
+	if (st != DG_OK)
+		return st;
+	train_counts(j);
+	if ((st = train_figures(j, err)) != DG_OK)
+		return st;
+	if (!(j->explain = train_explain(m, j)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	return job_check_used(m, j, reach, errs, err);
 }

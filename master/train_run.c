@@ -252,6 +252,43 @@ static enum dg_status replica_reregister(struct master *m, struct replica *rp, c
 	return st;
 }
 
+/* What chunk c of replica rp (ms long) brought: its steps, the loss and
+ * metric sums of the next train event, stale gradients, the step time. */
+static void account_chunk(struct master *m, struct job *j, struct replica *rp,
+			  const struct dg_task_run_result *c, double ms)
+{
+	struct train *tr = j->tr;
+
+	pthread_mutex_lock(&m->mu);
+	rp->cur_step = 0;
+	rp->done += c->steps_done;
+	for (int64_t i = 0; i < c->steps_done; i++) {
+		tr->sum_loss += c->values[i * tr->n_collect];
+		for (int v = 1; v < tr->n_collect; v++)
+			tr->sum_metric[v - 1] += c->values[i * tr->n_collect + v];
+	}
+	tr->n_agg += c->steps_done;
+	tr->stale += c->stale;
+	if (c->steps_done > 0) {
+		/* A replica's step time: its chunk's time over its steps. */
+		j->step_ms_last = ms / (double)c->steps_done;
+		tr->chunk_ms_sum += ms;
+	}
+	train_event_locked(m, j, false);
+	pthread_cond_broadcast(&m->cv);         /* replica 0 may wait for this step */
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* The next chunk's steps after n steps took ms: aim at JOB_CHUNK_MS per
+ * chunk, growing at most 4x at a time. */
+static int64_t next_chunk(int64_t n, double ms)
+{
+	double want = (double)JOB_CHUNK_MS * (double)n / (ms > 0.01 ? ms : 0.01);
+	int64_t k = want > (double)(4 * n) ? 4 * n : (int64_t)want;
+
+	return k < 1 ? 1 : k > WORKER_MAX_RUN_STEPS ? WORKER_MAX_RUN_STEPS : k;
+}
+
 /* One replica: chunks of steps until it ran tr->steps, the job stops, or a
  * chunk fails. Holds a job reference and counts in m->n_threads (a replica
  * left behind on a stopped task ends when its request times out). */
@@ -290,24 +327,7 @@ static void *train_replica_main(void *arg)
 		t0 = master_now_ms();
 		st = run_chunk(m, j, rp, id, step, n, done, &c, &lost, &err);
 		double ms = master_now_ms() - t0;
-		pthread_mutex_lock(&m->mu);
-		rp->cur_step = 0;
-		rp->done += c.steps_done;
-		for (int64_t i = 0; i < c.steps_done; i++) {
-			tr->sum_loss += c.values[i * tr->n_collect];
-			for (int v = 1; v < tr->n_collect; v++)
-				tr->sum_metric[v - 1] += c.values[i * tr->n_collect + v];
-		}
-		tr->n_agg += c.steps_done;
-		tr->stale += c.stale;
-		if (c.steps_done > 0) {
-			/* A replica's step time: its chunk's time over its steps. */
-			j->step_ms_last = ms / (double)c.steps_done;
-			tr->chunk_ms_sum += ms;
-		}
-		train_event_locked(m, j, false);
-		pthread_cond_broadcast(&m->cv);         /* replica 0 may wait for this step */
-		pthread_mutex_unlock(&m->mu);
+		account_chunk(m, j, rp, &c, ms);
 		done += c.steps_done;
 		dg_task_run_result_deinit(&c);
 		if (st != DG_OK && lost) {
@@ -321,10 +341,7 @@ static void *train_replica_main(void *arg)
 		if (st != DG_OK)
 			break;
 		attempt = 0;
-		/* Aim at JOB_CHUNK_MS per chunk, growing at most 4x at a time. */
-		double want = (double)JOB_CHUNK_MS * (double)n / (ms > 0.01 ? ms : 0.01);
-		k = want > (double)(4 * n) ? 4 * n : (int64_t)want;
-		k = k < 1 ? 1 : k > WORKER_MAX_RUN_STEPS ? WORKER_MAX_RUN_STEPS : k;
+		k = next_chunk(n, ms);
 		if (tr->eval_every > 0 && done < tr->steps && done % tr->eval_every == 0) {
 			if (!tr->spec.sync && tr->spec.eval_barrier)
 				st = train_eval_barrier(m, j, r, done, &err);
