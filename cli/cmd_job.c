@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "dg/buf.h"
 #include "dg/http.h"
+#include "dg/job_client.h"
 
 #define QUERY_TIMEOUT_MS 10000L         /* per request: the answers are small JSON */
 #define CANCEL_WAIT_MS 10000            /* how long cancel waits for the job to stop */
@@ -91,39 +92,6 @@ static enum dg_status targets_open(const struct job_args *a, struct cli_targets 
 	return cli_targets_open(&q, &client_ops, ts, err);
 }
 
-/* One request whose answer is JSON: *out owned (json_decref) or NULL with
- * *err set, prefixed with the task when there are several to tell apart. */
-static enum dg_status call_json(const struct cli_target *t, const char *method, const char *path,
-				json_t **out, struct dg_err *err)
-{
-	struct dg_http_result res;
-	enum dg_status st;
-
-	*out = NULL;
-	dg_http_result_init(&res);
-	st = dg_http_request(t->client, method, path, NULL, 0, NULL, 0, &res, err);
-	if (st == DG_OK) {
-		*out = json_loadb(res.body.data ? res.body.data : "", res.body.len, 0, NULL);
-		if (!*out || !json_is_object(*out)) {
-			json_decref(*out);
-			*out = NULL;
-			st = dg_err_set(err, DG_EIO, "%s %s on %s: the answer is not a JSON object",
-					method, path, dg_http_client_url(t->client));
-			dg_err_hint(err, "is this address a dg server of this version?");
-		}
-	}
-	dg_http_result_deinit(&res);
-	return st;
-}
-
-/* "/v1/jobs/ID" with ID percent-encoded. */
-static enum dg_status job_path(const char *id, struct dg_buf *path, struct dg_err *err)
-{
-	if (dg_buf_append(path, "/v1/jobs/", 9, err) != DG_OK)
-		return err->code;
-	return dg_http_escape_path(id, path, err);
-}
-
 /* The task that knows job id: its index in ts and the job's status (*out,
  * owned). ENOTFOUND when none does; ECONFLICT when several do (IDs are per
  * master); a task that could not answer makes the lookup fail with its error,
@@ -131,7 +99,6 @@ static enum dg_status job_path(const char *id, struct dg_buf *path, struct dg_er
 static enum dg_status find_job(const struct cli_targets *ts, const char *id, int *which,
 			       json_t **out, struct dg_err *err)
 {
-	struct dg_buf path = { 0 };
 	struct dg_err e, failed = { 0 };
 	const char *failed_label = NULL;
 	char found[256] = "";
@@ -140,12 +107,10 @@ static enum dg_status find_job(const struct cli_targets *ts, const char *id, int
 
 	*out = NULL;
 	*which = -1;
-	if ((st = job_path(id, &path, err)) != DG_OK)
-		goto out;
 	for (int i = 0; i < ts->n; i++) {
 		json_t *o;
 		memset(&e, 0, sizeof e);
-		if (call_json(&ts->t[i], "GET", path.data, &o, &e) != DG_OK) {
+		if (dg_job_status(ts->t[i].client, id, &o, &e) != DG_OK) {
 			if (e.code != DG_ENOTFOUND && !failed_label) {
 				failed = e;
 				failed_label = ts->t[i].label;
@@ -185,8 +150,6 @@ static enum dg_status find_job(const struct cli_targets *ts, const char *id, int
 		st = dg_err_set(err, DG_ENOTFOUND, "job '%s' not found on %s", id, asked);
 		dg_err_hint(err, "list the jobs with: dg job ls");
 	}
-out:
-	dg_buf_deinit(&path);
 	return st;
 }
 
@@ -297,7 +260,7 @@ static int job_ls(const struct job_args *a, const struct cli_targets *ts)
 		json_t *o, *v;
 		size_t k;
 		memset(&err, 0, sizeof err);
-		if (call_json(&ts->t[i], "GET", "/v1/jobs", &o, &err) != DG_OK) {
+		if (dg_job_list(ts->t[i].client, &o, &err) != DG_OK) {
 			dg_err_prefix(&err, "%s", ts->t[i].label);
 			if (!first.code)
 				first = err;
@@ -338,26 +301,6 @@ static int job_ls(const struct job_args *a, const struct cli_targets *ts)
 		return dg_status_to_exit(first.code);
 	}
 	return rc;
-}
-
-/* GET /v1/jobs/ID/metrics (CSV) into out. */
-static enum dg_status get_metrics(const struct cli_target *t, const char *id, struct dg_buf *out,
-				  struct dg_err *err)
-{
-	struct dg_buf path = { 0 };
-	struct dg_http_result res;
-	enum dg_status st = job_path(id, &path, err);
-
-	dg_http_result_init(&res);
-	if (st == DG_OK)
-		st = dg_buf_printf(&path, err, "/metrics");
-	if (st == DG_OK)
-		st = dg_http_request(t->client, "GET", path.data, NULL, 0, NULL, 0, &res, err);
-	if (st == DG_OK)
-		st = dg_buf_append(out, res.body.data ? res.body.data : "", res.body.len, err);
-	dg_http_result_deinit(&res);
-	dg_buf_deinit(&path);
-	return st;
 }
 
 /* A number of the training object, "-" when null. */
@@ -424,7 +367,7 @@ static int job_show(const struct job_args *a, const struct cli_targets *ts)
 		return cli_fail(&err);
 	tr = json_object_get(o, "training");
 	if ((a->metrics || (!a->json && tr)) &&
-	    get_metrics(&ts->t[which], a->pos[0], &csv, &err) != DG_OK) {
+	    dg_job_metrics(ts->t[which].client, a->pos[0], &csv, &err) != DG_OK) {
 		json_decref(o);
 		dg_buf_deinit(&csv);
 		return cli_fail(&err);
@@ -454,7 +397,6 @@ static bool is_final(const char *state)
 static int job_cancel(const struct job_args *a, const struct cli_targets *ts)
 {
 	struct dg_err err = { 0 };
-	struct dg_buf path = { 0 };
 	const struct timespec pause = { 0, 50 * 1000000L };
 	json_t *o = NULL;
 	int which, rc;
@@ -465,14 +407,13 @@ static int job_cancel(const struct job_args *a, const struct cli_targets *ts)
 	bool was_final = is_final(str_or(o, "state", ""));
 	json_decref(o);
 	o = NULL;
-	if (job_path(a->pos[0], &path, &err) != DG_OK ||
-	    call_json(t, "DELETE", path.data, &o, &err) != DG_OK)
+	if (dg_job_cancel(t->client, a->pos[0], &o, &err) != DG_OK)
 		goto fail;
 	for (int waited = 0; !is_final(str_or(o, "state", "")) && waited < CANCEL_WAIT_MS;
 	     waited += 50) {
 		nanosleep(&pause, NULL);
 		json_decref(o);
-		if (call_json(t, "GET", path.data, &o, &err) != DG_OK)
+		if (dg_job_status(t->client, a->pos[0], &o, &err) != DG_OK)
 			goto fail;
 	}
 	const char *state = str_or(o, "state", "?");
@@ -484,12 +425,10 @@ static int job_cancel(const struct job_args *a, const struct cli_targets *ts)
 	else
 		printf("job %s on %s: %s\n", a->pos[0], t->label, state);
 	json_decref(o);
-	dg_buf_deinit(&path);
 	return 0;
 fail:
 	rc = cli_fail(&err);
 	json_decref(o);
-	dg_buf_deinit(&path);
 	return rc;
 }
 

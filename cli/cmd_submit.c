@@ -18,6 +18,7 @@
 #include "dg/cluster.h"
 #include "dg/codec.h"
 #include "dg/http.h"
+#include "dg/job_client.h"
 #include "dg/place.h"
 
 #define SUBMIT_LINE_S 2.0              /* a plain progress line this often (not a tty) */
@@ -205,20 +206,6 @@ struct session {
 	bool bar;                        /* a progress bar is on the terminal's last line */
 };
 
-/* One request; on an error answer, *err carries the server's message. */
-static enum dg_status call(struct session *s, const char *method, const char *path,
-			   const struct dg_http_header *h, int nh, const void *body, size_t len,
-			   struct dg_http_result *res, struct dg_err *err)
-{
-	dg_http_result_init(res);
-	return dg_http_request(s->c, method, path, h, nh, body, len, res, err);
-}
-
-static json_t *res_json(const struct dg_http_result *res)
-{
-	return json_loadb(res->body.data ? res->body.data : "", res->body.len, 0, NULL);
-}
-
 /* POST /v1/jobs; prints --explain; upload feeds; start. */
 static enum dg_status create_job(struct session *s, const struct dg_graph *g, char **refs,
 				 struct dg_tensor **vals, struct dg_err *err)
@@ -232,10 +219,7 @@ static enum dg_status create_job(struct session *s, const struct dg_graph *g, ch
 				 (json_int_t)a->steps, "timeout_ms", (json_int_t)a->timeout_ms,
 				 "soft_placement", a->soft, "start", a->n_feeds == 0);
 	json_t *fetch = json_array(), *up = json_array(), *st_json = NULL;
-	struct dg_http_header jh[] = { { "Content-Type", "application/json" } };
-	struct dg_http_result res;
 	enum dg_status st = DG_OK;
-	char *text = NULL, path[512];
 
 	for (int i = 0; i < a->n_fetch; i++)
 		json_array_append_new(fetch, json_string(a->fetch[i]));
@@ -247,18 +231,12 @@ static enum dg_status create_job(struct session *s, const struct dg_graph *g, ch
 		json_object_set(body, "upload", up);
 	if (a->retry_ms >= 0)
 		json_object_set_new(body, "retry_ms", json_integer((json_int_t)a->retry_ms));
-	text = body ? json_dumps(body, JSON_COMPACT) : NULL;
 	json_decref(fetch);
 	json_decref(up);
-	json_decref(body);
-	if (!text)
+	if (!body)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	st = call(s, "POST", "/v1/jobs", jh, 1, text, strlen(text), &res, err);
-	free(text);
-	if (st == DG_OK && (st_json = res_json(&res)) == NULL)
-		st = dg_err_set(err, DG_EINVAL, "%s answered POST /v1/jobs without JSON",
-				dg_http_client_url(s->c));
-	dg_http_result_deinit(&res);
+	st = dg_job_submit(s->c, body, &st_json, err);
+	json_decref(body);
 	if (st != DG_OK)
 		return st;
 	snprintf(s->id, sizeof s->id, "%s", json_string_value(json_object_get(st_json, "id")) ?
@@ -269,25 +247,11 @@ static enum dg_status create_job(struct session *s, const struct dg_graph *g, ch
 		fputs(json_string_value(json_object_get(st_json, "explain")) ?
 		      json_string_value(json_object_get(st_json, "explain")) : "", stdout);
 	json_decref(st_json);
-	for (int i = 0; st == DG_OK && i < a->n_feeds; i++) {
-		struct dg_buf npy = { 0 };
-		struct dg_http_header nh[] = { { "Content-Type", "application/x-npy" } };
-		st = dg_npy_encode(vals[i], &npy, err);
-		snprintf(path, sizeof path, "/v1/jobs/%s/feeds/%s", s->id, refs[i]);
-		if (st == DG_OK)
-			st = call(s, "PUT", path, nh, 1, npy.data, npy.len, &res, err);
-		if (st == DG_OK)
-			dg_http_result_deinit(&res);
-		dg_buf_deinit(&npy);
-		if (st != DG_OK)
+	for (int i = 0; st == DG_OK && i < a->n_feeds; i++)
+		if ((st = dg_job_feed(s->c, s->id, refs[i], vals[i], err)) != DG_OK)
 			dg_err_prefix(err, "uploading feed '%s'", refs[i]);
-	}
-	if (st == DG_OK && a->n_feeds) {
-		snprintf(path, sizeof path, "/v1/jobs/%s/start", s->id);
-		st = call(s, "POST", path, NULL, 0, NULL, 0, &res, err);
-		if (st == DG_OK)
-			dg_http_result_deinit(&res);
-	}
+	if (st == DG_OK && a->n_feeds)
+		st = dg_job_start(s->c, s->id, err);
 	return st;
 }
 
@@ -457,19 +421,18 @@ static void retry_line(struct session *s, const json_t *ev, bool tty)
 static enum dg_status follow(struct session *s, struct dg_err *err)
 {
 	bool tty = isatty(2), over = false;
-	int64_t from = 0;
-	char path[128];
+	int64_t from = 0, next;
+	struct dg_buf lines = { 0 };
 	enum dg_status st = DG_OK;
 
 	while (st == DG_OK && !over) {
-		struct dg_http_result res;
-		snprintf(path, sizeof path, "/v1/jobs/%s/events?from=%" PRId64 "&timeout_ms=10000",
-			 s->id, from);
-		if ((st = call(s, "GET", path, NULL, 0, NULL, 0, &res, err)) != DG_OK)
+		lines.len = 0;
+		if ((st = dg_job_events(s->c, s->id, from, 10000, &lines, &next, err)) != DG_OK ||
+		    (st = dg_buf_append(&lines, "", 1, err)) != DG_OK)
 			break;
-		if (res.dg_count >= 0)
-			from = res.dg_count;
-		for (char *line = res.body.data, *nl; line && *line; line = nl + 1) {
+		if (next >= 0)
+			from = next;
+		for (char *line = lines.data, *nl; line && *line; line = nl + 1) {
 			json_t *ev;
 			const char *kind;
 			if (!(nl = strchr(line, '\n')))
@@ -501,8 +464,8 @@ static enum dg_status follow(struct session *s, struct dg_err *err)
 			}
 			json_decref(ev);
 		}
-		dg_http_result_deinit(&res);
 	}
+	dg_buf_deinit(&lines);
 	if (s->bar) {
 		fputc('\n', stderr);
 		s->bar = false;
@@ -513,17 +476,12 @@ static enum dg_status follow(struct session *s, struct dg_err *err)
 /* Say which nodes soft placement moved to the CPU. */
 static enum dg_status report_soft(struct session *s, json_t **fetch, struct dg_err *err)
 {
-	struct dg_http_result res;
-	char path[128];
 	enum dg_status st;
 	json_t *o, *v;
 	size_t i;
 
-	snprintf(path, sizeof path, "/v1/jobs/%s", s->id);
-	if ((st = call(s, "GET", path, NULL, 0, NULL, 0, &res, err)) != DG_OK)
+	if ((st = dg_job_status(s->c, s->id, &o, err)) != DG_OK)
 		return st;
-	o = res_json(&res);
-	dg_http_result_deinit(&res);
 	json_array_foreach(json_object_get(o, "soft"), i, v)
 		fprintf(stderr, "dg: node '%s' is placed on %s, but there is no GPU there: it ran "
 			"on the CPU (soft placement)\n",
@@ -539,25 +497,11 @@ static enum dg_status get_results(struct session *s, json_t *fetch, struct dg_er
 	int n = (int)json_array_size(fetch);
 	char **names = calloc((size_t)n + 1, sizeof *names);
 	struct dg_tensor **vals = calloc((size_t)n + 1, sizeof *vals);
-	struct dg_http_header acc[] = { { "Accept", "application/x-npy" } };
 	enum dg_status st = names && vals ? DG_OK : dg_err_set(err, DG_ENOMEM, "out of memory");
-	struct dg_buf path = { 0 };
 
 	for (int i = 0; st == DG_OK && i < n; i++) {
-		struct dg_http_result res;
 		names[i] = (char *)json_string_value(json_array_get(fetch, (size_t)i));
-		path.len = 0;
-		st = dg_buf_printf(&path, err, "/v1/jobs/%s/results/", s->id);
-		if (st == DG_OK)
-			st = dg_http_escape_path(names[i], &path, err);
-		if (st == DG_OK)
-			st = call(s, "GET", path.data, acc, 1, NULL, 0, &res, err);
-		if (st != DG_OK)
-			break;
-		vals[i] = dg_npy_decode(res.body.data ? res.body.data : "", res.body.len, err);
-		if (!vals[i])
-			st = err->code;
-		dg_http_result_deinit(&res);
+		st = dg_job_result(s->c, s->id, names[i], &vals[i], err);
 	}
 	if (st == DG_OK && s->a->out_dir)
 		st = cli_check_out_names(names, n, err);
@@ -567,23 +511,7 @@ static enum dg_status get_results(struct session *s, json_t *fetch, struct dg_er
 		dg_tensor_free(vals[i]);
 	free(vals);
 	free(names);
-	dg_buf_deinit(&path);
 	return st;
-}
-
-/* GET the job's status (owned) into *out. */
-static enum dg_status job_status(struct session *s, json_t **out, struct dg_err *err)
-{
-	struct dg_http_result res;
-	char path[128];
-	enum dg_status st;
-
-	snprintf(path, sizeof path, "/v1/jobs/%s", s->id);
-	if ((st = call(s, "GET", path, NULL, 0, NULL, 0, &res, err)) != DG_OK)
-		return st;
-	*out = res_json(&res);
-	dg_http_result_deinit(&res);
-	return *out ? DG_OK : dg_err_set(err, DG_EIO, "GET %s: the answer is not JSON", path);
 }
 
 /* The end of a training job: the last eval's values on stdout ("NAME: VALUE";
@@ -593,7 +521,7 @@ static enum dg_status training_report(struct session *s, struct dg_err *err)
 {
 	json_t *o = NULL, *fetch, *v;
 	const json_t *tr, *eval;
-	enum dg_status st = job_status(s, &o, err);
+	enum dg_status st = dg_job_status(s->c, s->id, &o, err);
 	size_t i;
 
 	if (st != DG_OK)
@@ -714,7 +642,7 @@ static int run_submit(const struct submit_args *a)
 		st = training_report(&s, &err);
 	} else if (st == DG_OK && a->json) {
 		json_t *o = NULL;
-		if ((st = job_status(&s, &o, &err)) == DG_OK) {
+		if ((st = dg_job_status(s.c, s.id, &o, &err)) == DG_OK) {
 			char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 			if (text)
 				puts(text);

@@ -25,6 +25,8 @@
 #include "dg/client.h"
 #include "dg/cluster.h"
 #include "dg/http.h"
+#include "dg/job_client.h"
+#include "dg/task_client.h"
 
 #define MAX_TASKS 64
 #define READY_WAIT_MS 20000     /* a server recovering a big data dir may take a while */
@@ -1095,25 +1097,17 @@ static void probe(struct task_status *s, const char *token)
 {
 	struct dg_err err = { 0 };
 	struct dg_http_client *c = dg_http_client_new(s->address, token, STATUS_TIMEOUT_MS, &err);
-	struct dg_http_result res;
 
-	dg_http_result_init(&res);
-	if (c && dg_http_request(c, "GET", "/v1/health", NULL, 0, NULL, 0, &res, &err) == DG_OK) {
-		s->health = json_loadb(res.body.data, res.body.len, 0, NULL);
-		s->up = s->health != NULL;
-		if (!s->up)
-			snprintf(s->why, sizeof s->why, "/v1/health is not JSON");
+	if (c && dg_task_health(c, &s->health, &err) == DG_OK) {
+		s->up = true;
 	} else {
 		s->refused = err.code == DG_EUNAUTHORIZED;
 		snprintf(s->why, sizeof s->why, "%s", err.msg);
 	}
-	dg_http_result_deinit(&res);
 	/* The master's job list; a task without it (404 until the master lands,
 	 * 401/403 stay errors of health) is simply not listed. */
-	dg_http_result_init(&res);
-	if (s->up && dg_http_request(c, "GET", "/v1/jobs", NULL, 0, NULL, 0, &res, NULL) == DG_OK)
-		s->jobs = json_loadb(res.body.data, res.body.len, 0, NULL);
-	dg_http_result_deinit(&res);
+	if (s->up)
+		dg_job_list(c, &s->jobs, NULL);
 	dg_http_client_free(c);
 }
 
