@@ -52,9 +52,15 @@ configure() {
 	fi
 }
 
+# The test builds (and so CI, .ci/run) treat every compiler warning as an error.
+# warning_level is meson.build's default too, but named here because a build
+# directory configured before keeps the level it was made with.
+STRICT="-Dwarning_level=3 -Dwerror=true"
+
+# build [meson options...]: the release build in build/.
 build() {
 	say "building (build/)"
-	configure build
+	configure build "$@"
 	ninja -C build
 }
 
@@ -114,8 +120,9 @@ demo() {
 
 run_tests() {
 	say "building the sanitizer configuration (build-asan/: address + undefined)"
+	# shellcheck disable=SC2086
 	configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
-		-Dbench=false
+		-Dbench=false $STRICT
 	ninja -C build-asan
 	status=0
 	say "every test suite (build/)"
@@ -132,7 +139,12 @@ case "${1:-}" in
 deps) install_deps ;;
 build) install_deps; build ;;
 demo) install_deps; build; demo ;;
-test) install_deps; build; run_tests ;;
+test)
+	install_deps
+	# shellcheck disable=SC2086
+	build $STRICT
+	run_tests
+	;;
 *)
 	echo "usage: ./setup.sh demo|test|build|deps" >&2
 	exit 1
