@@ -8,8 +8,9 @@ set -eu
 cd "$(dirname "$0")"
 
 # Every package dg needs to build, test and run its demo. Keep in step with
-# meson.build (dependencies) and doc/building.md. Not listed: python3-torch, which
-# only bench/train's PyTorch baselines use (sudo apt-get install python3-torch).
+# meson.build (dependencies) and README.md (Build options). Not listed:
+# python3-torch, which only bench/train's PyTorch baselines use
+# (sudo apt-get install python3-torch).
 PACKAGES="gcc pkg-config meson ninja-build python3 libjansson-dev libopenblas-dev
 libopenblas0-pthread libmicrohttpd-dev libcurl4-openssl-dev libfuse3-dev fuse3 zlib1g-dev
 libcriterion-dev dataset-fashion-mnist python3-numpy attr curl"
