@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "dg/buf.h"
+#include "dg/clock.h"
 #include "dg/http.h"
 
 #define QUERY_TIMEOUT_MS 10000L         /* per request: the answers are small JSON */
@@ -455,7 +456,6 @@ static int job_cancel(const struct job_args *a, const struct cli_targets *ts)
 {
 	struct dg_err err = { 0 };
 	struct dg_buf path = { 0 };
-	const struct timespec pause = { 0, 50 * 1000000L };
 	json_t *o = NULL;
 	int which, rc;
 
@@ -470,7 +470,7 @@ static int job_cancel(const struct job_args *a, const struct cli_targets *ts)
 		goto fail;
 	for (int waited = 0; !is_final(str_or(o, "state", "")) && waited < CANCEL_WAIT_MS;
 	     waited += 50) {
-		nanosleep(&pause, NULL);
+		dg_sleep_ms(50);
 		json_decref(o);
 		if (call_json(t, "GET", path.data, &o, &err) != DG_OK)
 			goto fail;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dg/clock.h"
 #include "dg/http.h"
 #include "dg/log.h"
 #include "fs.h"
@@ -231,7 +232,7 @@ enum dg_status dgfs_job_file(struct dgfs *fs, const char *id, const char *file,
 {
 	struct dg_buf esc = { 0 };
 	char key[sizeof ((struct dgfs_jobfile *)0)->key];
-	double now = dgfs_now();
+	double now = dg_mono_s();
 	enum dg_status st;
 
 	if (!dgfs_job_file_is_known(file))
