@@ -3,7 +3,9 @@
  * log, placement and metrics.csv, read-only files made from one request each.
  * Contents are kept for a short time (JOB_TTL_S) so that a getattr and the
  * open that follows it agree on the size, while a running job's files still
- * change from one `cat` to the next. */
+ * change from one `cat` to the next. Neighbours: ops.c calls it, cache.c
+ * creates and frees its cache with the mount's state; it calls only core (the
+ * HTTP client, the clock), never back into cache.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
