@@ -8,8 +8,9 @@ set -eu
 cd "$(dirname "$0")"
 
 # Every package dg needs to build, test and run its demo. Keep in step with
-# meson.build (dependencies) and doc/building.md. Not listed: python3-torch, which
-# only bench/train's PyTorch baselines use (sudo apt-get install python3-torch).
+# meson.build (dependencies) and README.md (Build options). Not listed:
+# python3-torch, which only bench/train's PyTorch baselines use
+# (sudo apt-get install python3-torch).
 PACKAGES="gcc pkg-config meson ninja-build python3 libjansson-dev libopenblas-dev
 libopenblas0-pthread libmicrohttpd-dev libcurl4-openssl-dev libfuse3-dev fuse3 zlib1g-dev
 libcriterion-dev dataset-fashion-mnist python3-numpy attr curl"
@@ -52,9 +53,15 @@ configure() {
 	fi
 }
 
+# The test builds (and so CI, .ci/run) treat every compiler warning as an error.
+# warning_level is meson.build's default too, but named here because a build
+# directory configured before keeps the level it was made with.
+STRICT="-Dwarning_level=3 -Dwerror=true"
+
+# build [meson options...]: the release build in build/.
 build() {
 	say "building (build/)"
-	configure build
+	configure build "$@"
 	ninja -C build
 }
 
@@ -114,8 +121,9 @@ demo() {
 
 run_tests() {
 	say "building the sanitizer configuration (build-asan/: address + undefined)"
+	# shellcheck disable=SC2086
 	configure build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
-		-Dbench=false
+		-Dbench=false $STRICT
 	ninja -C build-asan
 	status=0
 	say "every test suite (build/)"
@@ -132,7 +140,12 @@ case "${1:-}" in
 deps) install_deps ;;
 build) install_deps; build ;;
 demo) install_deps; build; demo ;;
-test) install_deps; build; run_tests ;;
+test)
+	install_deps
+	# shellcheck disable=SC2086
+	build $STRICT
+	run_tests
+	;;
 *)
 	echo "usage: ./setup.sh demo|test|build|deps" >&2
 	exit 1

@@ -11,12 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dg/clock.h"
+
 double bench_now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+	return dg_mono_s();
 }
 
 int bench_cmp_double(const void *a, const void *b)

@@ -464,21 +464,20 @@ static enum dg_status manifest_text(const struct ckpt_var *vars, int n, json_t *
 				    struct dg_buf *out, struct dg_err *err)
 {
 	char stamp[32];
-	struct timespec now;
+	time_t now = time(NULL);
 	struct tm tm;
 	uint64_t total = 0;
 	char *head = NULL;
 	enum dg_status st = DG_OK;
 	json_t *m;
 
-	clock_gettime(CLOCK_REALTIME, &now);
-	gmtime_r(&now.tv_sec, &tm);
+	gmtime_r(&now, &tm);
 	strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
 	for (int i = 0; i < n; i++)
 		total += vars[i].bytes;
 	m = json_pack("{s:s, s:i, s:s, s:I, s:s, s:O, s:i, s:I}", "format", CKPT_FORMAT,
 		      "version", CKPT_VERSION, "created", stamp, "created_unix",
-		      (json_int_t)now.tv_sec, "dg_version", DG_VERSION, "tasks", tasks,
+		      (json_int_t)now, "dg_version", DG_VERSION, "tasks", tasks,
 		      "count", n, "bytes", (json_int_t)total);
 	if (!m || !(head = json_dumps(m, JSON_INDENT(1) | JSON_PRESERVE_ORDER)) ||
 	    strlen(head) < 2) {

@@ -16,6 +16,7 @@
 #include "ckpt_dir.h"
 #include "cli.h"
 #include "dg/client.h"
+#include "dg/clock.h"
 
 #define MAX_REPORTED 20                 /* damaged files listed before "and N more" */
 
@@ -96,14 +97,6 @@ static const char restore_help[] =
 	"  --token-file F     send the bearer token in F (first line)\n"
 	"  --json             one JSON line of totals per task\n"
 	"  -h, --help         show this help\n";
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void *client_open(const char *address, const char *token, struct dg_err *err)
 {
@@ -284,7 +277,7 @@ static int export_cmd(const struct ckpt_args *a)
 	struct dg_err err = { 0 };
 	struct var_list vl = { 0 };
 	json_t *tasks = json_array();
-	double t0 = now_s();
+	double t0 = dg_mono_s();
 	char *stage = NULL;
 	enum dg_status st;
 
@@ -319,7 +312,7 @@ static int export_cmd(const struct ckpt_args *a)
 			st = ckpt_manifest_write(stage, vl.v, vl.n, tasks, &err);
 	}
 	if (st == DG_OK && (st = ckpt_install(stage, a->dir, a->force, &err)) == DG_OK)
-		print_saved(a, &vl, ts.n, now_s() - t0);
+		print_saved(a, &vl, ts.n, dg_mono_s() - t0);
 	if (st != DG_OK && stage) {
 		char hint[sizeof err.hint];
 		snprintf(hint, sizeof hint, "%s", err.hint);
@@ -689,7 +682,7 @@ static int restore_cmd(const struct ckpt_args *a)
 	struct ckpt_manifest m;
 	struct dg_err err = { 0 };
 	struct restore r = { .a = a, .m = &m };
-	double t0 = now_s();
+	double t0 = dg_mono_s();
 	enum dg_status st;
 	int rc, done = 0;
 
@@ -715,7 +708,7 @@ static int restore_cmd(const struct ckpt_args *a)
 			"restore again once it is fixed\n", done, r.n);
 		goto out;
 	}
-	print_restored(&r, now_s() - t0);
+	print_restored(&r, dg_mono_s() - t0);
 out:
 	restore_deinit(&r);
 	ckpt_manifest_deinit(&m);

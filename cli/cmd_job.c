@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "dg/buf.h"
+#include "dg/clock.h"
 #include "dg/http.h"
 #include "dg/job_client.h"
 
@@ -397,7 +398,6 @@ static bool is_final(const char *state)
 static int job_cancel(const struct job_args *a, const struct cli_targets *ts)
 {
 	struct dg_err err = { 0 };
-	const struct timespec pause = { 0, 50 * 1000000L };
 	json_t *o = NULL;
 	int which, rc;
 
@@ -411,7 +411,7 @@ static int job_cancel(const struct job_args *a, const struct cli_targets *ts)
 		goto fail;
 	for (int waited = 0; !is_final(str_or(o, "state", "")) && waited < CANCEL_WAIT_MS;
 	     waited += 50) {
-		nanosleep(&pause, NULL);
+		dg_sleep_ms(50);
 		json_decref(o);
 		if (dg_job_status(t->client, a->pos[0], &o, &err) != DG_OK)
 			goto fail;

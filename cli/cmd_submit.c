@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "dg/clock.h"
 #include "dg/cluster.h"
 #include "dg/codec.h"
 #include "dg/http.h"
@@ -289,14 +290,6 @@ static void fmt_rate(double x, char *buf, size_t n)
 		snprintf(buf, n, "%.0f", x);
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* x for a progress line: prec decimals, or prec significant digits when
  * that would print a small value as 0.000. */
 static void fmt_val(double x, int prec, char *buf, size_t n)
@@ -346,9 +339,9 @@ static void train_progress(struct session *s, const json_t *ev, bool tty)
 		snprintf(ep, sizeof ep, "epoch %" PRId64 "/%" PRId64 " ", epoch, epochs);
 	if (!tty) {
 		if (step == 0 ||
-		    (!epoch_end && step < steps && mono_s() - s->last_line < SUBMIT_LINE_S))
+		    (!epoch_end && step < steps && dg_mono_s() - s->last_line < SUBMIT_LINE_S))
 			return;
-		s->last_line = mono_s();
+		s->last_line = dg_mono_s();
 		fmt_losses(ev, 4, " ", losses, sizeof losses);
 		fprintf(stderr, "dg: %sstep %" PRId64 "/%" PRId64 " %s %.0f ex/s\n", ep, step,
 			steps, losses, xps);

@@ -23,6 +23,7 @@
 #include "cli.h"
 #include "dg/buf.h"
 #include "dg/client.h"
+#include "dg/clock.h"
 #include "dg/cluster.h"
 #include "dg/http.h"
 #include "dg/job_client.h"
@@ -44,22 +45,6 @@ struct task {
 };
 
 /* ------------------------------------------------------------- small helpers */
-
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
 
 /* path = a/b with a bounds check (paths longer than PATH_MAX are refused). */
 static enum dg_status join(char *out, const char *a, const char *b, struct dg_err *err)
@@ -209,21 +194,21 @@ static bool reap(pid_t pid, int *wstatus)
 /* SIGTERM, wait up to STOP_WAIT_MS, then SIGKILL with a warning. */
 static void stop_pid(pid_t pid, const char *label)
 {
-	long deadline = now_ms() + STOP_WAIT_MS;
+	struct dg_deadline deadline = dg_deadline_in_ms(STOP_WAIT_MS);
 
 	if (kill(pid, SIGTERM) != 0)
 		return;
-	while (now_ms() < deadline) {
+	while (!dg_deadline_expired(deadline)) {
 		if (reap(pid, NULL) || !pid_alive(pid))
 			return;
-		sleep_ms(20);
+		dg_sleep_ms(20);
 	}
 	fprintf(stderr, "dg: warning: %s (pid %d) did not stop within %d s of SIGTERM; killing "
 		"it (its last checkpoint may be older)\n", label, (int)pid, STOP_WAIT_MS / 1000);
 	kill(pid, SIGKILL);
-	deadline = now_ms() + KILL_WAIT_MS;
-	while (now_ms() < deadline && !reap(pid, NULL) && pid_alive(pid))
-		sleep_ms(20);
+	deadline = dg_deadline_in_ms(KILL_WAIT_MS);
+	while (!dg_deadline_expired(deadline) && !reap(pid, NULL) && pid_alive(pid))
+		dg_sleep_ms(20);
 }
 
 /* Start argv detached: its own session (a ^C at the terminal does not reach
@@ -585,8 +570,8 @@ static bool log_says_port_taken(const struct up_ctx *u, const struct task *t)
 
 /* Poll /v1/health of task t until it answers as that task. *port_taken says a
  * retry with other ports may help. */
-static enum dg_status wait_ready(struct up_ctx *u, struct task *t, long deadline,
-				 bool *port_taken, struct dg_err *err)
+static enum dg_status wait_ready(struct up_ctx *u, struct task *t,
+				 struct dg_deadline deadline, bool *port_taken, struct dg_err *err)
 {
 	char addr[32], log[PATH_MAX];
 	struct dg_client *c;
@@ -620,14 +605,14 @@ static enum dg_status wait_ready(struct up_ctx *u, struct task *t, long deadline
 		}
 		if ((st = check_interrupt(err)) != DG_OK)
 			break;
-		if (now_ms() > deadline) {
+		if (dg_deadline_expired(deadline)) {
 			st = dg_err_set(err, DG_EUNAVAILABLE, "%s/%d (pid %d) did not answer on %s "
 					"within %d s: %s", t->job, t->index, (int)t->pid, addr,
 					READY_WAIT_MS / 1000, herr.msg);
 			dg_err_hint(err, "see its log: %s", log);
 			break;
 		}
-		sleep_ms(25);
+		dg_sleep_ms(25);
 	}
 	dg_client_free(c);
 	return st;
@@ -641,14 +626,14 @@ static enum dg_status start_all(struct up_ctx *u, struct dg_err *err)
 
 	for (int attempt = 1; attempt <= START_ATTEMPTS; attempt++) {
 		bool port_taken = false;
-		long deadline;
+		struct dg_deadline deadline;
 
 		if ((st = pick_ports(u->t, u->n, err)) != DG_OK ||
 		    (st = write_spec(u->spec, u->t, u->n, err)) != DG_OK)
 			return st;
 		for (int i = 0; i < u->n && st == DG_OK; i++)
 			st = start_task(u, &u->t[i], err);
-		deadline = now_ms() + READY_WAIT_MS;
+		deadline = dg_deadline_in_ms(READY_WAIT_MS);
 		for (int i = 0; i < u->n && st == DG_OK; i++)
 			st = wait_ready(u, &u->t[i], deadline, &port_taken, err);
 		if (st == DG_OK)
@@ -713,7 +698,7 @@ static enum dg_status start_mount(struct up_ctx *u, const char *mnt_arg, struct 
 	char mnt[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], pathf[PATH_MAX], line[32];
 	char *argv[10];
 	int k = 0, ws;
-	long deadline = now_ms() + MOUNT_WAIT_MS;
+	struct dg_deadline deadline = dg_deadline_in_ms(MOUNT_WAIT_MS);
 	enum dg_status st;
 
 	if (!realpath(mnt_arg, mnt))
@@ -754,13 +739,13 @@ static enum dg_status start_mount(struct up_ctx *u, const char *mnt_arg, struct 
 		}
 		if ((st = check_interrupt(err)) != DG_OK)
 			return st;
-		if (now_ms() > deadline) {
+		if (dg_deadline_expired(deadline)) {
 			dg_err_set(err, DG_ETIMEOUT, "dg mount %s did not mount within %d s", mnt,
 				   MOUNT_WAIT_MS / 1000);
 			dg_err_hint(err, "see its log: %s", log);
 			return DG_ETIMEOUT;
 		}
-		sleep_ms(25);
+		dg_sleep_ms(25);
 	}
 	snprintf(u->mnt, sizeof u->mnt, "%s", mnt);
 	return DG_OK;
@@ -963,9 +948,9 @@ static void down_mount(const char *dir)
 			printf("unmounted %s\n", mnt);
 	}
 	if (pid > 0 && pid_runs_with(pid, mnt)) {
-		long deadline = now_ms() + STOP_WAIT_MS;
-		while (now_ms() < deadline && pid_alive(pid))
-			sleep_ms(20);
+		struct dg_deadline deadline = dg_deadline_in_ms(STOP_WAIT_MS);
+		while (!dg_deadline_expired(deadline) && pid_alive(pid))
+			dg_sleep_ms(20);
 		if (pid_alive(pid))
 			stop_pid(pid, "dg mount");
 	}

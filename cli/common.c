@@ -1,8 +1,10 @@
-/* Helpers shared by the `dg` subcommands that talk to a cluster: where the
- * cluster spec comes from (cli_cluster_load), the bearer token file
- * (cli_token_load) and the list of servers a command asks (cli_targets_open).
- * Declared in cli.h. */
+/* Helpers shared by the `dg` subcommands: the one way diagnostics are printed
+ * (cli_fail, cli_usage), where the cluster spec comes from (cli_cluster_load),
+ * the bearer token file (cli_token_load) and the list of servers a command
+ * asks (cli_targets_open). Declared in cli.h; calls nothing in main.c or the
+ * cmd_*.c files. */
 #include <ctype.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,26 @@
 #include "cli.h"
 #include "dg/buf.h"
 #include "dg/cluster.h"
+
+int cli_fail(const struct dg_err *err)
+{
+	fprintf(stderr, "dg: %s\n", err->msg[0] ? err->msg : dg_status_name(err->code));
+	if (err->hint[0])
+		fprintf(stderr, "dg: hint: %s\n", err->hint);
+	return dg_status_to_exit(err->code);
+}
+
+int cli_usage(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	fputs("dg: ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\ntry 'dg %s --help'\n", cmd);
+	return 1;
+}
 
 #define TOKEN_FILE_MAX 4096     /* bytes: a token file is one short line */
 

@@ -1,7 +1,6 @@
 /* The `dg` command: a table of subcommands (name, function, one line of help),
- * dispatch, `dg help`, `dg --version`, and the shared diagnostics printer.
- * Each subcommand lives in its own cli/cmd_*.c file. */
-#include <stdarg.h>
+ * dispatch, `dg help` and `dg --version`. Each subcommand lives in its own
+ * cli/cmd_*.c file; the diagnostics they print go through common.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,26 +37,6 @@ static const struct cli_cmd {
 };
 
 #define N_CMDS ((int)(sizeof cmds / sizeof cmds[0]))
-
-int cli_fail(const struct dg_err *err)
-{
-	fprintf(stderr, "dg: %s\n", err->msg[0] ? err->msg : dg_status_name(err->code));
-	if (err->hint[0])
-		fprintf(stderr, "dg: hint: %s\n", err->hint);
-	return dg_status_to_exit(err->code);
-}
-
-int cli_usage(const char *cmd, const char *fmt, ...)
-{
-	va_list ap;
-
-	fputs("dg: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "\ntry 'dg %s --help'\n", cmd);
-	return 1;
-}
 
 static void print_commands(FILE *f)
 {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dg/clock.h"
 #include "dg/log.h"
 #include "fs.h"
 
@@ -38,14 +39,6 @@ struct dgfs_kv {
 	int pending;                    /* uncommitted creations of this name */
 	char name[];
 };
-
-double dgfs_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* --- state ------------------------------------------------------------------ */
 
@@ -198,7 +191,7 @@ static __thread double got_at;
 struct dg_client *dgfs_client_get(struct dgfs *fs, int task, struct dg_err *err)
 {
 	struct dg_client *c = NULL;
-	double now = dgfs_now();
+	double now = dg_mono_s();
 
 	got_at = now;
 	pthread_mutex_lock(&fs->lock);
@@ -230,7 +223,7 @@ void dgfs_client_put(struct dgfs *fs, int task, struct dg_client *c, enum dg_sta
 	if (!c)
 		return;
 	pthread_mutex_lock(&fs->lock);
-	double now = dgfs_now();
+	double now = dg_mono_s();
 	if (!ok && now - got_at >= 0.9 * fs->timeout_ms / 1000.0)
 		fs->tasks[task].down_until = now + fs->timeout_ms / 1000.0;
 	if (ok && fs->pool[task].n < POOL_KEEP) {
@@ -302,7 +295,7 @@ static enum dg_status list_fetch(struct dgfs *fs, struct dgfs_var **out, int *n,
 
 static bool list_fresh_locked(struct dgfs *fs)
 {
-	return fs->list_time > 0 && dgfs_now() - fs->list_time <= fs->list_ttl_s;
+	return fs->list_time > 0 && dg_mono_s() - fs->list_time <= fs->list_ttl_s;
 }
 
 /* Make the list fresh: one thread fetches, the others wait for it. */
@@ -317,7 +310,7 @@ static enum dg_status list_refresh(struct dgfs *fs, struct dg_err *err)
 	if (!fresh) {
 		struct dgfs_var *l = NULL;
 		int n = 0;
-		double t0 = dgfs_now();
+		double t0 = dg_mono_s();
 		st = list_fetch(fs, &l, &n, err);
 		if (st == DG_OK) {
 			pthread_mutex_lock(&fs->lock);

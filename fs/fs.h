@@ -101,7 +101,6 @@ bool dgfs_view_is_var(enum dgfs_view v);
  * Returns owned or NULL with *err. */
 struct dgfs *dgfs_state_new(const struct dgfs_config *cfg, struct dg_err *err);
 void dgfs_state_free(struct dgfs *fs);
-double dgfs_now(void);          /* monotonic seconds */
 
 /* A client of task i for this thread: borrowed until dgfs_client_put. NULL
  * with *err set when out of memory or while the task is marked down. */

@@ -3,13 +3,16 @@
  * log, placement and metrics.csv, read-only files made from one request each.
  * Contents are kept for a short time (JOB_TTL_S) so that a getattr and the
  * open that follows it agree on the size, while a running job's files still
- * change from one `cat` to the next. */
+ * change from one `cat` to the next. Neighbours: ops.c calls it, cache.c
+ * creates and frees its cache with the mount's state; it calls only core (the
+ * HTTP client, the clock), never back into cache.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dg/clock.h"
 #include "dg/http.h"
 #include "dg/log.h"
 #include "fs.h"
@@ -231,7 +234,7 @@ enum dg_status dgfs_job_file(struct dgfs *fs, const char *id, const char *file,
 {
 	struct dg_buf esc = { 0 };
 	char key[sizeof ((struct dgfs_jobfile *)0)->key];
-	double now = dgfs_now();
+	double now = dg_mono_s();
 	enum dg_status st;
 
 	if (!dgfs_job_file_is_known(file))

@@ -214,8 +214,6 @@ json_t *job_err_json(const struct dg_err *e);
 json_t *job_num_json(double x);
 /* The job is over: its final state and event, waiters woken. */
 void job_finish(struct master *m, struct job *j, enum dg_status st, const struct dg_err *err);
-/* Wait on m->cv (m->mu held) for up to ms milliseconds. */
-void master_wait_locked(struct master *m, double ms);
 
 /* step.c: one step of a job, on every task it uses. */
 /* Register fragment f on its task; id receives its id there. */
@@ -243,6 +241,8 @@ enum dg_status step_run(struct master *m, struct job *j, int64_t k, struct dg_er
  * wait up to retry_ms for it to answer again. DG_OK: register and re-run. */
 enum dg_status step_retry_wait(struct master *m, struct job *j, int t, int64_t k, int attempt,
 			       int replica, struct dg_err *err);
+/* Wait on m->cv (m->mu held) for up to ms milliseconds. */
+void master_wait_locked(struct master *m, double ms);
 /* The thread of a job without "training" (takes the job reference). */
 void *job_main(void *arg);
 

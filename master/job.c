@@ -15,16 +15,14 @@
 #include "dg/exec.h"
 #include "dg/log.h"
 #include "dg/train.h"
+#include "dg/clock.h"
 #include "internal.h"
 
 const char *const job_state_names[] = { "created", "running", "done", "failed", "canceled" };
 
 double master_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+	return (double)dg_mono_ns() * 1e-6;
 }
 
 int master_self(const struct master *m)
@@ -219,18 +217,11 @@ enum dg_status master_job_events(struct master *m, const char *id, int64_t from,
 				 struct dg_err *err)
 {
 	struct job *j = job_get(m, id, err);
-	struct timespec dl;
+	struct timespec dl = dg_deadline_timespec(dg_deadline_in_ms(timeout_ms));
 	enum dg_status st = DG_OK;
 
 	if (!j)
 		return DG_ENOTFOUND;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += timeout_ms / 1000;
-	dl.tv_nsec += (timeout_ms % 1000) * 1000000;
-	if (dl.tv_nsec >= 1000000000) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000;
-	}
 	pthread_mutex_lock(&m->mu);
 	if (from < 0)
 		from = 0;

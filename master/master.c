@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "dg/buf.h"
+#include "dg/clock.h"
 #include "dg/codec.h"
 #include "internal.h"
 
@@ -237,7 +238,7 @@ struct master *master_new(const struct master_config *cfg, struct worker *w,
 		r = (uint64_t)time(NULL) * 2654435761u;
 	m->step_base = (r & 0x3fffff0000000000ull) | ((uint64_t)1 << 62);
 	pthread_mutex_init(&m->mu, NULL);
-	pthread_cond_init(&m->cv, NULL);
+	dg_cond_init_mono(&m->cv);      /* its timed waits take monotonic deadlines */
 	m->group = (struct dg_route_group){ master_routes,
 					    (int)(sizeof master_routes / sizeof master_routes[0]),
 					    m };

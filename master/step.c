@@ -17,6 +17,7 @@
 #include "dg/exec.h"
 #include "dg/log.h"
 #include "dg/train.h"
+#include "dg/clock.h"
 #include "internal.h"
 
 /* Abort step on every task in the job's fragments and in this task's
@@ -240,16 +241,9 @@ static bool job_stopping_locked(const struct master *m, const struct job *j, int
 /* Wait on m->cv (held) for up to ms milliseconds. */
 void master_wait_locked(struct master *m, double ms)
 {
-	struct timespec dl;
-	long long ns = (long long)(ms * 1e6);
+	const struct dg_deadline d = { dg_mono_ns() + (int64_t)(ms * 1e6) };
+	struct timespec dl = dg_deadline_timespec(d);
 
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += (time_t)(ns / 1000000000);
-	dl.tv_nsec += (long)(ns % 1000000000);
-	if (dl.tv_nsec >= 1000000000) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000;
-	}
 	pthread_cond_timedwait(&m->cv, &m->mu, &dl);
 }
 

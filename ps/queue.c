@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "dg/clock.h"
 #include "queue.h"
 
 /* Bound on the bytes one queue may hold (capacity x example size), so that a
@@ -89,25 +89,11 @@ static char *slot_at(const struct queue *q, int64_t i)
 	return q->slots + (size_t)s * q->example_bytes;
 }
 
-/* Absolute CLOCK_MONOTONIC deadline timeout_ms from now (immune to the wall
- * clock being set back or forward while a consumer waits). */
-static struct timespec deadline_after(int64_t timeout_ms)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ts.tv_sec += (time_t)(timeout_ms / 1000);
-	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	return ts;
-}
-
-/* Wait on cv (q->mu held). timeout_ms < 0 waits without limit, 0 does not
- * wait at all. Returns false once the deadline has passed: the caller checks
- * its condition once more and then reports DG_ETIMEOUT. */
+/* Wait on cv (q->mu held) until deadline, a CLOCK_MONOTONIC time (immune to
+ * the wall clock being set while a consumer waits): timeout_ms < 0 waits
+ * without limit, 0 does not wait at all. Returns false once the deadline has
+ * passed: the caller checks its condition once more and then reports
+ * DG_ETIMEOUT. */
 static bool wait_until(struct queue *q, pthread_cond_t *cv, int64_t timeout_ms,
 		       const struct timespec *deadline)
 {
@@ -344,7 +330,6 @@ static struct queue *queue_new(const char *name, const struct dg_queue_spec *spe
 			       size_t example_bytes, struct dg_err *err)
 {
 	struct queue *q = calloc(1, sizeof *q);
-	pthread_condattr_t ca;
 
 	/* Bounded by layout_spec to 16 GiB; +1 keeps malloc(0) out of the picture
 	 * for queues of empty examples. */
@@ -366,11 +351,8 @@ static struct queue *queue_new(const char *name, const struct dg_queue_spec *spe
 	q->rng = spec->seed;
 	q->refs = 1;
 	pthread_mutex_init(&q->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&q->not_full, &ca);
-	pthread_cond_init(&q->not_empty, &ca);
-	pthread_condattr_destroy(&ca);
+	dg_cond_init_mono(&q->not_full);
+	dg_cond_init_mono(&q->not_empty);
 	return q;
 }
 
@@ -496,7 +478,7 @@ enum dg_status ps_queue_enqueue(struct ps_queues *qs, const char *name, int64_t 
 				const void *body, size_t len, int64_t timeout_ms,
 				struct dg_err *err)
 {
-	struct timespec deadline = deadline_after(timeout_ms > 0 ? timeout_ms : 0);
+	struct timespec deadline = dg_deadline_timespec(dg_deadline_in_ms(timeout_ms));
 	struct queue *q;
 	enum dg_status st = queue_get(qs, name, &q, err);
 
@@ -567,7 +549,7 @@ enum dg_status ps_queue_dequeue(struct ps_queues *qs, const char *name, int64_t 
 				int64_t timeout_ms, bool allow_smaller, struct dg_buf *out,
 				int64_t *got, struct dg_err *err)
 {
-	struct timespec deadline = deadline_after(timeout_ms > 0 ? timeout_ms : 0);
+	struct timespec deadline = dg_deadline_timespec(dg_deadline_in_ms(timeout_ms));
 	struct queue *q;
 	enum dg_status st;
 	int64_t k = 0;

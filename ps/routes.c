@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "dg/clock.h"
 #include "dg/codec.h"
 #include "dg/gpu.h"
 #include "dg/kernels.h"
@@ -22,22 +23,6 @@
 #define MAX_EXAMPLES ((int64_t)1 << 31)   /* examples per enqueue/dequeue request */
 
 /* ------------------------------------------------------------ small helpers */
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static double wall_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The {name...} parameter, checked against the naming rule. what: "variable"
  * or "queue", for the message. */
@@ -475,10 +460,10 @@ typedef enum dg_status (*slice_fn)(void *arg, int64_t slice_ms, struct dg_err *e
 static enum dg_status sliced_wait(struct ps_ctx *c, const char *what, int64_t timeout_ms,
 				  slice_fn op, void *arg, struct dg_err *err)
 {
-	int64_t deadline = mono_ms() + timeout_ms;
+	struct dg_deadline deadline = dg_deadline_in_ms(timeout_ms > 0 ? timeout_ms : 0);
 
 	for (;;) {
-		int64_t left = deadline - mono_ms();
+		int64_t left = dg_deadline_left_ms(deadline);
 		int64_t slice = left < PS_WAIT_SLICE_MS ? (left > 0 ? left : 0) : PS_WAIT_SLICE_MS;
 		enum dg_status st = op(arg, slice, err);
 
@@ -710,7 +695,7 @@ static enum dg_status h_var_put(void *vc, struct dg_http_req *r, struct dg_http_
 	/* The store takes t on every path; acknowledged means durable. */
 	if ((st = ps_store_put(c->store, name, t, &o, &version, &created, err)) != DG_OK)
 		return st;
-	tensor_headers(w, dt, &shape, version, wall_now());
+	tensor_headers(w, dt, &shape, version, dg_wall_s());
 	return reply_json(w, created ? 201 : 200, var_json(name, dt, &shape, nbytes, version), err);
 }
 
@@ -1180,13 +1165,11 @@ static enum dg_status h_health(void *vc, struct dg_http_req *r, struct dg_http_r
 {
 	struct ps_ctx *c = vc;
 	int64_t n_vars = 0, bytes = 0;
-	struct timespec ts;
 	json_t *gpus = gpus_json();
 
 	if (!gpus)
 		return dg_err_set(err, DG_ENOMEM, "out of memory listing the GPUs for health");
 	ps_store_stats(c->store, &n_vars, &bytes);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	/* "o" steals gpus, also when json_pack fails. */
 	return reply_json(w, 200, json_pack(
 		"{s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:i, s:f, s:s, s:s, s:o, s:b, s:[s,s*]}",
@@ -1194,7 +1177,7 @@ static enum dg_status h_health(void *vc, struct dg_http_req *r, struct dg_http_r
 		"task", c->task, "epoch", (json_int_t)ps_store_epoch(c->store),
 		"version", DG_VERSION, "vars", (json_int_t)n_vars, "bytes", (json_int_t)bytes,
 		"queues", ps_queue_count(c->queues),
-		"uptime_s", (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - c->started,
+		"uptime_s", dg_mono_s() - c->started,
 		"blas", dg_blas_describe(), "gpu", dg_gpu_describe(), "gpus", gpus,
 		"cuda_built", (int)dg_gpu_built(),
 		"faces", "ps", c->worker_face ? "worker" : NULL), err);

@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
+#include "dg/clock.h"
 #include "routes.h"
 
 struct ps_server {
@@ -38,7 +37,6 @@ struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_
 				      .checkpoint_secs = cfg->checkpoint_secs };
 	struct dg_http_config hc = { 0 };
 	struct ps_server *s = calloc(1, sizeof *s);
-	struct timespec ts;
 
 	if (!s || !(s->job = strdup(cfg->job ? cfg->job : "ps"))) {
 		free(s);
@@ -48,12 +46,11 @@ struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_
 	snprintf(s->name, sizeof s->name, "%s/%d", s->job, cfg->task);
 	if (!(s->store = ps_store_open(&sc, err)) || !(s->queues = ps_queues_new(err)))
 		goto fail;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	s->ctx.store = s->store;
 	s->ctx.queues = s->queues;
 	s->ctx.job = s->job;
 	s->ctx.task = cfg->task;
-	s->ctx.started = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	s->ctx.started = dg_mono_s();
 	atomic_init(&s->ctx.http, NULL);
 	atomic_init(&s->ctx.stopping, false);
 	hc.bind = cfg->bind;

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dg/clock.h"
 #include "dg/log.h"
 #include "persist.h"
 #include "store_internal.h"
@@ -155,14 +156,6 @@ struct ps_store {
 	pthread_t thr;
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static uint64_t hash_name(const char *s)
 {
 	uint64_t h = 1469598103934665603ull;   /* FNV-1a */
@@ -289,7 +282,7 @@ static enum dg_status version_reserve(struct ps_store *s, uint64_t x, struct dg_
 		uint64_t c = atomic_load(&s->ceiling) + VERSION_BLOCK;
 		if (c < x)
 			c = x + VERSION_BLOCK - 1;
-		struct ps_wal_rec r = { .type = PS_WAL_RESERVE, .ceiling = c, .mtime = now_s() };
+		struct ps_wal_rec r = { .type = PS_WAL_RESERVE, .ceiling = c, .mtime = dg_wall_s() };
 		uint64_t lsn;
 		st = ps_wal_append(s->wal, &r, &lsn, err);
 		if (st == DG_OK)
@@ -654,19 +647,11 @@ enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err)
 	return checkpoint_run(s, NULL, NULL, err);
 }
 
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 enum dg_status ps_store_checkpoint_now(struct ps_store *s, struct ps_ckpt_info *info,
 				       struct dg_err *err)
 {
 	struct ps_ckpt_info got = { .epoch = s->epoch };
-	double t0 = mono_s();
+	double t0 = dg_mono_s();
 	enum dg_status st;
 
 	if (!s->wal) {
@@ -676,7 +661,7 @@ enum dg_status ps_store_checkpoint_now(struct ps_store *s, struct ps_ckpt_info *
 		return DG_EUNSUPPORTED;
 	}
 	st = checkpoint_run(s, &got.vars, &got.bytes, err);
-	got.ms = (mono_s() - t0) * 1e3;
+	got.ms = (dg_mono_s() - t0) * 1e3;
 	if (st == DG_OK && info)
 		*info = got;
 	return st;
@@ -686,12 +671,10 @@ enum dg_status ps_store_checkpoint_now(struct ps_store *s, struct ps_ckpt_info *
 static void *ckpt_main(void *arg)
 {
 	struct ps_store *s = arg;
-	struct timespec dl;
 
 	pthread_mutex_lock(&s->thr_mu);
 	while (!s->stopping) {
-		clock_gettime(CLOCK_MONOTONIC, &dl);
-		dl.tv_sec += s->ckpt_secs;
+		struct timespec dl = dg_deadline_timespec(dg_deadline_in_ms(s->ckpt_secs * 1000LL));
 		while (!s->stopping &&
 		       pthread_cond_timedwait(&s->thr_cv, &s->thr_mu, &dl) != ETIMEDOUT)
 			;
@@ -772,13 +755,7 @@ enum dg_status ps_store_wait_step(struct ps_store *s, const char *name, uint64_t
 		return not_found(err, name);
 	if (timeout_ms < 0)
 		timeout_ms = 0;
-	clock_gettime(CLOCK_MONOTONIC, &dl);
-	dl.tv_sec += (time_t)(timeout_ms / 1000);
-	dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	dl = dg_deadline_timespec(dg_deadline_in_ms(timeout_ms));
 	/* Every change of the value or of the sync step broadcasts v->cv (a sync
 	 * step moves only with a new value, in var_set_value's critical section). */
 	pthread_mutex_lock(&v->mu);
@@ -955,7 +932,7 @@ static enum dg_status put_existing(struct ps_store *s, struct var *v, struct blo
 	st = put_check(v, nb, o, err);
 	if (st == DG_OK)
 		st = version_next(s, &nb->v.version, err);
-	nb->v.mtime = now_s();
+	nb->v.mtime = dg_wall_s();
 	if (st == DG_OK)
 		st = log_value(s, PS_WAL_PUT, v->name, nb, crc, lsn, err);
 	if (st == DG_OK) {
@@ -989,7 +966,7 @@ static enum dg_status put_new(struct ps_store *s, const char *name, struct block
 		return dg_err_set(err, DG_ENOMEM, "out of memory creating '%s'", name);
 	pthread_mutex_lock(&v->mu);
 	st = version_next(s, &nb->v.version, err);
-	nb->v.mtime = now_s();
+	nb->v.mtime = dg_wall_s();
 	if (st == DG_OK)
 		st = log_value(s, PS_WAL_PUT, name, nb, crc, lsn, err);
 	if (st == DG_OK)
@@ -1128,7 +1105,7 @@ enum dg_status ps_store_patch(struct ps_store *s, const char *name, uint64_t off
 		st = dg_err_set(err, DG_ENOMEM, "out of memory writing into '%s'", name);
 	if (st == DG_OK)
 		st = version_next(s, &ver, err);
-	double now = now_s();
+	double now = dg_wall_s();
 	if (st == DG_OK && s->wal) {
 		struct ps_wal_rec r = { .type = PS_WAL_PATCH, .name = name, .version = ver,
 					.mtime = now, .offset = offset, .data = p, .nbytes = n,
@@ -1174,7 +1151,8 @@ static enum dg_status delete_one(struct ps_store *s, struct var *v, uint64_t *ls
 
 	pthread_mutex_lock(&v->mu);
 	if (s->wal) {
-		struct ps_wal_rec r = { .type = PS_WAL_DELETE, .name = v->name, .mtime = now_s() };
+		struct ps_wal_rec r = { .type = PS_WAL_DELETE, .name = v->name,
+					.mtime = dg_wall_s() };
 		st = version_next(s, &r.version, err);
 		if (st == DG_OK)
 			st = ps_wal_append(s->wal, &r, lsn, err);
@@ -1310,7 +1288,7 @@ static enum dg_status find_slots(struct ps_store *s, struct apply_ctx *c, bool w
 						   c->slot_name[i]);
 		pthread_mutex_unlock(&c->v->mu);
 		if (st == DG_OK) {
-			b->v.mtime = now_s();
+			b->v.mtime = dg_wall_s();
 			st = log_create(s, sv->name, b, err);
 		}
 		if (st == DG_OK)
@@ -1480,7 +1458,7 @@ static enum dg_status apply_commit(struct ps_store *s, struct apply_ctx *c, uint
 	const void *g = c->mean ? c->mean : c->g->data;
 	void *slots[PS_MAX_SLOTS] = { 0 };
 	uint64_t ver[1 + PS_MAX_SLOTS];
-	double now = now_s();
+	double now = dg_wall_s();
 	enum dg_status st = DG_OK;
 
 	for (int i = 0; i <= c->n_slots && st == DG_OK; i++)

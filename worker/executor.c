@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "dg/client.h"
+#include "dg/clock.h"
 #include "dg/exec.h"
 #include "dg/graph.h"
 #include "dg/log.h"
@@ -116,22 +117,6 @@ struct worker {
 	atomic_uint_fast64_t sent_local, sent_http, bytes_local, bytes_http;
 	atomic_uint_fast64_t recv_http, bytes_recv_http, cached_bytes;
 };
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static double now_msf(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 /* ------------------------------------------------------------- the state */
 
@@ -595,7 +580,7 @@ struct run {
 	int64_t t;                      /* its training step */
 	bool id_is_kstep;               /* kernels see the step id, not t (plain runs) */
 	int64_t timeout_ms;
-	int64_t deadline;               /* now_ms() clock */
+	struct dg_deadline deadline;    /* of the step: now + timeout_ms */
 	char self[300];                 /* this task's address */
 	struct dg_tensor **val;         /* n_values; owned unless f->keep[] (the cache's) */
 	int *uses;                      /* readers still to come, per value */
@@ -840,7 +825,7 @@ static enum dg_status var_read(const struct run *r, struct dg_client *c, const s
 	if (base < 0)
 		return dg_var_get(c, var, out, NULL, err);
 	for (;;) {
-		int64_t left = r->deadline - now_ms();
+		int64_t left = dg_deadline_left_ms(r->deadline);
 		if ((st = dg_rendezvous_check(r->w->rv, r->step, err)) != DG_OK)
 			return st;
 		if (left <= 0) {
@@ -1220,7 +1205,7 @@ static enum dg_status wait_some(struct run *r)
 {
 	const char **keys = malloc(((size_t)r->n_recv + 1) * sizeof *keys);
 	struct dg_tensor *t = NULL;
-	int64_t timeout = r->n_recv > 0 ? r->deadline - now_ms() : 1000;
+	int64_t timeout = r->n_recv > 0 ? dg_deadline_left_ms(r->deadline) : 1000;
 	enum dg_status st;
 	int which = -1;
 
@@ -1540,7 +1525,7 @@ static enum dg_status run_one(struct run *r, const struct worker_run_opts *o, in
 
 	r->step = o->step + (uint64_t)i;
 	r->t = o->train_step + i;
-	r->deadline = now_ms() + r->timeout_ms;
+	r->deadline = dg_deadline_in_ms(r->timeout_ms);
 	r->count = r->stale = 0;
 	sr->step = r->step;
 	sr->train_step = r->t;
@@ -1579,7 +1564,7 @@ enum dg_status worker_run_steps_mode(struct worker *w, const char *id,
 	struct dg_err local = { 0 };
 	struct run r = { .w = w, .id_is_kstep = id_is_kstep, .err = err ? err : &local };
 	enum dg_status st;
-	double t_run = now_msf();
+	double t_run = dg_mono_s() * 1e3;
 
 	memset(res, 0, sizeof *res);
 	dg_err_clear(r.err);
@@ -1612,9 +1597,9 @@ enum dg_status worker_run_steps_mode(struct worker *w, const char *id,
 	r.t_last = o->train_step + o->steps - 1;
 	plan_kept(&r);
 	for (int64_t i = 0; i < o->steps && st == DG_OK; i++) {
-		double t0 = now_msf();
+		double t0 = dg_mono_s() * 1e3;
 		st = run_one(&r, o, i, &res->r[i]);
-		res->r[i].ms = now_msf() - t0;
+		res->r[i].ms = dg_mono_s() * 1e3 - t0;
 		res->nodes_run += r.count;
 		atomic_fetch_add(st == DG_OK ? &w->steps_ok : &w->steps_failed, 1);
 		atomic_fetch_add(&w->nodes_run, (uint64_t)r.count);
@@ -1649,7 +1634,7 @@ out:
 	}
 	pthread_cond_destroy(&r.cv);
 	pthread_mutex_destroy(&r.mu);
-	res->ms = now_msf() - t_run;
+	res->ms = dg_mono_s() * 1e3 - t_run;
 	return st;
 }
 

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dg/clock.h"
 #include "dg/log.h"
 
 #define N_BUCKETS 1024
@@ -63,14 +64,6 @@ static uint64_t hash(uint64_t step, const char *key)
 	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
 		h = (h ^ *p) * 1099511628211ull;
 	return h;
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* $name as a decimal number 0..max; false (with a WARN) when set but malformed. */
@@ -132,7 +125,6 @@ size_t dg_rendezvous_charge(const struct dg_tensor *t, const char *key)
 struct dg_rendezvous *dg_rendezvous_new(void)
 {
 	struct dg_rendezvous *rv = calloc(1, sizeof *rv);
-	pthread_condattr_t ca;
 
 	if (!rv)
 		return NULL;
@@ -143,10 +135,7 @@ struct dg_rendezvous *dg_rendezvous_new(void)
 		return NULL;
 	}
 	pthread_mutex_init(&rv->mu, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&rv->cv, &ca);
-	pthread_condattr_destroy(&ca);
+	dg_cond_init_mono(&rv->cv);
 	return rv;
 }
 
@@ -369,7 +358,7 @@ enum dg_status dg_rendezvous_put(struct dg_rendezvous *rv, uint64_t step, const 
 	e->step = step;
 	e->t = t;
 	e->charge = dg_rendezvous_charge(t, key);
-	e->put_ms = mono_ms();
+	e->put_ms = dg_mono_ms();
 	memcpy(e->key, key, n + 1);
 	pthread_mutex_lock(&rv->mu);
 	expire(rv, e->put_ms);
@@ -409,17 +398,6 @@ enum dg_status dg_rendezvous_put(struct dg_rendezvous *rv, uint64_t step, const 
 	return st;
 }
 
-static void deadline_after(struct timespec *ts, int64_t ms)
-{
-	clock_gettime(CLOCK_MONOTONIC, ts);
-	ts->tv_sec += (time_t)(ms / 1000);
-	ts->tv_nsec += (long)(ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
-}
-
 enum dg_status dg_rendezvous_wait_any(struct dg_rendezvous *rv, uint64_t step,
 				      const char *const *keys, int n, int64_t timeout_ms,
 				      bool (*woken)(void *ud), void *ud, int *which,
@@ -441,7 +419,7 @@ enum dg_status dg_rendezvous_wait_any(struct dg_rendezvous *rv, uint64_t step,
 		timeout_ms = 0;
 	if (timeout_ms > (int64_t)1 << 40)
 		timeout_ms = (int64_t)1 << 40;
-	deadline_after(&deadline, timeout_ms);
+	deadline = dg_deadline_timespec(dg_deadline_in_ms(timeout_ms));
 	pthread_mutex_lock(&rv->mu);
 	for (;;) {
 		if ((st = refused(rv, step, err)) != DG_OK)

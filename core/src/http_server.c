@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dg/clock.h"
 #include "dg/log.h"
 #include "dg/tensor.h"
 #include "dg_config.h"
@@ -169,7 +170,7 @@ struct dg_http_req {
 	size_t discarded;               /* body bytes dropped after a refusal mid-upload */
 	int status;                     /* HTTP status queued */
 	uint64_t sent;                  /* body bytes queued */
-	struct timespec t0;
+	int64_t t0;                     /* dg_mono_ns at the first call */
 };
 
 struct hdr {
@@ -1034,7 +1035,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	}
 	r->srv = cls;
 	r->route = -1;
-	clock_gettime(CLOCK_MONOTONIC, &r->t0);
+	r->t0 = dg_mono_ns();
 	return r;
 }
 
@@ -1077,14 +1078,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
 	struct dg_http_server *s = cls;
 	struct dg_http_req *r = *con_cls;
-	struct timespec t1;
 
 	if (!r)
 		return;
 	*con_cls = NULL;
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double secs = (double)(t1.tv_sec - r->t0.tv_sec) +
-		      (double)(t1.tv_nsec - r->t0.tv_nsec) * 1e-9;
+	double secs = (double)(dg_mono_ns() - r->t0) * 1e-9;
 	if (r->queued) {
 		struct route_stats *rs = &s->stats[r->route >= 0 ? r->route : s->n_routes];
 		int b = 0;

@@ -10,7 +10,9 @@
 
 #include "dg/kernels.h"
 
-/* SH(2,3) expands to "ndim, dims" arguments; VALS(1,2) to "values, count". */
+/* SH(2,3) expands to "ndim, dims" arguments (SH0 for a scalar: ISO C has no
+ * empty array); VALS(1,2) to "values, count". */
+#define SH0 0, NULL
 #define SH(...) (int)(sizeof((int64_t[]){ __VA_ARGS__ }) / sizeof(int64_t)), \
 		(const int64_t[]){ __VA_ARGS__ }
 #define VALS(...) (const double[]){ __VA_ARGS__ }, \
@@ -324,7 +326,7 @@ Test(array, strided_slice_shrinks_a_column_like_x_colon_comma_zero)
 	expect_vals(y, VALS(9, 10, 1, 2));         /* x[::-2, 1:3] */
 	dg_tensor_free(y);
 	y = run1("StridedSlice", "{\"begin\":[1,2],\"end\":[2,3],\"shrink_axis_mask\":3}", x);
-	expect_shape(y, SH());
+	expect_shape(y, SH0);
 	expect_vals(y, VALS(6));                   /* x[1, 2] */
 	dg_tensor_free(y);
 	dg_tensor_free(x);
@@ -511,7 +513,7 @@ Test(array, concat_rejects_mismatched_inputs_and_axes)
 {
 	struct dg_tensor *a = iota(DG_F32, SH(2, 3)), *b = iota(DG_I32, SH(2, 3));
 	struct dg_tensor *c = iota(DG_F32, SH(3, 4)), *d = iota(DG_F32, SH(6));
-	struct dg_tensor *s = iota(DG_F32, SH()), *y = NULL;
+	struct dg_tensor *s = iota(DG_F32, SH0), *y = NULL;
 	const struct dg_tensor *in[2] = { a, b };
 	struct dg_err err = { 0 };
 
@@ -739,7 +741,7 @@ Test(array, reshape_keeps_the_elements_and_infers_minus_one)
 	dg_tensor_free(y);
 	dg_tensor_free(z);
 	y = run1("Reshape", "{\"shape\":[]}", (z = iota(DG_F32, SH(1, 1))));
-	expect_shape(y, SH());
+	expect_shape(y, SH0);
 	dg_tensor_free(y);
 	dg_tensor_free(z);
 	dg_tensor_free(x);
@@ -969,7 +971,7 @@ Test(array, squeeze_without_axes_removes_every_size_one_dim)
 	dg_tensor_free(x);
 	x = iota(DG_BOOL, SH(1, 1));
 	y = run1("Squeeze", NULL, x);
-	expect_shape(y, SH());
+	expect_shape(y, SH0);
 	dg_tensor_free(y);
 	dg_tensor_free(x);
 }
@@ -1017,7 +1019,7 @@ Test(array, size_and_shape_report_counts_in_int32_or_int64)
 
 	y = run1("Size", NULL, x);
 	cr_assert_eq(y->dtype, DG_I32);
-	expect_shape(y, SH());
+	expect_shape(y, SH0);
 	expect_vals(y, VALS(24));
 	dg_tensor_free(y);
 	y = run1("Size", "{\"out_type\":\"int64\"}", x);
@@ -1034,7 +1036,7 @@ Test(array, size_and_shape_report_counts_in_int32_or_int64)
 	expect_vals(y, VALS(2, 3, 4));
 	dg_tensor_free(y);
 	dg_tensor_free(x);
-	x = iota(DG_F32, SH());
+	x = iota(DG_F32, SH0);
 	y = run1("Shape", NULL, x);
 	expect_shape(y, SH(0));
 	dg_tensor_free(y);
@@ -1066,7 +1068,7 @@ Test(array, size_and_shape_refuse_values_int32_cannot_hold)
 	cr_assert_eq(infer1("Size", NULL, &in, &out, &err), DG_ETOOLARGE);
 	cr_assert_eq(infer1("Size", "{\"out_type\":\"int64\"}", &in, &out, &err), DG_OK);
 	cr_assert_eq(out.dtype, DG_I64);
-	expect_tshape(&out, SH());
+	expect_tshape(&out, SH0);
 	dg_tensor_free(e);
 }
 
@@ -1081,7 +1083,7 @@ Test(array, shape_of_unknown_rank_infers_a_vector_of_unknown_length)
 	cr_assert_eq(infer1("Shape", NULL, &in, &out, &err), DG_OK);
 	expect_tshape(&out, SH(-1));
 	cr_assert_eq(infer1("Size", NULL, &in, &out, &err), DG_OK);
-	expect_tshape(&out, SH());
+	expect_tshape(&out, SH0);
 	cr_assert_eq(out.dtype, DG_I32);
 }
 
@@ -1106,7 +1108,7 @@ Test(array, fill_makes_constant_tensors_of_each_dtype)
 	expect_vals(y, VALS(255, 255, 255, 255));
 	dg_tensor_free(y);
 	y = run1("Fill", "{\"shape\":[],\"value\":1,\"dtype\":\"bool\"}", NULL);
-	expect_shape(y, SH());
+	expect_shape(y, SH0);
 	cr_assert_eq(((uint8_t *)y->data)[0], 1);
 	dg_tensor_free(y);
 	y = run1("Fill", "{\"shape\":[2],\"value\":0.1,\"dtype\":\"float64\"}", NULL);
