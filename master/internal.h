@@ -203,9 +203,16 @@ struct job *job_get(struct master *m, const char *id, struct dg_err *err);
 void job_put(struct master *m, struct job *j);
 void job_put_locked(struct job *j);
 void job_free(struct job *j);
+void train_free(struct master *m, struct train *tr);
 bool job_over(const struct job *j);
 /* Mark in used[] (per cluster task) the tasks the job has fragments on. */
 void job_tasks(const struct job *j, bool *used);
+/* Abort step on every task of the job and in this task's rendezvous. */
+void job_abort_step(struct master *m, struct job *j, uint64_t step, const char *reason);
+/* Every task the job uses must have answered the health probe (reach[]). */
+enum dg_status job_check_used(struct master *m, const struct job *j,
+			      const enum dg_status *reach, const struct dg_err *errs,
+			      struct dg_err *err);
 /* Append one event (takes v) to the job's log and wake long-polls; m->mu held. */
 void job_event_locked(struct master *m, struct job *j, json_t *v);
 /* {"code", "message", "hint"} of e (owned). */
@@ -224,8 +231,6 @@ enum dg_status step_register(struct master *m, const struct place_fragment *f, c
 enum dg_status step_reregister(struct master *m, const struct place_fragment *f, char *id,
 			       struct mtask_conn **conn, struct dg_err *err);
 void step_unregister_all(struct master *m, struct job *j);
-/* Abort step on every task of the job and in this task's rendezvous. */
-void step_abort_everywhere(struct master *m, struct job *j, uint64_t step, const char *reason);
 /* One step of the n fragments frags (registered as ids) on a fresh step id;
  * unless init, feeds put first and fetches taken into j->results. On failure
  * *down (when not NULL) gets a task whose loss explains it, else -1. */
@@ -246,18 +251,11 @@ void master_wait_locked(struct master *m, double ms);
 /* The thread of a job without "training" (takes the job reference). */
 void *job_main(void *arg);
 
-/* submit.c */
-/* Every task the job uses must have answered the health probe (reach[]). */
-enum dg_status job_check_used(struct master *m, const struct job *j,
-			      const enum dg_status *reach, const struct dg_err *errs,
-			      struct dg_err *err);
-
 /* train_build.c */
 /* The training side of job j from the body's "training" section. */
 enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
 			   struct place_opts *po, const enum dg_status *reach,
 			   const struct dg_err *errs, struct dg_err *err);
-void train_free(struct master *m, struct train *tr);
 
 /* train_run.c */
 /* Initialise the variables, read their sync steps, register the replica and

@@ -185,7 +185,7 @@ void job_finish(struct master *m, struct job *j, enum dg_status st,
 		dg_log(DG_LOG_WARN, "master", "job %s failed: %s", j->id, j->err.msg);
 }
 
-/* ------------------------------------------------------------ requests */
+/* ------------------------------------------------------------ a job's tasks */
 
 /* Mark in used[] (per cluster task) the tasks the job has fragments on: its
  * step and init fragments, and a training job's replicas. */
@@ -204,7 +204,75 @@ void job_tasks(const struct job *j, bool *used)
 	}
 }
 
-/* ------------------------------------------------------------ training: run */
+/* Abort step on every task in the job's fragments and in this task's
+ * rendezvous. Best effort: a task that is down has nothing to release. */
+void job_abort_step(struct master *m, struct job *j, uint64_t step, const char *reason)
+{
+	int self = master_self(m);
+	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
+
+	if (self >= 0)
+		m->tasks[self]->ops->abort(m->tasks[self], step, 1, reason);
+	if (!used)
+		return;
+	job_tasks(j, used);
+	for (int t = 0; t < m->cluster->n_tasks; t++)
+		if (used[t] && t != self)
+			m->tasks[t]->ops->abort(m->tasks[t], step, 1, reason);
+	free(used);
+}
+
+/* Every task the job uses (job_tasks) must answer the health probe: report
+ * the first that does not, by address, before anything is registered. */
+enum dg_status job_check_used(struct master *m, const struct job *j,
+			      const enum dg_status *reach, const struct dg_err *errs,
+			      struct dg_err *err)
+{
+	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
+	enum dg_status st = DG_OK;
+
+	if (!used)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	job_tasks(j, used);
+	for (int t = 0; st == DG_OK && t < m->cluster->n_tasks; t++) {
+		if (!used[t] || reach[t] == DG_OK || m->tasks[t]->local)
+			continue;
+		st = dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", task_label(m, t),
+				errs[t].msg);
+		dg_err_hint(err, "start that task (dg server --job %s --task %d) or check the "
+			    "cluster spec", m->cluster->tasks[t].job, m->cluster->tasks[t].index);
+	}
+	free(used);
+	return st;
+}
+
+/* The training side of a job: replicas, figures, plan and spec. */
+void train_free(struct master *m, struct train *tr)
+{
+	if (!tr)
+		return;
+	for (int r = 0; tr->reps && r < tr->n_reps; r++) {
+		struct replica *rp = &tr->reps[r];
+		mtask_conn_drop(m->tasks[rp->task], &rp->conn);
+		free(rp->init_id);
+		partition_deinit(&rp->part);
+		placement_deinit(&rp->pl);
+		dg_graph_free(rp->g);
+	}
+	free(tr->reps);
+	for (int v = 0; tr->var_name && v < tr->n_vars; v++)
+		free(tr->var_name[v]);
+	free(tr->var_name);
+	free(tr->var_task);
+	free(tr->var_base);
+	free(tr->sum_metric);
+	free(tr->metric);
+	free(tr->eval);
+	dg_buf_deinit(&tr->csv);
+	train_plan_deinit(&tr->plan);
+	train_spec_deinit(&tr->spec);
+	free(tr);
+}
 
 /* A number for JSON: null when not finite (jansson refuses NaN and inf). */
 json_t *job_num_json(double x)
@@ -305,7 +373,7 @@ enum dg_status master_job_cancel(struct master *m, const char *id, struct dg_err
 	if (created)
 		job_finish(m, j, DG_ECANCELED, NULL);
 	else if (step)
-		step_abort_everywhere(m, j, step, "job canceled");
+		job_abort_step(m, j, step, "job canceled");
 	job_put(m, j);
 	return DG_OK;
 }
@@ -347,7 +415,7 @@ void master_cancel_all(struct master *m)
 		if (!j)
 			break;
 		if (step)
-			step_abort_everywhere(m, j, step, "the master is shutting down");
+			job_abort_step(m, j, step, "the master is shutting down");
 		job_put(m, j);
 	}
 }

@@ -20,24 +20,6 @@
 #include "dg/clock.h"
 #include "internal.h"
 
-/* Abort step on every task in the job's fragments and in this task's
- * rendezvous. Best effort: a task that is down has nothing to release. */
-void step_abort_everywhere(struct master *m, struct job *j, uint64_t step, const char *reason)
-{
-	int self = master_self(m);
-	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
-
-	if (self >= 0)
-		m->tasks[self]->ops->abort(m->tasks[self], step, 1, reason);
-	if (!used)
-		return;
-	job_tasks(j, used);
-	for (int t = 0; t < m->cluster->n_tasks; t++)
-		if (used[t] && t != self)
-			m->tasks[t]->ops->abort(m->tasks[t], step, 1, reason);
-	free(used);
-}
-
 /* Register fragment f on its task; id receives its id there. */
 enum dg_status step_register(struct master *m, const struct place_fragment *f, char *id,
 				    struct dg_err *err)
@@ -107,7 +89,7 @@ static void *run_fragment(void *arg)
 	/* The first failure releases every other task's waits at once. */
 	if (!atomic_exchange(r->failed, true)) {
 		snprintf(reason, sizeof reason, "%s", r->err.msg);
-		step_abort_everywhere(r->m, r->j, r->step, reason);
+		job_abort_step(r->m, r->j, r->step, reason);
 	}
 	return NULL;
 }
@@ -216,7 +198,7 @@ enum dg_status step_run_frags(struct master *m, struct job *j,
 		pthread_mutex_unlock(&m->mu);
 	}
 	if (st != DG_OK && !atomic_load(&failed))
-		step_abort_everywhere(m, j, step, err->msg);
+		job_abort_step(m, j, step, err->msg);
 	self->ops->finish(self, step, 1);
 out:
 	pthread_mutex_lock(&m->mu);

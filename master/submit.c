@@ -33,30 +33,6 @@ static void probe_tasks(struct master *m, int64_t *bytes, bool *gpu, enum dg_sta
 	}
 }
 
-/* Every task the job uses (job_tasks) must answer the health probe: report
- * the first that does not, by address, before anything is registered. */
-enum dg_status job_check_used(struct master *m, const struct job *j,
-				 const enum dg_status *reach, const struct dg_err *errs,
-				 struct dg_err *err)
-{
-	bool *used = calloc((size_t)m->cluster->n_tasks + 1, sizeof *used);
-	enum dg_status st = DG_OK;
-
-	if (!used)
-		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	job_tasks(j, used);
-	for (int t = 0; st == DG_OK && t < m->cluster->n_tasks; t++) {
-		if (!used[t] || reach[t] == DG_OK || m->tasks[t]->local)
-			continue;
-		st = dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", task_label(m, t),
-				errs[t].msg);
-		dg_err_hint(err, "start that task (dg server --job %s --task %d) or check the "
-			    "cluster spec", m->cluster->tasks[t].job, m->cluster->tasks[t].index);
-	}
-	free(used);
-	return st;
-}
-
 /* The names of the body's "feeds" (object) and "upload" (array), in order. */
 static enum dg_status feed_names(const json_t *body, const char ***names, int *n,
 				 struct dg_err *err)

@@ -19,36 +19,8 @@
 
 /* ------------------------------------------------------------ the table */
 
-void train_free(struct master *m, struct train *tr);
 
 /* ------------------------------------------------------------ training: build */
-
-void train_free(struct master *m, struct train *tr)
-{
-	if (!tr)
-		return;
-	for (int r = 0; tr->reps && r < tr->n_reps; r++) {
-		struct replica *rp = &tr->reps[r];
-		mtask_conn_drop(m->tasks[rp->task], &rp->conn);
-		free(rp->init_id);
-		partition_deinit(&rp->part);
-		placement_deinit(&rp->pl);
-		dg_graph_free(rp->g);
-	}
-	free(tr->reps);
-	for (int v = 0; tr->var_name && v < tr->n_vars; v++)
-		free(tr->var_name[v]);
-	free(tr->var_name);
-	free(tr->var_task);
-	free(tr->var_base);
-	free(tr->sum_metric);
-	free(tr->metric);
-	free(tr->eval);
-	dg_buf_deinit(&tr->csv);
-	train_plan_deinit(&tr->plan);
-	train_spec_deinit(&tr->spec);
-	free(tr);
-}
 
 /* The variables that exist now: name -> cluster task index, from GET /v1/vars
  * on every ps task that answered the health probe. Owned. */
