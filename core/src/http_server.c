@@ -680,8 +680,15 @@ static enum MHD_Result queue(struct dg_http_req *r, int status, struct MHD_Respo
 static enum MHD_Result queue_error(struct dg_http_req *r, int http, const struct dg_err *e)
 {
 	enum dg_status code = e->code == DG_OK ? DG_EINTERNAL : e->code;
+	char msg[sizeof e->msg], hint[sizeof e->hint];
+
+	/* dg_err_set keeps its text valid UTF-8; an err filled some other way
+	 * must not turn a refusal into a failure to say why (jansson refuses
+	 * invalid UTF-8, which would read as out of memory). */
+	dg_utf8_escape(e->msg, strnlen(e->msg, sizeof e->msg - 1), msg, sizeof msg);
+	dg_utf8_escape(e->hint, strnlen(e->hint, sizeof e->hint - 1), hint, sizeof hint);
 	json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", dg_status_name(code),
-			      "message", e->msg[0] ? e->msg : "request failed", "hint", e->hint);
+			      "message", msg[0] ? msg : "request failed", "hint", hint);
 	char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	size_t n = txt ? strlen(txt) : 0;
 	char *body = txt ? realloc(txt, n + 2) : NULL;

@@ -39,6 +39,10 @@ Test(wire, bad_header_values_are_refused_naming_the_header)
 	cr_assert(strstr(err.msg, "Dg-Shape"), "%s", err.msg);
 	cr_assert_eq(dg_wire_shape_parse("4611686018427387904", &s, &err), DG_ETOOLARGE);
 	cr_assert_eq(dg_wire_dtype_parse(NULL, &dt, &err), DG_EINVAL);
+	/* bytes that are not UTF-8 come back escaped */
+	cr_assert_eq(dg_wire_dtype_parse("\xff\xfe", &dt, &err), DG_EDTYPE);
+	cr_assert(strstr(err.msg, "'\\xff\\xfe'"), "%s", err.msg);
+	cr_assert(dg_utf8_valid(err.msg, strlen(err.msg)));
 }
 
 Test(wire, numbers_are_digits_only_without_overflow)
