@@ -1661,6 +1661,31 @@ Test(routes, bytes_that_are_not_utf8_get_400_quoting_them_escaped)
 	expect_unchanged(W0, v);
 }
 
+Test(routes, http_1_1_without_host_is_400_and_http_1_0_is_served)
+{
+	struct dg_buf raw = { 0 };
+	struct resp r;
+	static const char no_host[] = "GET /v1/health HTTP/1.1\r\nConnection: close\r\n\r\n";
+	static const char put_no_host[] = "PUT /v1/vars/w HTTP/1.1\r\nDg-Dtype: float32\r\n"
+					  "Dg-Shape: 1\r\nContent-Length: 4\r\n"
+					  "Connection: close\r\n\r\nabcd";
+	static const char old[] = "GET /v1/health HTTP/1.0\r\n\r\n";
+	int st = raw_exchange(no_host, sizeof no_host - 1, false, &raw);
+
+	cr_assert_eq(st, 400);
+	raw_to_resp(&raw, st, &r);
+	expect_message_has(&r, 400, "invalid_argument", "Host");
+	dg_buf_deinit(&raw);
+	st = raw_exchange(put_no_host, sizeof put_no_host - 1, false, &raw);
+	cr_assert_eq(st, 400);
+	dg_buf_deinit(&raw);
+	cr_assert_eq(req("HEAD", "/v1/vars/w", NULL, NULL, 0, &r), 404, "nothing was written");
+	resp_free(&r);
+	st = raw_exchange(old, sizeof old - 1, false, &raw);
+	cr_assert_eq(st, 200);
+	dg_buf_deinit(&raw);
+}
+
 Test(routes, bodies_that_disagree_with_their_headers_are_refused)
 {
 	static const struct { const char *dt, *shape; size_t len; const char *code; } bad[] = {
