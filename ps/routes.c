@@ -49,7 +49,9 @@ static enum dg_status name_arg(const struct dg_http_req *r, const char *what, co
 	enum dg_status st = dg_var_name_check(name, err);
 
 	if (st != DG_OK) {
-		dg_err_prefix(err, "bad %s name in %s", what, dg_http_path(r));
+		/* the message quotes the name: the path is cut so that it stays */
+		dg_err_prefix(err, "bad %s name in %.48s%s", what, dg_http_path(r),
+			      strlen(dg_http_path(r)) > 48 ? "..." : "");
 		return st;
 	}
 	*out = name;

@@ -1661,6 +1661,28 @@ Test(routes, bytes_that_are_not_utf8_get_400_quoting_them_escaped)
 	expect_unchanged(W0, v);
 }
 
+Test(routes, a_name_segment_over_251_bytes_is_refused_everywhere)
+{
+	char seg[256], path[290];
+	struct resp r;
+
+	memset(seg, 'a', 252);
+	seg[252] = '\0';
+	snprintf(path, sizeof path, "/v1/vars/m/%s", seg);
+	put_f32(path + 9, W0, 1, "1", &r);
+	expect_message_has(&r, 400, "invalid_argument", "segment of 252 bytes");
+	req("GET", path, NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	snprintf(path, sizeof path, "/v1/queues/%s", seg);
+	req("POST", path, (const char *[]){ "Content-Type: application/json", NULL },
+	    "{\"components\": [{\"dtype\": \"float32\", \"shape\": []}]}", 52, &r);
+	expect_error(&r, 400, "invalid_argument");
+	seg[251] = '\0';       /* 251 bytes: NAME.npy is 255 */
+	snprintf(path, sizeof path, "m/%s", seg);
+	cr_assert_eq(put_f32(path, W0, 1, "1", &r), 201);
+	resp_free(&r);
+}
+
 Test(routes, http_1_1_without_host_is_400_and_http_1_0_is_served)
 {
 	struct dg_buf raw = { 0 };
