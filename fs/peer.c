@@ -22,6 +22,7 @@
 
 #include "dg/buf.h"
 #include "dg/http.h"
+#include "dg/wire.h"
 #include "fs.h"
 
 #define CONNECT_MS 5000
@@ -196,29 +197,27 @@ static bool plain_ok(const char *head, const char *end, const char *name,
 {
 	char v[256];
 	int code = 0;
-	char *e;
 
 	if (sscanf(head, "HTTP/1.%*d %d", &code) != 1 || code != 200)
 		return false;
 	if (header(head, end, "transfer-encoding:", v, sizeof v) ||
 	    !header(head, end, "content-length:", v, sizeof v))
 		return false;
-	errno = 0;
-	*clen = strtoull(v, &e, 10);
-	if (errno || e == v || *e)
+	if (!dg_wire_u64_parse(v, strlen(v), clen))
 		return false;
 	struct dg_var_info i = { 0 };
+	uint64_t step;
 	int64_t numel;
 	if (!header(head, end, "dg-dtype:", v, sizeof v) ||
-	    dg_dtype_parse(v, &i.dtype, NULL) != DG_OK ||
+	    dg_wire_dtype_parse(v, &i.dtype, NULL) != DG_OK ||
 	    !header(head, end, "dg-shape:", v, sizeof v) ||
-	    dg_shape_parse(v, &i.shape, NULL) != DG_OK ||
+	    dg_wire_shape_parse(v, &i.shape, NULL) != DG_OK ||
 	    dg_shape_numel(&i.shape, &numel, NULL) != DG_OK ||
-	    !header(head, end, "dg-version:", v, sizeof v))
+	    !header(head, end, "dg-version:", v, sizeof v) ||
+	    !dg_wire_u64_parse(v, strlen(v), &i.version))
 		return false;
-	i.version = strtoull(v, NULL, 10);
-	if (header(head, end, "dg-step:", v, sizeof v))
-		i.step = strtoull(v, NULL, 10);
+	i.step = header(head, end, "dg-step:", v, sizeof v) &&
+		 dg_wire_u64_parse(v, strlen(v), &step) && step <= INT64_MAX ? (int64_t)step : -1;
 	snprintf(i.name, sizeof i.name, "%s", name);
 	i.bytes = (uint64_t)numel * dg_dtype_size(i.dtype);
 	*info = i;

@@ -26,6 +26,7 @@
 #include "dg/http.h"
 #include "dg/log.h"
 #include "dg/tensor.h"
+#include "dg/wire.h"
 #include "fs.h"
 
 #define ERR_BODY_MAX ((size_t)64 << 10)  /* bytes of an error reply kept */
@@ -179,10 +180,11 @@ static void read_reply(struct dgfs_upload *u)
 	uint64_t clen = UINT64_MAX;
 	for (char *line = strstr(buf, "\r\n"); line; line = strstr(line, "\r\n")) {
 		line += 2;
+		size_t n = strcspn(line, "\r");
 		if (strncasecmp(line, "dg-version:", 11) == 0)
-			u->version = strtoull(line + 11, NULL, 10);
+			dg_wire_u64_parse(line + 11, n - 11, &u->version);
 		else if (strncasecmp(line, "content-length:", 15) == 0)
-			clen = strtoull(line + 15, NULL, 10);
+			dg_wire_u64_parse(line + 15, n - 15, &clen);
 	}
 	/* the body: what came with the headers, then up to the limit */
 	size_t have = len - (size_t)(end + 4 - buf);
@@ -229,19 +231,19 @@ static enum dg_status build_head(struct dgfs_upload *u, const char *path, const 
 				 enum dg_dtype dt, const struct dg_shape *shape, uint64_t if_match,
 				 struct dg_err *err)
 {
-	char dims[256] = "";
-	size_t off = 0;
-
-	for (int i = 0; i < shape->ndim && off < sizeof dims; i++)
-		off += (size_t)snprintf(dims + off, sizeof dims - off, "%s%" PRId64, i ? "," : "",
-					shape->dim[i]);
+	struct dg_wire_scratch ws;
+	struct dg_http_header h[3];
+	char tag[DG_WIRE_VERSION_LEN];
+	int nh = dg_wire_request_headers(dt, shape, &ws, h);
 	enum dg_status st = dg_buf_printf(&u->head, err,
 		"PUT %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n"
-		"Content-Type: application/octet-stream\r\nContent-Length: %" PRIu64 "\r\n"
-		"Dg-Dtype: %s\r\nDg-Shape: %s\r\n", path, u->peer.authority, u->nbytes,
-		dg_dtype_name(dt), shape->ndim ? dims : "[]");
+		"Content-Length: %" PRIu64 "\r\n", path, u->peer.authority, u->nbytes);
+
+	for (int i = 0; st == DG_OK && i < nh; i++)
+		st = dg_buf_printf(&u->head, err, "%s: %s\r\n", h[i].name, h[i].value);
+	dg_wire_etag_format(if_match, tag);
 	if (st == DG_OK && if_match)
-		st = dg_buf_printf(&u->head, err, "If-Match: \"%" PRIu64 "\"\r\n", if_match);
+		st = dg_buf_printf(&u->head, err, "If-Match: %s\r\n", tag);
 	if (st == DG_OK && token)
 		st = dg_buf_printf(&u->head, err, "Authorization: Bearer %s\r\n", token);
 	if (st == DG_OK)

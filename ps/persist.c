@@ -986,7 +986,7 @@ static enum dg_status snap_load(int fd, const char *path, const struct ps_recove
 		}
 		size_t nbytes;
 		if (r.type != REC_SNAP_VAR || !rec_tensor_ok(&r, true, &nbytes) ||
-		    dg_var_name_check(r.name, NULL) != DG_OK)
+		    dg_var_name_check_stored(r.name, NULL) != DG_OK)
 			return corrupt(err, path, off, "bad variable record");
 		void *data;
 		st = read_block(fd, off, &r, &data, &ok, path, err);
@@ -1102,7 +1102,7 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			goto out;
 		if (ok && (r.type == PS_WAL_PUT || r.type == PS_WAL_ASSIGN)) {
 			ok = rec_tensor_ok(&r, true, &nbytes) &&
-			     dg_var_name_check(r.name, NULL) == DG_OK;
+			     dg_var_name_check_stored(r.name, NULL) == DG_OK;
 			if (!ok) {
 				st = corrupt(err, path, off, "bad value record");
 				goto out;
@@ -1168,7 +1168,7 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			if (r.aux > info->ceiling)
 				info->ceiling = r.aux;
 		} else {
-			if (dg_var_name_check(r.name, NULL) != DG_OK) {
+			if (dg_var_name_check_stored(r.name, NULL) != DG_OK) {
 				free(data);
 				st = corrupt(err, path, off, "bad variable name in a record");
 				goto out;

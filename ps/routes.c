@@ -14,6 +14,7 @@
 
 #include "dg/clock.h"
 #include "dg/codec.h"
+#include "dg/wire.h"
 #include "dg/gpu.h"
 #include "dg/kernels.h"
 #include "dg_config.h"
@@ -33,7 +34,9 @@ static enum dg_status name_arg(const struct dg_http_req *r, const char *what, co
 	enum dg_status st = dg_var_name_check(name, err);
 
 	if (st != DG_OK) {
-		dg_err_prefix(err, "bad %s name in %s", what, dg_http_path(r));
+		/* the message quotes the name: the path is cut so that it stays */
+		dg_err_prefix(err, "bad %s name in %.48s%s", what, dg_http_path(r),
+			      strlen(dg_http_path(r)) > 48 ? "..." : "");
 		return st;
 	}
 	*out = name;
@@ -112,42 +115,14 @@ static const char *scan_u64(const char *p, uint64_t *out)
 	return p == start ? NULL : p;
 }
 
-/* A version in an If-Match header: "V" or V. 0 never matches (versions start
- * at 1), so it is a conflict rather than "unconditional". *out = 0 if absent. */
+/* A version in an If-Match header (dg_wire_etag_parse); *out = 0 if absent. */
 static enum dg_status if_match_arg(const struct dg_http_req *r, uint64_t *out,
 				   struct dg_err *err)
 {
 	const char *h = dg_http_header(r, "If-Match");
-	char tmp[32];
-	const char *end;
-	size_t n;
 
 	*out = 0;
-	if (!h)
-		return DG_OK;
-	while (*h == ' ' || *h == '\t')
-		h++;
-	n = strlen(h);
-	while (n && (h[n - 1] == ' ' || h[n - 1] == '\t'))
-		n--;
-	if (n >= 2 && h[0] == '"' && h[n - 1] == '"') {
-		h++;
-		n -= 2;
-	}
-	if (n == 0 || n >= sizeof tmp)
-		goto bad;
-	memcpy(tmp, h, n);
-	tmp[n] = '\0';
-	if (!(end = scan_u64(tmp, out)) || *end)
-		goto bad;
-	if (*out == 0)
-		return dg_err_set(err, DG_ECONFLICT, "If-Match version 0 never matches");
-	return DG_OK;
-bad:
-	dg_err_set(err, DG_EINVAL, "If-Match '%.40s' is not a version",
-		   dg_http_header(r, "If-Match"));
-	dg_err_hint(err, "send the ETag of a GET, e.g. If-Match: \"7\"");
-	return DG_EINVAL;
+	return h ? dg_wire_etag_parse(h, out, err) : DG_OK;
 }
 
 /* If-None-Match: * (create only); other values are refused. */
@@ -170,105 +145,16 @@ static enum dg_status if_none_match_arg(const struct dg_http_req *r, bool *out,
 	return DG_EINVAL;
 }
 
-/* Does the media type at s (up to ',' or ';' or the end) equal mime? */
-static bool media_is(const char *s, size_t n, const char *mime)
-{
-	while (n && (*s == ' ' || *s == '\t')) {
-		s++;
-		n--;
-	}
-	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
-		n--;
-	return n == strlen(mime) && strncasecmp(s, mime, n) == 0;
-}
-
-/* The encoding named by one media type, or -1. any: accept wildcards. */
-static int media_encoding(const char *s, size_t n, bool any)
-{
-	if (media_is(s, n, "application/octet-stream"))
-		return DG_ENC_RAW;
-	if (media_is(s, n, "application/x-npy") || media_is(s, n, "application/npy"))
-		return DG_ENC_NPY;
-	if (media_is(s, n, "text/plain") || (any && media_is(s, n, "text/*")))
-		return DG_ENC_TEXT;
-	if (any && (media_is(s, n, "*/*") || media_is(s, n, "application/*")))
-		return DG_ENC_RAW;
-	return -1;
-}
-
-/* ?format= wins; else Accept (reads: the first type listed that dg speaks,
- * raw when none is) or Content-Type (writes: absent and curl's default
- * form type read as raw; anything else unknown is refused). */
-static enum dg_status encoding_arg(const struct dg_http_req *r, bool reading,
-				   enum dg_encoding *out, struct dg_err *err)
-{
-	const char *f = dg_http_query(r, "format"), *h, *p;
-	int e = -1;
-
-	*out = DG_ENC_RAW;
-	if (f) {
-		for (int i = DG_ENC_RAW; i <= DG_ENC_TEXT; i++)
-			if (!strcmp(f, dg_encoding_name((enum dg_encoding)i)))
-				e = i;
-		if (e < 0) {
-			dg_err_set(err, DG_EINVAL, "format='%.40s' is not an encoding", f);
-			dg_err_hint(err, "formats: raw, npy, text");
-			return DG_EINVAL;
-		}
-		*out = (enum dg_encoding)e;
-		return DG_OK;
-	}
-	h = dg_http_header(r, reading ? "Accept" : "Content-Type");
-	if (reading) {
-		for (p = h; p && *p && e < 0; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
-			e = media_encoding(p, strcspn(p, ",;"), true);
-	} else if (h && !media_is(h, strcspn(h, ";"), "application/x-www-form-urlencoded")) {
-		if ((e = media_encoding(h, strcspn(h, ";"), false)) < 0) {
-			dg_err_set(err, DG_EINVAL, "Content-Type '%.60s' is not a tensor encoding",
-				   h);
-			dg_err_hint(err, "use application/octet-stream, application/x-npy or "
-				    "text/plain (or ?format=raw|npy|text)");
-			return DG_EINVAL;
-		}
-	}
-	*out = e < 0 ? DG_ENC_RAW : (enum dg_encoding)e;
-	return DG_OK;
-}
-
-/* "2,3"; "[]" for a scalar: libmicrohttpd refuses an empty header value
- * (and an empty header reads like a missing one). */
-static void shape_csv(const struct dg_shape *s, char *buf, size_t n)
-{
-	size_t k = 0;
-
-	snprintf(buf, n, "%s", s->ndim ? "" : "[]");
-	for (int i = 0; i < s->ndim && k < n; i++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, i ? "," : "", s->dim[i]);
-}
-
-/* Dg-Version and ETag: "V". */
-static void version_headers(struct dg_http_resp *w, uint64_t version)
-{
-	char buf[32];
-
-	snprintf(buf, sizeof buf, "%" PRIu64, version);
-	dg_http_add_header(w, "Dg-Version", buf);
-	snprintf(buf, sizeof buf, "\"%" PRIu64 "\"", version);
-	dg_http_add_header(w, "ETag", buf);
-}
-
 /* Dg-Dtype, Dg-Shape, Dg-Version, ETag and (mtime > 0) Last-Modified. */
 static void tensor_headers(struct dg_http_resp *w, enum dg_dtype dt, const struct dg_shape *s,
 			   uint64_t version, double mtime)
 {
-	char buf[200];
+	char buf[64];
 	time_t secs = (time_t)mtime;
 	struct tm tm;
 
-	dg_http_add_header(w, "Dg-Dtype", dg_dtype_name(dt));
-	shape_csv(s, buf, sizeof buf);
-	dg_http_add_header(w, "Dg-Shape", buf);
-	version_headers(w, version);
+	dg_wire_add_tensor_headers(w, dt, s);
+	dg_wire_add_version_headers(w, version);
 	if (mtime > 0 && gmtime_r(&secs, &tm) &&
 	    strftime(buf, sizeof buf, "%a, %d %b %Y %H:%M:%S GMT", &tm) > 0)
 		dg_http_add_header(w, "Last-Modified", buf);
@@ -329,35 +215,23 @@ static void value_release(void *ud)
 /* ---------------------------------------------------------- request bodies */
 
 /* The dtype and shape a body is read as: Dg-Dtype / Dg-Shape first, the
- * existing variable's for what they leave out. *have_* tell what is known.
- * must_exist: a missing variable is DG_ENOTFOUND (apply) when it is looked up. */
-static enum dg_status body_type(struct ps_ctx *c, const struct dg_http_req *r, const char *name,
-				bool must_exist, enum dg_dtype *dt, bool *have_dt,
-				struct dg_shape *shape, bool *have_shape, struct dg_err *err)
+ * existing variable's for what they leave out. must_exist: a missing
+ * variable is DG_ENOTFOUND (apply) when it is looked up. */
+static enum dg_status body_desc(struct ps_ctx *c, const struct dg_http_req *r, const char *name,
+				bool must_exist, struct dg_wire_desc *d, struct dg_err *err)
 {
-	const char *hd = dg_http_header(r, "Dg-Dtype"), *hs = dg_http_header(r, "Dg-Shape");
 	struct ps_value *v = NULL;
-	enum dg_status st;
+	enum dg_status st = dg_wire_req_desc(r, d, err);
 
-	*have_dt = hd != NULL;
-	*have_shape = hs != NULL;
-	if (hd && (st = dg_dtype_parse(hd, dt, err)) != DG_OK) {
-		dg_err_prefix(err, "Dg-Dtype header");
+	if (st != DG_OK || (d->has_dtype && d->has_shape))
 		return st;
-	}
-	if (hs && (st = dg_shape_parse(hs, shape, err)) != DG_OK) {
-		dg_err_prefix(err, "Dg-Shape header '%.60s'", hs);
-		return st;
-	}
-	if (hd && hs)
-		return DG_OK;
 	st = ps_store_get(c->store, name, &v, err);
 	if (st == DG_OK) {
-		if (!hd)
-			*dt = v->dtype;
-		if (!hs)
-			*shape = v->shape;
-		*have_dt = *have_shape = true;
+		if (!d->has_dtype)
+			d->dtype = v->dtype;
+		if (!d->has_shape)
+			d->shape = v->shape;
+		d->has_dtype = d->has_shape = true;
 		ps_value_release(v);
 	}
 	if (st == DG_ENOTFOUND && !must_exist) {
@@ -367,85 +241,23 @@ static enum dg_status body_type(struct ps_ctx *c, const struct dg_http_req *r, c
 	return st;
 }
 
-/* A raw body as a tensor of dt/shape. The body block is adopted, not copied
- * (it is 64-byte aligned and freed with dg_free_aligned, like tensor data). */
-static struct dg_tensor *adopt_raw(struct dg_http_req *r, enum dg_dtype dt,
-				   const struct dg_shape *shape, struct dg_err *err)
-{
-	struct dg_tensor *t;
-	int64_t numel;
-	size_t len, want;
-	char sh[160];
-
-	if (dg_shape_numel(shape, &numel, err) != DG_OK)
-		return NULL;
-	want = (size_t)numel * dg_dtype_size(dt);
-	dg_http_body(r, &len);
-	if (len != want) {
-		dg_shape_format(shape, sh, sizeof sh);
-		dg_err_set(err, DG_EINVAL, "raw body is %zu bytes but a %s %s tensor has %zu",
-			   len, dg_dtype_name(dt), sh, want);
-		dg_err_hint(err, "Dg-Dtype and Dg-Shape (or the variable's own) must describe "
-			    "the body exactly");
-		return NULL;
-	}
-	if (!(t = calloc(1, sizeof *t))) {
-		dg_err_set(err, DG_ENOMEM, "out of memory adopting a %zu-byte body", len);
-		return NULL;
-	}
-	t->dtype = dt;
-	t->shape = *shape;
-	t->numel = numel;
-	t->nbytes = want;
-	t->data = dg_http_body_take(r, &len);
-	if (!t->data && want) {
-		free(t);
-		dg_err_set(err, DG_EINTERNAL, "request body of %zu bytes vanished", want);
-		return NULL;
-	}
-	return t;
-}
-
-/* The tensor in the request body, in the request's encoding (owned).
- * must_exist: see body_type. */
+/* The tensor in the request body, in the request's encoding (owned; a raw
+ * body is adopted, not copied). must_exist: see body_desc. */
 static enum dg_status body_tensor(struct ps_ctx *c, struct dg_http_req *r, const char *name,
 				  bool must_exist, struct dg_tensor **out, struct dg_err *err)
 {
-	struct dg_shape shape = { 0 };
-	enum dg_dtype dt = DG_F32;
-	bool have_dt = false, have_shape = false;
+	struct dg_wire_desc d = { 0 };
 	enum dg_encoding enc;
 	enum dg_status st;
-	const void *body;
-	size_t len;
 
 	*out = NULL;
-	if ((st = encoding_arg(r, false, &enc, err)) != DG_OK)
+	if ((st = dg_wire_req_encoding(r, false, &enc, err)) != DG_OK)
 		return st;
-	body = dg_http_body(r, &len);
-	if (enc != DG_ENC_NPY &&
-	    (st = body_type(c, r, name, must_exist, &dt, &have_dt, &shape, &have_shape,
-			    err)) != DG_OK)
+	if (enc != DG_ENC_NPY && (st = body_desc(c, r, name, must_exist, &d, err)) != DG_OK)
 		return st;
-	if (enc == DG_ENC_NPY) {
-		*out = dg_npy_decode(body, len, err);
-	} else if (enc == DG_ENC_TEXT) {
-		*out = dg_text_decode(body ? body : "", len, have_dt ? &dt : NULL,
-				      have_shape ? &shape : NULL, err);
-	} else if (!have_dt || !have_shape) {
-		dg_err_set(err, DG_EINVAL, "a raw body for the new variable '%s' needs the "
-			   "Dg-Dtype and Dg-Shape headers", name);
-		dg_err_hint(err, "e.g. -H 'Dg-Dtype: float32' -H 'Dg-Shape: 2,3', or send .npy "
-			    "(Content-Type: application/x-npy)");
-		return DG_EINVAL;
-	} else {
-		*out = adopt_raw(r, dt, &shape, err);
-	}
-	if (!*out) {
+	if ((st = dg_wire_req_tensor(r, enc, &d, out, err)) != DG_OK)
 		dg_err_prefix(err, "%s body for '%s'", dg_encoding_name(enc), name);
-		return err ? err->code : DG_EINVAL;
-	}
-	return DG_OK;
+	return st;
 }
 
 /* ------------------------------------------------------------ long waits */
@@ -542,7 +354,7 @@ static enum dg_status h_var_get(void *vc, struct dg_http_req *r, struct dg_http_
 	enum dg_status st;
 
 	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
-	    (st = encoding_arg(r, true, &enc, err)) != DG_OK ||
+	    (st = dg_wire_req_encoding(r, true, &enc, err)) != DG_OK ||
 	    (st = query_range(r, "min_version", 0, 0, INT64_MAX, &min_version, err)) != DG_OK ||
 	    (st = query_range(r, "min_step", 0, 0, INT64_MAX, &min_step, err)) != DG_OK ||
 	    (st = query_range(r, "timeout_ms", DEFAULT_TIMEOUT_MS, 0, PS_MAX_TIMEOUT_MS,
@@ -758,7 +570,7 @@ static enum dg_status h_var_patch(void *vc, struct dg_http_req *r, struct dg_htt
 
 	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
 	    (st = if_match_arg(r, &if_match, err)) != DG_OK ||
-	    (st = encoding_arg(r, false, &enc, err)) != DG_OK ||
+	    (st = dg_wire_req_encoding(r, false, &enc, err)) != DG_OK ||
 	    (st = parse_content_range(dg_http_header(r, "Content-Range"), &first, &last, &total,
 				      err)) != DG_OK)
 		return st;
@@ -773,7 +585,7 @@ static enum dg_status h_var_patch(void *vc, struct dg_http_req *r, struct dg_htt
 	    (st = ps_store_patch(c->store, name, first, body, len, if_match, &version, err)) !=
 		    DG_OK)
 		return st;
-	version_headers(w, version);
+	dg_wire_add_version_headers(w, version);
 	return reply_json(w, 200, json_pack("{s:s, s:I}", "name", name, "version",
 					    (json_int_t)version), err);
 }
@@ -910,7 +722,7 @@ static enum dg_status apply_reply(struct ps_ctx *c, const char *name,
 			return st;
 	}
 	if (res->applied)
-		version_headers(w, res->version);
+		dg_wire_add_version_headers(w, res->version);
 	if (res->applied && a->step < 0 && prefers(r, "return=minimal")) {
 		dg_http_set_status(w, 204);
 		return DG_OK;

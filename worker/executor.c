@@ -24,6 +24,7 @@
 #include "dg/exec.h"
 #include "dg/graph.h"
 #include "dg/log.h"
+#include "dg/wire.h"
 
 /* Per request to another task (a _Send's PUT returns at once on the peer). */
 #define SEND_TIMEOUT_MS 120000
@@ -663,26 +664,16 @@ static enum dg_status send_remote(const struct run *r, const char *to, const cha
 {
 	struct dg_buf path = { 0 };
 	struct dg_http_result res;
-	char shape[200], step[32];
-	size_t off = 0;
+	struct dg_wire_scratch ws;
+	struct dg_http_header h[3];
+	char step[32];
 	enum dg_status st;
 	struct pooled *p = pool_take(r->w, false, to, err);
 
 	if (!p)
 		return err->code;
-	if (t->shape.ndim == 0)
-		snprintf(shape, sizeof shape, "[]");
-	else
-		shape[0] = '\0';
-	for (int i = 0; i < t->shape.ndim; i++)
-		off += (size_t)snprintf(shape + off, sizeof shape - off, "%s%" PRId64,
-					i ? "," : "", t->shape.dim[i]);
 	snprintf(step, sizeof step, "%" PRIu64, r->step);
-	struct dg_http_header h[] = {
-		{ "Dg-Dtype", dg_dtype_name(t->dtype) },
-		{ "Dg-Shape", shape },
-		{ "Content-Type", "application/octet-stream" },
-	};
+	dg_wire_request_headers(t->dtype, &t->shape, &ws, h);
 	dg_http_result_init(&res);
 	st = dg_buf_printf(&path, err, "/v1/steps/%s/tensors/", step);
 	if (st == DG_OK)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dg/codec.h"
+#include "dg/wire.h"
 
 static enum dg_status reply_json(struct dg_http_resp *w, int status, json_t *j,
 				 struct dg_err *err)
@@ -189,50 +190,20 @@ static enum dg_status h_fragment_run(void *vc, struct dg_http_req *r, struct dg_
 	return st;
 }
 
-/* The body as a tensor: npy by Content-Type, else raw described by Dg-Dtype
- * and Dg-Shape (the body block is adopted, not copied). */
-static struct dg_tensor *body_tensor(struct dg_http_req *r, struct dg_err *err)
+/* The body as a tensor in the encoding its Content-Type names (raw
+ * described by Dg-Dtype and Dg-Shape is adopted, not copied). */
+static enum dg_status body_tensor(struct dg_http_req *r, struct dg_tensor **out,
+				  struct dg_err *err)
 {
-	const char *ct = dg_http_header(r, "Content-Type");
-	const char *hd = dg_http_header(r, "Dg-Dtype"), *hs = dg_http_header(r, "Dg-Shape");
-	struct dg_shape shape;
-	struct dg_tensor *t;
-	enum dg_dtype dt;
-	int64_t numel;
-	size_t len;
-	const void *body = dg_http_body(r, &len);
+	struct dg_wire_desc d;
+	enum dg_encoding enc;
+	enum dg_status st;
 
-	if (ct && strncmp(ct, "application/x-npy", 17) == 0)
-		return dg_npy_decode(body, body ? len : 0, err);
-	if (!hd || !hs) {
-		dg_err_set(err, DG_EINVAL, "a raw tensor needs the Dg-Dtype and Dg-Shape headers");
-		dg_err_hint(err, "or send .npy with Content-Type: application/x-npy");
-		return NULL;
-	}
-	if (dg_dtype_parse(hd, &dt, err) != DG_OK || dg_shape_parse(hs, &shape, err) != DG_OK ||
-	    dg_shape_numel(&shape, &numel, err) != DG_OK)
-		return NULL;
-	if ((body ? len : 0) != (size_t)numel * dg_dtype_size(dt)) {
-		dg_err_set(err, DG_EINVAL, "raw body is %zu bytes but a %s [%s] tensor has %zu",
-			   body ? len : 0, dg_dtype_name(dt), hs,
-			   (size_t)numel * dg_dtype_size(dt));
-		return NULL;
-	}
-	if (!(t = calloc(1, sizeof *t))) {
-		dg_err_set(err, DG_ENOMEM, "out of memory receiving a tensor");
-		return NULL;
-	}
-	t->dtype = dt;
-	t->shape = shape;
-	t->numel = numel;
-	t->nbytes = (size_t)numel * dg_dtype_size(dt);
-	t->data = t->nbytes ? dg_http_body_take(r, &len) : NULL;
-	if (!t->data && t->nbytes) {
-		free(t);
-		dg_err_set(err, DG_EINTERNAL, "request body vanished");
-		return NULL;
-	}
-	return t;
+	*out = NULL;
+	if ((st = dg_wire_req_encoding(r, false, &enc, err)) != DG_OK ||
+	    (st = dg_wire_req_desc(r, &d, err)) != DG_OK)
+		return st;
+	return dg_wire_req_tensor(r, enc, &d, out, err);
 }
 
 static enum dg_status h_tensor_put(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
@@ -249,9 +220,9 @@ static enum dg_status h_tensor_put(void *vc, struct dg_http_req *r, struct dg_ht
 	if (dg_rendezvous_is_aborted(worker_rendezvous(vc), step))     /* before decoding */
 		return dg_err_set(err, DG_ECANCELED, "step %" PRIu64 " was aborted: tensor '%s' "
 				  "is not wanted any more", step, key);
-	if (!(t = body_tensor(r, err))) {
+	if ((st = body_tensor(r, &t, err)) != DG_OK) {
 		dg_err_prefix(err, "tensor '%s' of step %" PRIu64, key, step);
-		return err->code;
+		return st;
 	}
 	worker_count_received(vc, t->nbytes);
 	if ((st = dg_rendezvous_put(worker_rendezvous(vc), step, key, t, err)) == DG_OK)
@@ -271,8 +242,6 @@ static enum dg_status h_tensor_get(void *vc, struct dg_http_req *r, struct dg_ht
 	struct dg_tensor *t = NULL;
 	uint64_t step;
 	int64_t timeout_ms;
-	char shape[200];
-	size_t off = 0;
 	enum dg_status st;
 
 	if ((st = step_arg(r, &step, err)) != DG_OK ||
@@ -285,12 +254,7 @@ static enum dg_status h_tensor_get(void *vc, struct dg_http_req *r, struct dg_ht
 	if ((st = dg_rendezvous_take(worker_rendezvous(vc), step, key, timeout_ms, &t, err)) !=
 	    DG_OK)
 		return st;
-	snprintf(shape, sizeof shape, "[]");
-	for (int i = 0; i < t->shape.ndim; i++)
-		off += (size_t)snprintf(shape + off, sizeof shape - off, "%s%" PRId64,
-					i ? "," : "", t->shape.dim[i]);
-	dg_http_add_header(w, "Dg-Dtype", dg_dtype_name(t->dtype));
-	dg_http_add_header(w, "Dg-Shape", shape);
+	dg_wire_add_tensor_headers(w, t->dtype, &t->shape);
 	dg_http_set_body_ref(w, dg_encoding_mime(DG_ENC_RAW), t->data, t->nbytes, tensor_release,
 			     t);
 	return DG_OK;

@@ -11,12 +11,12 @@
 #include <string.h>
 
 #include "dg/http.h"
+#include "dg/wire.h"
 
 /* Per request. Long polls and queue waits may last 300 s on the server, so the
  * transport allows a little more than that before it gives up. */
 #define CLIENT_TIMEOUT_MS 330000L
 #define QUEUE_CACHE 4                   /* queue layouts remembered per client */
-#define SHAPE_HDR 200                   /* "d,d,..." of 8 int64 dims fits easily */
 #define RES_KEEP ((size_t)1 << 20)      /* reply blocks up to this size are kept */
 
 /* What a dequeue reply means: the components of one queue. */
@@ -131,27 +131,6 @@ static enum dg_status query_uint(struct dg_client *c, const char *key, uint64_t 
 	return dg_buf_printf(&c->path, err, "%c%s=%" PRIu64, query_sep(c), key, v);
 }
 
-/* "2,3" for Dg-Shape. A scalar is sent as "[]" (which dg_shape_parse reads as
- * a scalar) because an empty header value is dropped by some HTTP stacks. */
-static void shape_header(const struct dg_shape *s, char *buf, size_t n)
-{
-	size_t off = 0;
-
-	if (s->ndim == 0) {
-		snprintf(buf, n, "[]");
-		return;
-	}
-	buf[0] = '\0';
-	for (int i = 0; i < s->ndim && off < n; i++)
-		off += (size_t)snprintf(buf + off, n - off, "%s%" PRId64, i ? "," : "", s->dim[i]);
-}
-
-/* "\"V\"" for If-Match. */
-static void etag(uint64_t v, char *buf, size_t n)
-{
-	snprintf(buf, n, "\"%" PRIu64 "\"", v);
-}
-
 /* --- sending and reading replies -------------------------------------------- */
 
 /* The reply of the next request: c->res with every field cleared but the body
@@ -255,8 +234,8 @@ static enum dg_status info_from_headers(struct dg_client *c, const char *name,
 			   name, dg_http_client_url(c->http));
 		return DG_EINVAL;
 	}
-	if ((st = dg_dtype_parse(res->dg_dtype, &v.dtype, err)) != DG_OK ||
-	    (st = dg_shape_parse(res->dg_shape, &v.shape, err)) != DG_OK ||
+	if ((st = dg_wire_dtype_parse(res->dg_dtype, &v.dtype, err)) != DG_OK ||
+	    (st = dg_wire_shape_parse(res->dg_shape, &v.shape, err)) != DG_OK ||
 	    (st = dg_shape_numel(&v.shape, &numel, err)) != DG_OK) {
 		dg_err_prefix(err, "reply for variable '%s' from %s", name,
 			      dg_http_client_url(c->http));
@@ -393,33 +372,32 @@ enum dg_status dg_var_stat(struct dg_client *c, const char *name, struct dg_var_
 	return st;
 }
 
-/* A raw variable reply -> owned tensor. A body received with aligned_body
- * becomes the tensor's data without a copy (dg_tensor_adopt checks the length
- * against dtype and shape, as dg_raw_decode does for a body in res->body). */
+/* A variable reply -> owned tensor, decoded by its Content-Type and tensor
+ * headers (dg_wire_decode). A body received with aligned_body becomes the
+ * tensor's data without a copy. */
 static enum dg_status decode_var(struct dg_client *c, const char *name,
 				 struct dg_http_result *res, struct dg_tensor **out,
 				 struct dg_var_info *info, struct dg_err *err)
 {
 	struct dg_var_info v;
+	struct dg_wire_desc d;
+	enum dg_encoding enc;
+	void *block = NULL;
+	const void *body = res->body.data;
+	size_t len = res->body.len;
 	enum dg_status st = info_from_headers(c, name, res, &v, err);
 
+	if (st == DG_OK)
+		st = dg_wire_content_encoding(res->content_type[0] ? res->content_type : NULL,
+					      &enc, err);
 	if (st != DG_OK)
 		return st;
-	if (res->aligned_body && (res->aligned || res->body.len == 0)) {
-		size_t n;
-		void *p = dg_http_result_take_aligned(res, &n);
-		*out = dg_tensor_adopt(v.dtype, &v.shape, p, n, err);
-		if (!*out) {
-			dg_free_aligned(p);
-		} else if (v.dtype == DG_BOOL) {
-			/* As dg_raw_decode: any nonzero byte is true, stored as 1. */
-			uint8_t *b = (*out)->data;
-			for (size_t i = 0; i < n; i++)
-				b[i] = b[i] != 0;
-		}
-	} else {
-		*out = dg_raw_decode(res->body.data, res->body.len, v.dtype, &v.shape, err);
-	}
+	if (res->aligned_body && (res->aligned || res->body.len == 0))
+		body = block = dg_http_result_take_aligned(res, &len);
+	d = (struct dg_wire_desc){ .has_dtype = true, .has_shape = true, .dtype = v.dtype,
+				   .shape = v.shape };
+	*out = dg_wire_decode(enc, body, len, &d, &block, err);
+	dg_free_aligned(block);         /* not adopted (a bad length, npy, text) */
 	if (!*out) {
 		dg_err_prefix(err, "variable '%s' from %s", name, dg_http_client_url(c->http));
 		return err ? err->code : DG_EINVAL;
@@ -647,11 +625,11 @@ static enum dg_status put_body(struct dg_client *c, struct dg_http_header *h, in
 			       uint64_t *version, struct dg_err *err)
 {
 	struct dg_http_result *res;
-	char tag[32];
+	char tag[DG_WIRE_VERSION_LEN];
 	enum dg_status st = DG_OK;
 
 	if (opts && opts->if_match) {
-		etag(opts->if_match, tag, sizeof tag);
+		dg_wire_etag_format(opts->if_match, tag);
 		h[nh++] = (struct dg_http_header){ "If-Match", tag };
 	}
 	if (opts && opts->create_only)
@@ -671,7 +649,7 @@ enum dg_status dg_var_put(struct dg_client *c, const char *name, const struct dg
 			  const struct dg_put_opts *opts, uint64_t *version, struct dg_err *err)
 {
 	struct dg_http_header h[5];
-	char shape[SHAPE_HDR];
+	struct dg_wire_scratch ws;
 	enum dg_status st;
 
 	if (!t)
@@ -679,11 +657,8 @@ enum dg_status dg_var_put(struct dg_client *c, const char *name, const struct dg
 				  name ? name : "");
 	if ((st = path_set(c, "/v1/vars/", name, "", err)) != DG_OK)
 		return st;
-	shape_header(&t->shape, shape, sizeof shape);
-	h[0] = (struct dg_http_header){ "Content-Type", "application/octet-stream" };
-	h[1] = (struct dg_http_header){ "Dg-Dtype", dg_dtype_name(t->dtype) };
-	h[2] = (struct dg_http_header){ "Dg-Shape", shape };
-	return put_body(c, h, 3, t->data, t->nbytes, opts, version, err);
+	int nh = dg_wire_request_headers(t->dtype, &t->shape, &ws, h);
+	return put_body(c, h, nh, t->data, t->nbytes, opts, version, err);
 }
 
 enum dg_status dg_var_put_encoded(struct dg_client *c, const char *name, enum dg_encoding enc,
@@ -711,7 +686,7 @@ enum dg_status dg_var_patch(struct dg_client *c, const char *name, uint64_t offs
 {
 	struct dg_http_header h[3];
 	struct dg_http_result *res;
-	char range[96], tag[32];
+	char range[96], tag[DG_WIRE_VERSION_LEN];
 	int nh = 2;
 	enum dg_status st;
 
@@ -725,7 +700,7 @@ enum dg_status dg_var_patch(struct dg_client *c, const char *name, uint64_t offs
 	h[0] = (struct dg_http_header){ "Content-Type", "application/octet-stream" };
 	h[1] = (struct dg_http_header){ "Content-Range", range };
 	if (if_match) {
-		etag(if_match, tag, sizeof tag);
+		dg_wire_etag_format(if_match, tag);
 		h[nh++] = (struct dg_http_header){ "If-Match", tag };
 	}
 	res = res_begin(c);
@@ -741,12 +716,12 @@ enum dg_status dg_var_delete(struct dg_client *c, const char *name, uint64_t if_
 {
 	struct dg_http_header h = { "If-Match", NULL };
 	struct dg_http_result *res;
-	char tag[32];
+	char tag[DG_WIRE_VERSION_LEN];
 	enum dg_status st;
 
 	if ((st = path_set(c, "/v1/vars/", name, "", err)) != DG_OK)
 		return st;
-	etag(if_match, tag, sizeof tag);
+	dg_wire_etag_format(if_match, tag);
 	h.value = tag;
 	res = res_begin(c);
 	st = send_req(c, "DELETE", &h, if_match ? 1 : 0, NULL, 0, res, err);
@@ -830,7 +805,7 @@ static enum dg_status var_apply(struct dg_client *c, const char *name, const str
 {
 	struct dg_http_header h[4];
 	struct dg_http_result *r;
-	char shape[SHAPE_HDR];
+	struct dg_wire_scratch ws;
 	enum dg_status st;
 	/* Only an async apply can answer with the value (a sync one may wait). */
 	bool want = value && a && a->step < 0;
@@ -843,10 +818,7 @@ static enum dg_status var_apply(struct dg_client *c, const char *name, const str
 	if ((st = path_set(c, "/v1/vars/", name, "/apply", err)) != DG_OK ||
 	    (st = apply_query(c, a, err)) != DG_OK)
 		return st;
-	shape_header(&grad->shape, shape, sizeof shape);
-	h[0] = (struct dg_http_header){ "Content-Type", "application/octet-stream" };
-	h[1] = (struct dg_http_header){ "Dg-Dtype", dg_dtype_name(grad->dtype) };
-	h[2] = (struct dg_http_header){ "Dg-Shape", shape };
+	dg_wire_request_headers(grad->dtype, &grad->shape, &ws, h);
 	/* An async apply needs only the new version: the server answers 204
 	 * with Dg-Version and no JSON to build or parse. Asked for the value,
 	 * it answers 200 with the raw value, as a GET does. */

@@ -19,6 +19,7 @@
 
 #include "dg/log.h"
 #include "dg/tensor.h"
+#include "dg/wire.h"
 
 #define CONNECT_TIMEOUT_MS 5000L
 #define DEFAULT_TIMEOUT_MS 300000L
@@ -166,23 +167,6 @@ static void copy_field(char *dst, size_t cap, const char *v, size_t n)
 	dst[n] = '\0';
 }
 
-static bool parse_u64(const char *v, size_t n, uint64_t *out)
-{
-	char tmp[32];
-	char *end;
-
-	if (n == 0 || n >= sizeof tmp || v[0] < '0' || v[0] > '9')
-		return false;
-	memcpy(tmp, v, n);
-	tmp[n] = '\0';
-	errno = 0;
-	unsigned long long x = strtoull(tmp, &end, 10);
-	if (*end != '\0' || errno == ERANGE)
-		return false;
-	*out = x;
-	return true;
-}
-
 /* One header line "Name: value\r\n" (not NUL-terminated), or a status line. */
 static size_t on_header(char *p, size_t size, size_t n, void *ud)
 {
@@ -223,22 +207,22 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 	} else if (IS("Content-Range")) {
 		copy_field(r->content_range, sizeof r->content_range, v, vl);
 	} else if (IS("Dg-Version")) {
-		if (parse_u64(v, vl, &u))
+		if (dg_wire_u64_parse(v, vl, &u))
 			r->dg_version = u;
 	} else if (IS("Dg-Epoch")) {
-		if (parse_u64(v, vl, &u))
+		if (dg_wire_u64_parse(v, vl, &u))
 			r->dg_epoch = u;
 	} else if (IS("Dg-Count")) {
-		if (parse_u64(v, vl, &u) && u <= INT64_MAX)
+		if (dg_wire_u64_parse(v, vl, &u) && u <= INT64_MAX)
 			r->dg_count = (int64_t)u;
 	} else if (IS("Dg-Step")) {
-		if (parse_u64(v, vl, &u) && u <= INT64_MAX)
+		if (dg_wire_u64_parse(v, vl, &u) && u <= INT64_MAX)
 			r->dg_step = (int64_t)u;
 	} else if (IS("Content-Length")) {
 		/* Size the body once. A failed reservation is not an error here: the
 		 * body callback grows the buffer as data arrives (and reports OOM). */
 		bool aligned = r->aligned_body && !r->sink && c->code >= 200 && c->code < 300;
-		if (!c->head && parse_u64(v, vl, &u) && u < SIZE_MAX / 4) {
+		if (!c->head && dg_wire_u64_parse(v, vl, &u) && u < SIZE_MAX / 4) {
 			if (aligned && u > 0)
 				(void)aligned_reserve(r, (size_t)u);
 			else if (!aligned && dg_buf_reserve(&r->body, (size_t)u, NULL) == DG_OK)

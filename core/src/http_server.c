@@ -17,8 +17,9 @@
  * methods gets 405 with an Allow header.
  *
  * Refusals. Before any handler runs, a request is checked for, in order: the
- * connection limit (429), the header size (431), the token (401), the path
- * (400), the route (404/405) and the declared body size (413); each answer is
+ * connection limit (429), the header size (431), a Host header in HTTP/1.1
+ * (400), the token (401), the path (400), the route (404/405) and the declared
+ * body size (413); each answer is
  * a JSON error naming what failed. A refused request that announces a body is
  * answered from its headers alone, without reading the body, and its
  * connection is closed; the others keep their connection.
@@ -151,6 +152,7 @@ struct dg_http_req {
 	char *uri;                      /* raw request target, owned */
 	char *path;                     /* decoded path, owned */
 	const char *method;             /* MHD's, valid for the request */
+	const char *version;            /* "HTTP/1.1", MHD's, valid for the request */
 	int route;                      /* index into the table, -1 before routing */
 	struct param params[MAX_PARAMS];
 	int n_params;
@@ -681,8 +683,15 @@ static enum MHD_Result queue(struct dg_http_req *r, int status, struct MHD_Respo
 static enum MHD_Result queue_error(struct dg_http_req *r, int http, const struct dg_err *e)
 {
 	enum dg_status code = e->code == DG_OK ? DG_EINTERNAL : e->code;
+	char msg[sizeof e->msg], hint[sizeof e->hint];
+
+	/* dg_err_set keeps its text valid UTF-8; an err filled some other way
+	 * must not turn a refusal into a failure to say why (jansson refuses
+	 * invalid UTF-8, which would read as out of memory). */
+	dg_utf8_escape(e->msg, strnlen(e->msg, sizeof e->msg - 1), msg, sizeof msg);
+	dg_utf8_escape(e->hint, strnlen(e->hint, sizeof e->hint - 1), hint, sizeof hint);
 	json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", dg_status_name(code),
-			      "message", e->msg[0] ? e->msg : "request failed", "hint", e->hint);
+			      "message", msg[0] ? msg : "request failed", "hint", hint);
 	char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	size_t n = txt ? strlen(txt) : 0;
 	char *body = txt ? realloc(txt, n + 2) : NULL;
@@ -875,6 +884,14 @@ static void begin(struct dg_http_server *s, struct dg_http_req *r)
 		refuse(r, 431, &e);
 		return;
 	}
+	/* RFC 9112 section 3.2: an HTTP/1.1 request without Host is a 400. */
+	if (r->version && strcmp(r->version, MHD_HTTP_VERSION_1_0) != 0 &&
+	    !dg_http_header(r, MHD_HTTP_HEADER_HOST)) {
+		dg_err_set(&e, DG_EINVAL, "%s request without a Host header", r->version);
+		dg_err_hint(&e, "HTTP/1.1 requires 'Host: HOST:PORT' (RFC 9112, section 3.2)");
+		refuse(r, 400, &e);
+		return;
+	}
 	if (s->auth) {
 		const char *a = dg_http_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
 		if (!a || !ct_equal(a, strlen(a), s->auth, s->auth_len)) {
@@ -980,6 +997,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		r->started = true;
 		r->conn = conn;
 		r->method = method;
+		r->version = version;
 		r->head = strcmp(method, "HEAD") == 0;
 		begin(s, r);
 		/* A refused request with a body is answered now, so MHD never reads the

@@ -13,7 +13,8 @@ static bool name_char(char ch)
 	       ch == '_' || ch == '.' || ch == '-';
 }
 
-enum dg_status dg_var_name_check(const char *name, struct dg_err *err)
+/* The rule, with or without the limit on a segment's length. */
+static enum dg_status name_check(const char *name, bool seg_limit, struct dg_err *err)
 {
 	size_t len = name ? strlen(name) : 0;
 	const char *seg;
@@ -37,17 +38,38 @@ enum dg_status dg_var_name_check(const char *name, struct dg_err *err)
 				dg_err_hint(err, "names are segments of [A-Za-z0-9_.-] joined by '/'");
 				return DG_EINVAL;
 			}
+			if (seg_limit && n > DG_VAR_SEGMENT_MAX) {
+				dg_err_set(err, DG_EINVAL, "variable name '%.40s...' has a segment of "
+					   "%zu bytes; at most %d", name, n, DG_VAR_SEGMENT_MAX);
+				dg_err_hint(err, "the mount shows each segment as a file name, "
+					    "NAME.npy in npy/, and file names have at most 255 bytes");
+				return DG_EINVAL;
+			}
 			if (*p == '\0')
 				break;
 			seg = p + 1;
 		} else if (!name_char(*p)) {
-			dg_err_set(err, DG_EINVAL, "variable name '%.80s' has the character '%c' (0x%02x)",
-				   name, (*p >= 32 && *p < 127) ? *p : '?', (unsigned char)*p);
+			if (*p > 32 && *p < 127)
+				dg_err_set(err, DG_EINVAL, "variable name '%.80s' has the character "
+					   "'%c'", name, *p);
+			else            /* the name is quoted with such bytes escaped: \xff */
+				dg_err_set(err, DG_EINVAL, "variable name '%.80s' has the byte 0x%02x",
+					   name, (unsigned char)*p);
 			dg_err_hint(err, "names are segments of [A-Za-z0-9_.-] joined by '/'");
 			return DG_EINVAL;
 		}
 	}
 	return DG_OK;
+}
+
+enum dg_status dg_var_name_check(const char *name, struct dg_err *err)
+{
+	return name_check(name, true, err);
+}
+
+enum dg_status dg_var_name_check_stored(const char *name, struct dg_err *err)
+{
+	return name_check(name, false, err);
 }
 
 enum dg_status dg_queue_spec_from_json(const json_t *j, struct dg_queue_spec *out,

@@ -4,6 +4,7 @@
 #include "dg/status.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +35,96 @@ static const struct {
 	[DG_ECLOSED] = { "closed", 410, EPIPE, 19 },
 };
 
+/* Length of the valid UTF-8 sequence at s[0..n) (n >= 1), or 0 when s[0]
+ * does not start one: the rule of RFC 3629, which is jansson's, so that a
+ * message that passes here can always be sent as JSON (no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+	size_t len;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		len = 2;
+		cp = s[0] & 0x1f;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		len = 3;
+		cp = s[0] & 0x0f;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		len = 4;
+		cp = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	if (n < len)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+	    (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+		return 0;
+	return len;
+}
+
+bool dg_utf8_valid(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	for (size_t i = 0, k; i < n; i += k)
+		if (!(k = utf8_seq(p + i, n - i)))
+			return false;
+	return true;
+}
+
+size_t dg_utf8_escape(const char *s, size_t n, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	const unsigned char *p = (const unsigned char *)s;
+	size_t o = 0;
+
+	if (cap == 0)
+		return 0;
+	for (size_t i = 0, k; i < n; i += k) {
+		k = utf8_seq(p + i, n - i);
+		size_t need = k ? k : 4;
+		if (o + need >= cap)
+			break;          /* whole sequences or escapes only: never half of one */
+		if (k) {
+			memcpy(out + o, p + i, k);
+		} else {
+			k = 1;
+			out[o] = '\\';
+			out[o + 1] = 'x';
+			out[o + 2] = hex[p[i] >> 4];
+			out[o + 3] = hex[p[i] & 15];
+		}
+		o += need;
+	}
+	out[o] = '\0';
+	return o;
+}
+
+/* Make the NUL-terminated text in buf[0..cap) valid UTF-8 in place, bytes that
+ * are not escaped as \xNN (cut to fit). Messages quote names, headers and
+ * tokens the user sent; a stray byte must not make the error unsendable. */
+static void text_fix(char *buf, size_t cap)
+{
+	size_t n = strnlen(buf, cap - 1);
+	char tmp[512];
+
+	if (dg_utf8_valid(buf, n))
+		return;
+	if (cap > sizeof tmp)
+		cap = sizeof tmp;
+	dg_utf8_escape(buf, n, tmp, cap);
+	memcpy(buf, tmp, strlen(tmp) + 1);
+}
+
 /* A code outside the table (a peer speaking a newer protocol) reads as internal. */
 static enum dg_status clamp(enum dg_status code)
 {
@@ -45,6 +136,7 @@ enum dg_status dg_err_setv(struct dg_err *err, enum dg_status code, const char *
 	if (err) {
 		err->code = code;
 		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+		text_fix(err->msg, sizeof err->msg);
 		err->hint[0] = '\0';
 	}
 	return code;
@@ -69,6 +161,7 @@ void dg_err_hint(struct dg_err *err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(err->hint, sizeof err->hint, fmt, ap);
 	va_end(ap);
+	text_fix(err->hint, sizeof err->hint);
 }
 
 void dg_err_prefix(struct dg_err *err, const char *fmt, ...)
@@ -100,6 +193,7 @@ void dg_err_prefix(struct dg_err *err, const char *fmt, ...)
 		k += ol;
 	}
 	err->msg[k] = '\0';
+	text_fix(err->msg, sizeof err->msg);
 }
 
 void dg_err_clear(struct dg_err *err)

@@ -390,6 +390,17 @@ bad_write "text whose header names another shape fails with EINVAL" w1 \
 	'cat "'"$TMP"'/othershape.txt" > text/w1' "Invalid argument"
 bad_write "a new file in vars/ (raw bytes carry no dtype) fails with EPERM" w1 \
 	'cp "'"$TMP"'/full.bin" vars/w1new' "Operation not permitted"
+# a name segment of 252 bytes: its npy/NAME.npy (256 bytes) could not exist
+long=$(printf 'a%.0s' $(seq 252))
+printf '# float32 [1]\n7\n' >"$TMP/one.txt"
+bad_write "a 252-byte name segment in text/ fails with EINVAL" w1 \
+	"cp $TMP/one.txt text/$long" "Invalid argument"
+bad_write "and as a directory in npy/ (mkdir) fails with EINVAL" w1 \
+	"mkdir npy/$long" "Invalid argument"
+sh "cp $TMP/one.txt text/${long:4} && cat npy/${long:4}.npy >/dev/null && cat text/${long:4}"
+check "a 248-byte one works in text/ and npy/ (NAME.npy is 252 bytes)" \
+	"$([[ $rc -eq 0 && $(tail -n 1 "$TMP/out") == 7 ]]; echo $?)"
+dgr var rm "${long:4}" "${C[@]}"
 
 # --- streaming writes of odd chunk sizes -------------------------------------------------
 n0=$(commits)

@@ -151,6 +151,16 @@ else
 fi
 run var get 'bad/../name' "${C[@]}"
 check_err "a bad name exits 2" 2 "'..'"
+# a segment the mount could not show as NAME.npy (252 + 4 > 255 bytes)
+long=$(printf 'a%.0s' $(seq 252))
+run var create "m/$long" "${C[@]}" --shape 2
+check_err "create of a 252-byte name segment exits 2" 2 "has a segment of 252 bytes; at most 251"
+run var put "$long" "${C[@]}" --value '[1]'
+check_err "put of a 252-byte name segment exits 2" 2 "at most 251"
+run var create "m/${long:1}" "${C[@]}" --shape 2
+check_has "create of a 251-byte name segment works" 0 "on ps/0"
+run var rm "m/${long:1}" "${C[@]}"
+check_has "and rm of it" 0 "removed m/"
 
 # Random inits: deterministic per seed, inside their bounds.
 run var create g1 "${C[@]}" --shape 2,3 --init glorot --seed 5

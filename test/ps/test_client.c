@@ -227,6 +227,36 @@ Test(client, names_with_slashes_and_dots_round_trip)
 	dg_tensor_free(t);
 }
 
+Test(client, a_name_segment_over_251_bytes_is_refused_before_any_request)
+{
+	char name[300];
+	struct dg_err err = { 0 };
+	struct dg_tensor *t = NULL;
+	float v = 1;
+
+	memset(name, 'a', 252);
+	name[252] = '\0';
+	cr_assert_eq(dg_var_name_check(name, &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "a segment of 252 bytes; at most 251"), "%s", err.msg);
+	cr_assert_eq(dg_var_name_check_stored(name, NULL), DG_OK, "names of a data dir load");
+	cr_assert_eq(dg_var_get(cli, name, &t, NULL, &err), DG_EINVAL);
+	cr_assert_null(t);
+	name[251] = '\0';
+	cr_assert_eq(dg_var_name_check(name, NULL), DG_OK);
+	put_f32(name, 1, &v);
+	t = get(cli, name);
+	dg_tensor_free(t);
+	/* segments of 251 joined: the total limit (256) still holds */
+	name[251] = '/';
+	memset(name + 252, 'b', 4);
+	name[256] = '\0';
+	cr_assert_eq(dg_var_name_check(name, NULL), DG_OK);
+	name[256] = 'b';
+	name[257] = '\0';
+	cr_assert_eq(dg_var_name_check(name, &err), DG_EINVAL);
+	cr_assert_eq(dg_var_name_check_stored(name, NULL), DG_EINVAL);
+}
+
 Test(client, a_four_mib_variable_round_trips)
 {
 	int64_t n = 1 << 20;

@@ -1599,6 +1599,115 @@ Test(routes, bad_names_and_path_traversal_are_refused)
 	expect_unchanged(W0, v);
 }
 
+/* The error's message, which must quote what was sent with bad bytes escaped. */
+static void expect_message_has(struct resp *r, long status, const char *code, const char *sub)
+{
+	json_t *j = body_json(r);
+	const char *m = json_string_value(json_object_get(json_object_get(j, "error"),
+							   "message"));
+
+	cr_assert(m && strstr(m, sub), "wanted '%s' in %.*s", sub, (int)r->body.len,
+		  r->body.data);
+	json_decref(j);
+	expect_error(r, status, code);
+}
+
+Test(routes, bytes_that_are_not_utf8_get_400_quoting_them_escaped)
+{
+	static const char *bad_headers[] = {
+		"Dg-Dtype: \xff\xfe", "Dg-Shape: 2,\xff", "Content-Type: text/\xff",
+		"If-Match: \"\xff\"", "If-None-Match: \xc3",
+	};
+	char name[400], path[1300];
+	struct resp r;
+	uint64_t v = put_w();
+
+	req("PUT", "/v1/vars/%ff%fe", (const char *[]){ "Dg-Dtype: float32", "Dg-Shape: 1",
+	    NULL }, W0, 4, &r);
+	expect_message_has(&r, 400, "invalid_argument", "\\xff\\xfe");
+	req("GET", "/v1/vars/a%ffb", NULL, NULL, 0, &r);
+	expect_message_has(&r, 400, "invalid_argument", "a\\xffb");
+	req("DELETE", "/v1/vars/%c3", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("POST", "/v1/vars/%fe/apply?rule=sgd&lr=1", NULL, W0, sizeof W0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("POST", "/v1/queues/q%ff", (const char *[]){ "Content-Type: application/json", NULL },
+	    "{}", 2, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("POST", "/v1/queues/q%ff/dequeue", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	for (size_t i = 0; i < sizeof bad_headers / sizeof *bad_headers; i++) {
+		req("PUT", "/v1/vars/w", (const char *[]){ bad_headers[i], NULL }, W0, sizeof W0,
+		    &r);
+		cr_assert_eq(r.status, 400, "%s: %ld %.*s", bad_headers[i], r.status,
+			     (int)r.body.len, r.body.data);
+		expect_error(&r, 400, NULL);
+	}
+	req("GET", "/v1/vars/w?format=%ff", NULL, NULL, 0, &r);
+	expect_message_has(&r, 400, "invalid_argument", "\\xff");
+	req("POST", "/v1/vars/w/apply?rule=%ff%ff", NULL, W0, sizeof W0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	/* valid UTF-8 cut in the middle of a character by the message's limits */
+	strcpy(name, "a");
+	for (int i = 0; i < 150; i++)
+		strcat(name, "\xc3\xa9");
+	strcpy(path, "/v1/vars/");
+	for (const char *p = name; *p; p++)
+		snprintf(path + strlen(path), 4, (unsigned char)*p < 128 ? "%c" : "%%%02x",
+			 (unsigned char)*p);
+	req("PUT", path, (const char *[]){ "Dg-Dtype: float32", "Dg-Shape: 1", NULL }, W0, 4,
+	    &r);
+	expect_error(&r, 400, "invalid_argument");
+	expect_unchanged(W0, v);
+}
+
+Test(routes, a_name_segment_over_251_bytes_is_refused_everywhere)
+{
+	char seg[256], path[290];
+	struct resp r;
+
+	memset(seg, 'a', 252);
+	seg[252] = '\0';
+	snprintf(path, sizeof path, "/v1/vars/m/%s", seg);
+	put_f32(path + 9, W0, 1, "1", &r);
+	expect_message_has(&r, 400, "invalid_argument", "segment of 252 bytes");
+	req("GET", path, NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	snprintf(path, sizeof path, "/v1/queues/%s", seg);
+	req("POST", path, (const char *[]){ "Content-Type: application/json", NULL },
+	    "{\"components\": [{\"dtype\": \"float32\", \"shape\": []}]}", 52, &r);
+	expect_error(&r, 400, "invalid_argument");
+	seg[251] = '\0';       /* 251 bytes: NAME.npy is 255 */
+	snprintf(path, sizeof path, "m/%s", seg);
+	cr_assert_eq(put_f32(path, W0, 1, "1", &r), 201);
+	resp_free(&r);
+}
+
+Test(routes, http_1_1_without_host_is_400_and_http_1_0_is_served)
+{
+	struct dg_buf raw = { 0 };
+	struct resp r;
+	static const char no_host[] = "GET /v1/health HTTP/1.1\r\nConnection: close\r\n\r\n";
+	static const char put_no_host[] = "PUT /v1/vars/w HTTP/1.1\r\nDg-Dtype: float32\r\n"
+					  "Dg-Shape: 1\r\nContent-Length: 4\r\n"
+					  "Connection: close\r\n\r\nabcd";
+	static const char old[] = "GET /v1/health HTTP/1.0\r\n\r\n";
+	int st = raw_exchange(no_host, sizeof no_host - 1, false, &raw);
+
+	cr_assert_eq(st, 400);
+	raw_to_resp(&raw, st, &r);
+	expect_message_has(&r, 400, "invalid_argument", "Host");
+	dg_buf_deinit(&raw);
+	st = raw_exchange(put_no_host, sizeof put_no_host - 1, false, &raw);
+	cr_assert_eq(st, 400);
+	dg_buf_deinit(&raw);
+	cr_assert_eq(req("HEAD", "/v1/vars/w", NULL, NULL, 0, &r), 404, "nothing was written");
+	resp_free(&r);
+	st = raw_exchange(old, sizeof old - 1, false, &raw);
+	cr_assert_eq(st, 200);
+	dg_buf_deinit(&raw);
+}
+
 Test(routes, bodies_that_disagree_with_their_headers_are_refused)
 {
 	static const struct { const char *dt, *shape; size_t len; const char *code; } bad[] = {

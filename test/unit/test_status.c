@@ -215,3 +215,51 @@ Test(status, clear_resets_to_ok)
 	cr_assert_str_eq(err.msg, "");
 	cr_assert_str_eq(err.hint, "");
 }
+
+Test(status, utf8_validity_follows_rfc_3629)
+{
+	cr_assert(dg_utf8_valid("plain \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 17));
+	cr_assert_not(dg_utf8_valid("\xff", 1));
+	cr_assert_not(dg_utf8_valid("\xc0\xaf", 2), "overlong '/'");
+	cr_assert_not(dg_utf8_valid("\xe0\x80\xaf", 3), "overlong");
+	cr_assert_not(dg_utf8_valid("\xed\xa0\x80", 3), "a surrogate");
+	cr_assert_not(dg_utf8_valid("\xf4\x90\x80\x80", 4), "above U+10FFFF");
+	cr_assert_not(dg_utf8_valid("\xc3", 1), "cut short");
+	cr_assert_not(dg_utf8_valid("\xc3(", 2));
+}
+
+Test(status, bytes_that_are_not_utf8_are_escaped_whole)
+{
+	char out[16];
+
+	cr_assert_eq(dg_utf8_escape("a\xff\xc3\xa9", 4, out, sizeof out), 7);
+	cr_assert_str_eq(out, "a\\xff\xc3\xa9");
+	/* an escape or a character that does not fit is left out, never cut */
+	cr_assert_eq(dg_utf8_escape("abc\xff", 4, out, 7), 3);
+	cr_assert_str_eq(out, "abc");
+	cr_assert_eq(dg_utf8_escape("abcde\xc3\xa9", 7, out, 7), 5);
+	cr_assert_str_eq(out, "abcde");
+}
+
+Test(status, messages_and_hints_are_always_valid_utf8)
+{
+	struct dg_err err;
+	char name[400] = "a";
+
+	dg_err_set(&err, DG_EINVAL, "variable '%s' is bad", "\xff\xfe");
+	cr_assert_str_eq(err.msg, "variable '\\xff\\xfe' is bad");
+	dg_err_hint(&err, "try '%s'", "\x80");
+	cr_assert_str_eq(err.hint, "try '\\x80'");
+	dg_err_prefix(&err, "PUT /v1/vars/%s", "\xc3");
+	cr_assert_str_eq(err.msg, "PUT /v1/vars/\\xc3: variable '\\xff\\xfe' is bad");
+	/* a message cut by its size in the middle of a character */
+	for (int i = 0; i < 150; i++)
+		strcat(name, "\xc3\xa9");
+	dg_err_set(&err, DG_EINVAL, "%s", name);
+	cr_assert(dg_utf8_valid(err.msg, strlen(err.msg)), "%s", err.msg);
+	cr_assert_gt(strlen(err.msg), 240);
+	dg_err_set(&err, DG_EINVAL, "x%s", name);
+	cr_assert(dg_utf8_valid(err.msg, strlen(err.msg)), "%s", err.msg);
+	dg_err_prefix(&err, "%s", name);
+	cr_assert(dg_utf8_valid(err.msg, strlen(err.msg)), "%s", err.msg);
+}

@@ -14,12 +14,20 @@
 #include "dg/tensor.h"
 
 #define DG_VAR_NAME_MAX 256             /* bytes */
+/* bytes of one segment: NAME.npy, the mount's longest file name for it, must
+ * fit a file name of 255 bytes */
+#define DG_VAR_SEGMENT_MAX 251
 #define DG_QUEUE_MAX_COMPONENTS 16
 
 /* Check a variable (or queue) name: segments of [A-Za-z0-9_.-]+ joined by '/',
- * no empty/"."/".." segment, at most DG_VAR_NAME_MAX bytes. DG_EINVAL naming
- * the name and the rule broken. Shared by client and server. */
+ * no empty/"."/".." segment, each at most DG_VAR_SEGMENT_MAX bytes, at most
+ * DG_VAR_NAME_MAX bytes in all. DG_EINVAL naming the name (bytes that are not
+ * UTF-8 escaped as \xNN) and the rule broken. Shared by client, server and
+ * mount: every new name passes it. */
 enum dg_status dg_var_name_check(const char *name, struct dg_err *err);
+/* The same rule without the segment limit, for names a data directory holds
+ * already (written before the limit existed): the server still loads them. */
+enum dg_status dg_var_name_check_stored(const char *name, struct dg_err *err);
 
 struct dg_var_info {
 	char name[DG_VAR_NAME_MAX + 1];

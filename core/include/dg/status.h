@@ -5,6 +5,8 @@
 #define DG_STATUS_H
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 /* Append-only: these numbers travel over HTTP and into scripts. When a code is
  * retired its number stays reserved. */
@@ -41,7 +43,10 @@ struct dg_err {
 };
 
 /* Fill *err (when not NULL) with code and a printf-style message; clears the
- * hint. Returns code, so callers can write `return dg_err_set(err, ...)`. */
+ * hint. Messages and hints are always valid UTF-8: bytes of the formatted text
+ * that are not (a name or header value the user sent, a multi-byte character
+ * cut by the size limit) are written as \xNN, so every error can travel as
+ * JSON. Returns code, so callers can write `return dg_err_set(err, ...)`. */
 enum dg_status dg_err_set(struct dg_err *err, enum dg_status code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 enum dg_status dg_err_setv(struct dg_err *err, enum dg_status code, const char *fmt,
@@ -55,6 +60,16 @@ void dg_err_prefix(struct dg_err *err, const char *fmt, ...) __attribute__((form
 
 /* Reset to DG_OK with empty text. */
 void dg_err_clear(struct dg_err *err);
+
+/* Is s[0..n) valid UTF-8 (RFC 3629: no overlong forms, surrogates or code
+ * points above U+10FFFF; jansson's rule)? */
+bool dg_utf8_valid(const char *s, size_t n);
+
+/* Copy s[0..n) into out[0..cap) with every byte that is not part of a valid
+ * UTF-8 sequence written as \xNN; stops before a sequence or escape that would
+ * not fit, so the result is always valid UTF-8. NUL-terminates (cap > 0);
+ * returns the length written. For messages that quote what a user sent. */
+size_t dg_utf8_escape(const char *s, size_t n, char *out, size_t cap);
 
 /* Stable snake_case name of a code ("shape_mismatch"), for JSON and logs. */
 const char *dg_status_name(enum dg_status code);
