@@ -74,6 +74,13 @@ struct dg_grad_ctx {
 };
 typedef enum dg_status (*dg_grad_fn)(struct dg_grad_ctx *c);
 
+/* A CUDA kernel: the context (stream, device tensors, attrs) is defined by
+ * kernels/cuda (cuda_internal.h); core/ only carries the pointer, so no header
+ * above kernels/cuda sees a CUDA type. kernels/registry.c sets an op's slot at
+ * start-up in CUDA builds (kernels/cuda/dispatch.c lists them). */
+struct dg_cuda_ctx;
+typedef enum dg_status (*dg_cuda_kernel_fn)(struct dg_cuda_ctx *c);
+
 /* Number of outputs of a node whose count depends on attrs (Split). Returns
  * a count >= 1, or -1 with *err set. */
 typedef int (*dg_num_outputs_fn)(const json_t *attrs, struct dg_err *err);
@@ -112,14 +119,30 @@ struct dg_op_def {
 	dg_num_outputs_fn num_outputs;
 	const struct dg_attr_spec *attrs; /* terminated by {NULL}; other attr names are refused */
 	dg_infer_fn infer;
-	dg_kernel_fn cpu;
-	dg_kernel_fn cuda;                /* NULL: CPU only */
+	dg_kernel_fn cpu;                 /* NULL: the executor runs it (worker ops) */
+	dg_cuda_kernel_fn cuda;           /* NULL: no GPU kernel; set by the registry */
 	dg_grad_fn grad;                  /* NULL: not differentiable */
 	unsigned flags;                   /* DG_OPF_* */
 	const char *doc;                  /* one line */
 };
 
-/* Find an op by name; NULL when unknown. The registry in kernels/ provides one. */
+/* Which layer runs an op, as bits so that a lookup can accept several. Every
+ * op a graph can name is in the one registry of kernels/registry.c with its
+ * layer: kernel ops (a CPU kernel, maybe a CUDA one) are registered by
+ * kernels/ itself; the layers above add their tables at start-up (the worker's
+ * _Send/_Recv/Var* ops, run by its executor; the master's Variable and
+ * ApplyGradient, which placement lowers before anything runs). */
+enum dg_op_layer {
+	DG_OPL_KERNEL = 0x1,
+	DG_OPL_WORKER = 0x2,
+	DG_OPL_MASTER = 0x4,
+};
+#define DG_OPL_ALL (DG_OPL_KERNEL | DG_OPL_WORKER | DG_OPL_MASTER)
+
+/* Find an op by name; NULL when unknown. Each lookup is a view of the one
+ * registry restricted to the layers its callers accept (dg_op_find: kernel
+ * ops; worker_op_find: kernel and worker ops; master_op_find: kernel and
+ * master ops), so graph validation resolves every name through it. */
 typedef const struct dg_op_def *(*dg_op_lookup_fn)(const char *name);
 
 /* --- attribute accessors: used by infer functions and kernels --------------
