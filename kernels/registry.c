@@ -1,6 +1,7 @@
 /* The op registry: one sorted index of every op a graph can name, each with
  * the layer that runs it (dg/op.h, enum dg_op_layer). The kernel families of
- * kernels/cpu are indexed here on first use; the layers above add their own
+ * kernels/cpu are indexed here on first use, each op's CUDA kernel set from
+ * kernels/cuda's table in CUDA builds; the layers above add their own
  * tables at start-up through dg_op_register (worker/ops.c: _Send, _Recv, the
  * Var* ops; the master: Variable, ApplyGradient), so nothing in kernels/ calls
  * up and every lookup, whatever layers it accepts, reads this one index. Also
@@ -13,8 +14,10 @@
 #include <string.h>
 
 #include "cpu/cpu.h"
+#include "cuda/cuda_kernels.h"
+#include "dg/log.h"
 
-static const struct dg_op_def *const families[] = {
+static struct dg_op_def *const families[] = {
 	dg_ops_basic, dg_ops_eltwise, dg_ops_reduce, dg_ops_nn,
 	dg_ops_matmul, dg_ops_array, dg_ops_random, dg_ops_grad, dg_ops_data,
 };
@@ -40,6 +43,26 @@ static int by_name(const void *a, const void *b)
 	return strcmp(x->def->name, y->def->name);
 }
 
+static const struct entry *search(const char *name);
+
+/* Point each kernel op that has a GPU kernel at it (CUDA builds; the table is
+ * empty otherwise). Runs once, before the index is first read, so the slots
+ * never change under a reader. */
+static void set_cuda_kernels(void)
+{
+	for (const struct dg_cuda_kernel_entry *k = dg_cuda_kernels; k->op; k++) {
+		const struct entry *e = search(k->op);
+		if (!e || e->layer != DG_OPL_KERNEL) {
+			dg_log(DG_LOG_ERROR, "kernels", "CUDA kernel for unknown op '%s'", k->op);
+			continue;
+		}
+		for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+			for (struct dg_op_def *op = families[f]; op->name; op++)
+				if (op == e->def)
+					op->cuda = k->run;
+	}
+}
+
 static void build_index(void)
 {
 	pthread_rwlock_wrlock(&index_mu);
@@ -48,6 +71,7 @@ static void build_index(void)
 			if (n_index < MAX_OPS)
 				index_[n_index++] = (struct entry){ op, DG_OPL_KERNEL };
 	qsort(index_, (size_t)n_index, sizeof index_[0], by_name);
+	set_cuda_kernels();
 	pthread_rwlock_unlock(&index_mu);
 }
 

@@ -1603,7 +1603,7 @@ static enum dg_status ones_like_cpu(struct dg_kernel_ctx *c)
 
 /* --- the table ---------------------------------------------------------- */
 
-const struct dg_op_def dg_ops_array[] = {
+struct dg_op_def dg_ops_array[] = {
 	{ "Slice", 1, 1, 1, NULL, slice_attrs, slice_infer, slice_cpu, NULL, cpu_grad_slice, 0,
 	  "x[begin : begin + size] per dimension" },
 	{ "StridedSlice", 1, 1, 1, NULL, strided_slice_attrs, strided_slice_infer,

@@ -171,7 +171,7 @@ static const struct dg_attr_spec placeholder_attrs[] = {
 
 static const struct dg_attr_spec no_attrs[] = { { NULL } };
 
-const struct dg_op_def dg_ops_basic[] = {
+struct dg_op_def dg_ops_basic[] = {
 	{ .name = "Const", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
 	  .attrs = const_attrs, .infer = const_infer, .cpu = const_cpu,
 	  .flags = DG_OPF_SOURCE, .doc = "a constant tensor given as a JSON literal" },

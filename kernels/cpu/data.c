@@ -673,7 +673,7 @@ static enum dg_status shard_cpu(struct dg_kernel_ctx *c)
 	return st;
 }
 
-const struct dg_op_def dg_ops_data[] = {
+struct dg_op_def dg_ops_data[] = {
 	{ .name = "ShardBatch", .min_inputs = 2, .max_inputs = 2, .n_outputs = 2,
 	  .attrs = shard_attrs, .infer = shard_infer, .cpu = shard_cpu, .flags = DG_OPF_STATEFUL,
 	  .doc = "batch number `step` of this worker's shard of (examples, labels), reshuffled "

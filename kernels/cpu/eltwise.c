@@ -973,7 +973,7 @@ BINARY_FNS(ge)
 #define BINARY(name, op, doc) \
 	{ name, 2, 2, 1, NULL, no_attrs, infer_##op, k_##op, NULL, GRAD_##op, 0, doc }
 
-const struct dg_op_def dg_ops_eltwise[] = {
+struct dg_op_def dg_ops_eltwise[] = {
 	UNARY("Neg", neg, "-x; signed integers wrap (Neg(INT_MIN) = INT_MIN)"),
 	UNARY("Abs", abs, "|x|; signed integers wrap (Abs(INT_MIN) = INT_MIN)"),
 	UNARY("Square", square, "x * x; integers wrap around"),

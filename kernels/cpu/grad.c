@@ -504,7 +504,7 @@ static enum dg_status k_sparse_g(struct dg_kernel_ctx *c)
 	return o ? DG_OK : out_failed(c);
 }
 
-const struct dg_op_def dg_ops_grad[] = {
+struct dg_op_def dg_ops_grad[] = {
 	{ .name = "SumToShapeOf", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
 	  .attrs = no_attrs, .infer = infer_like, .cpu = k_sum_to,
 	  .doc = "gradient helper: x summed over the dims along which like's shape broadcasts "

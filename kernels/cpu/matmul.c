@@ -435,7 +435,7 @@ static enum dg_status bmm_cpu(struct dg_kernel_ctx *c)
 	return DG_OK;
 }
 
-const struct dg_op_def dg_ops_matmul[] = {
+struct dg_op_def dg_ops_matmul[] = {
 	{
 		.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
 		.attrs = matmul_attrs, .infer = matmul_infer, .cpu = matmul_cpu,

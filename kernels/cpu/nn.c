@@ -510,7 +510,7 @@ static enum dg_status k_sparse_xent(struct dg_kernel_ctx *c)
 
 static const struct dg_attr_spec no_attrs[] = { { NULL } };
 
-const struct dg_op_def dg_ops_nn[] = {
+struct dg_op_def dg_ops_nn[] = {
 	{ .name = "Softmax", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = softmax_attrs, .infer = infer_softmax, .cpu = k_softmax,
 	  .grad = cpu_grad_softmax,

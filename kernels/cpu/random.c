@@ -404,7 +404,7 @@ static const struct dg_attr_spec glorot_spec[] = {
 
 #define RND_FLAGS (DG_OPF_SOURCE | DG_OPF_STATEFUL)
 
-const struct dg_op_def dg_ops_random[] = {
+struct dg_op_def dg_ops_random[] = {
 	{ "RandomUniform", 0, 0, 1, NULL, uniform_spec, uniform_infer, uniform_cpu, NULL, NULL,
 	  RND_FLAGS, "uniform in [minval, maxval); float32/64, or int32/64 with integer bounds" },
 	{ "RandomNormal", 0, 0, 1, NULL, normal_spec, normal_infer, normal_cpu, NULL, NULL,

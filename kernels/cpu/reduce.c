@@ -773,7 +773,7 @@ static const struct dg_attr_spec argmax_attrs_spec[] = {
 	{ NULL },
 };
 
-const struct dg_op_def dg_ops_reduce[] = {
+struct dg_op_def dg_ops_reduce[] = {
 	{ .name = "Sum", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = reduce_attrs, .infer = infer_sum, .cpu = k_sum,
 	  .grad = cpu_grad_sum,

@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "dg/cuda.h"
 #include "dg/gpu.h"
 #include "dg/kernels.h"
 
@@ -78,6 +79,31 @@ Test(registry, unknown_names_are_not_found)
 	cr_assert_null(dg_op_find("add"));   /* names are case-sensitive */
 	cr_assert_null(dg_op_find(""));
 	cr_assert_null(dg_op_find(NULL));
+}
+
+/* A CUDA build's GPU kernels are in their ops' entries (the executor asks the
+ * entry, never a name table); a build without CUDA has none. */
+Test(registry, cuda_kernels_are_reachable_from_their_entries)
+{
+	static const char *const gpu_ops[] = { "Add", "MatMul", "Relu", "Sum", "Softmax",
+					       "SparseSoftmaxCrossEntropyWithLogits", "ReluGrad",
+					       "GlorotUniform", "Reshape", "Cast" };
+	int n_cuda = 0;
+
+	for (int i = 0; i < dg_op_count(); i++) {
+		const struct dg_op_def *op = dg_op_at(i);
+		n_cuda += op->cuda != NULL;
+		cr_assert_eq(dg_cuda_supports(op), op->cuda != NULL, "%s", op->name);
+	}
+	for (size_t i = 0; i < sizeof gpu_ops / sizeof gpu_ops[0]; i++)
+		cr_assert_eq(dg_op_find(gpu_ops[i])->cuda != NULL, dg_gpu_built(), "%s",
+			     gpu_ops[i]);
+	if (dg_gpu_built())
+		cr_assert_gt(n_cuda, 50, "a CUDA build has kernels for most ops");
+	else
+		cr_assert_eq(n_cuda, 0);
+	cr_assert_null(dg_op_find("Placeholder")->cuda);
+	cr_assert_null(dg_op_find("IdxReader")->cuda);
 }
 
 static enum dg_status infer_nothing(struct dg_infer_ctx *c)
