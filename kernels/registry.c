@@ -218,7 +218,9 @@ enum dg_status dg_op_run(const struct dg_op_def *op, const json_t *attrs,
 	}
 	if (st == DG_OK) {
 		struct dg_kernel_ctx c = {
-			.attrs = attrs, .n_in = n_in, .in = in, .n_out = n_out, .out = out,
+			/* A JSON view: one call, nothing to parse ahead of. */
+			.attrs = dg_attrs_of_json(attrs), .n_in = n_in, .in = in,
+			.n_out = n_out, .out = out,
 			.step = step, .err = err,
 		};
 		st = op->cpu(&c);

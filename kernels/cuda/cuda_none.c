@@ -132,3 +132,11 @@ void dg_cuda_host_free(void *p)
 {
 	(void)p;
 }
+
+enum dg_status dg_cuda_run_attrs(struct dg_cuda_stream *s, const struct dg_op_def *op,
+				 struct dg_attrs attrs, const struct dg_cuda_tensor *const *in,
+				 int n_in, struct dg_cuda_tensor **out, int n_out, uint64_t step,
+				 struct dg_err *err)
+{
+	return dg_cuda_run(s, op, attrs.json, in, n_in, out, n_out, step, err);
+}

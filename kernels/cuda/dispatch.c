@@ -313,7 +313,7 @@ static void walk_bcast(struct dgc_walk *w, const struct dg_shape *out,
 struct dg_cuda_ctx {
 	struct dg_cuda_stream *s;
 	const struct dg_op_def *op;
-	const json_t *attrs;
+	struct dg_attrs attrs;
 	const struct dg_cuda_tensor *const *in;
 	int n_in;
 	struct dg_cuda_tensor **out;
@@ -410,7 +410,7 @@ static enum dg_status run_cast(struct dg_cuda_ctx *r)
  * negative counts from the end). Inference has validated it already. */
 static enum dg_status axes_mask(struct dg_cuda_ctx *r, int ndim, unsigned *mask)
 {
-	const json_t *a = r->attrs ? json_object_get(r->attrs, "axis") : NULL;
+	const json_t *a = dg_attrs_get(r->attrs, "axis");
 	int64_t ax[DG_MAX_DIMS * 4];
 	int n = 0;
 
@@ -524,7 +524,7 @@ static void around(const struct dg_shape *s, int axis, int64_t *outer, int64_t *
 static enum dg_status int_axis(struct dg_cuda_ctx *r, int64_t def, int ndim, int *axis)
 {
 	int64_t a;
-	enum dg_status st = dg_attr_int(r->attrs, "axis", &def, &a, r->err);
+	enum dg_status st = dg_attrs_int(r->attrs, "axis", &def, &a, r->err);
 
 	if (st != DG_OK)
 		return st;
@@ -623,7 +623,7 @@ static enum dg_status run_slice(struct dg_cuda_ctx *r)
 	int64_t begin[DG_MAX_DIMS], st_in[DG_MAX_DIMS], st_out[DG_MAX_DIMS], off = 0;
 	struct dgc_walk w = { .nd = o->shape.ndim };
 	int nb;
-	enum dg_status st = dg_attr_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
+	enum dg_status st = dg_attrs_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
 					 r->err);
 
 	if (st != DG_OK || o->numel == 0)
@@ -651,7 +651,7 @@ static enum dg_status run_transpose(struct dg_cuda_ctx *r)
 	int64_t perm[DG_MAX_DIMS], st_in[DG_MAX_DIMS], st_out[DG_MAX_DIMS];
 	int nd = x->shape.ndim, np;
 	struct dgc_walk w = { .nd = nd };
-	enum dg_status st = dg_attr_ints(r->attrs, "perm", false, perm, DG_MAX_DIMS, &np, r->err);
+	enum dg_status st = dg_attrs_ints(r->attrs, "perm", false, perm, DG_MAX_DIMS, &np, r->err);
 
 	if (st != DG_OK || o->numel == 0)
 		return st;
@@ -746,7 +746,7 @@ static enum dg_status run_random(struct dg_cuda_ctx *r, enum rnd_kind kind)
 	int64_t seed, ia = 0, ib = 0;
 	double a = 0, b = 1;
 	unsigned long long bad;
-	enum dg_status st = dg_attr_int(r->attrs, "seed", &zero_seed, &seed, r->err);
+	enum dg_status st = dg_attrs_int(r->attrs, "seed", &zero_seed, &seed, r->err);
 	struct dgc_philox g = philox_of((uint64_t)seed, r->step);
 
 	if (st != DG_OK || o->numel == 0)
@@ -757,21 +757,21 @@ static enum dg_status run_random(struct dg_cuda_ctx *r, enum rnd_kind kind)
 			a = -b;
 		} else if (o->dtype == DG_I32 || o->dtype == DG_I64) {
 			/* Inference checked both are integers with maxval > minval. */
-			ia = json_integer_value(json_object_get(r->attrs, "minval"));
-			ib = json_integer_value(json_object_get(r->attrs, "maxval"));
+			ia = json_integer_value(dg_attrs_get(r->attrs, "minval"));
+			ib = json_integer_value(dg_attrs_get(r->attrs, "maxval"));
 		} else {
-			st = dg_attr_float(r->attrs, "minval", &zero, &a, r->err);
+			st = dg_attrs_float(r->attrs, "minval", &zero, &a, r->err);
 			if (st == DG_OK)
-				st = dg_attr_float(r->attrs, "maxval", &one, &b, r->err);
+				st = dg_attrs_float(r->attrs, "maxval", &one, &b, r->err);
 			if (st != DG_OK)
 				return st;
 		}
 		return launched(r, dgc_uniform((int)o->dtype, o->data, o->numel, g, a, b, ia, ib,
 					       r->s->s));
 	}
-	st = dg_attr_float(r->attrs, "mean", &zero, &a, r->err);
+	st = dg_attrs_float(r->attrs, "mean", &zero, &a, r->err);
 	if (st == DG_OK)
-		st = dg_attr_float(r->attrs, "stddev", &one, &b, r->err);
+		st = dg_attrs_float(r->attrs, "stddev", &one, &b, r->err);
 	if (st == DG_OK)
 		st = flag_reset(r->s, r->err);
 	if (st == DG_OK)
@@ -918,7 +918,7 @@ static enum dg_status run_unreduce(struct dg_cuda_ctx *r)
 		return no_kernel(r, g->dtype);
 	st = axes_mask(r, like->shape.ndim, &mask);
 	if (st == DG_OK)
-		st = dg_attr_bool(r->attrs, "mean", &no, &mean, r->err);
+		st = dg_attrs_bool(r->attrs, "mean", &no, &mean, r->err);
 	if (st != DG_OK)
 		return st;
 	for (int i = 0; i < keep.ndim; i++) {
@@ -957,7 +957,7 @@ static enum dg_status run_slice_grad(struct dg_cuda_ctx *r)
 	int64_t begin[DG_MAX_DIMS], st_g[DG_MAX_DIMS], st_o[DG_MAX_DIMS], off = 0;
 	struct dgc_walk w = { .nd = g->shape.ndim };
 	int nb = 0;
-	enum dg_status st = dg_attr_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
+	enum dg_status st = dg_attrs_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
 					 r->err);
 
 	if (st != DG_OK)
@@ -1102,7 +1102,8 @@ bool dg_cuda_supports(const struct dg_op_def *op)
 	return op && op->cuda;
 }
 
-/* Arity, attrs and output types through the op's own checks. */
+/* Arity, attrs and output types through the op's own checks (which read the
+ * JSON: inference has no table). */
 static enum dg_status infer_outputs(const struct dg_op_def *op, const json_t *attrs,
 				    const struct dg_cuda_tensor *const *in, int n_in,
 				    struct dg_ttype *ot, int n_out, struct dg_err *err)
@@ -1144,6 +1145,14 @@ enum dg_status dg_cuda_run(struct dg_cuda_stream *s, const struct dg_op_def *op,
 			   struct dg_cuda_tensor **out, int n_out, uint64_t step,
 			   struct dg_err *err)
 {
+	return dg_cuda_run_attrs(s, op, dg_attrs_of_json(attrs), in, n_in, out, n_out, step, err);
+}
+
+enum dg_status dg_cuda_run_attrs(struct dg_cuda_stream *s, const struct dg_op_def *op,
+				 struct dg_attrs attrs, const struct dg_cuda_tensor *const *in,
+				 int n_in, struct dg_cuda_tensor **out, int n_out, uint64_t step,
+				 struct dg_err *err)
+{
 	dg_cuda_kernel_fn f = op ? op->cuda : NULL;
 	json_t *empty = NULL;
 	struct dg_ttype ot[4];
@@ -1160,8 +1169,8 @@ enum dg_status dg_cuda_run(struct dg_cuda_stream *s, const struct dg_op_def *op,
 	}
 	if (n_out < 1 || n_out > 4)
 		return dg_err_set(err, DG_EINVAL, "%s: %d outputs requested", op->name, n_out);
-	if (!attrs)
-		attrs = empty = json_object();
+	if (!attrs.json)
+		attrs.json = empty = json_object();
 	for (int i = 0; i < n_in; i++) {
 		if (in[i] && in[i]->device != s->device) {
 			st = dg_err_set(err, DG_EINVAL,
@@ -1170,7 +1179,7 @@ enum dg_status dg_cuda_run(struct dg_cuda_stream *s, const struct dg_op_def *op,
 			goto out;
 		}
 	}
-	st = infer_outputs(op, attrs, in, n_in, ot, n_out, err);
+	st = infer_outputs(op, attrs.json, in, n_in, ot, n_out, err);
 	if (st == DG_OK)
 		st = cuda_set_device(s->device, err);
 	for (int i = 0; st == DG_OK && i < n_out; i++) {
