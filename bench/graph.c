@@ -48,6 +48,7 @@ struct opts {
 	bool quick;
 	bool strict;                    /* exit 4 when a target is missed */
 	bool overlap;                   /* case 4 only */
+	bool steps_only;                /* case 2 only */
 	int runs;                       /* process runs of case 1 */
 	int steps;                      /* steps per job of case 2 */
 	int jobs;                       /* jobs per side of cases 2 and 3 */
@@ -868,7 +869,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: bench_graph [--quick] [--strict] [--dg PATH] [--seed GRAPH.json]\n"
 		"                   [--runs N] [--steps N] [--jobs N] [--task-cpus A,B]\n"
-		"                   [--client-cpu C] [--overlap]\n"
+		"                   [--client-cpu C] [--overlap | --steps-only]\n"
 		"  --quick         a smoke run of a few seconds (fewer runs, steps and jobs)\n"
 		"  --strict        exit 4 when a target is missed\n"
 		"  --runs N        processes of each kind for the seed latency (default 21)\n"
@@ -876,6 +877,7 @@ static void usage(void)
 		"  --jobs N        jobs per side of the step and 64 MiB cases (default 3)\n"
 		"  --task-cpus A,B pin task 0 to cpu A and task 1 to cpu B (default 0,1; -1: no)\n"
 		"  --client-cpu C  pin the bench and the processes it runs (default 0; -1: no)\n"
+		"  --steps-only    run only the per-step case (for A/B runs and profiles)\n"
 		"  --overlap       only case 4: a training step's ps requests on the worker's I/O\n"
 		"                  pool against one after the other\n");
 	exit(1);
@@ -926,6 +928,8 @@ int main(int argc, char **argv)
 			O.strict = true;
 		} else if (!strcmp(argv[i], "--overlap")) {
 			O.overlap = true;
+		} else if (!strcmp(argv[i], "--steps-only")) {
+			O.steps_only = true;
 		} else if (!strcmp(argv[i], "--dg") && i + 1 < argc) {
 			O.dg_path = argv[++i];
 		} else if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
@@ -979,6 +983,8 @@ int main(int argc, char **argv)
 		die("client for %s: %s", addr[0], err.msg);
 	if (O.overlap) {
 		case_overlap();
+	} else if (O.steps_only) {
+		case_steps();
 	} else {
 		case_seed();
 		fflush(stdout);

@@ -61,8 +61,14 @@ struct run {
 	unsigned char *needed;           /* per node: must run for the fetches */
 	struct dg_edge *fetch;
 	int n_fetch;
+	struct dg_attr_table **tab;      /* per node, owned: its attrs parsed for the run */
 	struct dg_err *err;
 };
+
+static struct dg_attrs attrs_of(const struct run *r, int v)
+{
+	return dg_attr_table_view(r->tab[v]);
+}
 
 static int value_of(const struct run *r, struct dg_edge e)
 {
@@ -217,13 +223,13 @@ static bool dev_type_ok(const struct dg_ttype *want, const struct dg_cuda_tensor
  * receives owned device outputs checked against n's inference. *fallback is
  * set (and err cleared) when the kernel does not cover these dtypes: the
  * caller then runs the CPU kernel. The caller prefixes errors with the node. */
-static enum dg_status gpu_kernel(const struct dg_node *n, struct dg_cuda_stream *s,
-				 const struct dg_cuda_tensor *const *din,
+static enum dg_status gpu_kernel(const struct dg_node *n, struct dg_attrs a,
+				 struct dg_cuda_stream *s, const struct dg_cuda_tensor *const *din,
 				 struct dg_cuda_tensor **dout, uint64_t step, bool *fallback,
 				 struct dg_err *err)
 {
-	enum dg_status st = dg_cuda_run(s, n->op, n->attrs, din, n->n_in, dout, n->n_out, step,
-					err);
+	enum dg_status st = dg_cuda_run_attrs(s, n->op, a, din, n->n_in, dout, n->n_out, step,
+					      err);
 
 	*fallback = false;
 	if (st == DG_EUNSUPPORTED || st == DG_EDTYPE) {
@@ -253,7 +259,7 @@ static enum dg_status gpu_kernel(const struct dg_node *n, struct dg_cuda_stream 
 /* One node on GPU k with host inputs and outputs (dg_exec_kernel's path, for
  * callers that keep values on the host): upload, run, download, then free the
  * device copies once the downloads have synchronised the stream. */
-static enum dg_status gpu_kernel_host(const struct dg_node *n, int k,
+static enum dg_status gpu_kernel_host(const struct dg_node *n, struct dg_attrs a, int k,
 				      const struct dg_tensor *const *ins, struct dg_tensor **outs,
 				      uint64_t step, bool *fallback, struct dg_err *err)
 {
@@ -274,7 +280,7 @@ static enum dg_status gpu_kernel_host(const struct dg_node *n, int k,
 		else
 			count_copy(&n_uploads, &n_upload_bytes, ins[i]->nbytes);
 	if (st == DG_OK)
-		st = gpu_kernel(n, s, (const struct dg_cuda_tensor *const *)din, small_out, step,
+		st = gpu_kernel(n, a, s, (const struct dg_cuda_tensor *const *)din, small_out, step,
 				fallback, err);
 	for (int o = 0; st == DG_OK && o < n->n_out; o++)
 		if (!(outs[o] = dg_cuda_download(s, small_out[o], err)))
@@ -564,7 +570,8 @@ static const struct dg_cuda_tensor *dev_of(struct run *r, int v, struct dg_cuda_
 }
 
 /* Node n's CPU kernel (the fallback of GPU nodes too). */
-static enum dg_status cpu_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
+static enum dg_status cpu_kernel(const struct dg_node *n, struct dg_attrs a,
+				 const struct dg_tensor *const *ins,
 				 struct dg_tensor **outs, uint64_t step, struct dg_err *err)
 {
 	enum dg_status st;
@@ -574,7 +581,7 @@ static enum dg_status cpu_kernel(const struct dg_node *n, const struct dg_tensor
 		st = dg_err_set(err, DG_EUNSUPPORTED, "op has no CPU kernel");
 	} else {
 		struct dg_kernel_ctx c = {
-			.attrs = n->attrs, .n_in = n->n_in, .in = ins, .n_out = n->n_out,
+			.attrs = a, .n_in = n->n_in, .in = ins, .n_out = n->n_out,
 			.out = outs, .step = step, .err = err,
 		};
 		st = n->op->cpu(&c);
@@ -606,16 +613,23 @@ static enum dg_status cpu_kernel(const struct dg_node *n, const struct dg_tensor
 enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
 			      struct dg_tensor **outs, uint64_t step, struct dg_err *err)
 {
+	return dg_exec_kernel_attrs(n, dg_attrs_of_json(n->attrs), ins, outs, step, err);
+}
+
+enum dg_status dg_exec_kernel_attrs(const struct dg_node *n, struct dg_attrs a,
+				    const struct dg_tensor *const *ins, struct dg_tensor **outs,
+				    uint64_t step, struct dg_err *err)
+{
 	int k = node_gpu(n);
 
 	memset(outs, 0, (size_t)n->n_out * sizeof *outs);
 	if (k >= 0) {
 		bool fallback;
-		enum dg_status st = gpu_kernel_host(n, k, ins, outs, step, &fallback, err);
+		enum dg_status st = gpu_kernel_host(n, a, k, ins, outs, step, &fallback, err);
 		if (!fallback)
 			return st;
 	}
-	return cpu_kernel(n, ins, outs, step, err);
+	return cpu_kernel(n, a, ins, outs, step, err);
 }
 
 /* ------------------------------------------- fragment runs (dg_exec_gpu) */
@@ -713,8 +727,8 @@ void dg_exec_gpu_copies(struct dg_exec_gpu_copies *out)
 
 /* dg_exec_kernel_ids on the CPU: inputs that exist only in device memory are
  * downloaded into temporaries. */
-static enum dg_status cpu_kernel_ids(const struct dg_node *n, struct dg_exec_gpu *g,
-				     const int *in_ids, const struct dg_tensor *const *ins,
+static enum dg_status cpu_kernel_ids(const struct dg_node *n, struct dg_attrs a,
+				     struct dg_exec_gpu *g, const int *in_ids, const struct dg_tensor *const *ins,
 				     struct dg_tensor **outs, uint64_t step, struct dg_err *err)
 {
 	const struct dg_tensor *small_h[8], **h = small_h;
@@ -743,7 +757,7 @@ static enum dg_status cpu_kernel_ids(const struct dg_node *n, struct dg_exec_gpu
 		}
 	}
 	if (st == DG_OK)
-		st = cpu_kernel(n, h, outs, step, err);
+		st = cpu_kernel(n, a, h, outs, step, err);
 	for (int i = 0; i < n->n_in; i++)
 		dg_tensor_free(tmp[i]);
 	if (h != small_h) {
@@ -758,6 +772,15 @@ enum dg_status dg_exec_kernel_ids(const struct dg_node *n, struct dg_exec_gpu *g
 				  const int *out_ids, struct dg_tensor **outs, uint64_t step,
 				  struct dg_err *err)
 {
+	return dg_exec_kernel_ids_attrs(n, dg_attrs_of_json(n->attrs), g, in_ids, ins, out_ids,
+					outs, step, err);
+}
+
+enum dg_status dg_exec_kernel_ids_attrs(const struct dg_node *n, struct dg_attrs a,
+					struct dg_exec_gpu *g, const int *in_ids,
+					const struct dg_tensor *const *ins, const int *out_ids,
+					struct dg_tensor **outs, uint64_t step, struct dg_err *err)
+{
 	const struct dg_cuda_tensor *small_in[8], **din = small_in;
 	struct dg_cuda_tensor *dout[4] = { 0 };
 	struct dg_cuda_stream *s;
@@ -767,7 +790,7 @@ enum dg_status dg_exec_kernel_ids(const struct dg_node *n, struct dg_exec_gpu *g
 
 	memset(outs, 0, (size_t)n->n_out * sizeof *outs);
 	if (k < 0)
-		return cpu_kernel_ids(n, g, in_ids, ins, outs, step, err);
+		return cpu_kernel_ids(n, a, g, in_ids, ins, outs, step, err);
 	if (n->n_in > 8 && !(din = calloc((size_t)n->n_in, sizeof *din))) {
 		dg_err_set(err, DG_ENOMEM, "out of memory");
 		dg_err_prefix(err, "node '%s' (%s)", n->name, n->op->name);
@@ -778,11 +801,11 @@ enum dg_status dg_exec_kernel_ids(const struct dg_node *n, struct dg_exec_gpu *g
 		if (!(din[i] = gx_dev(g, in_ids[i], ins[i], s, err)))
 			st = err->code;
 	if (st == DG_OK)
-		st = gpu_kernel(n, s, din, dout, step, &fallback, err);
+		st = gpu_kernel(n, a, s, din, dout, step, &fallback, err);
 	if (din != small_in)
 		free(din);
 	if (fallback)
-		return cpu_kernel_ids(n, g, in_ids, ins, outs, step, err);
+		return cpu_kernel_ids(n, a, g, in_ids, ins, outs, step, err);
 	if (st != DG_OK) {
 		dg_err_prefix(err, "node '%s' (%s)", n->name, n->op->name);
 		return st;
@@ -811,7 +834,7 @@ static enum dg_status run_node_gpu(struct run *r, int v, int k,
 			st = r->err->code;
 	memset(dout, 0, (size_t)n->n_out * sizeof *dout);
 	if (st == DG_OK)
-		st = gpu_kernel(n, s, din, dout, step, fallback, r->err);
+		st = gpu_kernel(n, attrs_of(r, v), s, din, dout, step, fallback, r->err);
 	if (st != DG_OK) {
 		if (!*fallback)
 			dg_err_prefix(r->err, "node '%s' (%s)", n->name, n->op->name);
@@ -846,7 +869,7 @@ static enum dg_status run_node(struct run *r, int v, const struct dg_tensor **in
 		for (int k = 0; k < n->n_in; k++)
 			if (!(ins[k] = host_of(r, value_of(r, n->in[k]))))
 				return r->err->code;
-		st = cpu_kernel(n, ins, outs, step, r->err);
+		st = cpu_kernel(n, attrs_of(r, v), ins, outs, step, r->err);
 		if (st != DG_OK)
 			return st;
 		for (int o = 0; o < n->n_out; o++) {
@@ -859,6 +882,19 @@ static enum dg_status run_node(struct run *r, int v, const struct dg_tensor **in
 	}
 	for (int k = 0; k < n->n_in; k++)
 		release(r, value_of(r, n->in[k]));
+	return DG_OK;
+}
+
+/* The attr table of every node that runs, parsed once for the run. */
+static enum dg_status parse_attrs(struct run *r)
+{
+	for (int v = 0; v < r->g->n_nodes; v++) {
+		const struct dg_node *n = &r->g->nodes[v];
+		if (r->needed[v] && !(r->tab[v] = dg_attr_table_new(n->attrs, r->err))) {
+			dg_err_prefix(r->err, "node '%s' (%s)", n->name, n->op->name);
+			return r->err->code;
+		}
+	}
 	return DG_OK;
 }
 
@@ -954,7 +990,8 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
 	r.needed = calloc((size_t)g->n_nodes + 1, 1);
 	r.gx.dev = calloc((size_t)r.n_values + 1, sizeof *r.gx.dev);
 	r.gx.n_values = r.n_values;
-	if (!r.val || !r.fed || !r.uses || !r.needed || !r.gx.dev) {
+	r.tab = calloc((size_t)g->n_nodes + 1, sizeof *r.tab);
+	if (!r.val || !r.fed || !r.uses || !r.needed || !r.gx.dev || !r.tab) {
 		st = dg_err_set(r.err, DG_ENOMEM, "out of memory for a run of %d nodes",
 				g->n_nodes);
 		goto out;
@@ -964,6 +1001,8 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
 		st = apply_feeds(&r, feeds, n_feeds);
 	if (st == DG_OK)
 		st = mark_needed(&r);
+	if (st == DG_OK)
+		st = parse_attrs(&r);
 	if (st == DG_OK)
 		st = execute(&r, opts ? opts->step : 0, opts ? opts->nodes_run : NULL);
 	if (st == DG_OK)
@@ -985,6 +1024,9 @@ out:
 	free(r.fed);
 	free(r.uses);
 	free(r.needed);
+	for (int v = 0; r.tab && v < g->n_nodes; v++)
+		dg_attr_table_free(r.tab[v]);
+	free(r.tab);
 	free(r.base);
 	free(r.fetch);
 	return st;

@@ -45,6 +45,8 @@ struct fragment {
 	int *cons_off;                  /* n_nodes + 1: consumers of v are cons[off[v]..off[v+1]) */
 	int *cons;                      /* one entry per input edge, the reading node */
 	unsigned char *kind;            /* enum worker_opkind per node */
+	struct dg_attr_table **tab;     /* per node, owned: its attrs parsed at registration */
+	int n_tab;
 	int *recvs;                     /* the _Recv nodes */
 	int n_recv;
 	int max_in, max_out;
@@ -195,6 +197,12 @@ void worker_stop(struct worker *w)
 	dg_rendezvous_close(w->rv);
 }
 
+/* Node v's attrs, as parsed when f was registered. */
+static struct dg_attrs attrs_of(const struct fragment *f, int v)
+{
+	return dg_attr_table_view(f->tab[v]);
+}
+
 static void fragment_free(struct fragment *f)
 {
 	if (!f)
@@ -211,6 +219,9 @@ static void fragment_free(struct fragment *f)
 	free(f->cons_off);
 	free(f->cons);
 	free(f->kind);
+	for (int i = 0; f->tab && i < f->n_tab; i++)
+		dg_attr_table_free(f->tab[i]);
+	free(f->tab);
 	free(f->recvs);
 	free(f->pend0);
 	free(f->var_next);
@@ -416,10 +427,20 @@ static enum dg_status plan_fragment(struct fragment *f, struct dg_err *err)
 	f->pend0 = calloc((size_t)n + 1, sizeof *f->pend0);
 	f->var_next = malloc(((size_t)n + 1) * sizeof *f->var_next);
 	f->inv = calloc((size_t)n + 1, 1);
+	f->tab = calloc((size_t)n + 1, sizeof *f->tab);
 	if (!f->base || !f->cons_off || !f->kind || !f->recvs || !f->pend0 || !f->var_next ||
-	    !f->inv)
+	    !f->inv || !f->tab)
 		return dg_err_set(err, DG_ENOMEM, "out of memory planning a fragment of %d nodes",
 				  n);
+	/* Attrs are parsed here, once: every step's kernels and worker ops read
+	 * these tables, never the JSON. */
+	for (f->n_tab = 0; f->n_tab < n; f->n_tab++) {
+		const struct dg_node *nd = &g->nodes[f->n_tab];
+		if (!(f->tab[f->n_tab] = dg_attr_table_new(nd->attrs, err))) {
+			dg_err_prefix(err, "node '%s' (%s)", nd->name, nd->op->name);
+			return err ? err->code : DG_ENOMEM;
+		}
+	}
 	f->base[0] = 0;
 	f->max_in = f->max_out = 1;
 	for (int v = 0; v < n; v++) {
@@ -688,16 +709,26 @@ static enum dg_status send_remote(const struct run *r, const char *to, const cha
 	return st;
 }
 
-static const char *send_target(const struct dg_node *n)
+/* Node n's attrs in this run's fragment: the table parsed at registration. */
+static struct dg_attrs node_attrs(const struct run *r, const struct dg_node *n)
 {
-	return json_string_value(json_object_get(n->attrs, "to"));
+	return attrs_of(r->f, (int)(n - r->g->nodes));
+}
+
+/* A string attr that validation made sure is there ("key", "to", "var", ...). */
+static const char *str_attr(const struct run *r, const struct dg_node *n, const char *key)
+{
+	const char *v = "";
+
+	dg_attrs_string(node_attrs(r, n), key, "", &v, NULL);
+	return v;
 }
 
 /* _Send to this task: local delivery moves the value when this is its last
  * reader (and it is not a cached one). */
 static enum dg_status send_local(struct run *r, const struct dg_node *n, int iv)
 {
-	const char *key = json_string_value(json_object_get(n->attrs, "key"));
+	const char *key = str_attr(r, n, "key");
 	struct dg_tensor *t;
 
 	atomic_fetch_add(&r->w->sent_local, 1);
@@ -723,16 +754,16 @@ static struct dg_tensor *version_tensor(int64_t version, struct dg_err *err)
 
 /* The learning rate of training step t: lr, lr * F^floor(t/E) ("step") or
  * lr * F^(t/E) ("exponential"). Attrs were checked at registration. */
-static double scheduled_lr(const json_t *attrs, int64_t t)
+static double scheduled_lr(struct dg_attrs attrs, int64_t t)
 {
 	double zero = 0, one = 1, lr, factor;
 	int64_t every, one_i = 1;
 	const char *kind;
 
-	dg_attr_float(attrs, "lr", &zero, &lr, NULL);
-	dg_attr_string(attrs, "schedule", "constant", &kind, NULL);
-	dg_attr_float(attrs, "factor", &one, &factor, NULL);
-	dg_attr_int(attrs, "every", &one_i, &every, NULL);
+	dg_attrs_float(attrs, "lr", &zero, &lr, NULL);
+	dg_attrs_string(attrs, "schedule", "constant", &kind, NULL);
+	dg_attrs_float(attrs, "factor", &one, &factor, NULL);
+	dg_attrs_int(attrs, "every", &one_i, &every, NULL);
 	if (strcmp(kind, "step") == 0)
 		return lr * pow(factor, (double)(t / every));
 	if (strcmp(kind, "exponential") == 0)
@@ -757,19 +788,21 @@ static enum dg_status var_apply(const struct run *r, struct dg_client *c, const 
 	bool no = false, sync;
 	enum dg_status st;
 
-	a.rule = json_string_value(json_object_get(n->attrs, "rule"));
-	a.lr = scheduled_lr(n->attrs, r->t);
-	dg_attr_float(n->attrs, "momentum", &zero, &a.momentum, NULL);
-	dg_attr_float(n->attrs, "beta1", &zero, &a.beta1, NULL);
-	dg_attr_float(n->attrs, "beta2", &zero, &a.beta2, NULL);
-	dg_attr_float(n->attrs, "eps", &zero, &a.eps, NULL);
-	dg_attr_bool(n->attrs, "nesterov", &no, &a.nesterov, NULL);
-	dg_attr_bool(n->attrs, "sync", &no, &sync, NULL);
+	struct dg_attrs at = node_attrs(r, n);
+
+	a.rule = str_attr(r, n, "rule");
+	a.lr = scheduled_lr(at, r->t);
+	dg_attrs_float(at, "momentum", &zero, &a.momentum, NULL);
+	dg_attrs_float(at, "beta1", &zero, &a.beta1, NULL);
+	dg_attrs_float(at, "beta2", &zero, &a.beta2, NULL);
+	dg_attrs_float(at, "eps", &zero, &a.eps, NULL);
+	dg_attrs_bool(at, "nesterov", &no, &a.nesterov, NULL);
+	dg_attrs_bool(at, "sync", &no, &sync, NULL);
 	if (sync) {
-		dg_attr_int(n->attrs, "step_base", &izero, &base, NULL);
-		dg_attr_int(n->attrs, "replicas", &ione, &replicas, NULL);
-		dg_attr_int(n->attrs, "backup", &izero, &backup, NULL);
-		dg_attr_int(n->attrs, "replica", &iminus, &a.replica, NULL);
+		dg_attrs_int(at, "step_base", &izero, &base, NULL);
+		dg_attrs_int(at, "replicas", &ione, &replicas, NULL);
+		dg_attrs_int(at, "backup", &izero, &backup, NULL);
+		dg_attrs_int(at, "replica", &iminus, &a.replica, NULL);
 		a.step = base + r->t;
 		a.replicas = (int)replicas;
 		a.backup = (int)backup;
@@ -807,7 +840,7 @@ static enum dg_status var_read(const struct run *r, struct dg_client *c, const s
 	int src = r->kept_src[n - r->g->nodes];
 	enum dg_status st;
 
-	dg_attr_int(n->attrs, "min_step_base", &none, &base, NULL);
+	dg_attrs_int(node_attrs(r, n), "min_step_base", &none, &base, NULL);
 	if (base < 0 && src >= 0 && r->kept[src] && r->kept_t[src] == r->t - 1) {
 		*out = r->kept[src];
 		r->kept[src] = NULL;
@@ -843,7 +876,7 @@ static enum dg_status var_init(struct dg_client *c, const struct dg_node *n, con
 	bool no = false, reset;
 	enum dg_status st;
 
-	dg_attr_bool(n->attrs, "reset", &no, &reset, NULL);
+	dg_attr_bool(n->attrs, "reset", &no, &reset, NULL);     /* once per variable */
 	if (reset) {
 		struct dg_put_opts po = { .replace = true };
 		if (!(t = worker_init_tensor(n->attrs, err)))
@@ -876,8 +909,7 @@ static enum dg_status run_var(const struct run *r, const struct dg_node *n, int 
 			      const struct dg_tensor *in, struct dg_tensor **out, bool *stale,
 			      struct dg_err *err)
 {
-	const char *var = json_string_value(json_object_get(n->attrs, "var"));
-	const char *ps = json_string_value(json_object_get(n->attrs, "ps"));
+	const char *var = str_attr(r, n, "var"), *ps = str_attr(r, n, "ps");
 	enum dg_status st;
 	struct pooled *p = pool_take(r->w, true, ps, err);
 
@@ -908,7 +940,7 @@ static bool is_io(const struct run *r, int v)
 
 	if (is_var_op(kind))
 		return true;
-	return kind == WOP_SEND && strcmp(send_target(&r->g->nodes[v]), r->self) != 0;
+	return kind == WOP_SEND && strcmp(str_attr(r, &r->g->nodes[v], "to"), r->self) != 0;
 }
 
 /* The network part of an I/O node (ins = the node's input or NULL). */
@@ -926,8 +958,7 @@ static enum dg_status run_io(const struct run *r, int v, const struct dg_tensor 
 	if (r->f->kind[v] == WOP_SEND) {
 		atomic_fetch_add(&r->w->sent_http, 1);
 		atomic_fetch_add(&r->w->bytes_http, in->nbytes);
-		return send_remote(r, send_target(n),
-				   json_string_value(json_object_get(n->attrs, "key")), in, err);
+		return send_remote(r, str_attr(r, n, "to"), str_attr(r, n, "key"), in, err);
 	}
 	return run_var(r, n, r->f->kind[v], in, out, stale, err);
 }
@@ -1072,7 +1103,8 @@ static enum dg_status start_gpu_node(struct run *r, int v)
 		in_ids[k] = f->base[n->in[k].node] + n->in[k].index;
 	for (int o = 0; o < n->n_out; o++)
 		out_ids[o] = f->base[v] + o;
-	st = dg_exec_kernel_ids(n, r->gx, in_ids, r->ins, out_ids, r->outs, kstep, r->err);
+	st = dg_exec_kernel_ids_attrs(n, attrs_of(f, v), r->gx, in_ids, r->ins, out_ids, r->outs,
+				kstep, r->err);
 	if (st == DG_OK)
 		complete(r, v);
 	return st;
@@ -1117,7 +1149,8 @@ static enum dg_status start_node(struct run *r, int v)
 		return st;
 	if (f->kind[v] == WOP_NONE) {
 		uint64_t kstep = r->id_is_kstep ? r->step : (uint64_t)r->t;
-		if ((st = dg_exec_kernel(n, r->ins, r->outs, kstep, r->err)) == DG_OK)
+		if ((st = dg_exec_kernel_attrs(n, attrs_of(r->f, v), r->ins, r->outs, kstep,
+					 r->err)) == DG_OK)
 			complete(r, v);
 		return st;
 	}
@@ -1203,8 +1236,7 @@ static enum dg_status wait_some(struct run *r)
 	if (!keys)
 		return dg_err_set(r->err, DG_ENOMEM, "out of memory waiting for tensors");
 	for (int i = 0; i < r->n_recv; i++)
-		keys[i] = json_string_value(json_object_get(r->g->nodes[r->recvs[i]].attrs,
-							    "key"));
+		keys[i] = str_attr(r, &r->g->nodes[r->recvs[i]], "key");
 	st = dg_rendezvous_wait_any(r->w->rv, r->step, keys, r->n_recv, timeout,
 				    r->inflight > 0 ? run_woken : NULL, r, &which, &t, r->err);
 	free(keys);
@@ -1296,7 +1328,7 @@ static enum dg_status fill_cache(struct run *r)
 		for (int i = 0; i < n->n_in; i++)
 			r->ins[i] = tmp[f->base[n->in[i].node] + n->in[i].index];
 		memset(r->outs, 0, (size_t)n->n_out * sizeof *r->outs);
-		if ((st = dg_exec_kernel(n, r->ins, r->outs, 0, r->err)) != DG_OK)
+		if ((st = dg_exec_kernel_attrs(n, attrs_of(f, v), r->ins, r->outs, 0, r->err)) != DG_OK)
 			break;
 		r->count++;
 		for (int o = 0; o < n->n_out; o++) {

@@ -1,15 +1,19 @@
 /* The worker-only ops of fragments (_Send, _Recv, VarRead, VarApply, VarInit):
  * their schemas and inference, which check every attr when a fragment is
- * registered, and worker_op_find, which tries them before the registry. They
- * have no kernel: the executor (executor.c) runs them, since they need the
- * step, the rendezvous and the network. */
+ * registered. worker_ops_register adds them to the one op registry
+ * (kernels/registry.c) as layer DG_OPL_WORKER, and worker_op_find is the
+ * registry's view of kernel and worker ops. They have no kernel: the executor
+ * (executor.c) runs them, since they need the step, the rendezvous and the
+ * network. */
 #include "internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "dg/client.h"
 #include "dg/kernels.h"
+#include "dg/log.h"
 
 /* "host:port" with a port in 1..65535. */
 static enum dg_status check_address(const char *what, const char *addr, struct dg_err *err)
@@ -274,14 +278,26 @@ static const struct dg_op_def worker_ops[] = {
 };
 #define N_WORKER_OPS ((int)(sizeof worker_ops / sizeof *worker_ops))
 
+static pthread_once_t registered = PTHREAD_ONCE_INIT;
+
+static void register_ops(void)
+{
+	struct dg_err err = { 0 };
+
+	for (int i = 0; i < N_WORKER_OPS; i++)
+		if (dg_op_register(DG_OPL_WORKER, &worker_ops[i], &err) != DG_OK)
+			dg_log(DG_LOG_ERROR, "worker", "%s", err.msg);   /* a name clash: our bug */
+}
+
+void worker_ops_register(void)
+{
+	pthread_once(&registered, register_ops);
+}
+
 const struct dg_op_def *worker_op_find(const char *name)
 {
-	if (!name)
-		return NULL;
-	for (int i = 0; i < N_WORKER_OPS; i++)
-		if (strcmp(worker_ops[i].name, name) == 0)
-			return &worker_ops[i];
-	return dg_op_find(name);
+	worker_ops_register();
+	return dg_op_find_in(name, DG_OPL_KERNEL | DG_OPL_WORKER);
 }
 
 enum worker_opkind worker_op_kind(const struct dg_op_def *op)

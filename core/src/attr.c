@@ -4,6 +4,7 @@
 #include "dg/op.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -526,4 +527,267 @@ enum dg_status dg_attr_validate(const struct dg_op_def *op, const json_t *attrs,
 		if (s->required && !get(attrs, s->name))
 			return missing(s->name, err);
 	return DG_OK;
+}
+
+/* --- parsed attrs ---------------------------------------------------------- */
+
+enum slot_tag { T_OTHER, T_INT, T_REAL, T_BOOL, T_STRING, T_INTS };
+
+struct slot {
+	const char *key;                /* borrowed from the object */
+	enum slot_tag tag;
+	bool is_dtype;                  /* a string naming a dtype: dt holds it */
+	enum dg_dtype dt;
+	union {
+		int64_t i;
+		double f;
+		bool b;
+		const char *s;
+		struct {
+			const int64_t *v;       /* into the table's block */
+			int n;
+		} ints;
+	} u;
+};
+
+struct dg_attr_table {
+	json_t *json;                   /* owned reference; NULL for no attrs */
+	int n;
+	struct slot slot[];             /* then the integers of the T_INTS slots */
+};
+
+/* Integers of an array whose elements are all JSON integers, or -1. */
+static int int_array_len(const json_t *v)
+{
+	size_t i;
+	json_t *e;
+
+	if (!json_is_array(v) || json_array_size(v) > (size_t)DG_MAX_INPUTS)
+		return -1;
+	json_array_foreach(v, i, e)
+		if (!json_is_integer(e))
+			return -1;
+	return (int)json_array_size(v);
+}
+
+static void fill_slot(struct slot *sl, const char *key, const json_t *v, int64_t **ints)
+{
+	int n;
+
+	sl->key = key;
+	if (json_is_integer(v)) {
+		sl->tag = T_INT;
+		sl->u.i = json_integer_value(v);
+	} else if (json_is_real(v)) {
+		sl->tag = T_REAL;
+		sl->u.f = json_real_value(v);
+	} else if (json_is_boolean(v)) {
+		sl->tag = T_BOOL;
+		sl->u.b = json_is_true(v);
+	} else if (json_is_string(v)) {
+		sl->tag = T_STRING;
+		sl->u.s = json_string_value(v);
+		sl->is_dtype = dg_dtype_parse(sl->u.s, &sl->dt, NULL) == DG_OK;
+	} else if ((n = int_array_len(v)) >= 0) {
+		sl->tag = T_INTS;
+		sl->u.ints.v = *ints;
+		sl->u.ints.n = n;
+		for (int k = 0; k < n; k++)
+			(*ints)[k] = json_integer_value(json_array_get(v, (size_t)k));
+		*ints += n;
+	} else {
+		sl->tag = T_OTHER;      /* null, objects, mixed arrays: read as JSON */
+	}
+}
+
+struct dg_attr_table *dg_attr_table_new(const json_t *attrs, struct dg_err *err)
+{
+	struct dg_attr_table *t;
+	size_t n = 0, n_ints = 0;
+	const char *key;
+	json_t *v;
+	int64_t *ints;
+
+	if (attrs && !json_is_object(attrs)) {
+		dg_err_set(err, DG_EINVAL, "attrs must be a JSON object, got %s",
+			   dg_json_kind(attrs, false));
+		return NULL;
+	}
+	if (attrs) {
+		json_object_foreach((json_t *)attrs, key, v) {
+			int k = int_array_len(v);
+			n++;
+			n_ints += k > 0 ? (size_t)k : 0;
+		}
+	}
+	/* One block: header, slots, then the integers (int64_t is no more
+	 * aligned than the slots' union). */
+	t = calloc(1, sizeof *t + n * sizeof t->slot[0] + n_ints * sizeof(int64_t));
+	if (!t) {
+		dg_err_set(err, DG_ENOMEM, "no memory for %zu attrs", n);
+		return NULL;
+	}
+	t->json = attrs ? json_incref((json_t *)attrs) : NULL;
+	ints = (int64_t *)(t->slot + n);
+	if (attrs) {
+		json_object_foreach((json_t *)attrs, key, v)
+			fill_slot(&t->slot[t->n++], key, v, &ints);
+	}
+	return t;
+}
+
+void dg_attr_table_free(struct dg_attr_table *t)
+{
+	if (!t)
+		return;
+	json_decref(t->json);
+	free(t);
+}
+
+struct dg_attrs dg_attr_table_view(const struct dg_attr_table *t)
+{
+	struct dg_attrs a = { .tab = t, .json = t ? t->json : NULL };
+
+	return a;
+}
+
+struct dg_attrs dg_attrs_of_json(const json_t *attrs)
+{
+	struct dg_attrs a = { .tab = NULL, .json = attrs };
+
+	return a;
+}
+
+/* The slot of key; NULL when absent (or no table). Linear: a node has a few
+ * attrs (VarApply, the most, has 17), and keys are short. */
+static const struct slot *find(struct dg_attrs a, const char *key)
+{
+	for (int i = 0; a.tab && i < a.tab->n; i++)
+		if (strcmp(a.tab->slot[i].key, key) == 0)
+			return &a.tab->slot[i];
+	return NULL;
+}
+
+/* Each accessor answers the common case (present with the expected kind, or
+ * absent with a default) from the slot and hands every other case to the JSON
+ * accessor, whose messages are the reference. */
+enum dg_status dg_attrs_int(struct dg_attrs a, const char *key, const int64_t *def,
+			    int64_t *out, struct dg_err *err)
+{
+	const struct slot *s = find(a, key);
+
+	if (s && s->tag == T_INT) {
+		*out = s->u.i;
+		return DG_OK;
+	}
+	if (a.tab && !s && def) {
+		*out = *def;
+		return DG_OK;
+	}
+	return dg_attr_int(a.json, key, def, out, err);
+}
+
+enum dg_status dg_attrs_float(struct dg_attrs a, const char *key, const double *def,
+			      double *out, struct dg_err *err)
+{
+	const struct slot *s = find(a, key);
+
+	if (s && (s->tag == T_REAL || s->tag == T_INT)) {
+		*out = s->tag == T_REAL ? s->u.f : (double)s->u.i;
+		return DG_OK;
+	}
+	if (a.tab && !s && def) {
+		*out = *def;
+		return DG_OK;
+	}
+	return dg_attr_float(a.json, key, def, out, err);
+}
+
+enum dg_status dg_attrs_bool(struct dg_attrs a, const char *key, const bool *def, bool *out,
+			     struct dg_err *err)
+{
+	const struct slot *s = find(a, key);
+
+	if (s && s->tag == T_BOOL) {
+		*out = s->u.b;
+		return DG_OK;
+	}
+	if (a.tab && !s && def) {
+		*out = *def;
+		return DG_OK;
+	}
+	return dg_attr_bool(a.json, key, def, out, err);
+}
+
+enum dg_status dg_attrs_string(struct dg_attrs a, const char *key, const char *def,
+			       const char **out, struct dg_err *err)
+{
+	const struct slot *s = find(a, key);
+
+	if (s && s->tag == T_STRING) {
+		*out = s->u.s;
+		return DG_OK;
+	}
+	if (a.tab && !s && def) {
+		*out = def;
+		return DG_OK;
+	}
+	return dg_attr_string(a.json, key, def, out, err);
+}
+
+enum dg_status dg_attrs_ints(struct dg_attrs a, const char *key, bool required, int64_t *out,
+			     int max, int *n, struct dg_err *err)
+{
+	const struct slot *s = find(a, key);
+
+	if (s && s->tag == T_INTS && s->u.ints.n <= max) {
+		memcpy(out, s->u.ints.v, (size_t)s->u.ints.n * sizeof *out);
+		*n = s->u.ints.n;
+		return DG_OK;
+	}
+	if (a.tab && !s && !required) {
+		*n = 0;
+		return DG_OK;
+	}
+	return dg_attr_ints(a.json, key, required, out, max, n, err);
+}
+
+enum dg_status dg_attrs_dtype(struct dg_attrs a, const char *key, const enum dg_dtype *def,
+			      enum dg_dtype *out, struct dg_err *err)
+{
+	const struct slot *s = find(a, key);
+
+	if (s && s->tag == T_STRING && s->is_dtype) {
+		*out = s->dt;
+		return DG_OK;
+	}
+	if (a.tab && !s && def) {
+		*out = *def;
+		return DG_OK;
+	}
+	return dg_attr_dtype(a.json, key, def, out, err);
+}
+
+enum dg_status dg_attrs_shape(struct dg_attrs a, const char *key, bool required,
+			      bool allow_unknown, struct dg_shape *out, struct dg_err *err)
+{
+	const struct slot *s = find(a, key);
+	bool plain = s && s->tag == T_INTS && s->u.ints.n <= DG_MAX_DIMS;
+	int64_t numel;
+
+	/* Fully known sizes are the common case; -1s, null and the errors go
+	 * through the JSON accessor. */
+	for (int i = 0; plain && i < s->u.ints.n; i++)
+		plain = s->u.ints.v[i] >= 0;
+	if (plain) {
+		*out = dg_shape_make(s->u.ints.n, s->u.ints.v);
+		if (dg_shape_numel(out, &numel, NULL) == DG_OK)
+			return DG_OK;
+	}
+	return dg_attr_shape(a.json, key, required, allow_unknown, out, err);
+}
+
+const json_t *dg_attrs_get(struct dg_attrs a, const char *key)
+{
+	return get(a.json, key);
 }

@@ -188,9 +188,9 @@ static void view_copy(void *dst, const void *src, const struct view *v0, size_t 
 
 /* --- shared attr helpers ----------------------------------------------- */
 
-static bool has_attr(const json_t *attrs, const char *key)
+static bool has_attr(struct dg_attrs attrs, const char *key)
 {
-	return attrs && json_object_get(attrs, key) != NULL;
+	return dg_attrs_get(attrs, key) != NULL;
 }
 
 static void copy_whole(struct dg_tensor *out, const struct dg_tensor *x)
@@ -202,7 +202,7 @@ static void copy_whole(struct dg_tensor *out, const struct dg_tensor *x)
 /* Reshape, ExpandDims and Squeeze keep the bytes (C order makes them
  * identical) and only relabel the shape that plan computes. */
 static enum dg_status relabel_cpu(struct dg_kernel_ctx *c,
-				  enum dg_status (*plan)(const json_t *, const struct dg_shape *,
+				  enum dg_status (*plan)(struct dg_attrs, const struct dg_shape *,
 							 struct dg_shape *, struct dg_err *))
 {
 	struct dg_shape os;
@@ -227,16 +227,16 @@ static const struct dg_attr_spec no_attrs[] = { { NULL } };
 
 /* Check begin/size against the input shape (dims may be unknown: -1, rank may
  * be unknown) and compute the output shape. begin gets the start per dim. */
-static enum dg_status slice_plan(const json_t *attrs, const struct dg_shape *in, int64_t *begin,
+static enum dg_status slice_plan(struct dg_attrs attrs, const struct dg_shape *in, int64_t *begin,
 				 struct dg_shape *out, struct dg_err *err)
 {
 	int64_t size[DG_MAX_DIMS];
 	int nb, ns;
 	enum dg_status st;
 
-	st = dg_attr_ints(attrs, "begin", true, begin, DG_MAX_DIMS, &nb, err);
+	st = dg_attrs_ints(attrs, "begin", true, begin, DG_MAX_DIMS, &nb, err);
 	if (st == DG_OK)
-		st = dg_attr_ints(attrs, "size", true, size, DG_MAX_DIMS, &ns, err);
+		st = dg_attrs_ints(attrs, "size", true, size, DG_MAX_DIMS, &ns, err);
 	if (st != DG_OK)
 		return st;
 	if (nb != ns) {
@@ -289,7 +289,7 @@ static enum dg_status slice_infer(struct dg_infer_ctx *c)
 	int64_t begin[DG_MAX_DIMS];
 
 	c->out[0].dtype = c->in[0].dtype;
-	return slice_plan(c->attrs, &c->in[0].shape, begin, &c->out[0].shape, c->err);
+	return slice_plan(dg_attrs_of_json(c->attrs), &c->in[0].shape, begin, &c->out[0].shape, c->err);
 }
 
 /* Output 0 of shape os = the window of x that starts at begin[k] and takes
@@ -366,11 +366,11 @@ struct ss_spec {
 	int64_t begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_mask;
 };
 
-static enum dg_status ss_read_mask(const json_t *attrs, const char *key, int64_t *out,
+static enum dg_status ss_read_mask(struct dg_attrs attrs, const char *key, int64_t *out,
 				   struct dg_err *err)
 {
 	static const int64_t zero = 0;
-	enum dg_status st = dg_attr_int(attrs, key, &zero, out, err);
+	enum dg_status st = dg_attrs_int(attrs, key, &zero, out, err);
 
 	if (st == DG_OK && *out < 0) {
 		return dg_err_set(err, DG_EINVAL, "attr '%s' = %lld is negative; it is a bit mask",
@@ -381,16 +381,16 @@ static enum dg_status ss_read_mask(const json_t *attrs, const char *key, int64_t
 
 /* Read and check the sparse spec: equal lengths (strides default to 1), at
  * most one ellipsis, no zero step on a real index. */
-static enum dg_status ss_read(const json_t *attrs, struct ss_spec *s, struct dg_err *err)
+static enum dg_status ss_read(struct dg_attrs attrs, struct ss_spec *s, struct dg_err *err)
 {
 	int ne, nst;
 	enum dg_status st;
 
-	st = dg_attr_ints(attrs, "begin", true, s->begin, SS_MAX_SPARSE, &s->n, err);
+	st = dg_attrs_ints(attrs, "begin", true, s->begin, SS_MAX_SPARSE, &s->n, err);
 	if (st == DG_OK)
-		st = dg_attr_ints(attrs, "end", true, s->end, SS_MAX_SPARSE, &ne, err);
+		st = dg_attrs_ints(attrs, "end", true, s->end, SS_MAX_SPARSE, &ne, err);
 	if (st == DG_OK)
-		st = dg_attr_ints(attrs, "strides", false, s->stride, SS_MAX_SPARSE, &nst, err);
+		st = dg_attrs_ints(attrs, "strides", false, s->stride, SS_MAX_SPARSE, &nst, err);
 	if (st == DG_OK)
 		st = ss_read_mask(attrs, "begin_mask", &s->begin_mask, err);
 	if (st == DG_OK)
@@ -483,7 +483,7 @@ static enum dg_status ss_dense_dim(struct ss_plan *p, int k, int64_t b, int64_t 
 	return DG_OK;
 }
 
-static enum dg_status ss_plan_make(const json_t *attrs, const struct dg_shape *in,
+static enum dg_status ss_plan_make(struct dg_attrs attrs, const struct dg_shape *in,
 				   struct ss_plan *p, struct dg_err *err)
 {
 	struct ss_spec s;
@@ -559,7 +559,7 @@ static enum dg_status ss_plan_make(const json_t *attrs, const struct dg_shape *i
 static enum dg_status strided_slice_infer(struct dg_infer_ctx *c)
 {
 	struct ss_plan p;
-	enum dg_status st = ss_plan_make(c->attrs, &c->in[0].shape, &p, c->err);
+	enum dg_status st = ss_plan_make(dg_attrs_of_json(c->attrs), &c->in[0].shape, &p, c->err);
 
 	c->out[0].dtype = c->in[0].dtype;
 	c->out[0].shape = p.out;
@@ -604,7 +604,7 @@ static enum dg_status concat_infer(struct dg_infer_ctx *c)
 	int64_t axis;
 	int ax, ref_i = 0;
 	struct dg_shape *o = &c->out[0].shape;
-	enum dg_status st = dg_attr_int(c->attrs, "axis", NULL, &axis, c->err);
+	enum dg_status st = dg_attrs_int(dg_attrs_of_json(c->attrs), "axis", NULL, &axis, c->err);
 
 	if (st != DG_OK)
 		return st;
@@ -704,7 +704,7 @@ static enum dg_status concat_cpu(struct dg_kernel_ctx *c)
 	size_t es = dg_dtype_size(x0->dtype);
 	int ax;
 	char *d;
-	enum dg_status st = dg_attr_int(c->attrs, "axis", NULL, &axis, c->err);
+	enum dg_status st = dg_attrs_int(c->attrs, "axis", NULL, &axis, c->err);
 
 	if (st == DG_OK)
 		st = cpu_axis(axis, x0->shape.ndim, &ax, c->err);
@@ -745,7 +745,7 @@ static const struct dg_attr_spec concat_attrs[] = {
 
 /* Number of outputs: num_split, or the length of size_splits (exactly one of
  * the two), within 1..DG_MAX_OUTPUTS. */
-static int split_count(const json_t *attrs, struct dg_err *err)
+static int split_count(struct dg_attrs attrs, struct dg_err *err)
 {
 	bool has_num = has_attr(attrs, "num_split"), has_sizes = has_attr(attrs, "size_splits");
 	int64_t n;
@@ -757,10 +757,10 @@ static int split_count(const json_t *attrs, struct dg_err *err)
 		return -1;
 	}
 	if (has_num) {
-		if (dg_attr_int(attrs, "num_split", NULL, &n, err) != DG_OK)
+		if (dg_attrs_int(attrs, "num_split", NULL, &n, err) != DG_OK)
 			return -1;
 	} else {
-		const json_t *v = json_object_get(attrs, "size_splits");
+		const json_t *v = dg_attrs_get(attrs, "size_splits");
 		if (!json_is_array(v)) {
 			dg_err_set(err, DG_EINVAL, "attr 'size_splits' must be an array of "
 				   "integers");
@@ -780,7 +780,7 @@ static int split_count(const json_t *attrs, struct dg_err *err)
 
 /* Sizes of the n parts of dim ax of size d (-1: unknown, then sizes may be
  * -1 too). sizes has room for n. */
-static enum dg_status split_sizes(const json_t *attrs, int n, int ax, int64_t d, int64_t *sizes,
+static enum dg_status split_sizes(struct dg_attrs attrs, int n, int ax, int64_t d, int64_t *sizes,
 				  struct dg_err *err)
 {
 	int m, infer_at = -1;
@@ -799,7 +799,7 @@ static enum dg_status split_sizes(const json_t *attrs, int n, int ax, int64_t d,
 			sizes[i] = d < 0 ? -1 : d / n;
 		return DG_OK;
 	}
-	st = dg_attr_ints(attrs, "size_splits", true, sizes, n, &m, err);
+	st = dg_attrs_ints(attrs, "size_splits", true, sizes, n, &m, err);
 	if (st != DG_OK)
 		return st;
 	for (int i = 0; i < n; i++) {
@@ -832,7 +832,7 @@ static enum dg_status split_sizes(const json_t *attrs, int n, int ax, int64_t d,
 }
 
 /* Shared by infer and kernel: axis of a known rank, sizes (owned, n entries). */
-static enum dg_status split_plan(const json_t *attrs, int n_out, const struct dg_shape *in,
+static enum dg_status split_plan(struct dg_attrs attrs, int n_out, const struct dg_shape *in,
 				 int *ax, int64_t **sizes, struct dg_err *err)
 {
 	static const int64_t zero = 0;
@@ -847,7 +847,7 @@ static enum dg_status split_plan(const json_t *attrs, int n_out, const struct dg
 		return dg_err_set(err, DG_EINVAL, "Split produces %d outputs but %d were asked for",
 				  n, n_out);
 	}
-	st = dg_attr_int(attrs, "axis", &zero, &axis, err);
+	st = dg_attrs_int(attrs, "axis", &zero, &axis, err);
 	if (st == DG_OK)
 		st = cpu_axis(axis, in->ndim, ax, err);
 	if (st != DG_OK)
@@ -874,11 +874,11 @@ static enum dg_status split_infer(struct dg_infer_ctx *c)
 		c->out[i].shape.ndim = -1;
 	}
 	if (c->in[0].shape.ndim < 0) {
-		if (split_count(c->attrs, c->err) < 0)
+		if (split_count(dg_attrs_of_json(c->attrs), c->err) < 0)
 			return c->err ? c->err->code : DG_EINVAL;
 		return DG_OK;
 	}
-	st = split_plan(c->attrs, c->n_out, &c->in[0].shape, &ax, &sizes, c->err);
+	st = split_plan(dg_attrs_of_json(c->attrs), c->n_out, &c->in[0].shape, &ax, &sizes, c->err);
 	if (st != DG_OK)
 		return st;
 	for (int i = 0; i < c->n_out; i++) {
@@ -929,7 +929,7 @@ static enum dg_status split_cpu(struct dg_kernel_ctx *c)
 
 static int split_num_outputs(const json_t *attrs, struct dg_err *err)
 {
-	return split_count(attrs, err);
+	return split_count(dg_attrs_of_json(attrs), err);
 }
 
 static const struct dg_attr_spec split_attrs[] = {
@@ -949,12 +949,12 @@ static const struct dg_attr_spec split_attrs[] = {
 
 /* The target shape for input shape in (possibly partial: the -1 stays
  * unknown until the input's element count is known). */
-static enum dg_status reshape_plan(const json_t *attrs, const struct dg_shape *in,
+static enum dg_status reshape_plan(struct dg_attrs attrs, const struct dg_shape *in,
 				   struct dg_shape *out, struct dg_err *err)
 {
 	int64_t want[DG_MAX_DIMS], prod = 1, n_in;
 	int n, infer_at = -1;
-	enum dg_status st = dg_attr_ints(attrs, "shape", true, want, DG_MAX_DIMS, &n, err);
+	enum dg_status st = dg_attrs_ints(attrs, "shape", true, want, DG_MAX_DIMS, &n, err);
 
 	if (st != DG_OK)
 		return st;
@@ -1009,7 +1009,7 @@ static enum dg_status reshape_plan(const json_t *attrs, const struct dg_shape *i
 static enum dg_status reshape_infer(struct dg_infer_ctx *c)
 {
 	c->out[0].dtype = c->in[0].dtype;
-	return reshape_plan(c->attrs, &c->in[0].shape, &c->out[0].shape, c->err);
+	return reshape_plan(dg_attrs_of_json(c->attrs), &c->in[0].shape, &c->out[0].shape, c->err);
 }
 
 static enum dg_status reshape_cpu(struct dg_kernel_ctx *c)
@@ -1030,7 +1030,7 @@ static const struct dg_attr_spec reshape_attrs[] = {
 
 /* perm (default reversed axes) for a rank-r input; r < 0 (unknown) takes the
  * rank from perm when given, *n = -1 when not. */
-static enum dg_status transpose_perm(const json_t *attrs, int r, int64_t *perm, int *n,
+static enum dg_status transpose_perm(struct dg_attrs attrs, int r, int64_t *perm, int *n,
 				     struct dg_err *err)
 {
 	bool seen[DG_MAX_DIMS] = { false };
@@ -1042,7 +1042,7 @@ static enum dg_status transpose_perm(const json_t *attrs, int r, int64_t *perm, 
 			perm[i] = r - 1 - i;
 		return DG_OK;
 	}
-	st = dg_attr_ints(attrs, "perm", false, perm, DG_MAX_DIMS, n, err);
+	st = dg_attrs_ints(attrs, "perm", false, perm, DG_MAX_DIMS, n, err);
 	if (st != DG_OK)
 		return st;
 	if (r >= 0 && *n != r) {
@@ -1068,7 +1068,7 @@ static enum dg_status transpose_infer(struct dg_infer_ctx *c)
 	const struct dg_shape *in = &c->in[0].shape;
 	int64_t perm[DG_MAX_DIMS];
 	int n;
-	enum dg_status st = transpose_perm(c->attrs, in->ndim, perm, &n, c->err);
+	enum dg_status st = transpose_perm(dg_attrs_of_json(c->attrs), in->ndim, perm, &n, c->err);
 
 	/* A refused perm may hold any index: it must not be used. */
 	if (st != DG_OK)
@@ -1231,12 +1231,12 @@ static const struct dg_attr_spec transpose_attrs[] = {
 /* Both only relabel the shape: C order makes the bytes identical. */
 
 /* y's shape is x's with a 1 inserted at axis; axis -1 appends, like NumPy. */
-static enum dg_status expand_dims_plan(const json_t *attrs, const struct dg_shape *in,
+static enum dg_status expand_dims_plan(struct dg_attrs attrs, const struct dg_shape *in,
 				       struct dg_shape *out, struct dg_err *err)
 {
 	int64_t axis;
 	int r = in->ndim;
-	enum dg_status st = dg_attr_int(attrs, "axis", NULL, &axis, err);
+	enum dg_status st = dg_attrs_int(attrs, "axis", NULL, &axis, err);
 
 	if (st != DG_OK)
 		return st;
@@ -1264,13 +1264,13 @@ static enum dg_status expand_dims_plan(const json_t *attrs, const struct dg_shap
 /* y's shape is x's without the listed size-1 dims (all size-1 dims when the
  * list is absent or empty). An unknown dim named in the list is taken to be 1,
  * and the kernel checks it once the size is known. */
-static enum dg_status squeeze_plan(const json_t *attrs, const struct dg_shape *in,
+static enum dg_status squeeze_plan(struct dg_attrs attrs, const struct dg_shape *in,
 				   struct dg_shape *out, struct dg_err *err)
 {
 	int64_t axes[DG_MAX_DIMS];
 	bool drop[DG_MAX_DIMS] = { false };
 	int n;
-	enum dg_status st = dg_attr_ints(attrs, "axis", false, axes, DG_MAX_DIMS, &n, err);
+	enum dg_status st = dg_attrs_ints(attrs, "axis", false, axes, DG_MAX_DIMS, &n, err);
 
 	if (st != DG_OK)
 		return st;
@@ -1307,13 +1307,13 @@ static enum dg_status squeeze_plan(const json_t *attrs, const struct dg_shape *i
 static enum dg_status expand_dims_infer(struct dg_infer_ctx *c)
 {
 	c->out[0].dtype = c->in[0].dtype;
-	return expand_dims_plan(c->attrs, &c->in[0].shape, &c->out[0].shape, c->err);
+	return expand_dims_plan(dg_attrs_of_json(c->attrs), &c->in[0].shape, &c->out[0].shape, c->err);
 }
 
 static enum dg_status squeeze_infer(struct dg_infer_ctx *c)
 {
 	c->out[0].dtype = c->in[0].dtype;
-	return squeeze_plan(c->attrs, &c->in[0].shape, &c->out[0].shape, c->err);
+	return squeeze_plan(dg_attrs_of_json(c->attrs), &c->in[0].shape, &c->out[0].shape, c->err);
 }
 
 static enum dg_status expand_dims_cpu(struct dg_kernel_ctx *c)
@@ -1343,10 +1343,10 @@ static const struct dg_attr_spec squeeze_attrs[] = {
  * value: a wrapped count would silently corrupt whatever consumes it. */
 
 /* The attr out_type: int32 by default, int64 allowed, nothing else. */
-static enum dg_status out_type(const json_t *attrs, enum dg_dtype *dt, struct dg_err *err)
+static enum dg_status out_type(struct dg_attrs attrs, enum dg_dtype *dt, struct dg_err *err)
 {
 	static const enum dg_dtype def = DG_I32;
-	enum dg_status st = dg_attr_dtype(attrs, "out_type", &def, dt, err);
+	enum dg_status st = dg_attrs_dtype(attrs, "out_type", &def, dt, err);
 
 	if (st == DG_OK && *dt != DG_I32 && *dt != DG_I64) {
 		return dg_err_set(err, DG_EDTYPE, "attr 'out_type' is %s; only int32 and int64 are "
@@ -1369,7 +1369,7 @@ static enum dg_status fits(enum dg_dtype dt, int64_t v, const char *what, struct
 static enum dg_status size_infer(struct dg_infer_ctx *c)
 {
 	int64_t n;
-	enum dg_status st = out_type(c->attrs, &c->out[0].dtype, c->err);
+	enum dg_status st = out_type(dg_attrs_of_json(c->attrs), &c->out[0].dtype, c->err);
 
 	c->out[0].shape.ndim = 0;
 	if (st != DG_OK || !dg_shape_is_known(&c->in[0].shape))
@@ -1403,7 +1403,7 @@ static enum dg_status size_cpu(struct dg_kernel_ctx *c)
 static enum dg_status shape_infer(struct dg_infer_ctx *c)
 {
 	const struct dg_shape *in = &c->in[0].shape;
-	enum dg_status st = out_type(c->attrs, &c->out[0].dtype, c->err);
+	enum dg_status st = out_type(dg_attrs_of_json(c->attrs), &c->out[0].dtype, c->err);
 
 	c->out[0].shape.ndim = 1;
 	c->out[0].shape.dim[0] = in->ndim;    /* -1: [?] for an unknown rank */
@@ -1451,13 +1451,13 @@ static const struct dg_attr_spec out_type_attrs[] = {
  * exactly from JSON (int64 beyond 2^53 included); a real must be integral for
  * integer dtypes, and every value must fit its dtype (no silent wrap or
  * saturation). */
-static enum dg_status fill_value(const json_t *attrs, enum dg_dtype dt, void *bytes,
+static enum dg_status fill_value(struct dg_attrs attrs, enum dg_dtype dt, void *bytes,
 				 struct dg_err *err)
 {
-	const json_t *v = has_attr(attrs, "value") ? json_object_get(attrs, "value") : NULL;
+	const json_t *v = has_attr(attrs, "value") ? dg_attrs_get(attrs, "value") : NULL;
 	double d;
 	int64_t i;
-	enum dg_status st = dg_attr_float(attrs, "value", NULL, &d, err);
+	enum dg_status st = dg_attrs_float(attrs, "value", NULL, &d, err);
 
 	if (st != DG_OK)
 		return st;
@@ -1513,14 +1513,14 @@ range:
 }
 
 /* Shared by infer and kernel, so both refuse exactly the same attrs. */
-static enum dg_status fill_plan(const json_t *attrs, enum dg_dtype *dt, struct dg_shape *shape,
+static enum dg_status fill_plan(struct dg_attrs attrs, enum dg_dtype *dt, struct dg_shape *shape,
 				uint64_t *bytes, struct dg_err *err)
 {
 	static const enum dg_dtype def = DG_F32;
-	enum dg_status st = dg_attr_dtype(attrs, "dtype", &def, dt, err);
+	enum dg_status st = dg_attrs_dtype(attrs, "dtype", &def, dt, err);
 
 	if (st == DG_OK)
-		st = dg_attr_shape(attrs, "shape", true, false, shape, err);
+		st = dg_attrs_shape(attrs, "shape", true, false, shape, err);
 	if (st == DG_OK)
 		st = fill_value(attrs, *dt, bytes, err);
 	return st;
@@ -1530,7 +1530,7 @@ static enum dg_status fill_infer(struct dg_infer_ctx *c)
 {
 	uint64_t bytes;
 
-	return fill_plan(c->attrs, &c->out[0].dtype, &c->out[0].shape, &bytes, c->err);
+	return fill_plan(dg_attrs_of_json(c->attrs), &c->out[0].dtype, &c->out[0].shape, &bytes, c->err);
 }
 
 static enum dg_status fill_cpu(struct dg_kernel_ctx *c)
@@ -1603,7 +1603,7 @@ static enum dg_status ones_like_cpu(struct dg_kernel_ctx *c)
 
 /* --- the table ---------------------------------------------------------- */
 
-const struct dg_op_def dg_ops_array[] = {
+struct dg_op_def dg_ops_array[] = {
 	{ "Slice", 1, 1, 1, NULL, slice_attrs, slice_infer, slice_cpu, NULL, cpu_grad_slice, 0,
 	  "x[begin : begin + size] per dimension" },
 	{ "StridedSlice", 1, 1, 1, NULL, strided_slice_attrs, strided_slice_infer,

@@ -10,18 +10,18 @@
 
 /* The attr dtype (optional) forces the literal's type; a literal object with
  * its own "dtype" must agree with it. *have is false when the attr is absent. */
-static enum dg_status const_dtype(const json_t *attrs, enum dg_dtype *dt, bool *have,
+static enum dg_status const_dtype(struct dg_attrs attrs, enum dg_dtype *dt, bool *have,
 				  struct dg_err *err)
 {
-	const json_t *value = json_object_get(attrs, "value");
+	const json_t *value = dg_attrs_get(attrs, "value");
 	const json_t *own = json_is_object(value) ? json_object_get(value, "dtype") : NULL;
 	enum dg_dtype lit;
 	enum dg_status st;
 
-	*have = json_object_get(attrs, "dtype") != NULL;
+	*have = dg_attrs_get(attrs, "dtype") != NULL;
 	if (!*have)
 		return DG_OK;
-	st = dg_attr_dtype(attrs, "dtype", NULL, dt, err);
+	st = dg_attrs_dtype(attrs, "dtype", NULL, dt, err);
 	if (st != DG_OK || !own)
 		return st;
 	st = dg_attr_dtype(value, "dtype", NULL, &lit, err);
@@ -37,9 +37,9 @@ static enum dg_status const_dtype(const json_t *attrs, enum dg_dtype *dt, bool *
 /* Type of the literal without materialising it when it is one scalar spread
  * over a declared shape ({"shape": [1000,1000], "value": 0}): that form can
  * describe a huge tensor in a few bytes, and validation must stay cheap. */
-static enum dg_status const_type(const json_t *attrs, struct dg_ttype *out, struct dg_err *err)
+static enum dg_status const_type(struct dg_attrs attrs, struct dg_ttype *out, struct dg_err *err)
 {
-	const json_t *value = json_object_get(attrs, "value");
+	const json_t *value = dg_attrs_get(attrs, "value");
 	enum dg_dtype dt;
 	bool have_dt;
 	enum dg_status st = const_dtype(attrs, &dt, &have_dt, err);
@@ -83,7 +83,7 @@ static enum dg_status const_type(const json_t *attrs, struct dg_ttype *out, stru
 
 static enum dg_status const_infer(struct dg_infer_ctx *c)
 {
-	enum dg_status st = const_type(c->attrs, &c->out[0], c->err);
+	enum dg_status st = const_type(dg_attrs_of_json(c->attrs), &c->out[0], c->err);
 
 	if (st != DG_OK)
 		dg_err_prefix(c->err, "attr 'value'");
@@ -92,7 +92,7 @@ static enum dg_status const_infer(struct dg_infer_ctx *c)
 
 static enum dg_status const_cpu(struct dg_kernel_ctx *c)
 {
-	const json_t *value = json_object_get(c->attrs, "value");
+	const json_t *value = dg_attrs_get(c->attrs, "value");
 	enum dg_dtype dt;
 	bool have_dt;
 	enum dg_status st = const_dtype(c->attrs, &dt, &have_dt, c->err);
@@ -116,10 +116,10 @@ static enum dg_status placeholder_infer(struct dg_infer_ctx *c)
 	const enum dg_dtype f32 = DG_F32;
 	enum dg_status st;
 
-	st = dg_attr_dtype(c->attrs, "dtype", &f32, &c->out[0].dtype, c->err);
+	st = dg_attrs_dtype(dg_attrs_of_json(c->attrs), "dtype", &f32, &c->out[0].dtype, c->err);
 	if (st != DG_OK)
 		return st;
-	return dg_attr_shape(c->attrs, "shape", false, true, &c->out[0].shape, c->err);
+	return dg_attrs_shape(dg_attrs_of_json(c->attrs), "shape", false, true, &c->out[0].shape, c->err);
 }
 
 /* Only reached when something runs the op directly: the executor substitutes
@@ -171,7 +171,7 @@ static const struct dg_attr_spec placeholder_attrs[] = {
 
 static const struct dg_attr_spec no_attrs[] = { { NULL } };
 
-const struct dg_op_def dg_ops_basic[] = {
+struct dg_op_def dg_ops_basic[] = {
 	{ .name = "Const", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
 	  .attrs = const_attrs, .infer = const_infer, .cpu = const_cpu,
 	  .flags = DG_OPF_SOURCE, .doc = "a constant tensor given as a JSON literal" },

@@ -7,16 +7,18 @@
 #include "dg/kernels.h"
 
 /* Op tables, each terminated by an entry with name == NULL. One per family
- * file: eltwise.c, reduce.c, nn.c, matmul.c, array.c, random.c, basic.c. */
-extern const struct dg_op_def dg_ops_basic[];    /* Const, Placeholder, Identity */
-extern const struct dg_op_def dg_ops_eltwise[];  /* unary, binary, compare, Where, Cast */
-extern const struct dg_op_def dg_ops_reduce[];   /* Sum, Mean, Max, Min, ArgMax */
-extern const struct dg_op_def dg_ops_nn[];       /* Softmax, LogSoftmax, cross-entropy */
-extern const struct dg_op_def dg_ops_matmul[];   /* MatMul, BatchMatMul */
-extern const struct dg_op_def dg_ops_array[];    /* Slice .. Squeeze, Size, Shape, Fill, ... */
-extern const struct dg_op_def dg_ops_random[];   /* seeded initialisers */
-extern const struct dg_op_def dg_ops_grad[];     /* gradient helpers (grad.c) */
-extern const struct dg_op_def dg_ops_data[];     /* IdxReader, NpyReader (data.c) */
+ * file: eltwise.c, reduce.c, nn.c, matmul.c, array.c, random.c, basic.c.
+ * Writable only so that registry.c can set the .cuda slots once, before its
+ * index is first read; everything else sees them through const pointers. */
+extern struct dg_op_def dg_ops_basic[];    /* Const, Placeholder, Identity */
+extern struct dg_op_def dg_ops_eltwise[];  /* unary, binary, compare, Where, Cast */
+extern struct dg_op_def dg_ops_reduce[];   /* Sum, Mean, Max, Min, ArgMax */
+extern struct dg_op_def dg_ops_nn[];       /* Softmax, LogSoftmax, cross-entropy */
+extern struct dg_op_def dg_ops_matmul[];   /* MatMul, BatchMatMul */
+extern struct dg_op_def dg_ops_array[];    /* Slice .. Squeeze, Size, Shape, Fill, ... */
+extern struct dg_op_def dg_ops_random[];   /* seeded initialisers */
+extern struct dg_op_def dg_ops_grad[];     /* gradient helpers (grad.c) */
+extern struct dg_op_def dg_ops_data[];     /* IdxReader, NpyReader (data.c) */
 
 /* Allocate output i of the kernel (uninitialised contents); on failure sets
  * c->err and returns NULL. The tensor is stored in c->out[i]. */

@@ -214,26 +214,26 @@ struct idx_opts {
 	enum dg_dtype dtype;
 };
 
-static enum dg_status idx_opts_read(const json_t *attrs, struct idx_opts *o, struct dg_err *err)
+static enum dg_status idx_opts_read(struct dg_attrs attrs, struct idx_opts *o, struct dg_err *err)
 {
 	bool no = false;
 	int64_t zero = 0;
-	enum dg_status st = dg_attr_string(attrs, "path", NULL, &o->path, err);
+	enum dg_status st = dg_attrs_string(attrs, "path", NULL, &o->path, err);
 
 	if (st == DG_OK)
-		st = dg_attr_bool(attrs, "scale", &no, &o->scale, err);
+		st = dg_attrs_bool(attrs, "scale", &no, &o->scale, err);
 	if (st == DG_OK)
-		st = dg_attr_bool(attrs, "flatten", &no, &o->flatten, err);
+		st = dg_attrs_bool(attrs, "flatten", &no, &o->flatten, err);
 	if (st == DG_OK)
-		st = dg_attr_int(attrs, "one_hot", &zero, &o->one_hot, err);
+		st = dg_attrs_int(attrs, "one_hot", &zero, &o->one_hot, err);
 	if (st != DG_OK)
 		return st;
 	if (o->one_hot < 0 || o->one_hot > 1000000)
 		return dg_err_set(err, DG_EINVAL, "attr 'one_hot' is %lld; use 0 (off) or a class "
 				  "count up to 1000000", (long long)o->one_hot);
-	o->has_dtype = json_object_get(attrs, "dtype") != NULL;
+	o->has_dtype = dg_attrs_get(attrs, "dtype") != NULL;
 	if (o->has_dtype)
-		return dg_attr_dtype(attrs, "dtype", NULL, &o->dtype, err);
+		return dg_attrs_dtype(attrs, "dtype", NULL, &o->dtype, err);
 	return DG_OK;
 }
 
@@ -271,7 +271,7 @@ static enum dg_status idx_infer(struct dg_infer_ctx *c)
 {
 	struct idx_opts o;
 	struct idx_header h;
-	enum dg_status st = idx_opts_read(c->attrs, &o, c->err);
+	enum dg_status st = idx_opts_read(dg_attrs_of_json(c->attrs), &o, c->err);
 	gzFile f;
 
 	if (st != DG_OK)
@@ -387,11 +387,11 @@ static enum dg_status npy_peek(const char *path, struct dg_ttype *t, struct dg_e
 static enum dg_status npy_infer(struct dg_infer_ctx *c)
 {
 	const char *path;
-	enum dg_status st = dg_attr_string(c->attrs, "path", NULL, &path, c->err);
-	bool has_dt = json_object_get(c->attrs, "dtype") != NULL;
+	enum dg_status st = dg_attrs_string(dg_attrs_of_json(c->attrs), "path", NULL, &path, c->err);
+	bool has_dt = dg_attrs_get(dg_attrs_of_json(c->attrs), "dtype") != NULL;
 
 	if (st == DG_OK && has_dt)
-		st = dg_attr_dtype(c->attrs, "dtype", NULL, &c->out[0].dtype, c->err);
+		st = dg_attrs_dtype(dg_attrs_of_json(c->attrs), "dtype", NULL, &c->out[0].dtype, c->err);
 	if (st != DG_OK)
 		return st;
 	if (has_dt) {
@@ -412,7 +412,7 @@ static enum dg_status npy_infer(struct dg_infer_ctx *c)
 static enum dg_status npy_cpu(struct dg_kernel_ctx *c)
 {
 	const char *path;
-	enum dg_status st = dg_attr_string(c->attrs, "path", NULL, &path, c->err);
+	enum dg_status st = dg_attrs_string(c->attrs, "path", NULL, &path, c->err);
 	struct dg_tensor *t;
 
 	if (st != DG_OK)
@@ -420,9 +420,9 @@ static enum dg_status npy_cpu(struct dg_kernel_ctx *c)
 	t = dg_npy_read_file(path, c->err);
 	if (!t)
 		return c->err ? c->err->code : DG_EIO;
-	if (json_object_get(c->attrs, "dtype")) {
+	if (dg_attrs_get(c->attrs, "dtype")) {
 		enum dg_dtype want;
-		st = dg_attr_dtype(c->attrs, "dtype", NULL, &want, c->err);
+		st = dg_attrs_dtype(c->attrs, "dtype", NULL, &want, c->err);
 		if (st == DG_OK && want != t->dtype)
 			st = dg_err_set(c->err, DG_EDTYPE, "'%s' holds %s, attr 'dtype' says %s",
 					path, dg_dtype_name(t->dtype), dg_dtype_name(want));
@@ -459,21 +459,21 @@ struct shard_opts {
 	bool shuffle;
 };
 
-static enum dg_status shard_opts_read(const json_t *attrs, struct shard_opts *o,
+static enum dg_status shard_opts_read(struct dg_attrs attrs, struct shard_opts *o,
 				      struct dg_err *err)
 {
 	int64_t zero = 0, one = 1;
 	bool yes = true;
-	enum dg_status st = dg_attr_int(attrs, "batch", NULL, &o->batch, err);
+	enum dg_status st = dg_attrs_int(attrs, "batch", NULL, &o->batch, err);
 
 	if (st == DG_OK)
-		st = dg_attr_int(attrs, "shard", &zero, &o->shard, err);
+		st = dg_attrs_int(attrs, "shard", &zero, &o->shard, err);
 	if (st == DG_OK)
-		st = dg_attr_int(attrs, "num_shards", &one, &o->num_shards, err);
+		st = dg_attrs_int(attrs, "num_shards", &one, &o->num_shards, err);
 	if (st == DG_OK)
-		st = dg_attr_int(attrs, "seed", &zero, &o->seed, err);
+		st = dg_attrs_int(attrs, "seed", &zero, &o->seed, err);
 	if (st == DG_OK)
-		st = dg_attr_bool(attrs, "shuffle", &yes, &o->shuffle, err);
+		st = dg_attrs_bool(attrs, "shuffle", &yes, &o->shuffle, err);
 	if (st != DG_OK)
 		return st;
 	if (o->batch < 1)
@@ -488,7 +488,7 @@ static enum dg_status shard_opts_read(const json_t *attrs, struct shard_opts *o,
 static enum dg_status shard_infer(struct dg_infer_ctx *c)
 {
 	struct shard_opts o;
-	enum dg_status st = shard_opts_read(c->attrs, &o, c->err);
+	enum dg_status st = shard_opts_read(dg_attrs_of_json(c->attrs), &o, c->err);
 
 	if (st != DG_OK)
 		return st;
@@ -673,7 +673,7 @@ static enum dg_status shard_cpu(struct dg_kernel_ctx *c)
 	return st;
 }
 
-const struct dg_op_def dg_ops_data[] = {
+struct dg_op_def dg_ops_data[] = {
 	{ .name = "ShardBatch", .min_inputs = 2, .max_inputs = 2, .n_outputs = 2,
 	  .attrs = shard_attrs, .infer = shard_infer, .cpu = shard_cpu, .flags = DG_OPF_STATEFUL,
 	  .doc = "batch number `step` of this worker's shard of (examples, labels), reshuffled "

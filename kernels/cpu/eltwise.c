@@ -857,7 +857,7 @@ static const struct dg_attr_spec cast_attrs[] = {
 
 static enum dg_status infer_cast(struct dg_infer_ctx *c)
 {
-	enum dg_status st = dg_attr_dtype(c->attrs, "dtype", NULL, &c->out[0].dtype, c->err);
+	enum dg_status st = dg_attrs_dtype(dg_attrs_of_json(c->attrs), "dtype", NULL, &c->out[0].dtype, c->err);
 
 	if (st != DG_OK)
 		return st;
@@ -878,7 +878,7 @@ static enum dg_status k_cast(struct dg_kernel_ctx *c)
 
 	if (st != DG_OK)
 		return st;
-	st = dg_attr_dtype(c->attrs, "dtype", NULL, &to, c->err);
+	st = dg_attrs_dtype(c->attrs, "dtype", NULL, &to, c->err);
 	if (st != DG_OK)
 		return st;
 	x = c->in[0];
@@ -973,7 +973,7 @@ BINARY_FNS(ge)
 #define BINARY(name, op, doc) \
 	{ name, 2, 2, 1, NULL, no_attrs, infer_##op, k_##op, NULL, GRAD_##op, 0, doc }
 
-const struct dg_op_def dg_ops_eltwise[] = {
+struct dg_op_def dg_ops_eltwise[] = {
 	UNARY("Neg", neg, "-x; signed integers wrap (Neg(INT_MIN) = INT_MIN)"),
 	UNARY("Abs", abs, "|x|; signed integers wrap (Abs(INT_MIN) = INT_MIN)"),
 	UNARY("Square", square, "x * x; integers wrap around"),

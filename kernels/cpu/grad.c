@@ -188,9 +188,9 @@ static enum dg_status k_reshape_like(struct dg_kernel_ctx *c)
 
 /* Reduced-axis mask for a rank-ndim value from attr "axis" (absent or null:
  * all; an integer; a list). */
-static enum dg_status axes_of(const json_t *attrs, int ndim, unsigned *mask, struct dg_err *err)
+static enum dg_status axes_of(struct dg_attrs attrs, int ndim, unsigned *mask, struct dg_err *err)
 {
-	const json_t *v = json_object_get(attrs, "axis");
+	const json_t *v = dg_attrs_get(attrs, "axis");
 	int64_t ax[DG_MAX_DIMS];
 	int n = 0;
 
@@ -254,7 +254,7 @@ static enum dg_status k_unreduce(struct dg_kernel_ctx *c)
 	if (st == DG_OK)
 		st = axes_of(c->attrs, like->shape.ndim, &mask, c->err);
 	if (st == DG_OK)
-		st = dg_attr_bool(c->attrs, "mean", &no, &mean, c->err);
+		st = dg_attrs_bool(c->attrs, "mean", &no, &mean, c->err);
 	if (st != DG_OK)
 		return st;
 	keep = like->shape;
@@ -300,7 +300,7 @@ static enum dg_status k_slice_grad(struct dg_kernel_ctx *c)
 	int nb = 0;
 
 	if (st == DG_OK)
-		st = dg_attr_ints(c->attrs, "begin", true, begin, DG_MAX_DIMS, &nb, c->err);
+		st = dg_attrs_ints(c->attrs, "begin", true, begin, DG_MAX_DIMS, &nb, c->err);
 	if (st != DG_OK)
 		return st;
 	g = c->in[0];
@@ -504,7 +504,7 @@ static enum dg_status k_sparse_g(struct dg_kernel_ctx *c)
 	return o ? DG_OK : out_failed(c);
 }
 
-const struct dg_op_def dg_ops_grad[] = {
+struct dg_op_def dg_ops_grad[] = {
 	{ .name = "SumToShapeOf", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
 	  .attrs = no_attrs, .infer = infer_like, .cpu = k_sum_to,
 	  .doc = "gradient helper: x summed over the dims along which like's shape broadcasts "
@@ -888,7 +888,7 @@ enum dg_status cpu_grad_max(struct dg_grad_ctx *c)
 {
 	enum dg_dtype dt = c->in_type[0].dtype;
 	const char *yfull, *gfull, *mask, *cnt, *t;
-	const json_t *axis = json_object_get(c->attrs, "axis");
+	const json_t *axis = dg_attrs_get(dg_attrs_of_json(c->attrs), "axis");
 
 	TRY(yfull = op2(c, "UnreduceLike", c->out[0], c->in[0],
 			unreduce_attrs_of(c->attrs, false)));
@@ -976,8 +976,8 @@ enum dg_status cpu_grad_sparse_xent(struct dg_grad_ctx *c)
 static enum dg_status grad_mm(struct dg_grad_ctx *c, const char *op, const char *ka,
 			      const char *kb)
 {
-	bool ta = json_is_true(json_object_get(c->attrs, ka));
-	bool tb = json_is_true(json_object_get(c->attrs, kb));
+	bool ta = json_is_true(dg_attrs_get(dg_attrs_of_json(c->attrs), ka));
+	bool tb = json_is_true(dg_attrs_get(dg_attrs_of_json(c->attrs), kb));
 	const char *g = c->dout[0], *a = c->in[0], *b = c->in[1], *t;
 	bool same = strcmp(op, "MatMul") == 0 || same_batch(c);
 
@@ -1012,7 +1012,7 @@ enum dg_status cpu_grad_batch_matmul(struct dg_grad_ctx *c)
 
 enum dg_status cpu_grad_slice(struct dg_grad_ctx *c)
 {
-	const json_t *begin = json_object_get(c->attrs, "begin");
+	const json_t *begin = dg_attrs_get(dg_attrs_of_json(c->attrs), "begin");
 
 	TRY(c->din[0] = op2(c, "SliceGrad", c->dout[0], c->in[0],
 			    json_pack("{s:O}", "begin", begin)));
@@ -1024,7 +1024,7 @@ enum dg_status cpu_grad_slice(struct dg_grad_ctx *c)
 enum dg_status cpu_grad_concat(struct dg_grad_ctx *c)
 {
 	int64_t axis = 0, off = 0;
-	enum dg_status st = dg_attr_int(c->attrs, "axis", NULL, &axis, c->err);
+	enum dg_status st = dg_attrs_int(dg_attrs_of_json(c->attrs), "axis", NULL, &axis, c->err);
 	int rank = c->out_type[0].shape.ndim, ax;
 
 	if (st != DG_OK)
@@ -1061,7 +1061,7 @@ enum dg_status cpu_grad_concat(struct dg_grad_ctx *c)
  * reaches contributes zeros. */
 enum dg_status cpu_grad_split(struct dg_grad_ctx *c)
 {
-	const json_t *axis = json_object_get(c->attrs, "axis");
+	const json_t *axis = dg_attrs_get(dg_attrs_of_json(c->attrs), "axis");
 	const char **parts = calloc((size_t)c->n_out, sizeof *parts);
 	enum dg_status st = DG_OK;
 
@@ -1094,7 +1094,7 @@ enum dg_status cpu_grad_transpose(struct dg_grad_ctx *c)
 {
 	int64_t perm[DG_MAX_DIMS];
 	int n = 0;
-	enum dg_status st = dg_attr_ints(c->attrs, "perm", false, perm, DG_MAX_DIMS, &n, c->err);
+	enum dg_status st = dg_attrs_ints(dg_attrs_of_json(c->attrs), "perm", false, perm, DG_MAX_DIMS, &n, c->err);
 	json_t *attrs = json_object();
 
 	if (st != DG_OK) {

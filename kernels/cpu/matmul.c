@@ -36,14 +36,14 @@ struct mnk {
 	int64_t m, k_a, k_b, n;
 };
 
-static enum dg_status read_flags(const json_t *attrs, const struct names *nm, bool *ta,
+static enum dg_status read_flags(struct dg_attrs attrs, const struct names *nm, bool *ta,
 				 bool *tb, struct dg_err *err)
 {
 	static const bool no = false;
-	enum dg_status st = dg_attr_bool(attrs, nm->ta, &no, ta, err);
+	enum dg_status st = dg_attrs_bool(attrs, nm->ta, &no, ta, err);
 
 	if (st == DG_OK)
-		st = dg_attr_bool(attrs, nm->tb, &no, tb, err);
+		st = dg_attrs_bool(attrs, nm->tb, &no, tb, err);
 	return st;
 }
 
@@ -143,7 +143,7 @@ static enum dg_status out_status(const struct dg_kernel_ctx *c)
  * dtypes, ranks (2 for MatMul, at least 2 for BatchMatMul; -1 unknown passes)
  * and equal inner dims where both are known. d gets M, K (of each side) and
  * N of op(a) @ op(b), -1 where unknown. */
-static enum dg_status product_check(const json_t *attrs, const struct names *nm,
+static enum dg_status product_check(struct dg_attrs attrs, const struct names *nm,
 				    const struct dg_ttype *a, const struct dg_ttype *b, bool *ta,
 				    bool *tb, struct mnk *d, struct dg_err *err)
 {
@@ -239,7 +239,7 @@ static enum dg_status matmul_infer(struct dg_infer_ctx *c)
 {
 	struct mnk d;
 	bool ta, tb;
-	enum dg_status st = product_check(c->attrs, &mm_names, &c->in[0], &c->in[1], &ta, &tb,
+	enum dg_status st = product_check(dg_attrs_of_json(c->attrs), &mm_names, &c->in[0], &c->in[1], &ta, &tb,
 					  &d, c->err);
 
 	if (st != DG_OK)
@@ -320,7 +320,7 @@ static enum dg_status bmm_infer(struct dg_infer_ctx *c)
 	struct dg_shape *os = &c->out[0].shape;
 	struct mnk d;
 	bool ta, tb;
-	enum dg_status st = product_check(c->attrs, &bmm_names, &c->in[0], &c->in[1], &ta, &tb,
+	enum dg_status st = product_check(dg_attrs_of_json(c->attrs), &bmm_names, &c->in[0], &c->in[1], &ta, &tb,
 					  &d, c->err);
 
 	if (st != DG_OK)
@@ -435,7 +435,7 @@ static enum dg_status bmm_cpu(struct dg_kernel_ctx *c)
 	return DG_OK;
 }
 
-const struct dg_op_def dg_ops_matmul[] = {
+struct dg_op_def dg_ops_matmul[] = {
 	{
 		.name = "MatMul", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
 		.attrs = matmul_attrs, .infer = matmul_infer, .cpu = matmul_cpu,

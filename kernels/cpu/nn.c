@@ -214,12 +214,12 @@ static const struct dg_attr_spec softmax_attrs[] = {
 	{ NULL },
 };
 
-static enum dg_status softmax_axis(const json_t *attrs, int ndim, int *axis, struct dg_err *err)
+static enum dg_status softmax_axis(struct dg_attrs attrs, int ndim, int *axis, struct dg_err *err)
 {
 	const int64_t last = -1;
 	int64_t a;
 
-	if (dg_attr_int(attrs, "axis", &last, &a, err) != DG_OK)
+	if (dg_attrs_int(attrs, "axis", &last, &a, err) != DG_OK)
 		return DG_EINVAL;
 	if (cpu_axis(a, ndim, axis, err) != DG_OK) {
 		if (ndim == 0)
@@ -239,7 +239,7 @@ static enum dg_status infer_softmax_common(struct dg_infer_ctx *c, const char *o
 
 	if (need_float(op, "logits", x->dtype, c->err) != DG_OK)
 		return DG_EDTYPE;
-	if (x->shape.ndim >= 0 && softmax_axis(c->attrs, x->shape.ndim, &axis, c->err) != DG_OK)
+	if (x->shape.ndim >= 0 && softmax_axis(dg_attrs_of_json(c->attrs), x->shape.ndim, &axis, c->err) != DG_OK)
 		return DG_EINVAL;
 	c->out[0] = *x;
 	return DG_OK;
@@ -510,7 +510,7 @@ static enum dg_status k_sparse_xent(struct dg_kernel_ctx *c)
 
 static const struct dg_attr_spec no_attrs[] = { { NULL } };
 
-const struct dg_op_def dg_ops_nn[] = {
+struct dg_op_def dg_ops_nn[] = {
 	{ .name = "Softmax", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = softmax_attrs, .infer = infer_softmax, .cpu = k_softmax,
 	  .grad = cpu_grad_softmax,

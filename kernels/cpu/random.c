@@ -45,10 +45,10 @@ struct rnd {
 
 /* An integer bound of an integer RandomUniform: required, a JSON integer,
  * within the dtype. */
-static enum dg_status int_bound(const json_t *attrs, const char *key, enum dg_dtype dt,
+static enum dg_status int_bound(struct dg_attrs attrs, const char *key, enum dg_dtype dt,
 				int64_t *out, struct dg_err *err)
 {
-	const json_t *v = json_object_get(attrs, key);
+	const json_t *v = dg_attrs_get(attrs, key);
 
 	if (!v) {
 		dg_err_set(err, DG_EINVAL, "missing attr '%s', required for an %s RandomUniform",
@@ -71,7 +71,7 @@ static enum dg_status int_bound(const json_t *attrs, const char *key, enum dg_dt
 /* minval/maxval: integers without defaults for int dtypes; numbers defaulting
  * to [0, 1) for floats. An empty or non-finite range is refused rather than
  * producing values outside it. */
-static enum dg_status uniform_attrs(const json_t *attrs, struct rnd *r, struct dg_err *err)
+static enum dg_status uniform_attrs(struct dg_attrs attrs, struct rnd *r, struct dg_err *err)
 {
 	static const double zero = 0.0, one = 1.0;
 	enum dg_status st;
@@ -86,9 +86,9 @@ static enum dg_status uniform_attrs(const json_t *attrs, struct rnd *r, struct d
 		}
 		return st;
 	}
-	st = dg_attr_float(attrs, "minval", &zero, &r->a, err);
+	st = dg_attrs_float(attrs, "minval", &zero, &r->a, err);
 	if (st == DG_OK)
-		st = dg_attr_float(attrs, "maxval", &one, &r->b, err);
+		st = dg_attrs_float(attrs, "maxval", &one, &r->b, err);
 	if (st != DG_OK)
 		return st;
 	if (!(r->b > r->a)) {
@@ -111,13 +111,13 @@ static enum dg_status uniform_attrs(const json_t *attrs, struct rnd *r, struct d
 
 /* mean and stddev (>= 0); for float32 both must be float32 numbers, so that
  * the float arithmetic of the generator cannot start from an overflow. */
-static enum dg_status normal_attrs(const json_t *attrs, struct rnd *r, struct dg_err *err)
+static enum dg_status normal_attrs(struct dg_attrs attrs, struct rnd *r, struct dg_err *err)
 {
 	static const double zero = 0.0, one = 1.0;
-	enum dg_status st = dg_attr_float(attrs, "mean", &zero, &r->a, err);
+	enum dg_status st = dg_attrs_float(attrs, "mean", &zero, &r->a, err);
 
 	if (st == DG_OK)
-		st = dg_attr_float(attrs, "stddev", &one, &r->b, err);
+		st = dg_attrs_float(attrs, "stddev", &one, &r->b, err);
 	if (st != DG_OK)
 		return st;
 	if (r->b < 0)
@@ -150,7 +150,7 @@ static void glorot_limit(struct rnd *r)
 
 /* Everything a kernel needs from the attrs, checked. Shared by infer and
  * kernel so a graph that validates never fails here at run time. */
-static enum dg_status rnd_parse(const json_t *attrs, enum rkind kind, struct rnd *r,
+static enum dg_status rnd_parse(struct dg_attrs attrs, enum rkind kind, struct rnd *r,
 				struct dg_err *err)
 {
 	static const enum dg_dtype def_dt = DG_F32;
@@ -160,11 +160,11 @@ static enum dg_status rnd_parse(const json_t *attrs, enum rkind kind, struct rnd
 	enum dg_status st;
 
 	r->kind = kind;
-	st = dg_attr_shape(attrs, "shape", true, false, &r->shape, err);
+	st = dg_attrs_shape(attrs, "shape", true, false, &r->shape, err);
 	if (st == DG_OK)
-		st = dg_attr_dtype(attrs, "dtype", &def_dt, &r->dt, err);
+		st = dg_attrs_dtype(attrs, "dtype", &def_dt, &r->dt, err);
 	if (st == DG_OK)
-		st = dg_attr_int(attrs, "seed", &def_seed, &seed, err);
+		st = dg_attrs_int(attrs, "seed", &def_seed, &seed, err);
 	if (st != DG_OK)
 		return st;
 	r->seed = (uint64_t)seed;
@@ -294,7 +294,7 @@ static bool normal_z(const struct stream *g, int64_t n, bool f64, bool truncated
 static enum dg_status rnd_infer(struct dg_infer_ctx *c, enum rkind kind)
 {
 	struct rnd r;
-	enum dg_status st = rnd_parse(c->attrs, kind, &r, c->err);
+	enum dg_status st = rnd_parse(dg_attrs_of_json(c->attrs), kind, &r, c->err);
 
 	if (st != DG_OK)
 		return st;
@@ -404,7 +404,7 @@ static const struct dg_attr_spec glorot_spec[] = {
 
 #define RND_FLAGS (DG_OPF_SOURCE | DG_OPF_STATEFUL)
 
-const struct dg_op_def dg_ops_random[] = {
+struct dg_op_def dg_ops_random[] = {
 	{ "RandomUniform", 0, 0, 1, NULL, uniform_spec, uniform_infer, uniform_cpu, NULL, NULL,
 	  RND_FLAGS, "uniform in [minval, maxval); float32/64, or int32/64 with integer bounds" },
 	{ "RandomNormal", 0, 0, 1, NULL, normal_spec, normal_infer, normal_cpu, NULL, NULL,

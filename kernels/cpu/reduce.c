@@ -263,9 +263,9 @@ struct axes_attr {
 	int64_t v[DG_MAX_DIMS];
 };
 
-static enum dg_status read_axes(const json_t *attrs, struct axes_attr *a, struct dg_err *err)
+static enum dg_status read_axes(struct dg_attrs attrs, struct axes_attr *a, struct dg_err *err)
 {
-	const json_t *v = attrs ? json_object_get(attrs, "axis") : NULL;
+	const json_t *v = dg_attrs_get(attrs, "axis");
 	size_t i;
 	json_t *e;
 
@@ -330,15 +330,15 @@ static enum dg_status axes_mask(const struct axes_attr *a, int ndim, unsigned *m
 }
 
 /* "keepdims" (and TensorFlow's older "keep_dims"), default false. */
-static enum dg_status read_keepdims(const json_t *attrs, bool *keep, struct dg_err *err)
+static enum dg_status read_keepdims(struct dg_attrs attrs, bool *keep, struct dg_err *err)
 {
 	const bool no = false;
 	bool a, b;
 
-	if (dg_attr_bool(attrs, "keepdims", &no, &a, err) != DG_OK ||
-	    dg_attr_bool(attrs, "keep_dims", &no, &b, err) != DG_OK)
+	if (dg_attrs_bool(attrs, "keepdims", &no, &a, err) != DG_OK ||
+	    dg_attrs_bool(attrs, "keep_dims", &no, &b, err) != DG_OK)
 		return DG_EINVAL;
-	if (attrs && json_object_get(attrs, "keepdims") && json_object_get(attrs, "keep_dims") &&
+	if (dg_attrs_get(attrs, "keepdims") && dg_attrs_get(attrs, "keep_dims") &&
 	    a != b)
 		return dg_err_set(err, DG_EINVAL, "attrs 'keepdims' and 'keep_dims' disagree");
 	*keep = a || b;
@@ -403,7 +403,7 @@ static bool needs_elements(enum rkind k, enum dg_dtype dt)
 
 /* The dtype and the attrs as written, checked alike by inference and kernel
  * (the axes are normalised once the rank is known). */
-static enum dg_status reduce_args(enum rkind k, enum dg_dtype dt, const json_t *attrs,
+static enum dg_status reduce_args(enum rkind k, enum dg_dtype dt, struct dg_attrs attrs,
 				  struct axes_attr *a, bool *keep, struct dg_err *err)
 {
 	if (!reduce_dtype_ok(dt))
@@ -420,7 +420,7 @@ static enum dg_status infer_reduce(struct dg_infer_ctx *c, enum rkind k)
 	bool keep;
 	unsigned mask;
 	int64_t count;
-	enum dg_status st = reduce_args(k, x->dtype, c->attrs, &a, &keep, c->err);
+	enum dg_status st = reduce_args(k, x->dtype, dg_attrs_of_json(c->attrs), &a, &keep, c->err);
 
 	if (st != DG_OK)
 		return st;
@@ -662,15 +662,15 @@ static const reduce3_fn argmax3[DG_DTYPE_COUNT][2] = {
 };
 
 /* Read and check ArgMax's attrs against a rank (-1: unknown, axis unchecked). */
-static enum dg_status argmax_attrs(const json_t *attrs, int ndim, int *axis,
+static enum dg_status argmax_attrs(struct dg_attrs attrs, int ndim, int *axis,
 				   enum dg_dtype *ot, struct dg_err *err)
 {
 	const int64_t zero = 0;
 	const enum dg_dtype i64 = DG_I64;
 	int64_t a;
 
-	if (dg_attr_int(attrs, "axis", &zero, &a, err) != DG_OK ||
-	    dg_attr_dtype(attrs, "output_type", &i64, ot, err) != DG_OK)
+	if (dg_attrs_int(attrs, "axis", &zero, &a, err) != DG_OK ||
+	    dg_attrs_dtype(attrs, "output_type", &i64, ot, err) != DG_OK)
 		return err ? err->code : DG_EINVAL;
 	if (*ot != DG_I32 && *ot != DG_I64) {
 		dg_err_set(err, DG_EDTYPE, "ArgMax output_type must be int32 or int64, not %s",
@@ -698,7 +698,7 @@ static enum dg_status infer_argmax(struct dg_infer_ctx *c)
 
 	if (!reduce_dtype_ok(x->dtype))
 		return bad_dtype("ArgMax", x->dtype, c->err);
-	if (argmax_attrs(c->attrs, x->shape.ndim, &axis, &ot, c->err) != DG_OK)
+	if (argmax_attrs(dg_attrs_of_json(c->attrs), x->shape.ndim, &axis, &ot, c->err) != DG_OK)
 		return c->err ? c->err->code : DG_EINVAL;
 	c->out[0].dtype = ot;
 	if (x->shape.ndim < 0) {
@@ -773,7 +773,7 @@ static const struct dg_attr_spec argmax_attrs_spec[] = {
 	{ NULL },
 };
 
-const struct dg_op_def dg_ops_reduce[] = {
+struct dg_op_def dg_ops_reduce[] = {
 	{ .name = "Sum", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = reduce_attrs, .infer = infer_sum, .cpu = k_sum,
 	  .grad = cpu_grad_sum,

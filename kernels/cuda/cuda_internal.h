@@ -54,7 +54,7 @@ enum dg_status cuda_set_device(int device, struct dg_err *err);
 
 /* MatMul (bmm false) and BatchMatMul (bmm true) through cuBLAS: in[0], in[1]
  * on s's GPU, out allocated by the caller with the inferred shape. */
-enum dg_status cuda_matmul(struct dg_cuda_stream *s, bool bmm, const json_t *attrs,
+enum dg_status cuda_matmul(struct dg_cuda_stream *s, bool bmm, struct dg_attrs attrs,
 			   const struct dg_cuda_tensor *x, const struct dg_cuda_tensor *y,
 			   struct dg_cuda_tensor *o, struct dg_err *err);
 

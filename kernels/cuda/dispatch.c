@@ -3,13 +3,16 @@
  * the op's own inference (kernels/cpu/), allocates them from the caching
  * allocator (memory.c) and calls the launchers of the .cu files (cuda_launch.h)
  * or cuBLAS (matmul.c). Shapes, strides and attrs are worked out here, in C;
- * the kernels only walk what they are given. */
+ * the kernels only walk what they are given. dg_cuda_kernels, the table of
+ * one function per op, is read once by kernels/registry.c, which points each
+ * op's entry (.cuda) at its kernel; dg_cuda_run calls the entry. */
 #include "cuda_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_kernels.h"
 #include "cuda_launch.h"
 #include "dg/gpu.h"
 #include "dg/kernels.h"
@@ -306,11 +309,11 @@ static void walk_bcast(struct dgc_walk *w, const struct dg_shape *out,
 
 /* --- the op families ------------------------------------------------------------ */
 
-/* Everything a family function sees. */
-struct run {
+/* Everything a kernel sees (dg_cuda_kernel_fn of dg/op.h). */
+struct dg_cuda_ctx {
 	struct dg_cuda_stream *s;
 	const struct dg_op_def *op;
-	const json_t *attrs;
+	struct dg_attrs attrs;
 	const struct dg_cuda_tensor *const *in;
 	int n_in;
 	struct dg_cuda_tensor **out;
@@ -319,35 +322,26 @@ struct run {
 	struct dg_err *err;
 };
 
-static enum dg_status launched(struct run *r, cudaError_t e)
+static enum dg_status launched(struct dg_cuda_ctx *r, cudaError_t e)
 {
 	return e == cudaSuccess ? DG_OK : cuda_fail(r->err, e, "kernel launch");
 }
 
-static enum dg_status no_kernel(struct run *r, enum dg_dtype dt)
+static enum dg_status no_kernel(struct dg_cuda_ctx *r, enum dg_dtype dt)
 {
 	dg_err_set(r->err, DG_EDTYPE, "no CUDA kernel for %s", dg_dtype_name(dt));
 	dg_err_hint(r->err, "place this node on the CPU, or Cast to float32");
 	return DG_EDTYPE;
 }
 
-static const char *const unary_names[] = { "Neg", "Abs", "Square", "Relu", "Sqrt", "Exp",
-					   "Log", "Sigmoid", "Tanh", NULL };
-static const char *const binary_names[] = { "Add", "Sub", "Mul", "Div", "Pow", "Maximum",
-					    "Minimum", "Equal", "NotEqual", "Less", "LessEqual",
-					    "Greater", "GreaterEqual", NULL };
+/* The op codes of the .cu launchers (cuda_launch.h): the order of the
+ * wrappers in the kernel table below. */
+enum { U_NEG, U_ABS, U_SQUARE, U_RELU, U_SQRT, U_EXP, U_LOG, U_SIGMOID, U_TANH };
+enum { B_ADD, B_SUB, B_MUL, B_DIV, B_POW, B_MAXIMUM, B_MINIMUM, B_EQUAL, B_NOT_EQUAL, B_LESS,
+       B_LESS_EQUAL, B_GREATER, B_GREATER_EQUAL };
 
-static int name_index(const char *const *names, const char *name)
+static enum dg_status run_unary(struct dg_cuda_ctx *r, int op)
 {
-	for (int i = 0; names[i]; i++)
-		if (!strcmp(names[i], name))
-			return i;
-	return -1;
-}
-
-static enum dg_status run_unary(struct run *r)
-{
-	int op = name_index(unary_names, r->op->name);
 	const struct dg_cuda_tensor *x = r->in[0];
 
 	if (!dgc_unary_has(op, (int)x->dtype))
@@ -356,9 +350,8 @@ static enum dg_status run_unary(struct run *r)
 				     r->s->s));
 }
 
-static enum dg_status run_binary(struct run *r)
+static enum dg_status run_binary(struct dg_cuda_ctx *r, int op)
 {
-	int op = name_index(binary_names, r->op->name);
 	const struct dg_cuda_tensor *a = r->in[0], *b = r->in[1];
 	struct dg_cuda_tensor *o = r->out[0];
 	struct dgc_walk w;
@@ -374,7 +367,7 @@ static enum dg_status run_binary(struct run *r)
 				      r->s->s));
 }
 
-static enum dg_status run_where(struct run *r)
+static enum dg_status run_where(struct dg_cuda_ctx *r)
 {
 	const struct dg_cuda_tensor *k = r->in[0], *x = r->in[1], *y = r->in[2];
 	struct dg_cuda_tensor *o = r->out[0];
@@ -386,7 +379,7 @@ static enum dg_status run_where(struct run *r)
 				     (int)dg_dtype_size(x->dtype), r->s->s));
 }
 
-static enum dg_status run_cast(struct run *r)
+static enum dg_status run_cast(struct dg_cuda_ctx *r)
 {
 	const struct dg_cuda_tensor *x = r->in[0];
 	struct dg_cuda_tensor *o = r->out[0];
@@ -415,9 +408,9 @@ static enum dg_status run_cast(struct run *r)
 
 /* Reduced-axes mask from attr "axis" (absent or null: all; an int or a list;
  * negative counts from the end). Inference has validated it already. */
-static enum dg_status axes_mask(struct run *r, int ndim, unsigned *mask)
+static enum dg_status axes_mask(struct dg_cuda_ctx *r, int ndim, unsigned *mask)
 {
-	const json_t *a = r->attrs ? json_object_get(r->attrs, "axis") : NULL;
+	const json_t *a = dg_attrs_get(r->attrs, "axis");
 	int64_t ax[DG_MAX_DIMS * 4];
 	int n = 0;
 
@@ -453,7 +446,7 @@ static enum dg_status axes_mask(struct run *r, int ndim, unsigned *mask)
 
 /* Reduce x (float) over the dims in mask into o, whose C order is that of x's
  * kept dims (Sum/Mean/Max/Min, and SumToShapeOf). */
-static enum dg_status reduce_masked(struct run *r, int op, const struct dg_cuda_tensor *x,
+static enum dg_status reduce_masked(struct dg_cuda_ctx *r, int op, const struct dg_cuda_tensor *x,
 				    struct dg_cuda_tensor *o, unsigned mask)
 {
 	struct dgc_walk kept = { 0 }, red = { 0 };
@@ -499,9 +492,10 @@ static enum dg_status reduce_masked(struct run *r, int op, const struct dg_cuda_
 				      &kept, &red, cols, scratch, r->s->s));
 }
 
-static enum dg_status run_reduce(struct run *r)
+enum { R_SUM, R_MEAN, R_MAX, R_MIN };   /* reduce_masked's op codes */
+
+static enum dg_status run_reduce(struct dg_cuda_ctx *r, int op)
 {
-	static const char *const names[] = { "Sum", "Mean", "Max", "Min", NULL };
 	const struct dg_cuda_tensor *x = r->in[0];
 	unsigned mask;
 	enum dg_status st;
@@ -511,7 +505,7 @@ static enum dg_status run_reduce(struct run *r)
 	st = axes_mask(r, x->shape.ndim, &mask);
 	if (st != DG_OK)
 		return st;
-	return reduce_masked(r, name_index(names, r->op->name), x, r->out[0], mask);
+	return reduce_masked(r, op, x, r->out[0], mask);
 }
 
 /* outer, n, inner of x around axis. */
@@ -527,10 +521,10 @@ static void around(const struct dg_shape *s, int axis, int64_t *outer, int64_t *
 	*n = s->dim[axis];
 }
 
-static enum dg_status int_axis(struct run *r, int64_t def, int ndim, int *axis)
+static enum dg_status int_axis(struct dg_cuda_ctx *r, int64_t def, int ndim, int *axis)
 {
 	int64_t a;
-	enum dg_status st = dg_attr_int(r->attrs, "axis", &def, &a, r->err);
+	enum dg_status st = dg_attrs_int(r->attrs, "axis", &def, &a, r->err);
 
 	if (st != DG_OK)
 		return st;
@@ -542,7 +536,7 @@ static enum dg_status int_axis(struct run *r, int64_t def, int ndim, int *axis)
 	return DG_OK;
 }
 
-static enum dg_status run_argmax(struct run *r)
+static enum dg_status run_argmax(struct dg_cuda_ctx *r)
 {
 	const struct dg_cuda_tensor *x = r->in[0];
 	struct dg_cuda_tensor *o = r->out[0];
@@ -562,7 +556,7 @@ static enum dg_status run_argmax(struct run *r)
 				      inner, r->s->s));
 }
 
-static enum dg_status run_softmax(struct run *r)
+static enum dg_status run_softmax(struct dg_cuda_ctx *r, bool log)
 {
 	const struct dg_cuda_tensor *x = r->in[0];
 	int64_t outer, n, inner;
@@ -573,13 +567,13 @@ static enum dg_status run_softmax(struct run *r)
 		return st;
 	around(&x->shape, axis, &outer, &n, &inner);
 	return launched(r, dgc_softmax((int)x->dtype, x->data, r->out[0]->data, outer, n, inner,
-				       !strcmp(r->op->name, "LogSoftmax"), r->s->s));
+				       log, r->s->s));
 }
 
 /* The end of a sparse-label kernel, launched after flag_reset with status st:
  * read the flag (a sync) and turn the first label outside [0, n) it recorded
  * into DG_EINVAL naming the label's index. */
-static enum dg_status labels_checked(struct run *r, enum dg_status st, int64_t n)
+static enum dg_status labels_checked(struct dg_cuda_ctx *r, enum dg_status st, int64_t n)
 {
 	unsigned long long bad;
 
@@ -593,7 +587,7 @@ static enum dg_status labels_checked(struct run *r, enum dg_status st, int64_t n
 	return DG_EINVAL;
 }
 
-static enum dg_status run_xent(struct run *r)
+static enum dg_status run_xent(struct dg_cuda_ctx *r, bool sparse)
 {
 	const struct dg_cuda_tensor *x = r->in[0], *l = r->in[1];
 	struct dg_cuda_tensor *o = r->out[0];
@@ -602,7 +596,7 @@ static enum dg_status run_xent(struct run *r)
 
 	if (o->numel == 0)
 		return DG_OK;
-	if (strcmp(r->op->name, "SparseSoftmaxCrossEntropyWithLogits"))
+	if (!sparse)
 		return launched(r, dgc_xent((int)x->dtype, x->data, l->data, o->data, o->numel, n,
 					    r->s->s));
 	st = flag_reset(r->s, r->err);
@@ -613,7 +607,7 @@ static enum dg_status run_xent(struct run *r)
 }
 
 /* Ops whose output is the input's bytes under another shape. */
-static enum dg_status run_copy(struct run *r)
+static enum dg_status run_copy(struct dg_cuda_ctx *r)
 {
 	if (r->out[0]->nbytes == 0)
 		return DG_OK;
@@ -622,14 +616,14 @@ static enum dg_status run_copy(struct run *r)
 			     r->err);
 }
 
-static enum dg_status run_slice(struct run *r)
+static enum dg_status run_slice(struct dg_cuda_ctx *r)
 {
 	const struct dg_cuda_tensor *x = r->in[0];
 	struct dg_cuda_tensor *o = r->out[0];
 	int64_t begin[DG_MAX_DIMS], st_in[DG_MAX_DIMS], st_out[DG_MAX_DIMS], off = 0;
 	struct dgc_walk w = { .nd = o->shape.ndim };
 	int nb;
-	enum dg_status st = dg_attr_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
+	enum dg_status st = dg_attrs_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
 					 r->err);
 
 	if (st != DG_OK || o->numel == 0)
@@ -650,14 +644,14 @@ static enum dg_status run_slice(struct run *r)
 				    (int)dg_dtype_size(x->dtype), r->s->s));
 }
 
-static enum dg_status run_transpose(struct run *r)
+static enum dg_status run_transpose(struct dg_cuda_ctx *r)
 {
 	const struct dg_cuda_tensor *x = r->in[0];
 	struct dg_cuda_tensor *o = r->out[0];
 	int64_t perm[DG_MAX_DIMS], st_in[DG_MAX_DIMS], st_out[DG_MAX_DIMS];
 	int nd = x->shape.ndim, np;
 	struct dgc_walk w = { .nd = nd };
-	enum dg_status st = dg_attr_ints(r->attrs, "perm", false, perm, DG_MAX_DIMS, &np, r->err);
+	enum dg_status st = dg_attrs_ints(r->attrs, "perm", false, perm, DG_MAX_DIMS, &np, r->err);
 
 	if (st != DG_OK || o->numel == 0)
 		return st;
@@ -684,7 +678,7 @@ static enum dg_status run_transpose(struct run *r)
 				    (int)dg_dtype_size(x->dtype), r->s->s));
 }
 
-static enum dg_status run_concat(struct run *r)
+static enum dg_status run_concat(struct dg_cuda_ctx *r)
 {
 	struct dg_cuda_tensor *o = r->out[0];
 	int64_t st_out[DG_MAX_DIMS], at = 0;
@@ -742,47 +736,48 @@ static double glorot(const struct dg_shape *s)
 	return fan_in + fan_out > 0 ? sqrt(6.0 / (fan_in + fan_out)) : 0.0;
 }
 
-static enum dg_status run_random(struct run *r)
+enum rnd_kind { RND_UNIFORM, RND_GLOROT, RND_NORMAL, RND_TRUNCATED };
+
+static enum dg_status run_random(struct dg_cuda_ctx *r, enum rnd_kind kind)
 {
-	const char *name = r->op->name;
 	struct dg_cuda_tensor *o = r->out[0];
 	const int64_t zero_seed = 0;
 	const double zero = 0.0, one = 1.0;
 	int64_t seed, ia = 0, ib = 0;
 	double a = 0, b = 1;
 	unsigned long long bad;
-	enum dg_status st = dg_attr_int(r->attrs, "seed", &zero_seed, &seed, r->err);
+	enum dg_status st = dg_attrs_int(r->attrs, "seed", &zero_seed, &seed, r->err);
 	struct dgc_philox g = philox_of((uint64_t)seed, r->step);
 
 	if (st != DG_OK || o->numel == 0)
 		return st;
-	if (!strcmp(name, "RandomUniform") || !strcmp(name, "GlorotUniform")) {
-		if (name[0] == 'G') {
+	if (kind == RND_UNIFORM || kind == RND_GLOROT) {
+		if (kind == RND_GLOROT) {
 			b = glorot(&o->shape);
 			a = -b;
 		} else if (o->dtype == DG_I32 || o->dtype == DG_I64) {
 			/* Inference checked both are integers with maxval > minval. */
-			ia = json_integer_value(json_object_get(r->attrs, "minval"));
-			ib = json_integer_value(json_object_get(r->attrs, "maxval"));
+			ia = json_integer_value(dg_attrs_get(r->attrs, "minval"));
+			ib = json_integer_value(dg_attrs_get(r->attrs, "maxval"));
 		} else {
-			st = dg_attr_float(r->attrs, "minval", &zero, &a, r->err);
+			st = dg_attrs_float(r->attrs, "minval", &zero, &a, r->err);
 			if (st == DG_OK)
-				st = dg_attr_float(r->attrs, "maxval", &one, &b, r->err);
+				st = dg_attrs_float(r->attrs, "maxval", &one, &b, r->err);
 			if (st != DG_OK)
 				return st;
 		}
 		return launched(r, dgc_uniform((int)o->dtype, o->data, o->numel, g, a, b, ia, ib,
 					       r->s->s));
 	}
-	st = dg_attr_float(r->attrs, "mean", &zero, &a, r->err);
+	st = dg_attrs_float(r->attrs, "mean", &zero, &a, r->err);
 	if (st == DG_OK)
-		st = dg_attr_float(r->attrs, "stddev", &one, &b, r->err);
+		st = dg_attrs_float(r->attrs, "stddev", &one, &b, r->err);
 	if (st == DG_OK)
 		st = flag_reset(r->s, r->err);
 	if (st == DG_OK)
 		st = launched(r, dgc_normal((int)o->dtype, o->data, o->numel, g, a, b,
-					    name[0] == 'T', r->s->flag, r->s->s));
-	if (st != DG_OK || name[0] != 'T')
+					    kind == RND_TRUNCATED, r->s->flag, r->s->s));
+	if (st != DG_OK || kind != RND_TRUNCATED)
 		return st;
 	st = flag_read(r->s, &bad, r->err);
 	if (st != DG_OK || bad == ~0ull)
@@ -792,13 +787,13 @@ static enum dg_status run_random(struct run *r)
 			  (long long)seed);
 }
 
-static enum dg_status run_matmul(struct run *r)
+static enum dg_status run_matmul(struct dg_cuda_ctx *r, bool bmm)
 {
-	return cuda_matmul(r->s, !strcmp(r->op->name, "BatchMatMul"), r->attrs, r->in[0], r->in[1],
+	return cuda_matmul(r->s, bmm, r->attrs, r->in[0], r->in[1],
 			   r->out[0], r->err);
 }
 
-static enum dg_status run_zeros(struct run *r)
+static enum dg_status run_zeros(struct dg_cuda_ctx *r)
 {
 	if (r->out[0]->nbytes == 0)
 		return DG_OK;
@@ -808,7 +803,7 @@ static enum dg_status run_zeros(struct run *r)
 
 /* --- gradient helpers (kernels/cpu/grad.c) --------------------------------------- */
 
-static enum dg_status shape_pair_err(struct run *r, const char *fmt, const struct dg_shape *a,
+static enum dg_status shape_pair_err(struct dg_cuda_ctx *r, const char *fmt, const struct dg_shape *a,
 				     const struct dg_shape *b)
 {
 	char sa[96], sb[96];
@@ -824,22 +819,23 @@ static bool is_f(enum dg_dtype dt)
 }
 
 /* ReluGrad(g, x), SigmoidGrad(g, y), TanhGrad(g, y): same shapes, float. */
-static enum dg_status run_grad_ew(struct run *r)
+enum { G_RELU, G_SIGMOID, G_TANH };     /* dgc_ew_grad's op codes */
+
+static enum dg_status run_grad_ew(struct dg_cuda_ctx *r, int op)
 {
-	static const char *const names[] = { "ReluGrad", "SigmoidGrad", "TanhGrad", NULL };
 	const struct dg_cuda_tensor *g = r->in[0], *v = r->in[1];
 
 	if (!is_f(g->dtype))
 		return no_kernel(r, g->dtype);
 	if (!dg_shape_eq(&g->shape, &v->shape))
 		return shape_pair_err(r, "shapes %s and %s differ", &g->shape, &v->shape);
-	return launched(r, dgc_ew_grad(name_index(names, r->op->name), (int)g->dtype, g->data,
+	return launched(r, dgc_ew_grad(op, (int)g->dtype, g->data,
 				       v->data, r->out[0]->data, g->numel, r->s->s));
 }
 
 /* SparseSoftmaxCrossEntropyGrad(logits [..., C], labels [...]); labels are
  * checked on the device, so this synchronises like the sparse loss. */
-static enum dg_status run_sparse_grad(struct run *r)
+static enum dg_status run_sparse_grad(struct dg_cuda_ctx *r)
 {
 	const struct dg_cuda_tensor *x = r->in[0], *l = r->in[1];
 	int64_t rows = l->numel, n;
@@ -867,7 +863,7 @@ static enum dg_status run_sparse_grad(struct run *r)
 
 /* SumToShapeOf(x, like): a Sum of x over the dims along which like (aligned on
  * the right) broadcasts to x; like's C order is that of x's other dims. */
-static enum dg_status run_sum_to(struct run *r)
+static enum dg_status run_sum_to(struct dg_cuda_ctx *r)
 {
 	const struct dg_cuda_tensor *x = r->in[0], *like = r->in[1];
 	int off = x->shape.ndim - like->shape.ndim;
@@ -889,7 +885,7 @@ static enum dg_status run_sum_to(struct run *r)
 }
 
 /* A float scalar of dtype dt in the stream's scratch, for broadcasting. */
-static enum dg_status scalar_on_device(struct run *r, enum dg_dtype dt, double v, void **p)
+static enum dg_status scalar_on_device(struct dg_cuda_ctx *r, enum dg_dtype dt, double v, void **p)
 {
 	float f = (float)v;
 	enum dg_status st = stream_scratch(r->s, sizeof v, p, r->err);
@@ -905,7 +901,7 @@ static enum dg_status scalar_on_device(struct run *r, enum dg_dtype dt, double v
 
 /* UnreduceLike(g, like; axis, mean): g broadcast over like's shape along the
  * reduced axes, times 1/count when mean (1 otherwise: exact). */
-static enum dg_status run_unreduce(struct run *r)
+static enum dg_status run_unreduce(struct dg_cuda_ctx *r)
 {
 	const struct dg_cuda_tensor *g = r->in[0], *like = r->in[1];
 	struct dg_cuda_tensor *o = r->out[0];
@@ -922,7 +918,7 @@ static enum dg_status run_unreduce(struct run *r)
 		return no_kernel(r, g->dtype);
 	st = axes_mask(r, like->shape.ndim, &mask);
 	if (st == DG_OK)
-		st = dg_attr_bool(r->attrs, "mean", &no, &mean, r->err);
+		st = dg_attrs_bool(r->attrs, "mean", &no, &mean, r->err);
 	if (st != DG_OK)
 		return st;
 	for (int i = 0; i < keep.ndim; i++) {
@@ -954,14 +950,14 @@ static enum dg_status run_unreduce(struct run *r)
 }
 
 /* SliceGrad(g, like; begin): zeros of like's shape with g copied in at begin. */
-static enum dg_status run_slice_grad(struct run *r)
+static enum dg_status run_slice_grad(struct dg_cuda_ctx *r)
 {
 	const struct dg_cuda_tensor *g = r->in[0], *like = r->in[1];
 	struct dg_cuda_tensor *o = r->out[0];
 	int64_t begin[DG_MAX_DIMS], st_g[DG_MAX_DIMS], st_o[DG_MAX_DIMS], off = 0;
 	struct dgc_walk w = { .nd = g->shape.ndim };
 	int nb = 0;
-	enum dg_status st = dg_attr_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
+	enum dg_status st = dg_attrs_ints(r->attrs, "begin", true, begin, DG_MAX_DIMS, &nb,
 					 r->err);
 
 	if (st != DG_OK)
@@ -993,7 +989,7 @@ static enum dg_status run_slice_grad(struct run *r)
 }
 
 /* ReshapeLike(x, like): x's bytes in like's shape. */
-static enum dg_status run_reshape_like(struct run *r)
+static enum dg_status run_reshape_like(struct dg_cuda_ctx *r)
 {
 	if (r->in[0]->numel != r->in[1]->numel)
 		return shape_pair_err(r, "cannot reshape %s to %s: element counts differ",
@@ -1002,7 +998,7 @@ static enum dg_status run_reshape_like(struct run *r)
 }
 
 /* OnesLike: 1 in x's dtype (true for bool) in every element. */
-static enum dg_status run_ones(struct run *r)
+static enum dg_status run_ones(struct dg_cuda_ctx *r)
 {
 	struct dg_cuda_tensor *o = r->out[0];
 	uint64_t bits = 1;             /* int32, int64, uint8, bool */
@@ -1024,52 +1020,90 @@ static enum dg_status run_ones(struct run *r)
 				    r->s->s));
 }
 
-struct family {
-	const char *name;
-	enum dg_status (*run)(struct run *r);
-};
+/* One function per op, so that the registry's entry points straight at the
+ * kernel (no name is compared when a node runs): the families above take the
+ * launcher's op code, and these wrappers fix it. */
+#define KERNEL_OF(fn, family, arg)                                                          \
+	static enum dg_status fn(struct dg_cuda_ctx *r)                                     \
+	{                                                                                   \
+		return family(r, arg);                                                      \
+	}
+KERNEL_OF(k_neg, run_unary, U_NEG)
+KERNEL_OF(k_abs, run_unary, U_ABS)
+KERNEL_OF(k_square, run_unary, U_SQUARE)
+KERNEL_OF(k_relu, run_unary, U_RELU)
+KERNEL_OF(k_sqrt, run_unary, U_SQRT)
+KERNEL_OF(k_exp, run_unary, U_EXP)
+KERNEL_OF(k_log, run_unary, U_LOG)
+KERNEL_OF(k_sigmoid, run_unary, U_SIGMOID)
+KERNEL_OF(k_tanh, run_unary, U_TANH)
+KERNEL_OF(k_add, run_binary, B_ADD)
+KERNEL_OF(k_sub, run_binary, B_SUB)
+KERNEL_OF(k_mul, run_binary, B_MUL)
+KERNEL_OF(k_div, run_binary, B_DIV)
+KERNEL_OF(k_pow, run_binary, B_POW)
+KERNEL_OF(k_maximum, run_binary, B_MAXIMUM)
+KERNEL_OF(k_minimum, run_binary, B_MINIMUM)
+KERNEL_OF(k_equal, run_binary, B_EQUAL)
+KERNEL_OF(k_not_equal, run_binary, B_NOT_EQUAL)
+KERNEL_OF(k_less, run_binary, B_LESS)
+KERNEL_OF(k_less_equal, run_binary, B_LESS_EQUAL)
+KERNEL_OF(k_greater, run_binary, B_GREATER)
+KERNEL_OF(k_greater_equal, run_binary, B_GREATER_EQUAL)
+KERNEL_OF(k_sum, run_reduce, R_SUM)
+KERNEL_OF(k_mean, run_reduce, R_MEAN)
+KERNEL_OF(k_max, run_reduce, R_MAX)
+KERNEL_OF(k_min, run_reduce, R_MIN)
+KERNEL_OF(k_softmax, run_softmax, false)
+KERNEL_OF(k_log_softmax, run_softmax, true)
+KERNEL_OF(k_xent, run_xent, false)
+KERNEL_OF(k_sparse_xent, run_xent, true)
+KERNEL_OF(k_matmul, run_matmul, false)
+KERNEL_OF(k_batch_matmul, run_matmul, true)
+KERNEL_OF(k_random_uniform, run_random, RND_UNIFORM)
+KERNEL_OF(k_glorot_uniform, run_random, RND_GLOROT)
+KERNEL_OF(k_random_normal, run_random, RND_NORMAL)
+KERNEL_OF(k_truncated_normal, run_random, RND_TRUNCATED)
+KERNEL_OF(k_relu_grad, run_grad_ew, G_RELU)
+KERNEL_OF(k_sigmoid_grad, run_grad_ew, G_SIGMOID)
+KERNEL_OF(k_tanh_grad, run_grad_ew, G_TANH)
+#undef KERNEL_OF
 
-static const struct family families[] = {
-	{ "Neg", run_unary }, { "Abs", run_unary }, { "Square", run_unary },
-	{ "Relu", run_unary }, { "Sqrt", run_unary }, { "Exp", run_unary },
-	{ "Log", run_unary }, { "Sigmoid", run_unary }, { "Tanh", run_unary },
-	{ "Add", run_binary }, { "Sub", run_binary }, { "Mul", run_binary },
-	{ "Div", run_binary }, { "Pow", run_binary }, { "Maximum", run_binary },
-	{ "Minimum", run_binary }, { "Equal", run_binary }, { "NotEqual", run_binary },
-	{ "Less", run_binary }, { "LessEqual", run_binary }, { "Greater", run_binary },
-	{ "GreaterEqual", run_binary }, { "Where", run_where }, { "Cast", run_cast },
-	{ "Sum", run_reduce }, { "Mean", run_reduce }, { "Max", run_reduce },
-	{ "Min", run_reduce }, { "ArgMax", run_argmax },
-	{ "Softmax", run_softmax }, { "LogSoftmax", run_softmax },
-	{ "SoftmaxCrossEntropyWithLogits", run_xent },
-	{ "SparseSoftmaxCrossEntropyWithLogits", run_xent },
-	{ "MatMul", run_matmul }, { "BatchMatMul", run_matmul },
+const struct dg_cuda_kernel_entry dg_cuda_kernels[] = {
+	{ "Neg", k_neg }, { "Abs", k_abs }, { "Square", k_square }, { "Relu", k_relu },
+	{ "Sqrt", k_sqrt }, { "Exp", k_exp }, { "Log", k_log }, { "Sigmoid", k_sigmoid },
+	{ "Tanh", k_tanh },
+	{ "Add", k_add }, { "Sub", k_sub }, { "Mul", k_mul }, { "Div", k_div }, { "Pow", k_pow },
+	{ "Maximum", k_maximum }, { "Minimum", k_minimum }, { "Equal", k_equal },
+	{ "NotEqual", k_not_equal }, { "Less", k_less }, { "LessEqual", k_less_equal },
+	{ "Greater", k_greater }, { "GreaterEqual", k_greater_equal },
+	{ "Where", run_where }, { "Cast", run_cast },
+	{ "Sum", k_sum }, { "Mean", k_mean }, { "Max", k_max }, { "Min", k_min },
+	{ "ArgMax", run_argmax },
+	{ "Softmax", k_softmax }, { "LogSoftmax", k_log_softmax },
+	{ "SoftmaxCrossEntropyWithLogits", k_xent },
+	{ "SparseSoftmaxCrossEntropyWithLogits", k_sparse_xent },
+	{ "MatMul", k_matmul }, { "BatchMatMul", k_batch_matmul },
 	{ "Slice", run_slice }, { "Concat", run_concat }, { "Transpose", run_transpose },
 	{ "Reshape", run_copy }, { "Identity", run_copy }, { "ExpandDims", run_copy },
 	{ "Squeeze", run_copy }, { "ZerosLike", run_zeros }, { "OnesLike", run_ones },
-	{ "RandomUniform", run_random }, { "RandomNormal", run_random },
-	{ "TruncatedNormal", run_random }, { "GlorotUniform", run_random },
-	{ "ReluGrad", run_grad_ew }, { "SigmoidGrad", run_grad_ew }, { "TanhGrad", run_grad_ew },
+	{ "RandomUniform", k_random_uniform }, { "RandomNormal", k_random_normal },
+	{ "TruncatedNormal", k_truncated_normal }, { "GlorotUniform", k_glorot_uniform },
+	{ "ReluGrad", k_relu_grad }, { "SigmoidGrad", k_sigmoid_grad },
+	{ "TanhGrad", k_tanh_grad },
 	{ "SparseSoftmaxCrossEntropyGrad", run_sparse_grad }, { "SumToShapeOf", run_sum_to },
 	{ "UnreduceLike", run_unreduce }, { "SliceGrad", run_slice_grad },
 	{ "ReshapeLike", run_reshape_like },
 	{ NULL, NULL },
 };
 
-static const struct family *family_of(const struct dg_op_def *op)
-{
-	for (const struct family *f = families; op && f->name; f++)
-		if (!strcmp(f->name, op->name))
-			return f;
-	return NULL;
-}
-
 bool dg_cuda_supports(const struct dg_op_def *op)
 {
-	return family_of(op) != NULL;
+	return op && op->cuda;
 }
 
-/* Arity, attrs and output types through the op's own checks. */
+/* Arity, attrs and output types through the op's own checks (which read the
+ * JSON: inference has no table). */
 static enum dg_status infer_outputs(const struct dg_op_def *op, const json_t *attrs,
 				    const struct dg_cuda_tensor *const *in, int n_in,
 				    struct dg_ttype *ot, int n_out, struct dg_err *err)
@@ -1111,7 +1145,15 @@ enum dg_status dg_cuda_run(struct dg_cuda_stream *s, const struct dg_op_def *op,
 			   struct dg_cuda_tensor **out, int n_out, uint64_t step,
 			   struct dg_err *err)
 {
-	const struct family *f = family_of(op);
+	return dg_cuda_run_attrs(s, op, dg_attrs_of_json(attrs), in, n_in, out, n_out, step, err);
+}
+
+enum dg_status dg_cuda_run_attrs(struct dg_cuda_stream *s, const struct dg_op_def *op,
+				 struct dg_attrs attrs, const struct dg_cuda_tensor *const *in,
+				 int n_in, struct dg_cuda_tensor **out, int n_out, uint64_t step,
+				 struct dg_err *err)
+{
+	dg_cuda_kernel_fn f = op ? op->cuda : NULL;
 	json_t *empty = NULL;
 	struct dg_ttype ot[4];
 	enum dg_status st;
@@ -1127,8 +1169,8 @@ enum dg_status dg_cuda_run(struct dg_cuda_stream *s, const struct dg_op_def *op,
 	}
 	if (n_out < 1 || n_out > 4)
 		return dg_err_set(err, DG_EINVAL, "%s: %d outputs requested", op->name, n_out);
-	if (!attrs)
-		attrs = empty = json_object();
+	if (!attrs.json)
+		attrs.json = empty = json_object();
 	for (int i = 0; i < n_in; i++) {
 		if (in[i] && in[i]->device != s->device) {
 			st = dg_err_set(err, DG_EINVAL,
@@ -1137,7 +1179,7 @@ enum dg_status dg_cuda_run(struct dg_cuda_stream *s, const struct dg_op_def *op,
 			goto out;
 		}
 	}
-	st = infer_outputs(op, attrs, in, n_in, ot, n_out, err);
+	st = infer_outputs(op, attrs.json, in, n_in, ot, n_out, err);
 	if (st == DG_OK)
 		st = cuda_set_device(s->device, err);
 	for (int i = 0; st == DG_OK && i < n_out; i++) {
@@ -1146,8 +1188,8 @@ enum dg_status dg_cuda_run(struct dg_cuda_stream *s, const struct dg_op_def *op,
 			st = err ? err->code : DG_ENOMEM;
 	}
 	if (st == DG_OK) {
-		struct run r = { s, op, attrs, in, n_in, out, n_out, step, err };
-		st = f->run(&r);
+		struct dg_cuda_ctx r = { s, op, attrs, in, n_in, out, n_out, step, err };
+		st = f(&r);
 	}
 out:
 	if (st != DG_OK) {

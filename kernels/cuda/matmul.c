@@ -123,7 +123,7 @@ static bool whole_or_one(const struct dg_shape *out, const struct dg_shape *t, i
 	return true;
 }
 
-enum dg_status cuda_matmul(struct dg_cuda_stream *s, bool bmm, const json_t *attrs,
+enum dg_status cuda_matmul(struct dg_cuda_stream *s, bool bmm, struct dg_attrs attrs,
 			   const struct dg_cuda_tensor *x, const struct dg_cuda_tensor *y,
 			   struct dg_cuda_tensor *o, struct dg_err *err)
 {
@@ -140,9 +140,9 @@ enum dg_status cuda_matmul(struct dg_cuda_stream *s, bool bmm, const json_t *att
 		return dg_err_set(err, DG_EDTYPE, "cuBLAS products take float32, float64, float16 "
 				  "or bfloat16, got %s and %s", dg_dtype_name(x->dtype),
 				  dg_dtype_name(y->dtype));
-	st = dg_attr_bool(attrs, bmm ? "adj_x" : "transpose_a", &no, &ta, err);
+	st = dg_attrs_bool(attrs, bmm ? "adj_x" : "transpose_a", &no, &ta, err);
 	if (st == DG_OK)
-		st = dg_attr_bool(attrs, bmm ? "adj_y" : "transpose_b", &no, &tb, err);
+		st = dg_attrs_bool(attrs, bmm ? "adj_y" : "transpose_b", &no, &tb, err);
 	if (st != DG_OK)
 		return st;
 	if (xr < 2 || yr < 2 || orank < 2)

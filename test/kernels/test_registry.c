@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "dg/cuda.h"
 #include "dg/gpu.h"
 #include "dg/kernels.h"
 
@@ -78,6 +79,99 @@ Test(registry, unknown_names_are_not_found)
 	cr_assert_null(dg_op_find("add"));   /* names are case-sensitive */
 	cr_assert_null(dg_op_find(""));
 	cr_assert_null(dg_op_find(NULL));
+}
+
+/* A CUDA build's GPU kernels are in their ops' entries (the executor asks the
+ * entry, never a name table); a build without CUDA has none. */
+Test(registry, cuda_kernels_are_reachable_from_their_entries)
+{
+	static const char *const gpu_ops[] = { "Add", "MatMul", "Relu", "Sum", "Softmax",
+					       "SparseSoftmaxCrossEntropyWithLogits", "ReluGrad",
+					       "GlorotUniform", "Reshape", "Cast" };
+	int n_cuda = 0;
+
+	for (int i = 0; i < dg_op_count(); i++) {
+		const struct dg_op_def *op = dg_op_at(i);
+		n_cuda += op->cuda != NULL;
+		cr_assert_eq(dg_cuda_supports(op), op->cuda != NULL, "%s", op->name);
+	}
+	for (size_t i = 0; i < sizeof gpu_ops / sizeof gpu_ops[0]; i++)
+		cr_assert_eq(dg_op_find(gpu_ops[i])->cuda != NULL, dg_gpu_built(), "%s",
+			     gpu_ops[i]);
+	if (dg_gpu_built())
+		cr_assert_gt(n_cuda, 50, "a CUDA build has kernels for most ops");
+	else
+		cr_assert_eq(n_cuda, 0);
+	cr_assert_null(dg_op_find("Placeholder")->cuda);
+	cr_assert_null(dg_op_find("IdxReader")->cuda);
+}
+
+static enum dg_status infer_nothing(struct dg_infer_ctx *c)
+{
+	(void)c;
+	return DG_OK;
+}
+
+static const struct dg_op_def upper_op = {
+	.name = "ZzUpperLayerOp", .min_inputs = 1, .max_inputs = 1, .n_outputs = 0,
+	.infer = infer_nothing, .doc = "an op of a layer above kernels/",
+};
+static const struct dg_op_def upper_op_twin = {
+	.name = "ZzUpperLayerOp", .min_inputs = 1, .max_inputs = 1, .n_outputs = 0,
+	.infer = infer_nothing, .doc = "another op with the same name",
+};
+static const struct dg_op_def add_twin = {
+	.name = "Add", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
+	.infer = infer_nothing, .doc = "a second Add",
+};
+
+Test(registry, a_layer_adds_its_ops_and_each_lookup_sees_its_layers)
+{
+	struct dg_err err = { 0 };
+	int n = dg_op_count();
+
+	cr_assert_eq(dg_op_layer_of(dg_op_find("MatMul")), DG_OPL_KERNEL);
+	cr_assert_eq(dg_op_register(DG_OPL_WORKER, &upper_op, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_op_register(DG_OPL_WORKER, &upper_op, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_op_count(), n + 1);
+	cr_assert_eq(dg_op_layer_of(&upper_op), DG_OPL_WORKER);
+	/* Kernel lookups (dg eval) do not see it; a lookup that accepts the layer does. */
+	cr_assert_null(dg_op_find("ZzUpperLayerOp"));
+	cr_assert_null(dg_op_find_in("ZzUpperLayerOp", DG_OPL_KERNEL | DG_OPL_MASTER));
+	cr_assert_eq(dg_op_find_in("ZzUpperLayerOp", DG_OPL_KERNEL | DG_OPL_WORKER), &upper_op);
+	cr_assert_eq(dg_op_find_in("Add", DG_OPL_ALL), dg_op_find("Add"));
+	/* Still one sorted index of unique names. */
+	for (int i = 1; i < dg_op_count(); i++)
+		cr_assert_lt(strcmp(dg_op_at(i - 1)->name, dg_op_at(i)->name), 0);
+	cr_assert_eq(dg_op_at(dg_op_count() - 1), &upper_op);
+}
+
+Test(registry, a_name_is_registered_once)
+{
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(dg_op_register(DG_OPL_MASTER, &upper_op, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_op_register(DG_OPL_MASTER, &upper_op_twin, &err), DG_EEXIST);
+	cr_assert(strstr(err.msg, "ZzUpperLayerOp"), "%s", err.msg);
+	cr_assert_eq(dg_op_register(DG_OPL_WORKER, &upper_op, &err), DG_EEXIST);
+	cr_assert_eq(dg_op_register(DG_OPL_WORKER, &add_twin, &err), DG_EEXIST);
+	cr_assert_eq(dg_op_register(DG_OPL_KERNEL, &upper_op, &err), DG_EINVAL);
+	cr_assert_eq(dg_op_find_in("ZzUpperLayerOp", DG_OPL_ALL), &upper_op);
+	cr_assert_eq(dg_op_layer_of(&upper_op_twin), 0);
+}
+
+Test(registry, run_refuses_an_op_without_a_kernel)
+{
+	struct dg_err err = { 0 };
+	struct dg_shape s = { .ndim = 1, .dim = { 3 } };
+	struct dg_tensor *a = dg_tensor_new(DG_F32, &s, &err);
+	const struct dg_tensor *in[] = { a };
+
+	cr_assert_eq(dg_op_register(DG_OPL_WORKER, &upper_op, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_op_run(&upper_op, NULL, in, 1, NULL, 0, 0, &err), DG_EUNSUPPORTED);
+	cr_assert(strstr(err.msg, "ZzUpperLayerOp") && strstr(err.msg, "executor"), "%s",
+		  err.msg);
+	dg_tensor_free(a);
 }
 
 Test(registry, run_refuses_wrong_arity_before_the_kernel)

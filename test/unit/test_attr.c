@@ -528,3 +528,81 @@ Test(attr, validate_refuses_wrong_kinds_missing_required_and_non_objects)
 	assert_err(validate(&fake_op, "[1]", &err), DG_EINVAL, &err,
 		   "attrs must be a JSON object, got array");
 }
+
+/* The table parsed once per node answers every accessor as the JSON does:
+ * values, defaults, and the same messages for a wrong kind. */
+Test(attr, table_view_reads_like_the_json)
+{
+	json_t *j = json_pack("{s:i, s:f, s:b, s:s, s:s, s:[i,i,i], s:[i,i], s:n, s:[i,s]}",
+			      "i", 7, "f", 2.5, "b", 1, "s", "hello", "dt", "int64",
+			      "shape", 2, 3, 4, "ints", -1, 5, "nul", "mixed", 1, "x");
+	struct dg_err e1 = { 0 }, e2 = { 0 };
+	struct dg_attr_table *t = dg_attr_table_new(j, &e1);
+	struct dg_attrs a = dg_attr_table_view(t), jv = dg_attrs_of_json(j);
+	int64_t i = 0, def = 9, ints[4];
+	double f = 0;
+	bool b = false;
+	const char *s = NULL;
+	enum dg_dtype dt;
+	struct dg_shape sh;
+	int n = 0;
+
+	cr_assert_not_null(t, "%s", e1.msg);
+	cr_assert_eq(dg_attrs_int(a, "i", NULL, &i, &e1), DG_OK);
+	cr_assert_eq(i, 7);
+	cr_assert_eq(dg_attrs_int(a, "absent", &def, &i, &e1), DG_OK);
+	cr_assert_eq(i, 9);
+	cr_assert_eq(dg_attrs_float(a, "i", NULL, &f, &e1), DG_OK);
+	cr_assert_float_eq(f, 7.0, 0);
+	cr_assert_eq(dg_attrs_float(a, "f", NULL, &f, &e1), DG_OK);
+	cr_assert_float_eq(f, 2.5, 0);
+	cr_assert_eq(dg_attrs_bool(a, "b", NULL, &b, &e1), DG_OK);
+	cr_assert(b);
+	cr_assert_eq(dg_attrs_string(a, "s", NULL, &s, &e1), DG_OK);
+	cr_assert_str_eq(s, "hello");
+	cr_assert_eq(dg_attrs_dtype(a, "dt", NULL, &dt, &e1), DG_OK);
+	cr_assert_eq(dt, DG_I64);
+	cr_assert_eq(dg_attrs_shape(a, "shape", true, false, &sh, &e1), DG_OK);
+	cr_assert_eq(sh.ndim, 3);
+	cr_assert_eq(sh.dim[2], 4);
+	cr_assert_eq(dg_attrs_ints(a, "ints", true, ints, 4, &n, &e1), DG_OK);
+	cr_assert_eq(n, 2);
+	cr_assert_eq(ints[0], -1);
+	cr_assert_eq(dg_attrs_get(a, "nul"), json_object_get(j, "nul"));
+	/* Errors: the same status and message from the table and the JSON. */
+	const char *keys[] = { "s", "mixed", "nul", "absent", "ints" };
+	for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+		dg_err_clear(&e1);
+		dg_err_clear(&e2);
+		cr_assert_eq(dg_attrs_int(a, keys[k], NULL, &i, &e1),
+			     dg_attrs_int(jv, keys[k], NULL, &i, &e2));
+		cr_assert_str_eq(e1.msg, e2.msg);
+		cr_assert_eq(dg_attrs_dtype(a, keys[k], NULL, &dt, &e1),
+			     dg_attrs_dtype(jv, keys[k], NULL, &dt, &e2));
+		cr_assert_str_eq(e1.msg, e2.msg);
+		cr_assert_eq(dg_attrs_shape(a, keys[k], true, false, &sh, &e1),
+			     dg_attrs_shape(jv, keys[k], true, false, &sh, &e2));
+		cr_assert_str_eq(e1.msg, e2.msg);
+		cr_assert_eq(dg_attrs_ints(a, keys[k], true, ints, 1, &n, &e1),
+			     dg_attrs_ints(jv, keys[k], true, ints, 1, &n, &e2));
+		cr_assert_str_eq(e1.msg, e2.msg);
+	}
+	dg_attr_table_free(t);
+	json_decref(j);
+	cr_assert_null(dg_attr_table_new(json_integer(1), &e1) ? (void *)1 : NULL);
+}
+
+Test(attr, an_empty_table_gives_defaults_and_names_missing_attrs)
+{
+	struct dg_err err = { 0 };
+	struct dg_attr_table *t = dg_attr_table_new(NULL, &err);
+	int64_t i, def = 3;
+
+	cr_assert_not_null(t);
+	cr_assert_eq(dg_attrs_int(dg_attr_table_view(t), "k", &def, &i, &err), DG_OK);
+	cr_assert_eq(i, 3);
+	cr_assert_eq(dg_attrs_int(dg_attr_table_view(t), "k", NULL, &i, &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "'k'"), "%s", err.msg);
+	dg_attr_table_free(t);
+	dg_attr_table_free(NULL);
+}

@@ -20,6 +20,7 @@
 #include "dg/codec.h"
 #include "dg/executor.h"
 #include "dg/http.h"
+#include "dg/kernels.h"
 #include "server.h"
 
 #define N_TASKS 2
@@ -168,6 +169,22 @@ static void seed_fragments(char *a, size_t na, char *b, size_t nb)
 		 "{\"name\": \"y2\", \"op\": \"Sub\", \"inputs\": [\"rx\", \"c66\"]},"
 		 "{\"name\": \"sy2\", \"op\": \"_Send\", \"inputs\": [\"y2\"],"
 		 " \"attrs\": {\"key\": \"y2:0->worker/0\", \"to\": \"%s\"}}]}", addr[0]);
+}
+
+Test(executor, worker_ops_are_the_worker_layer_of_the_one_registry)
+{
+	static const char *const names[] = { "_Send", "_Recv", "VarRead", "VarApply", "VarInit" };
+
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		const struct dg_op_def *op = worker_op_find(names[i]);
+		cr_assert_not_null(op, "%s", names[i]);
+		cr_assert_eq(dg_op_layer_of(op), DG_OPL_WORKER, "%s", names[i]);
+		cr_assert_eq(dg_op_find_in(names[i], DG_OPL_ALL), op, "%s", names[i]);
+		cr_assert_null(dg_op_find(names[i]), "%s is not a kernel op", names[i]);
+		cr_assert_null(op->cpu, "%s", names[i]);
+	}
+	cr_assert_eq(worker_op_find("MatMul"), dg_op_find("MatMul"));
+	cr_assert_null(worker_op_find("Variable"));   /* the master's: lowered before fragments */
 }
 
 Test(executor, seed_program_on_two_tasks_gives_238)

@@ -32,13 +32,24 @@ struct dg_infer_ctx {
 };
 typedef enum dg_status (*dg_infer_fn)(struct dg_infer_ctx *c);
 
+/* A node's attrs as kernels read them (dg_attrs_* below): a view of the
+ * node's attr table, parsed once from its JSON when its graph or fragment is
+ * registered (dg_attr_table_new), so a step reads typed values, not JSON. At
+ * validation, before any table exists, the same helpers read a JSON view
+ * (dg_attrs_of_json). Passed by value; borrows the table or object. */
+struct dg_attr_table;
+struct dg_attrs {
+	const struct dg_attr_table *tab;   /* parsed once (kernels); NULL: read json */
+	const json_t *json;                /* the attrs object (NULL: none) */
+};
+
 /* A kernel run: inputs borrowed, outputs created by the kernel (owned tensors
  * stored in out[i], e.g. with cpu_out). On error the kernel returns the status
  * with c->err set; the caller frees whatever the kernel stored in out[]. The
  * caller zeroes out[] before the call. Kernels check actual shapes themselves:
  * inference may have had unknown dims. */
 struct dg_kernel_ctx {
-	const json_t *attrs;
+	struct dg_attrs attrs;             /* the node's table: no JSON is read per run */
 	int n_in;
 	const struct dg_tensor *const *in;
 	int n_out;
@@ -73,6 +84,13 @@ struct dg_grad_ctx {
 	struct dg_err *err;
 };
 typedef enum dg_status (*dg_grad_fn)(struct dg_grad_ctx *c);
+
+/* A CUDA kernel: the context (stream, device tensors, attrs) is defined by
+ * kernels/cuda (cuda_internal.h); core/ only carries the pointer, so no header
+ * above kernels/cuda sees a CUDA type. kernels/registry.c sets an op's slot at
+ * start-up in CUDA builds (kernels/cuda/dispatch.c lists them). */
+struct dg_cuda_ctx;
+typedef enum dg_status (*dg_cuda_kernel_fn)(struct dg_cuda_ctx *c);
 
 /* Number of outputs of a node whose count depends on attrs (Split). Returns
  * a count >= 1, or -1 with *err set. */
@@ -112,14 +130,30 @@ struct dg_op_def {
 	dg_num_outputs_fn num_outputs;
 	const struct dg_attr_spec *attrs; /* terminated by {NULL}; other attr names are refused */
 	dg_infer_fn infer;
-	dg_kernel_fn cpu;
-	dg_kernel_fn cuda;                /* NULL: CPU only */
+	dg_kernel_fn cpu;                 /* NULL: the executor runs it (worker ops) */
+	dg_cuda_kernel_fn cuda;           /* NULL: no GPU kernel; set by the registry */
 	dg_grad_fn grad;                  /* NULL: not differentiable */
 	unsigned flags;                   /* DG_OPF_* */
 	const char *doc;                  /* one line */
 };
 
-/* Find an op by name; NULL when unknown. The registry in kernels/ provides one. */
+/* Which layer runs an op, as bits so that a lookup can accept several. Every
+ * op a graph can name is in the one registry of kernels/registry.c with its
+ * layer: kernel ops (a CPU kernel, maybe a CUDA one) are registered by
+ * kernels/ itself; the layers above add their tables at start-up (the worker's
+ * _Send/_Recv/Var* ops, run by its executor; the master's Variable and
+ * ApplyGradient, which placement lowers before anything runs). */
+enum dg_op_layer {
+	DG_OPL_KERNEL = 0x1,
+	DG_OPL_WORKER = 0x2,
+	DG_OPL_MASTER = 0x4,
+};
+#define DG_OPL_ALL (DG_OPL_KERNEL | DG_OPL_WORKER | DG_OPL_MASTER)
+
+/* Find an op by name; NULL when unknown. Each lookup is a view of the one
+ * registry restricted to the layers its callers accept (dg_op_find: kernel
+ * ops; worker_op_find: kernel and worker ops; master_op_find: kernel and
+ * master ops), so graph validation resolves every name through it. */
 typedef const struct dg_op_def *(*dg_op_lookup_fn)(const char *name);
 
 /* --- attribute accessors: used by infer functions and kernels --------------
@@ -157,6 +191,43 @@ json_t *dg_tensor_to_json(const struct dg_tensor *t);
  * "nothing"). article false drops the "a "/"an " ("object", "integer"). The
  * string is static. */
 const char *dg_json_kind(const json_t *v, bool article);
+
+/* --- parsed attrs: one table per node, read at every step ------------------
+ * dg_attr_table_new decodes a (validated) attrs object once: every integer,
+ * number, bool, string, dtype name and integer array into typed slots. It
+ * keeps a reference to the object (strings and raw values are borrowed from
+ * it). Returns an owned table (dg_attr_table_free; NULL is fine) or NULL with
+ * *err set (DG_ENOMEM, or DG_EINVAL when attrs is not an object). attrs NULL:
+ * an empty table. Read-only afterwards: any number of threads may read it. */
+struct dg_attr_table *dg_attr_table_new(const json_t *attrs, struct dg_err *err);
+void dg_attr_table_free(struct dg_attr_table *t);
+/* The view kernels get (t may be NULL: no attrs). */
+struct dg_attrs dg_attr_table_view(const struct dg_attr_table *t);
+/* A view of a JSON object (NULL: no attrs), for inference and tests: the
+ * dg_attrs_* accessors then read the JSON, as dg_attr_* do. */
+struct dg_attrs dg_attrs_of_json(const json_t *attrs);
+
+/* The accessors of dg_attr_int & co. on a view, with the same arguments,
+ * defaults and messages. On a table the typed value is a slot lookup (no JSON
+ * decoding, no dtype parsing); anything unusual (a wrong kind, a value out of
+ * range) is answered by the JSON accessor, so both give the same result. */
+enum dg_status dg_attrs_int(struct dg_attrs a, const char *key, const int64_t *def,
+			    int64_t *out, struct dg_err *err);
+enum dg_status dg_attrs_float(struct dg_attrs a, const char *key, const double *def,
+			      double *out, struct dg_err *err);
+enum dg_status dg_attrs_bool(struct dg_attrs a, const char *key, const bool *def, bool *out,
+			     struct dg_err *err);
+enum dg_status dg_attrs_string(struct dg_attrs a, const char *key, const char *def,
+			       const char **out, struct dg_err *err);
+enum dg_status dg_attrs_ints(struct dg_attrs a, const char *key, bool required, int64_t *out,
+			     int max, int *n, struct dg_err *err);
+enum dg_status dg_attrs_dtype(struct dg_attrs a, const char *key, const enum dg_dtype *def,
+			      enum dg_dtype *out, struct dg_err *err);
+enum dg_status dg_attrs_shape(struct dg_attrs a, const char *key, bool required,
+			      bool allow_unknown, struct dg_shape *out, struct dg_err *err);
+/* The raw JSON value of key (borrowed), or NULL when absent: for values the
+ * typed slots do not cover (tensor literals, axes given as an int or a list). */
+const json_t *dg_attrs_get(struct dg_attrs a, const char *key);
 
 /* Check attrs against an op's spec: every name known, every kind right, every
  * required one present. Errors name the attr. */

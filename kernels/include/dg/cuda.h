@@ -78,6 +78,12 @@ enum dg_status dg_cuda_run(struct dg_cuda_stream *s, const struct dg_op_def *op,
 			   const json_t *attrs, const struct dg_cuda_tensor *const *in, int n_in,
 			   struct dg_cuda_tensor **out, int n_out, uint64_t step,
 			   struct dg_err *err);
+/* The same with the node's attrs view (dg/op.h): the kernel reads the table
+ * parsed when the node's fragment was registered (the executor's path). */
+enum dg_status dg_cuda_run_attrs(struct dg_cuda_stream *s, const struct dg_op_def *op,
+				 struct dg_attrs attrs, const struct dg_cuda_tensor *const *in,
+				 int n_in, struct dg_cuda_tensor **out, int n_out, uint64_t step,
+				 struct dg_err *err);
 
 /* --- device memory ------------------------------------------------------------
  * The caching allocator: per GPU, freed blocks go to size-class free lists

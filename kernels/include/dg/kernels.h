@@ -1,22 +1,39 @@
-/* The op registry: every op dg knows, with its schema, inference, CPU kernel,
- * optional CUDA kernel and gradient slot (struct dg_op_def in dg/op.h), plus
- * the BLAS set-up that picks OpenBLAS's fast kernels for this CPU. */
+/* The op registry: every op a graph can name, each with its schema,
+ * inference, CPU kernel, optional CUDA kernel and gradient slot (struct
+ * dg_op_def in dg/op.h) and the layer that runs it; plus the BLAS set-up that
+ * picks OpenBLAS's fast kernels for this CPU. kernels/ registers its own ops;
+ * the worker and the master add theirs with dg_op_register at start-up. */
 #ifndef DG_KERNELS_H
 #define DG_KERNELS_H
 
 #include "dg/op.h"
 
-/* Find an op by name (case-sensitive, TensorFlow spelling); NULL if unknown.
- * Usable as a dg_op_lookup_fn. Thread-safe. */
+/* Find a kernel op (layer DG_OPL_KERNEL) by name (case-sensitive, TensorFlow
+ * spelling); NULL if unknown. Usable as a dg_op_lookup_fn: the ops that run
+ * anywhere, e.g. in `dg eval`. Thread-safe. */
 const struct dg_op_def *dg_op_find(const char *name);
-/* Iterate the registry: index 0..dg_op_count()-1, sorted by name. */
+/* Find an op of one of the layers in mask (DG_OPL_* bits); NULL when unknown
+ * or of another layer. Thread-safe. */
+const struct dg_op_def *dg_op_find_in(const char *name, unsigned layers);
+/* Add op of layer DG_OPL_WORKER or DG_OPL_MASTER to the registry (op is
+ * borrowed and must outlive every lookup: a static table). Registering the
+ * same op again does nothing; DG_EEXIST when another op has its name,
+ * DG_ETOOLARGE when the index is full. Call at start-up (e.g. under
+ * pthread_once, before the layer's first lookup). Thread-safe. */
+enum dg_status dg_op_register(enum dg_op_layer layer, const struct dg_op_def *op,
+			      struct dg_err *err);
+/* Iterate the registry: index 0..dg_op_count()-1, every op registered so far,
+ * sorted by name. Thread-safe (indices shift when a layer registers ops). */
 int dg_op_count(void);
 const struct dg_op_def *dg_op_at(int i);
+/* The layer op was registered with; 0 when it is not in the registry. */
+enum dg_op_layer dg_op_layer_of(const struct dg_op_def *op);
 
 /* Run one op on host tensors outside any graph (tests, benchmarks, the
  * executor). attrs may be NULL (no attrs). Validates attrs and arity, then
- * calls the CPU kernel; outputs are owned by the caller. Errors are prefixed
- * with the op's name. */
+ * calls the CPU kernel (DG_EUNSUPPORTED for worker and master ops, which have
+ * none); outputs are owned by the caller. Errors are prefixed with the op's
+ * name. */
 enum dg_status dg_op_run(const struct dg_op_def *op, const json_t *attrs,
 			 const struct dg_tensor *const *in, int n_in, struct dg_tensor **out,
 			 int n_out, uint64_t step, struct dg_err *err);

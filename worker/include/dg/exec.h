@@ -49,9 +49,15 @@ enum dg_status dg_exec_run(const struct dg_graph *g, const struct dg_feed *feeds
 /* Run node n's kernel once (its CUDA kernel when n->device names a usable GPU
  * and the op has one for these dtypes, else the CPU kernel): ins[0..n->n_in)
  * borrowed, outs[0..n->n_out) receives owned tensors, each checked against n's
- * inferred output types. On error outs[] is all NULL and *err (not NULL) is
+ * inferred output types. a is n's attrs view: the table its caller parsed
+ * once (dg_attr_table_new of n->attrs, when the fragment was registered), so
+ * the kernel reads no JSON. On error outs[] is all NULL and *err (not NULL) is
  * prefixed "node 'y' (Add): ".
  * Shared by dg_exec_run and the worker's fragment executor. Thread-safe. */
+enum dg_status dg_exec_kernel_attrs(const struct dg_node *n, struct dg_attrs a,
+				    const struct dg_tensor *const *ins, struct dg_tensor **outs,
+				    uint64_t step, struct dg_err *err);
+/* The same reading n->attrs as JSON (callers without a table: tests). */
 enum dg_status dg_exec_kernel(const struct dg_node *n, const struct dg_tensor *const *ins,
 			      struct dg_tensor **outs, uint64_t step, struct dg_err *err);
 
@@ -74,7 +80,7 @@ struct dg_exec_gpu *dg_exec_gpu_new(int n_values, struct dg_err *err);
 /* Wait for the streams, free every device copy, give the streams back. NULL ok. */
 void dg_exec_gpu_free(struct dg_exec_gpu *g);
 
-/* dg_exec_kernel for numbered values. Input i is value in_ids[i]: its device
+/* dg_exec_kernel_attrs for numbered values. Input i is value in_ids[i]: its device
  * copy when g has one on n's GPU, else ins[i] (borrowed host tensor; may be
  * NULL when the value exists only on a GPU) uploaded now and kept under
  * in_ids[i]. When n runs on its GPU, output o stays in device memory under
@@ -82,6 +88,11 @@ void dg_exec_gpu_free(struct dg_exec_gpu *g);
  * CPU (no GPU for it, g NULL, or dtypes its CUDA kernel lacks) outs[o] are owned
  * host tensors as from dg_exec_kernel, inputs only on a GPU being downloaded
  * into temporaries. Errors as dg_exec_kernel (outs all NULL, "node 'y' (Add):"). */
+enum dg_status dg_exec_kernel_ids_attrs(const struct dg_node *n, struct dg_attrs a,
+					struct dg_exec_gpu *g, const int *in_ids,
+					const struct dg_tensor *const *ins, const int *out_ids,
+					struct dg_tensor **outs, uint64_t step, struct dg_err *err);
+/* The same reading n->attrs as JSON (callers without a table: tests). */
 enum dg_status dg_exec_kernel_ids(const struct dg_node *n, struct dg_exec_gpu *g,
 				  const int *in_ids, const struct dg_tensor *const *ins,
 				  const int *out_ids, struct dg_tensor **outs, uint64_t step,

@@ -73,8 +73,12 @@ bool worker_soft_placement(const struct worker *w);
  * worker (void * to fit ps_server_config.extra_metrics). Thread-safe. */
 enum dg_status worker_metrics(void *w, struct dg_buf *out, struct dg_err *err);
 
-/* The op lookup fragments are validated with: the worker ops first, then the
- * registry (dg_op_find). Usable as a dg_op_lookup_fn. Thread-safe. */
+/* Add the worker ops (_Send, _Recv, VarRead, VarApply, VarInit) to the op
+ * registry as layer DG_OPL_WORKER (once; later calls do nothing). Thread-safe. */
+void worker_ops_register(void);
+/* The op lookup fragments are validated with: the registry's kernel and worker
+ * ops (registering the worker ops first). Usable as a dg_op_lookup_fn.
+ * Thread-safe. */
 const struct dg_op_def *worker_op_find(const char *name);
 
 /* Register a fragment (JSON text, doc/graph-format.md). id receives "f<N>"
