@@ -50,19 +50,6 @@ static const char *layer_name(enum dg_op_layer l)
 	return "?";
 }
 
-/* The master's ops. They are defined by placement (worker/place.c today);
- * registering them is the master layer's start-up work, done here until the
- * master has its own (see master_op_find). */
-static void register_master_ops(void)
-{
-	const struct dg_op_def *ops[] = { place_variable_op(), place_apply_gradient_op() };
-	struct dg_err err = { 0 };
-
-	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-		if (dg_op_register(DG_OPL_MASTER, ops[i], &err) != DG_OK)
-			fprintf(stderr, "dg: %s\n", err.msg);
-}
-
 /* The summary fields every listing prints: layer, inputs ("2", "1..3", "1 or
  * more"), outputs ("1", "set by attrs") and flags (", source, must be fed,
  * differentiable": what is set, each after ", "; "" for none). The GPU mark
@@ -178,7 +165,7 @@ int cmd_ops(int argc, char **argv)
 	int c, n = 0;
 
 	worker_ops_register();
-	register_master_ops();
+	master_ops_register();
 	optind = 0;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":h", long_opts, NULL)) != -1) {

@@ -2,6 +2,7 @@
  * by the replicas that use it) and ApplyGradient (an update rule applied to
  * it), their schemas and shape inference, and the graph questions placement
  * and partitioning ask about them. Neighbours: place.c and partition.c. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,13 +154,27 @@ const struct dg_op_def *place_apply_gradient_op(void)
 	return &apply_def;
 }
 
+static pthread_once_t registered = PTHREAD_ONCE_INIT;
+
+static void register_ops(void)
+{
+	const struct dg_op_def *ops[] = { &variable_def, &apply_def };
+	struct dg_err err = { 0 };
+
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+		if (dg_op_register(DG_OPL_MASTER, ops[i], &err) != DG_OK)
+			dg_log(DG_LOG_ERROR, "master", "%s", err.msg);   /* a name clash: our bug */
+}
+
+void master_ops_register(void)
+{
+	pthread_once(&registered, register_ops);
+}
+
 const struct dg_op_def *master_op_find(const char *name)
 {
-	if (name && strcmp(name, "Variable") == 0)
-		return &variable_def;
-	if (name && strcmp(name, "ApplyGradient") == 0)
-		return &apply_def;
-	return dg_op_find(name);
+	master_ops_register();
+	return dg_op_find_in(name, DG_OPL_KERNEL | DG_OPL_MASTER);
 }
 
 bool master_is_variable(const struct dg_node *n)

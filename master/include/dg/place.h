@@ -24,8 +24,11 @@ const struct dg_op_def *place_variable_op(void);
  * output: int64 scalar, the variable's new version). Placed with its gradient;
  * partitioning turns it into a VarApply on the Variable's ps (doc/training.md). */
 const struct dg_op_def *place_apply_gradient_op(void);
-/* The lookup the master parses submitted graphs with: "Variable",
- * "ApplyGradient", then the kernel registry (dg_op_find). Thread-safe. */
+/* Add the master's ops (Variable, ApplyGradient) to the one op registry
+ * (dg_op_register, layer master); once, thread-safe. */
+void master_ops_register(void);
+/* The lookup the master parses submitted graphs with: the kernel and master
+ * ops of the registry (registering the master's first). Thread-safe. */
 const struct dg_op_def *master_op_find(const char *name);
 
 enum place_vars {
