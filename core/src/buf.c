@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -85,6 +86,53 @@ enum dg_status dg_buf_printf(struct dg_buf *b, struct dg_err *err, const char *f
 	}
 	b->len += (size_t)n;
 	return DG_OK;
+}
+
+enum dg_status dg_buf_json_real(struct dg_buf *b, double x, struct dg_err *err)
+{
+	char s[40];
+	int n;
+
+	if (!isfinite(x))
+		return dg_buf_append(b, "null", 4, err);
+	n = snprintf(s, sizeof s - 2, "%.17g", x);
+	char *e = strchr(s, 'e');
+	if (!e && !strchr(s, '.')) {
+		memcpy(s + n, ".0", 3);
+		n += 2;
+	} else if (e) {
+		/* "1e+300" -> "1e300", "2.5e-07" -> "2.5e-7", as jansson writes it */
+		char *d = e + 1, *p = d;
+		if (*p == '-')
+			*d++ = *p++;
+		else if (*p == '+')
+			p++;
+		while (*p == '0' && p[1])
+			p++;
+		memmove(d, p, strlen(p) + 1);
+		n = (int)strlen(s);
+	}
+	return dg_buf_append(b, s, (size_t)n, err);
+}
+
+enum dg_status dg_buf_json_string(struct dg_buf *b, const char *s, struct dg_err *err)
+{
+	enum dg_status st = dg_buf_append(b, "\"", 1, err);
+	const char *run = s;
+
+	for (; st == DG_OK && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		st = dg_buf_append(b, run, (size_t)(s - run), err);
+		if (st == DG_OK)
+			st = c == '"' || c == '\\' ? dg_buf_printf(b, err, "\\%c", c)
+						   : dg_buf_printf(b, err, "\\u%04x", c);
+		run = s + 1;
+	}
+	if (st == DG_OK)
+		st = dg_buf_append(b, run, (size_t)(s - run), err);
+	return st == DG_OK ? dg_buf_append(b, "\"", 1, err) : st;
 }
 
 char *dg_buf_steal(struct dg_buf *b, size_t *len)

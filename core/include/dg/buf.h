@@ -22,6 +22,13 @@ enum dg_status dg_buf_reserve(struct dg_buf *b, size_t n, struct dg_err *err);
 enum dg_status dg_buf_append(struct dg_buf *b, const void *p, size_t n, struct dg_err *err);
 enum dg_status dg_buf_printf(struct dg_buf *b, struct dg_err *err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* JSON text for hot paths that write a small object of a fixed shape every
+ * step (a run request and its reply, a step event) without building a
+ * jansson tree, which costs ~10x more. A real as jansson's compact dump
+ * writes it ("%.17g", ".0" added to an integral value; null when not
+ * finite); a string (UTF-8) quoted and escaped (", \ and control characters). */
+enum dg_status dg_buf_json_real(struct dg_buf *b, double x, struct dg_err *err);
+enum dg_status dg_buf_json_string(struct dg_buf *b, const char *s, struct dg_err *err);
 /* Take the bytes out: returns data (owned by the caller, free()) and resets b. */
 char *dg_buf_steal(struct dg_buf *b, size_t *len);
 
