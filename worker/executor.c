@@ -1155,7 +1155,11 @@ static enum dg_status start_node(struct run *r, int v)
 		return st;
 	}
 	if (is_io(r, v)) {
-		if (io_submit(r, v, n->n_in ? r->ins[0] : NULL))
+		/* The only work left in the step (nothing ready, in flight or to
+		 * receive): run it here, rather than wake an I/O thread and wait
+		 * for it (two cross-CPU wake-ups, each 100-300 us on a busy VM). */
+		bool alone = r->n_ready == 0 && r->inflight == 0 && r->n_recv == 0;
+		if (!alone && io_submit(r, v, n->n_in ? r->ins[0] : NULL))
 			return DG_OK;
 		st = run_io(r, v, n->n_in ? r->ins[0] : NULL, r->outs, &stale, r->err);
 		r->stale += stale;
