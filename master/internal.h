@@ -15,6 +15,7 @@
 #include "dg/master.h"
 #include "dg/place.h"
 #include "dg/train.h"
+#include "pool.h"
 #include "task.h"
 
 struct job;
@@ -126,6 +127,7 @@ struct job {
 	char (*frag_id)[24];           /* per part.frags: id on its task, "" = not registered */
 	char (*init_id)[24];           /* per part.init */
 	struct mtask_conn **conns;     /* per part.frags: used only by that fragment's runner */
+	struct mpool *pool;            /* owned: runner threads of its steps; NULL until used */
 	double t_created, t_started, t_finished, step_ms_sum, step_ms_last;   /* ms */
 };
 
@@ -215,6 +217,8 @@ enum dg_status job_check_used(struct master *m, const struct job *j,
 			      struct dg_err *err);
 /* Append one event (takes v) to the job's log and wake long-polls; m->mu held. */
 void job_event_locked(struct master *m, struct job *j, json_t *v);
+/* The same with the event already a JSON line (owned; NULL is dropped). */
+void job_event_line_locked(struct master *m, struct job *j, char *line);
 /* {"code", "message", "hint"} of e (owned). */
 json_t *job_err_json(const struct dg_err *e);
 /* A number for JSON: null when not finite. */

@@ -51,6 +51,7 @@ void job_free(struct job *j)
 	free(j->feeds);
 	free(j->results);
 	free(j->conns);
+	mpool_free(j->pool);
 	free(j->frag_id);
 	free(j->init_id);
 	free(j->explain);
@@ -137,6 +138,11 @@ void job_event_locked(struct master *m, struct job *j, json_t *v)
 	json_object_set_new(v, "job", json_string(j->id));
 	line = json_dumps(v, JSON_COMPACT);
 	json_decref(v);
+	job_event_line_locked(m, j, line);
+}
+
+void job_event_line_locked(struct master *m, struct job *j, char *line)
+{
 	if (!line)
 		return;
 	if (j->n_events == j->cap_events) {

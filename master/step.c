@@ -94,6 +94,23 @@ static void *run_fragment(void *arg)
 	return NULL;
 }
 
+/* Run rs[0..n) at once: the last on this thread, the others on the job's
+ * runner threads (pool.c), made on the job's first step of several
+ * fragments. */
+static void run_all(struct master *m, struct job *j, struct runner *rs, int n)
+{
+	struct mpool *p = NULL;
+
+	if (n > 1) {
+		pthread_mutex_lock(&m->mu);
+		if (!j->pool)
+			j->pool = mpool_new();
+		p = j->pool;
+		pthread_mutex_unlock(&m->mu);
+	}
+	mpool_run(p, run_fragment, rs, sizeof *rs, n);
+}
+
 /* Put the job's feeds for step into the rendezvous of the tasks that read
  * them. *down gets a task that is lost when that is why it failed. */
 static enum dg_status put_feeds(struct master *m, struct job *j, uint64_t step, int *down,
@@ -146,13 +163,11 @@ enum dg_status step_run_frags(struct master *m, struct job *j,
 	struct mtask *self = m->tasks[master_self(m)];
 	uint64_t step = m->step_base | (atomic_fetch_add(&m->step_counter, 1) + 1);
 	struct runner *rs = calloc((size_t)n + 1, sizeof *rs);
-	pthread_t *th = calloc((size_t)n + 1, sizeof *th);
-	bool *started = calloc((size_t)n + 1, sizeof *started);
 	atomic_bool failed = false;
 	enum dg_status st = DG_OK;
 	int lost = -1;
 
-	if (!rs || !th || !started) {
+	if (!rs) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -163,21 +178,12 @@ enum dg_status step_run_frags(struct master *m, struct job *j,
 	pthread_mutex_unlock(&m->mu);
 	if (st == DG_OK && !init)
 		st = put_feeds(m, j, step, &lost, err);
-	for (int i = 0; st == DG_OK && i < n; i++) {
+	for (int i = 0; st == DG_OK && i < n; i++)
 		rs[i] = (struct runner){ .m = m, .j = j, .f = &frags[i], .step = step,
 					 .id = ids[i], .conn = conns ? &conns[i] : NULL,
 					 .failed = &failed };
-		/* The last fragment runs on this thread: one thread fewer per step. */
-		if (i == n - 1)
-			run_fragment(&rs[i]);
-		else if (pthread_create(&th[i], NULL, run_fragment, &rs[i]) == 0)
-			started[i] = true;
-		else
-			run_fragment(&rs[i]);
-	}
-	for (int i = 0; i < n; i++)
-		if (started[i])
-			pthread_join(th[i], NULL);
+	if (st == DG_OK)
+		run_all(m, j, rs, n);
 	if (st == DG_OK && atomic_load(&failed)) {
 		const struct runner *r = primary_failure(rs, n);
 		*err = r->err;
@@ -205,8 +211,6 @@ out:
 	j->cur_step = 0;
 	pthread_mutex_unlock(&m->mu);
 	free(rs);
-	free(th);
-	free(started);
 	if (down)
 		*down = st != DG_OK ? lost : -1;
 	return st;
@@ -346,6 +350,30 @@ enum dg_status step_run(struct master *m, struct job *j, int64_t k, struct dg_er
 	return st;
 }
 
+/* {"event":"step","step":k,"of":steps,"ms":ms,"job":ID} (owned), written
+ * directly: up to 2048 of a job's steps have one, and a jansson tree cost
+ * ~16k instructions a step. */
+static char *step_event(const struct job *j, int64_t k, double ms)
+{
+	struct dg_buf b = { 0 };
+	enum dg_status st = dg_buf_printf(&b, NULL, "{\"event\":\"step\",\"step\":%" PRId64
+					  ",\"of\":%" PRId64 ",\"ms\":", k, j->steps);
+
+	if (st == DG_OK)
+		st = dg_buf_json_real(&b, ms, NULL);
+	if (st == DG_OK)
+		st = dg_buf_append(&b, ",\"job\":", 7, NULL);
+	if (st == DG_OK)
+		st = dg_buf_json_string(&b, j->id, NULL);
+	if (st == DG_OK)
+		st = dg_buf_append(&b, "}", 1, NULL);
+	if (st != DG_OK) {
+		dg_buf_deinit(&b);
+		return NULL;
+	}
+	return dg_buf_steal(&b, NULL);
+}
+
 static bool want_step_event(int64_t k, int64_t steps)
 {
 	int64_t every = steps / (JOB_MAX_EVENTS / 2);
@@ -376,9 +404,7 @@ void *job_main(void *arg)
 		j->step_ms_last = ms;
 		j->step_ms_sum += ms;
 		if (want_step_event(k, j->steps))
-			job_event_locked(m, j, json_pack("{s:s, s:I, s:I, s:f}", "event", "step",
-							 "step", (json_int_t)k, "of",
-							 (json_int_t)j->steps, "ms", ms));
+			job_event_line_locked(m, j, step_event(j, k, ms));
 		pthread_mutex_unlock(&m->mu);
 	}
 	step_unregister_all(m, j);
