@@ -11,6 +11,7 @@
 #include "dg/buf.h"
 #include "dg/clock.h"
 #include "dg/codec.h"
+#include "dg/wire.h"
 #include "internal.h"
 
 #define EVENTS_MAX_WAIT_MS 60000
@@ -80,38 +81,15 @@ static enum dg_status h_start(void *ctx, struct dg_http_req *r, struct dg_http_r
 	return st != DG_OK ? st : reply_status(ctx, dg_http_param(r, "id"), 200, w, err);
 }
 
-/* A tensor from a request body: .npy (Content-Type application/x-npy) or raw
- * bytes described by Dg-Dtype and Dg-Shape. Owned or NULL with *err. */
-static struct dg_tensor *body_tensor(struct dg_http_req *r, struct dg_err *err)
-{
-	const char *ct = dg_http_header(r, "Content-Type");
-	const char *dt_s = dg_http_header(r, "Dg-Dtype"), *shape_s = dg_http_header(r, "Dg-Shape");
-	size_t len = 0;
-	const void *body = dg_http_body(r, &len);
-	enum dg_dtype dt;
-	struct dg_shape shape;
-
-	if (ct && strncmp(ct, "application/x-npy", 17) == 0)
-		return dg_npy_decode(body ? body : "", len, err);
-	if (!dt_s || !shape_s) {
-		dg_err_set(err, DG_EINVAL, "a raw feed needs Dg-Dtype and Dg-Shape headers");
-		dg_err_hint(err, "or send .npy with Content-Type: application/x-npy");
-		return NULL;
-	}
-	if (dg_dtype_parse(dt_s, &dt, err) != DG_OK ||
-	    dg_shape_parse(shape_s, &shape, err) != DG_OK)
-		return NULL;
-	return dg_raw_decode(body ? body : "", len, dt, &shape, err);
-}
-
 static enum dg_status h_feed(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
 			     struct dg_err *err)
 {
-	struct dg_tensor *t = body_tensor(r, err);
+	struct dg_tensor *t = NULL;
+	enum dg_status st = dg_wire_req_body(r, &t, err);
 
-	if (!t)
-		return err ? err->code : DG_EINVAL;
-	enum dg_status st = master_job_feed(ctx, dg_http_param(r, "id"), dg_http_param(r, "name"),
+	if (st != DG_OK)
+		return st;
+	st = master_job_feed(ctx, dg_http_param(r, "id"), dg_http_param(r, "name"),
 					    t, err);
 	if (st == DG_OK)
 		dg_http_set_status(w, 204);
@@ -142,29 +120,27 @@ static enum dg_status h_events(void *ctx, struct dg_http_req *r, struct dg_http_
 	return DG_OK;
 }
 
-/* The fetched value: raw (Dg-Dtype, Dg-Shape) unless Accept asks for .npy or text. */
+/* The fetched value: raw (Dg-Dtype, Dg-Shape) unless ?format= or Accept asks
+ * for .npy or text. */
 static enum dg_status h_result(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
 			       struct dg_err *err)
 {
-	const char *acc = dg_http_header(r, "Accept");
 	struct dg_tensor *t = NULL;
-	enum dg_status st = master_job_result(ctx, dg_http_param(r, "id"),
-					      dg_http_param(r, "name"), &t, err);
-	char shape[200] = "";
+	enum dg_encoding enc;
+	enum dg_status st = dg_wire_req_encoding(r, true, &enc, err);
 
+	if (st == DG_OK)
+		st = master_job_result(ctx, dg_http_param(r, "id"), dg_http_param(r, "name"), &t,
+				       err);
 	if (st != DG_OK)
 		return st;
-	if (acc && strstr(acc, "application/x-npy")) {
-		st = dg_npy_encode(t, dg_http_body_buf(w, "application/x-npy"), err);
-	} else if (acc && strstr(acc, "text/plain")) {
-		st = dg_text_encode(t, dg_http_body_buf(w, "text/plain"), err);
+	if (enc == DG_ENC_NPY) {
+		st = dg_npy_encode(t, dg_http_body_buf(w, dg_encoding_mime(enc)), err);
+	} else if (enc == DG_ENC_TEXT) {
+		st = dg_text_encode(t, dg_http_body_buf(w, dg_encoding_mime(enc)), err);
 	} else {
-		for (int d = 0; d < t->shape.ndim; d++)
-			snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%" PRId64,
-				 d ? "," : "", t->shape.dim[d]);
-		dg_http_add_header(w, "Dg-Dtype", dg_dtype_name(t->dtype));
-		dg_http_add_header(w, "Dg-Shape", t->shape.ndim ? shape : "[]");
-		st = dg_buf_append(dg_http_body_buf(w, "application/octet-stream"), t->data,
+		dg_wire_add_tensor_headers(w, t->dtype, &t->shape);
+		st = dg_buf_append(dg_http_body_buf(w, dg_encoding_mime(DG_ENC_RAW)), t->data,
 				   t->nbytes, err);
 	}
 	dg_tensor_free(t);

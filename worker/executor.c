@@ -22,6 +22,7 @@
 #include "dg/client.h"
 #include "dg/clock.h"
 #include "dg/exec.h"
+#include "dg/task_client.h"
 #include "dg/graph.h"
 #include "dg/log.h"
 #include "dg/wire.h"
@@ -683,28 +684,14 @@ static void release(struct run *r, int v)
 static enum dg_status send_remote(const struct run *r, const char *to, const char *key,
 				  const struct dg_tensor *t, struct dg_err *err)
 {
-	struct dg_buf path = { 0 };
-	struct dg_http_result res;
-	struct dg_wire_scratch ws;
-	struct dg_http_header h[3];
-	char step[32];
-	enum dg_status st;
 	struct pooled *p = pool_take(r->w, false, to, err);
+	enum dg_status st;
 
 	if (!p)
 		return err->code;
-	snprintf(step, sizeof step, "%" PRIu64, r->step);
-	dg_wire_request_headers(t->dtype, &t->shape, &ws, h);
-	dg_http_result_init(&res);
-	st = dg_buf_printf(&path, err, "/v1/steps/%s/tensors/", step);
-	if (st == DG_OK)
-		st = dg_http_escape_path(key, &path, err);
-	if (st == DG_OK)
-		st = dg_http_request(p->obj, "PUT", path.data, h, 3, t->data, t->nbytes, &res, err);
+	st = dg_task_tensor_put(p->obj, r->step, key, t, NULL, err);
 	if (st != DG_OK)
 		dg_err_prefix(err, "sending '%s' to %s", key, to);
-	dg_http_result_deinit(&res);
-	dg_buf_deinit(&path);
 	pool_give(r->w, p);
 	return st;
 }

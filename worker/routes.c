@@ -195,22 +195,6 @@ static enum dg_status h_fragment_run(void *vc, struct dg_http_req *r, struct dg_
 	return st;
 }
 
-/* The body as a tensor in the encoding its Content-Type names (raw
- * described by Dg-Dtype and Dg-Shape is adopted, not copied). */
-static enum dg_status body_tensor(struct dg_http_req *r, struct dg_tensor **out,
-				  struct dg_err *err)
-{
-	struct dg_wire_desc d;
-	enum dg_encoding enc;
-	enum dg_status st;
-
-	*out = NULL;
-	if ((st = dg_wire_req_encoding(r, false, &enc, err)) != DG_OK ||
-	    (st = dg_wire_req_desc(r, &d, err)) != DG_OK)
-		return st;
-	return dg_wire_req_tensor(r, enc, &d, out, err);
-}
-
 static enum dg_status h_tensor_put(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
 				   struct dg_err *err)
 {
@@ -225,7 +209,7 @@ static enum dg_status h_tensor_put(void *vc, struct dg_http_req *r, struct dg_ht
 	if (dg_rendezvous_is_aborted(worker_rendezvous(vc), step))     /* before decoding */
 		return dg_err_set(err, DG_ECANCELED, "step %" PRIu64 " was aborted: tensor '%s' "
 				  "is not wanted any more", step, key);
-	if ((st = body_tensor(r, &t, err)) != DG_OK) {
+	if ((st = dg_wire_req_body(r, &t, err)) != DG_OK) {
 		dg_err_prefix(err, "tensor '%s' of step %" PRIu64, key, step);
 		return st;
 	}

@@ -13,6 +13,7 @@
 
 #include "dg/buf.h"
 #include "dg/codec.h"
+#include "dg/wire.h"
 
 #define PATH_MAX_LEN 256                /* DELETE /v1/steps/S?...&reason=... */
 
@@ -193,21 +194,17 @@ enum dg_status dg_task_tensor_put(struct dg_http_client *c, uint64_t step, const
 {
 	struct dg_buf path = { 0 };
 	struct dg_http_result res;
-	char shape[DG_MAX_DIMS * 21 + 3];
+	struct dg_wire_scratch ws;
+	struct dg_http_header h[3];
 	enum dg_status st;
+	int nh = dg_wire_request_headers(t->dtype, &t->shape, &ws, h);
 
 	if (lost)
 		*lost = false;
-	dg_shape_format(&t->shape, shape, sizeof shape);
-	const struct dg_http_header h[] = {
-		{ "Content-Type", dg_encoding_mime(DG_ENC_RAW) },
-		{ "Dg-Dtype", dg_dtype_name(t->dtype) },
-		{ "Dg-Shape", shape },
-	};
 	dg_http_result_init(&res);
 	st = tensor_path(&path, step, key, err);
 	if (st == DG_OK)
-		st = dg_http_request(c, "PUT", path.data, h, 3, t->data, t->nbytes, &res, err);
+		st = dg_http_request(c, "PUT", path.data, h, nh, t->data, t->nbytes, &res, err);
 	if (lost)
 		*lost = is_lost(st, &res, err);
 	dg_http_result_deinit(&res);
@@ -232,8 +229,8 @@ enum dg_status dg_task_tensor_take(struct dg_http_client *c, uint64_t step, cons
 		st = dg_buf_printf(&path, err, "?timeout_ms=%" PRId64, timeout_ms);
 	if (st == DG_OK)
 		st = dg_http_request(c, "GET", path.data, NULL, 0, NULL, 0, &res, err);
-	if (st == DG_OK && ((st = dg_dtype_parse(res.dg_dtype, &dt, err)) != DG_OK ||
-			    (st = dg_shape_parse(res.dg_shape, &shape, err)) != DG_OK))
+	if (st == DG_OK && ((st = dg_wire_dtype_parse(res.dg_dtype, &dt, err)) != DG_OK ||
+			    (st = dg_wire_shape_parse(res.dg_shape, &shape, err)) != DG_OK))
 		dg_err_prefix(err, "tensor '%s' of step %" PRIu64 " from %s", key, step,
 			      dg_http_client_url(c));
 	if (st == DG_OK) {

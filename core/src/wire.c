@@ -318,6 +318,20 @@ enum dg_status dg_wire_req_tensor(struct dg_http_req *r, enum dg_encoding enc,
 	return DG_OK;
 }
 
+enum dg_status dg_wire_req_body(struct dg_http_req *r, struct dg_tensor **out,
+				struct dg_err *err)
+{
+	struct dg_wire_desc d;
+	enum dg_encoding enc;
+	enum dg_status st;
+
+	*out = NULL;
+	if ((st = dg_wire_req_encoding(r, false, &enc, err)) != DG_OK ||
+	    (st = dg_wire_req_desc(r, &d, err)) != DG_OK)
+		return st;
+	return dg_wire_req_tensor(r, enc, &d, out, err);
+}
+
 void dg_wire_add_tensor_headers(struct dg_http_resp *w, enum dg_dtype dt,
 				const struct dg_shape *s)
 {

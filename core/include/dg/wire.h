@@ -112,6 +112,11 @@ enum dg_status dg_wire_req_encoding(const struct dg_http_req *r, bool reading,
 enum dg_status dg_wire_req_tensor(struct dg_http_req *r, enum dg_encoding enc,
 				  const struct dg_wire_desc *d, struct dg_tensor **out,
 				  struct dg_err *err);
+/* The request's body as a tensor on its own: its encoding from ?format=,
+ * else Content-Type, raw described by its Dg-Dtype and Dg-Shape (a step's
+ * tensor, a job's feed). dg_wire_req_tensor with what the request says. */
+enum dg_status dg_wire_req_body(struct dg_http_req *r, struct dg_tensor **out,
+				struct dg_err *err);
 /* Add Dg-Dtype and Dg-Shape to a reply. */
 void dg_wire_add_tensor_headers(struct dg_http_resp *w, enum dg_dtype dt,
 				const struct dg_shape *s);
