@@ -81,20 +81,15 @@ static struct worker *worker_of(struct mtask *t)
 	return ((struct local_task *)t)->w;
 }
 
+/* The fragment's document itself, not its text: the worker's graph takes a
+ * reference to it (partition.c does not change a fragment once cut). */
 static enum dg_status local_fragment_add(struct mtask *t, const json_t *doc, char *id, bool *lost,
 					 struct dg_err *err)
 {
-	char *text = json_dumps(doc, JSON_COMPACT);
-	enum dg_status st;
-
 	if (lost)
 		*lost = false;
-	if (!text)
-		return dg_err_set(err, DG_ENOMEM, "out of memory encoding a fragment");
-	st = worker_fragment_add(worker_of(t), text, strlen(text), id, DG_FRAGMENT_ID_MAX, NULL,
-				 err);
-	free(text);
-	return st;
+	return worker_fragment_add_doc(worker_of(t), (json_t *)doc, id, DG_FRAGMENT_ID_MAX, NULL,
+				       err);
 }
 
 static void local_fragment_remove(struct mtask *t, const char *id)

@@ -517,17 +517,21 @@ static enum dg_status plan_gpu(struct fragment *f, struct dg_err *err)
 	return DG_OK;
 }
 
-enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t len, char *id,
-				   size_t id_len, int *n_nodes, struct dg_err *err)
+/* Register the fragment of graph g (owned; NULL: it failed to parse, with
+ * *err set). */
+static enum dg_status fragment_register(struct worker *w, struct dg_graph *g, char *id,
+					size_t id_len, int *n_nodes, struct dg_err *err)
 {
 	struct fragment *f = calloc(1, sizeof *f);
 	enum dg_status st = DG_OK;
 
-	if (!f)
+	if (!f) {
+		dg_graph_free(g);
 		return dg_err_set(err, DG_ENOMEM, "out of memory registering a fragment");
+	}
 	pthread_mutex_init(&f->cache_mu, NULL);
 	f->w = w;
-	if (!(f->g = dg_graph_parse(json ? json : "", json ? len : 0, worker_op_find, err)))
+	if (!(f->g = g))
 		st = err && err->code != DG_OK ? err->code : DG_EINVAL;
 	else
 		st = plan_fragment(f, err);
@@ -557,6 +561,22 @@ enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t le
 	if (st != DG_OK)
 		fragment_free(f);
 	return st;
+}
+
+enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t len, char *id,
+				   size_t id_len, int *n_nodes, struct dg_err *err)
+{
+	struct dg_graph *g = dg_graph_parse(json ? json : "", json ? len : 0, worker_op_find, err);
+
+	return fragment_register(w, g, id, id_len, n_nodes, err);
+}
+
+enum dg_status worker_fragment_add_doc(struct worker *w, json_t *doc, char *id, size_t id_len,
+				       int *n_nodes, struct dg_err *err)
+{
+	struct dg_graph *g = dg_graph_from_json(doc, worker_op_find, err);
+
+	return fragment_register(w, g, id, id_len, n_nodes, err);
 }
 
 /* Under mu: drop one reference; the last frees (outside the lock is not

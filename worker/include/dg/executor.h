@@ -86,6 +86,11 @@ const struct dg_op_def *worker_op_find(const char *name);
  * naming the node; DG_ETOOLARGE past WORKER_MAX_FRAGMENTS. Thread-safe. */
 enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t len, char *id,
 				   size_t id_len, int *n_nodes, struct dg_err *err);
+/* The same from a decoded document (the master's own task: no JSON text
+ * written and read back). The fragment takes a reference to doc, which must
+ * not change afterwards. */
+enum dg_status worker_fragment_add_doc(struct worker *w, json_t *doc, char *id, size_t id_len,
+				       int *n_nodes, struct dg_err *err);
 /* Forget a fragment (runs in progress finish first). DG_ENOTFOUND. */
 enum dg_status worker_fragment_remove(struct worker *w, const char *id, struct dg_err *err);
 
