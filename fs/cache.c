@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "dg/clock.h"
+#include "dg/cluster.h"
 #include "dg/log.h"
 #include "fs.h"
 
@@ -461,26 +462,30 @@ bool dgfs_var_hint(struct dgfs *fs, const char *name, struct dg_var_info *info, 
 
 enum dg_status dgfs_place_new(struct dgfs *fs, int *task, struct dg_err *err)
 {
-	int64_t best = -1;
+	enum dg_status st = DG_OK;
+	int64_t *bytes;
 
 	*task = 0;
-	for (int t = 0; fs->n_tasks > 1 && t < fs->n_tasks; t++) {
+	if (fs->n_tasks <= 1)
+		return DG_OK;
+	if (!(bytes = calloc((size_t)fs->n_tasks, sizeof *bytes)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory placing a new variable");
+	for (int t = 0; t < fs->n_tasks && st == DG_OK; t++) {
 		json_t *h = NULL;
 		struct dg_client *c = dgfs_client_get(fs, t, err);
-		enum dg_status st = c ? dg_client_health(c, &h, err) : err->code;
+		st = c ? dg_client_health(c, &h, err) : err->code;
 		dgfs_client_put(fs, t, c, st);
 		if (st != DG_OK) {
 			dg_err_prefix(err, "place a new variable: %s", fs->tasks[t].label);
-			return st;
+			break;
 		}
-		int64_t bytes = json_integer_value(json_object_get(h, "bytes"));
+		bytes[t] = json_integer_value(json_object_get(h, "bytes"));
 		json_decref(h);
-		if (best < 0 || bytes < best) {
-			best = bytes;
-			*task = t;
-		}
 	}
-	return DG_OK;
+	if (st == DG_OK)
+		*task = dg_cluster_pick_fewest_bytes(bytes, NULL, fs->n_tasks);
+	free(bytes);
+	return st;
 }
 
 /* --- prefixes ------------------------------------------------------------------ */

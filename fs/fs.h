@@ -134,7 +134,8 @@ enum dg_status dgfs_list_is_dir(struct dgfs *fs, const char *name, bool *dir,
 			       struct dg_err *err);
 /* Forget the list (after this mount changed something). */
 void dgfs_list_invalidate(struct dgfs *fs);
-/* The task a new variable goes to: the one holding the fewest bytes. */
+/* The task a new variable goes to: the one holding the fewest bytes (core's
+ * dg_cluster_pick_fewest_bytes over each task's health). */
 enum dg_status dgfs_place_new(struct dgfs *fs, int *task, struct dg_err *err);
 
 /* mkdir'ed prefixes. */
