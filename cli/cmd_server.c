@@ -17,10 +17,13 @@
 #include "dg/buf.h"
 #include "dg/cluster.h"
 #include "dg/executor.h"
+#include "dg/gpu.h"
 #include "dg/kernels.h"
 #include "dg/log.h"
 #include "dg/master.h"
 #include "server.h"
+
+#define MAX_GPUS 64             /* GPUs health lists (more than any machine has today) */
 
 static const char usage_text[] =
 	"usage: dg server --cluster CLUSTER.json --job NAME --task I [OPTIONS]\n"
@@ -309,6 +312,29 @@ static void stop_all(struct ps_server *s, struct master *ms, struct worker *wk)
 	worker_free(wk);
 }
 
+/* What this process computes on, for the ps face's health and metrics (ps/
+ * links no kernels). gpus has room for n_max; a GPU whose properties cannot be
+ * read is left out (d->gpu still names the cause). */
+static void describe_devices(struct ps_devices *d, struct ps_gpu *gpus, int n_max)
+{
+	int n = dg_gpu_count();
+
+	*d = (struct ps_devices){ .blas = dg_blas_describe(), .gpu = dg_gpu_describe(),
+				  .cuda_built = dg_gpu_built(), .gpus = gpus };
+	for (int i = 0; i < n && d->n_gpus < n_max; i++) {
+		struct dg_gpu_info g;
+		struct dg_err e = { 0 };
+		struct ps_gpu *o = &gpus[d->n_gpus];
+
+		if (dg_gpu_get_info(i, &g, &e) != DG_OK)
+			continue;
+		*o = (struct ps_gpu){ .index = g.index, .mem_bytes = g.mem_bytes,
+				      .cc_major = g.cc_major, .cc_minor = g.cc_minor };
+		snprintf(o->name, sizeof o->name, "%s", g.name);
+		d->n_gpus++;
+	}
+}
+
 /* Start, announce, wait for a stop signal, stop. Returns the exit code. */
 static int serve(const struct server_args *a, const struct task_place *t, const char *token,
 		 const sigset_t *stop_set)
@@ -334,6 +360,8 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 	struct master *ms = NULL;
 	struct ps_server *s = NULL;
 	struct dg_route_group groups[2];
+	struct ps_gpu gpus[MAX_GPUS];
+	struct ps_devices devices;
 	int64_t n_vars = 0, bytes = 0;
 	int sig = 0, port;
 	char self[300];
@@ -350,6 +378,8 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 	cfg.n_extra_groups = 2;
 	cfg.extra_metrics = worker_metrics;
 	cfg.extra_metrics_ud = wk;
+	describe_devices(&devices, gpus, MAX_GPUS);
+	cfg.devices = &devices;
 	if (!(s = ps_server_start(&cfg, &err))) {
 		master_free(ms);
 		worker_free(wk);

@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "dg/client.h"
+#include "dg/cluster.h"
 #include "dg/codec.h"
 #include "dg/kernels.h"
 
@@ -396,27 +397,31 @@ static enum dg_status locate(const struct cli_targets *ts, const char *name, int
 	return lookup_end(&lk, ts, name, err);
 }
 
-/* Where a new variable goes: the task with the fewest bytes (ties: the first). */
+/* Where a new variable goes: each task says what it holds (its health), and
+ * core's rule picks (dg_cluster_pick_fewest_bytes). One task: nothing asked. */
 static enum dg_status place_new(const struct cli_targets *ts, int *idx, struct dg_err *err)
 {
-	int64_t best = -1;
+	enum dg_status st = DG_OK;
+	int64_t *bytes;
 
 	*idx = 0;
-	for (int i = 0; ts->n > 1 && i < ts->n; i++) {
+	if (ts->n <= 1)
+		return DG_OK;
+	if (!(bytes = calloc((size_t)ts->n, sizeof *bytes)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory placing a new variable");
+	for (int i = 0; i < ts->n && st == DG_OK; i++) {
 		json_t *h;
-		enum dg_status st = dg_client_health(ts->t[i].client, &h, err);
-		if (st != DG_OK) {
+		if ((st = dg_client_health(ts->t[i].client, &h, err)) != DG_OK) {
 			dg_err_prefix(err, "%s", ts->t[i].label);
-			return st;
+			break;
 		}
-		int64_t bytes = json_integer_value(json_object_get(h, "bytes"));
+		bytes[i] = json_integer_value(json_object_get(h, "bytes"));
 		json_decref(h);
-		if (best < 0 || bytes < best) {
-			best = bytes;
-			*idx = i;
-		}
 	}
-	return DG_OK;
+	if (st == DG_OK)
+		*idx = dg_cluster_pick_fewest_bytes(bytes, NULL, ts->n);
+	free(bytes);
+	return st;
 }
 
 /* --- ls ----------------------------------------------------------------------- */

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "dg/clock.h"
+#include "dg/cluster.h"
 #include "dg/log.h"
 #include "fs.h"
 
@@ -461,26 +462,30 @@ bool dgfs_var_hint(struct dgfs *fs, const char *name, struct dg_var_info *info, 
 
 enum dg_status dgfs_place_new(struct dgfs *fs, int *task, struct dg_err *err)
 {
-	int64_t best = -1;
+	enum dg_status st = DG_OK;
+	int64_t *bytes;
 
 	*task = 0;
-	for (int t = 0; fs->n_tasks > 1 && t < fs->n_tasks; t++) {
+	if (fs->n_tasks <= 1)
+		return DG_OK;
+	if (!(bytes = calloc((size_t)fs->n_tasks, sizeof *bytes)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory placing a new variable");
+	for (int t = 0; t < fs->n_tasks && st == DG_OK; t++) {
 		json_t *h = NULL;
 		struct dg_client *c = dgfs_client_get(fs, t, err);
-		enum dg_status st = c ? dg_client_health(c, &h, err) : err->code;
+		st = c ? dg_client_health(c, &h, err) : err->code;
 		dgfs_client_put(fs, t, c, st);
 		if (st != DG_OK) {
 			dg_err_prefix(err, "place a new variable: %s", fs->tasks[t].label);
-			return st;
+			break;
 		}
-		int64_t bytes = json_integer_value(json_object_get(h, "bytes"));
+		bytes[t] = json_integer_value(json_object_get(h, "bytes"));
 		json_decref(h);
-		if (best < 0 || bytes < best) {
-			best = bytes;
-			*task = t;
-		}
 	}
-	return DG_OK;
+	if (st == DG_OK)
+		*task = dg_cluster_pick_fewest_bytes(bytes, NULL, fs->n_tasks);
+	free(bytes);
+	return st;
 }
 
 /* --- prefixes ------------------------------------------------------------------ */
@@ -838,4 +843,48 @@ bool dgfs_pending_has(struct dgfs *fs, int view, const char *name)
 	bool has = e && e->pending > 0;
 	pthread_mutex_unlock(&fs->lock);
 	return has;
+}
+
+/* --- what an open starts from ------------------------------------------------------ */
+
+/* The version of the variable (HEAD) on the task the list named; where it is
+ * not there any more, where it is now. */
+static enum dg_status stat_at(struct dgfs *fs, const char *name, struct dg_var_info *info,
+			      int *task, struct dg_err *err)
+{
+	struct dg_client *c = dgfs_client_get(fs, *task, err);
+	enum dg_status st = c ? dg_var_stat(c, name, info, err) : err->code;
+
+	dgfs_client_put(fs, *task, c, st);
+	if (st != DG_ENOTFOUND)
+		return st;
+	dg_err_clear(err);
+	return dgfs_var_find(fs, name, true, info, task, err);
+}
+
+enum dg_status dgfs_cache_open_lookup(struct dgfs *fs, int view, const char *name, bool writable,
+				      bool reader, struct dg_var_info *info, int *task, bool *head,
+				      bool *kept, bool *cached, struct dgfs_blob **blob,
+				      struct dg_err *err)
+{
+	/* One round trip for a read-only open of a variable the list places:
+	 * the GET goes to that task at once, its headers telling the dtype,
+	 * shape and version a HEAD would. Only a kept copy of the view (of that
+	 * task) needs the version first (HEAD: is the copy still the value?).
+	 * Writers (and names the list lacks) find the variable first, on every
+	 * task if need be. A 404 from the listed task means the variable moved
+	 * or went: search (dgfs_var_find fresh), then GET once more. */
+	bool hinted = !writable && dgfs_var_hint(fs, name, info, task);
+	int copy_task = -1;
+	enum dg_status st = DG_OK;
+
+	*head = !hinted || (reader && dgfs_cache_kept(fs, view, name, &copy_task) &&
+			    copy_task == *task);
+	*kept = false;
+	if (*head)
+		st = hinted ? stat_at(fs, name, info, task, err)
+			    : dgfs_var_find(fs, name, true, info, task, err);
+	if (st == DG_OK && reader && *head)
+		*kept = dgfs_cache_open(fs, view, name, *task, info->version, true, cached, blob);
+	return st;
 }

@@ -1,6 +1,7 @@
 /* Private header of the FUSE filesystem (`dg mount`, doc/filesystem.md): the
  * mount's configuration and state, path parsing (paths.c), the caches and the
- * client pool (cache.c), the FUSE table (ops.c) and the loop (main.c). The
+ * client pool (cache.c), the FUSE table (ops.c, whose layers ops.h declares)
+ * and the loop (main.c). The
  * mount is a client of the servers' HTTP API (dg/client.h) and nothing else. */
 #ifndef DG_FS_H
 #define DG_FS_H
@@ -134,7 +135,8 @@ enum dg_status dgfs_list_is_dir(struct dgfs *fs, const char *name, bool *dir,
 			       struct dg_err *err);
 /* Forget the list (after this mount changed something). */
 void dgfs_list_invalidate(struct dgfs *fs);
-/* The task a new variable goes to: the one holding the fewest bytes. */
+/* The task a new variable goes to: the one holding the fewest bytes (core's
+ * dg_cluster_pick_fewest_bytes over each task's health). */
 enum dg_status dgfs_place_new(struct dgfs *fs, int *task, struct dg_err *err);
 
 /* mkdir'ed prefixes. */
@@ -194,6 +196,18 @@ void dgfs_cache_writer(struct dgfs *fs, int view, const char *name, int delta);
 void dgfs_cache_full(struct dgfs *fs, int view, const char *name, int task, uint64_t version,
 		     struct dgfs_blob *blob);
 void dgfs_cache_close(struct dgfs *fs, int view, const char *name);
+/* The fetch-or-keep decision of an open of (view, name) (doc/filesystem.md
+ * "Reading"): where the variable is, and for a reader whether the kept copy
+ * serves it. A read-only open of a listed variable takes *info and *task from
+ * the list (*head false: no request made; the caller's GET will tell the
+ * version, and a 404 then means it moved); otherwise, or when a kept copy of
+ * that task may serve it, the version is asked first (*head true). *kept: the
+ * copy serves the reader (dgfs_cache_open with only_cached: *cached, *blob;
+ * dgfs_cache_close at release). */
+enum dg_status dgfs_cache_open_lookup(struct dgfs *fs, int view, const char *name, bool writable,
+				      bool reader, struct dg_var_info *info, int *task, bool *head,
+				      bool *kept, bool *cached, struct dgfs_blob **blob,
+				      struct dg_err *err);
 /* The text size at a version (text/ getattr). */
 bool dgfs_kv_text_size(struct dgfs *fs, const char *name, uint64_t version, uint64_t *size);
 void dgfs_kv_set_text_size(struct dgfs *fs, const char *name, uint64_t version, uint64_t size);
@@ -343,12 +357,12 @@ bool dgfs_devio_landed(const void *dst, size_t size);
 /* After the loop ended: give back the landing still expected. */
 void dgfs_devio_landing_stop(void);
 
-/* --- ops.c ------------------------------------------------------------------ */
+/* --- ops.c, stage.c (the handlers and their layers: ops.h) ---------------------- */
 
 struct fuse_operations;
-/* The FUSE table of the mount. */
+/* The FUSE table of the mount (ops.c). */
 const struct fuse_operations *dgfs_operations(void);
-/* The landings of vars/ writers (dgfs_devio_landing). */
+/* The landings of vars/ writers (dgfs_devio_landing; stage.c). */
 const struct dgfs_landing_ops *dgfs_landing_ops(void);
 
 /* --- main.c ----------------------------------------------------------------- */

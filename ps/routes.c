@@ -15,8 +15,6 @@
 #include "dg/clock.h"
 #include "dg/codec.h"
 #include "dg/wire.h"
-#include "dg/gpu.h"
-#include "dg/kernels.h"
 #include "dg_config.h"
 #include "routes.h"
 
@@ -946,24 +944,20 @@ static enum dg_status h_checkpoint(void *vc, struct dg_http_req *r, struct dg_ht
 
 /* ------------------------------------------------------- health, metrics */
 
-/* The GPUs this process sees, as health's "gpus" array; NULL when out of memory. A GPU
- * whose properties cannot be read is left out (dg_gpu_describe still names the cause). */
-static json_t *gpus_json(void)
+/* The GPUs the server program described (ps_server_config.devices), as health's
+ * "gpus" array; NULL when out of memory. */
+static json_t *gpus_json(const struct ps_devices *d)
 {
 	json_t *a = json_array();
-	int n = dg_gpu_count();
 
-	for (int i = 0; a && i < n; i++) {
-		struct dg_gpu_info g;
-		struct dg_err e = { 0 };
+	for (int i = 0; a && i < d->n_gpus; i++) {
+		const struct ps_gpu *g = &d->gpus[i];
 		char cc[24];
 		json_t *o;
 
-		if (dg_gpu_get_info(i, &g, &e) != DG_OK)
-			continue;
-		snprintf(cc, sizeof cc, "%d.%d", g.cc_major, g.cc_minor);
-		o = json_pack("{s:i, s:s, s:I, s:s}", "index", g.index, "name", g.name,
-			      "memory_bytes", (json_int_t)g.mem_bytes, "compute_capability", cc);
+		snprintf(cc, sizeof cc, "%d.%d", g->cc_major, g->cc_minor);
+		o = json_pack("{s:i, s:s, s:I, s:s}", "index", g->index, "name", g->name,
+			      "memory_bytes", (json_int_t)g->mem_bytes, "compute_capability", cc);
 		if (!o || json_array_append_new(a, o)) {
 			json_decref(a);
 			a = NULL;
@@ -977,50 +971,50 @@ static enum dg_status h_health(void *vc, struct dg_http_req *r, struct dg_http_r
 {
 	struct ps_ctx *c = vc;
 	int64_t n_vars = 0, bytes = 0;
-	json_t *gpus = gpus_json();
+	const struct ps_devices *d = &c->devices;
+	json_t *gpus = gpus_json(d);
 
 	if (!gpus)
 		return dg_err_set(err, DG_ENOMEM, "out of memory listing the GPUs for health");
 	ps_store_stats(c->store, &n_vars, &bytes);
-	/* "o" steals gpus, also when json_pack fails. */
+	/* "o" steals gpus, also when json_pack fails; "*" leaves out what the server
+	 * program did not describe. */
 	return reply_json(w, 200, json_pack(
-		"{s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:i, s:f, s:s, s:s, s:o, s:b, s:[s,s*]}",
+		"{s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:i, s:f, s:s*, s:s*, s:o, s:o*, s:[s,s*]}",
 		"status", atomic_load(&c->stopping) ? "stopping" : "ok", "job", c->job,
 		"task", c->task, "epoch", (json_int_t)ps_store_epoch(c->store),
 		"version", DG_VERSION, "vars", (json_int_t)n_vars, "bytes", (json_int_t)bytes,
 		"queues", ps_queue_count(c->queues),
 		"uptime_s", dg_mono_s() - c->started,
-		"blas", dg_blas_describe(), "gpu", dg_gpu_describe(), "gpus", gpus,
-		"cuda_built", (int)dg_gpu_built(),
+		"blas", d->blas, "gpu", d->gpu, "gpus", gpus,
+		"cuda_built", c->has_devices ? json_boolean(d->cuda_built) : NULL,
 		"faces", "ps", c->worker_face ? "worker" : NULL), err);
 }
 
 /* dg_gpus and dg_gpu_memory_bytes{gpu,name}; the name is a label value, so '\\', '"'
  * and newlines in it are escaped as the Prometheus text format requires. */
-static enum dg_status metrics_gpus(struct dg_buf *b, struct dg_err *err)
+static enum dg_status metrics_gpus(const struct ps_devices *d, struct dg_buf *b,
+				   struct dg_err *err)
 {
-	int n = dg_gpu_count();
+	int n = d->n_gpus;
 	enum dg_status st = dg_buf_printf(b, err,
 		"# HELP dg_gpus GPUs this process can use.\n# TYPE dg_gpus gauge\ndg_gpus %d\n"
 		"# HELP dg_gpu_memory_bytes Total memory of each GPU, bytes.\n"
 		"# TYPE dg_gpu_memory_bytes gauge\n", n);
 
 	for (int i = 0; st == DG_OK && i < n; i++) {
-		struct dg_gpu_info g;
-		struct dg_err e = { 0 };
-		char name[2 * sizeof g.name];
+		const struct ps_gpu *g = &d->gpus[i];
+		char name[2 * sizeof g->name];
 		size_t k = 0;
 
-		if (dg_gpu_get_info(i, &g, &e) != DG_OK)
-			continue;
-		for (const char *p = g.name; *p && k + 2 < sizeof name; p++) {
+		for (const char *p = g->name; *p && k + 2 < sizeof name; p++) {
 			if (*p == '\\' || *p == '"' || *p == '\n')
 				name[k++] = '\\';
 			name[k++] = *p == '\n' ? 'n' : *p;
 		}
 		name[k] = '\0';
 		st = dg_buf_printf(b, err, "dg_gpu_memory_bytes{gpu=\"%d\",name=\"%s\"} %zu\n",
-				   g.index, name, g.mem_bytes);
+				   g->index, name, g->mem_bytes);
 	}
 	return st;
 }
@@ -1042,7 +1036,7 @@ static enum dg_status h_metrics(void *vc, struct dg_http_req *r, struct dg_http_
 	if (st == DG_OK)
 		st = ps_queues_metrics(c->queues, b, err);
 	if (st == DG_OK)
-		st = metrics_gpus(b, err);
+		st = metrics_gpus(&c->devices, b, err);
 	if (st == DG_OK && c->extra_metrics)
 		st = c->extra_metrics(c->extra_metrics_ud, b, err);
 	return st;

@@ -1,6 +1,7 @@
 /* Private to the parameter server: the context every route handler receives
- * (store, queues, the HTTP server for its metrics, the server's identity and a
- * stopping flag) and the route table of doc/http-api.md. server.c builds the
+ * (store, queues, the HTTP server for its metrics, the server's identity, the
+ * devices it reports and a stopping flag) and the route table of
+ * doc/http-api.md. server.c builds the
  * context and serves the table; routes.c holds the handlers. */
 #ifndef PS_ROUTES_H
 #define PS_ROUTES_H
@@ -35,6 +36,8 @@ struct ps_ctx {
 	bool worker_face;               /* worker routes served too: health says so */
 	enum dg_status (*extra_metrics)(void *ud, struct dg_buf *out, struct dg_err *err);
 	void *extra_metrics_ud;         /* both from ps_server_config */
+	bool has_devices;               /* ps_server_config.devices was given */
+	struct ps_devices devices;      /* its copy: strings and gpus owned by the server */
 };
 
 /* The routes, most specific first (doc/http-api.md lists each). */

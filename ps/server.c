@@ -27,8 +27,34 @@ static void server_free(struct ps_server *s)
 	dg_http_server_free(s->http);
 	ps_queues_free(s->queues);
 	ps_store_close(s->store);
+	free((char *)s->ctx.devices.blas);
+	free((char *)s->ctx.devices.gpu);
+	free((struct ps_gpu *)s->ctx.devices.gpus);
 	free(s->job);
 	free(s);
+}
+
+/* c->devices := a copy of d (NULL: none known). */
+static enum dg_status copy_devices(struct ps_ctx *c, const struct ps_devices *d,
+				   struct dg_err *err)
+{
+	struct ps_gpu *gpus = NULL;
+
+	if (!d)
+		return DG_OK;
+	if (d->n_gpus < 0 || (d->n_gpus > 0 && !d->gpus))
+		return dg_err_set(err, DG_EINVAL, "ps_server_start: malformed device description");
+	c->has_devices = true;
+	c->devices.cuda_built = d->cuda_built;
+	if ((d->blas && !(c->devices.blas = strdup(d->blas))) ||
+	    (d->gpu && !(c->devices.gpu = strdup(d->gpu))) ||
+	    (d->n_gpus > 0 && !(gpus = malloc((size_t)d->n_gpus * sizeof *gpus))))
+		return dg_err_set(err, DG_ENOMEM, "out of memory starting the parameter server");
+	if (gpus)
+		memcpy(gpus, d->gpus, (size_t)d->n_gpus * sizeof *gpus);
+	c->devices.gpus = gpus;
+	c->devices.n_gpus = d->n_gpus;
+	return DG_OK;
 }
 
 struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_err *err)
@@ -44,7 +70,8 @@ struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_
 		return NULL;
 	}
 	snprintf(s->name, sizeof s->name, "%s/%d", s->job, cfg->task);
-	if (!(s->store = ps_store_open(&sc, err)) || !(s->queues = ps_queues_new(err)))
+	if (!(s->store = ps_store_open(&sc, err)) || !(s->queues = ps_queues_new(err)) ||
+	    copy_devices(&s->ctx, cfg->devices, err) != DG_OK)
 		goto fail;
 	s->ctx.store = s->store;
 	s->ctx.queues = s->queues;

@@ -4,10 +4,31 @@
 #ifndef PS_SERVER_H
 #define PS_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "dg/http.h"
 #include "dg/status.h"
+
+/* One GPU of the process, as health's "gpus" and /v1/metrics show it. */
+struct ps_gpu {
+	int index;
+	char name[128];
+	size_t mem_bytes;               /* total device memory, bytes */
+	int cc_major, cc_minor;         /* compute capability */
+};
+
+/* What the process computes on, for GET /v1/health ("blas", "gpu", "gpus",
+ * "cuda_built") and /v1/metrics (dg_gpus, dg_gpu_memory_bytes). ps/ links no
+ * kernels: the server program (cli/cmd_server.c) fills this from kernels/.
+ * Everything is borrowed; ps_server_start copies it. */
+struct ps_devices {
+	const char *blas;               /* the BLAS in use, one line */
+	const char *gpu;                /* the GPUs or why there are none, one line */
+	bool cuda_built;                /* dg has CUDA kernels */
+	int n_gpus;
+	const struct ps_gpu *gpus;      /* n_gpus entries */
+};
 
 struct ps_server_config {
 	const char *job;                /* "ps" */
@@ -28,6 +49,9 @@ struct ps_server_config {
 	 * none. Called from handler threads: must be thread-safe. */
 	enum dg_status (*extra_metrics)(void *ud, struct dg_buf *out, struct dg_err *err);
 	void *extra_metrics_ud;
+	/* The devices health and metrics describe; NULL: none known (health then
+	 * has no "blas", "gpu" or "cuda_built", its "gpus" is [] and dg_gpus 0). */
+	const struct ps_devices *devices;
 };
 
 struct ps_server;

@@ -2,7 +2,8 @@
  * JSON (and its sparse {"job": {"1": "host:port"}} form), TF_CONFIG, task
  * lookup and host:port splitting. Parsed with jansson, which keeps object
  * keys in document order (since 2.8), so jobs come out in file order. The
- * CLI and the servers read every cluster through here. */
+ * CLI and the servers read every cluster through here; the rule for which ps
+ * task gets a new variable lives here too. */
 #include <ctype.h>
 #include <jansson.h>
 #include <limits.h>
@@ -523,4 +524,14 @@ int dg_cluster_job_size(const struct dg_cluster *c, const char *job)
 	for (int i = 0; i < c->n_tasks; i++)
 		n += strcmp(c->tasks[i].job, job) == 0;
 	return n;
+}
+
+int dg_cluster_pick_fewest_bytes(const int64_t *bytes, const bool *allowed, int n)
+{
+	int best = -1;
+
+	for (int i = 0; i < n; i++)
+		if ((!allowed || allowed[i]) && (best < 0 || bytes[i] < bytes[best]))
+			best = i;
+	return best;
 }

@@ -129,22 +129,10 @@ static enum dg_status normal_attrs(struct dg_attrs attrs, struct rnd *r, struct 
 	return DG_OK;
 }
 
-/* Glorot/Xavier fans of a weight shape (see the op's doc line). */
+/* Glorot/Xavier limit of the weight shape (philox.h; see the op's doc line). */
 static void glorot_limit(struct rnd *r)
 {
-	const struct dg_shape *s = &r->shape;
-	double fan_in = 1, fan_out = 1, receptive = 1;
-
-	if (s->ndim == 1) {
-		fan_in = fan_out = (double)s->dim[0];
-	} else if (s->ndim >= 2) {
-		for (int k = 0; k < s->ndim - 2; k++)
-			receptive *= (double)s->dim[k];
-		fan_in = (double)s->dim[s->ndim - 2] * receptive;
-		fan_out = (double)s->dim[s->ndim - 1] * receptive;
-	}
-	/* Zero fans mean zero elements: nothing is drawn, the limit is moot. */
-	r->b = fan_in + fan_out > 0 ? sqrt(6.0 / (fan_in + fan_out)) : 0.0;
+	r->b = dg_glorot_limit(r->shape.dim, r->shape.ndim);
 	r->a = -r->b;
 }
 
@@ -193,11 +181,8 @@ static void uniform_f32(float *restrict y, int64_t n, const struct stream *g, do
 
 	for (int64_t i0 = 0; i0 < n; i0 += 4) {
 		stream_block(g, (uint64_t)i0 / 4, 0, w);
-		for (int j = 0; j < 4 && i0 + j < n; j++) {
-			float v = lo + dg_philox_u24(w[j]) * span;
-			/* Rounding may land on hi; keep the interval half-open. */
-			y[i0 + j] = v < hi ? v : nextafterf(hi, lo);
-		}
+		for (int j = 0; j < 4 && i0 + j < n; j++)
+			y[i0 + j] = dg_rand_uniform_f32(w[j], lo, hi, span);
 	}
 }
 
@@ -208,15 +193,12 @@ static void uniform_f64(double *restrict y, int64_t n, const struct stream *g, d
 
 	for (int64_t i0 = 0; i0 < n; i0 += 2) {
 		stream_block(g, (uint64_t)i0 / 2, 0, w);
-		for (int j = 0; j < 2 && i0 + j < n; j++) {
-			double v = a + dg_philox_u53(w[2 * j], w[2 * j + 1]) * (b - a);
-			y[i0 + j] = v < b ? v : nextafter(b, a);
-		}
+		for (int j = 0; j < 2 && i0 + j < n; j++)
+			y[i0 + j] = dg_rand_uniform_f64(w[2 * j], w[2 * j + 1], a, b);
 	}
 }
 
-/* Integers in [lo, hi): 64 random bits modulo the span (computed unsigned,
- * so spans up to 2^64 - 1 work); the modulo bias is below span / 2^64. */
+/* Integers in [lo, hi), two per block (64 bits each; philox.h). */
 #define DEF_UNIFORM_INT(name, T)                                                         \
 	static void name(T *restrict y, int64_t n, const struct stream *g, int64_t lo,   \
 			 int64_t hi)                                                     \
@@ -225,65 +207,33 @@ static void uniform_f64(double *restrict y, int64_t n, const struct stream *g, d
 		uint32_t w[4];                                                           \
 		for (int64_t i0 = 0; i0 < n; i0 += 2) {                                  \
 			stream_block(g, (uint64_t)i0 / 2, 0, w);                         \
-			for (int j = 0; j < 2 && i0 + j < n; j++) {                      \
-				uint64_t bits = (uint64_t)w[2 * j] << 32 | w[2 * j + 1]; \
-				y[i0 + j] = (T)(int64_t)((uint64_t)lo + bits % span);    \
-			}                                                                \
+			for (int j = 0; j < 2 && i0 + j < n; j++)                        \
+				y[i0 + j] = (T)dg_rand_uniform_int(w[2 * j], w[2 * j + 1], \
+								  lo, span);             \
 		}                                                                        \
 	}
 DEF_UNIFORM_INT(uniform_i32, int32_t)
 DEF_UNIFORM_INT(uniform_i64, int64_t)
 
-/* Standard normals of one block: 4 (from 24-bit uniforms) for float32, 2
- * (from 53-bit uniforms) for float64. */
-static int normals_block(const struct stream *g, uint64_t block, uint32_t attempt, bool f64,
-			 double z[4])
-{
-	uint32_t w[4];
-
-	stream_block(g, block, attempt, w);
-	if (f64) {
-		dg_box_muller(dg_philox_u53(w[0], w[1]), dg_philox_u53(w[2], w[3]), &z[0],
-			      &z[1]);
-		return 2;
-	}
-	dg_box_muller(dg_philox_u24(w[0]), dg_philox_u24(w[1]), &z[0], &z[1]);
-	dg_box_muller(dg_philox_u24(w[2]), dg_philox_u24(w[3]), &z[2], &z[3]);
-	return 4;
-}
-
-/* z for each element; when truncated, element j of a block whose z lies
- * beyond 2 is re-drawn from element j of the block's next attempt (TensorFlow's
- * rule, made counter-based). Returns false only if 65535 attempts all fail:
- * probability 0.0455^65535, but reported rather than faked. */
+/* mean + sd * z for each element, block by block (dg_rand_normal_block: the
+ * truncation rule is philox.h's). Returns false only if 65535 attempts all
+ * fail: probability 0.0455^65535, but reported rather than faked. */
 static bool normal_z(const struct stream *g, int64_t n, bool f64, bool truncated, void *y,
 		     double mean, double sd)
 {
 	int per = f64 ? 2 : 4;
-	double z[4], zt[4];
+	double z[4];
 
 	for (int64_t i0 = 0; i0 < n; i0 += per) {
-		uint64_t block = (uint64_t)(i0 / per);
-		int m = normals_block(g, block, 0, f64, z);
-		int left = 0;
-		for (int j = 0; truncated && j < m; j++)
-			left += fabs(z[j]) > 2.0;
-		for (uint32_t att = 1; left > 0; att++) {
-			if (att > 0xffff)
-				return false;
-			normals_block(g, block, att, f64, zt);
-			for (int j = 0; j < m; j++) {
-				if (fabs(z[j]) > 2.0 && fabs(zt[j]) <= 2.0) {
-					z[j] = zt[j];
-					left--;
-				}
-			}
-		}
+		int m = dg_rand_normal_block(g->key, g->step_lo, g->step_hi, (uint64_t)(i0 / per),
+					     f64, truncated, z);
+		if (m < 0)
+			return false;
 		for (int j = 0; j < m && i0 + j < n; j++) {
 			if (f64)
-				((double *)y)[i0 + j] = mean + sd * z[j];
+				((double *)y)[i0 + j] = dg_rand_scale_f64(mean, sd, z[j]);
 			else
-				((float *)y)[i0 + j] = (float)mean + (float)sd * (float)z[j];
+				((float *)y)[i0 + j] = dg_rand_scale_f32(mean, sd, z[j]);
 		}
 	}
 	return true;

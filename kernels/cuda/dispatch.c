@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../philox.h"
 #include "cuda_kernels.h"
 #include "cuda_launch.h"
 #include "dg/gpu.h"
@@ -720,22 +721,6 @@ static struct dgc_philox philox_of(uint64_t seed, uint64_t step)
 	return g;
 }
 
-/* Glorot's limit, as glorot_limit() in random.c. */
-static double glorot(const struct dg_shape *s)
-{
-	double fan_in = 1, fan_out = 1, receptive = 1;
-
-	if (s->ndim == 1) {
-		fan_in = fan_out = (double)s->dim[0];
-	} else if (s->ndim >= 2) {
-		for (int k = 0; k < s->ndim - 2; k++)
-			receptive *= (double)s->dim[k];
-		fan_in = (double)s->dim[s->ndim - 2] * receptive;
-		fan_out = (double)s->dim[s->ndim - 1] * receptive;
-	}
-	return fan_in + fan_out > 0 ? sqrt(6.0 / (fan_in + fan_out)) : 0.0;
-}
-
 enum rnd_kind { RND_UNIFORM, RND_GLOROT, RND_NORMAL, RND_TRUNCATED };
 
 static enum dg_status run_random(struct dg_cuda_ctx *r, enum rnd_kind kind)
@@ -753,7 +738,7 @@ static enum dg_status run_random(struct dg_cuda_ctx *r, enum rnd_kind kind)
 		return st;
 	if (kind == RND_UNIFORM || kind == RND_GLOROT) {
 		if (kind == RND_GLOROT) {
-			b = glorot(&o->shape);
+			b = dg_glorot_limit(o->shape.dim, o->shape.ndim);   /* philox.h */
 			a = -b;
 		} else if (o->dtype == DG_I32 || o->dtype == DG_I64) {
 			/* Inference checked both are integers with maxval > minval. */

@@ -124,7 +124,14 @@ check_cmd "the 404 is a not_found JSON error" grep -q '"code":"not_found"' "$TMP
 
 code=$(req GET /v1/health)
 check_cmd "health answers ok" grep -q '"status":"ok"' "$TMP/body"
+check_cmd "health describes the devices dg server computes on (blas, gpu, gpus, cuda_built)" \
+	"$PY" -c 'import json, sys
+h = json.load(open(sys.argv[1]))
+assert isinstance(h["blas"], str) and h["blas"], h
+assert isinstance(h["gpu"], str) and h["gpu"], h
+assert isinstance(h["gpus"], list) and isinstance(h["cuda_built"], bool), h' "$TMP/body"
 code=$(req GET /v1/metrics)
+check_cmd "metrics count the GPUs" grep -q '^dg_gpus [0-9]' "$TMP/body"
 check_cmd "metrics count requests" grep -q '^dg_http_requests_total' "$TMP/body"
 
 # numpy: loads what curl fetched; curl PUTs what numpy saved.

@@ -375,3 +375,16 @@ Test(cluster, split_host_port_checks_the_host_length)
 	cr_assert_eq(dg_split_host_port(addr, host, sizeof host, &port, &err), DG_EINVAL);
 	cr_assert(strstr(err.msg, "host is 254 bytes; at most 253"), "%s", err.msg);
 }
+
+Test(cluster, a_new_variable_goes_to_the_allowed_task_holding_the_fewest_bytes)
+{
+	const int64_t bytes[4] = { 300, 100, 100, 50 };
+	const bool allowed[4] = { true, true, true, false };
+	const bool none[4] = { false, false, false, false };
+
+	cr_assert_eq(dg_cluster_pick_fewest_bytes(bytes, NULL, 4), 3);
+	cr_assert_eq(dg_cluster_pick_fewest_bytes(bytes, allowed, 4), 1, "ties go to the first");
+	cr_assert_eq(dg_cluster_pick_fewest_bytes(bytes, NULL, 1), 0);
+	cr_assert_eq(dg_cluster_pick_fewest_bytes(bytes, none, 4), -1);
+	cr_assert_eq(dg_cluster_pick_fewest_bytes(bytes, NULL, 0), -1);
+}

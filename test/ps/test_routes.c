@@ -24,6 +24,7 @@
 #include "dg/client.h"
 #include "dg/codec.h"
 #include "dg/gpu.h"
+#include "dg/kernels.h"
 #include "dg/tensor.h"
 #include "routes.h"
 #include "server.h"
@@ -52,9 +53,34 @@ static void stop_server(void)
 	srv = NULL;
 }
 
+/* The devices as `dg server` describes them (cli/cmd_server.c): ps/ links no
+ * kernels, so the server program hands it this description. */
+static struct ps_gpu kernel_gpus[16];
+static struct ps_devices kernel_devices;
+
+static const struct ps_devices *devices_from_kernels(void)
+{
+	int n = dg_gpu_count();
+
+	kernel_devices = (struct ps_devices){ .blas = dg_blas_describe(),
+					      .gpu = dg_gpu_describe(),
+					      .cuda_built = dg_gpu_built(), .gpus = kernel_gpus };
+	for (int i = 0; i < n && i < 16; i++) {
+		struct dg_gpu_info g;
+		struct dg_err err = { 0 };
+
+		cr_assert_eq(dg_gpu_get_info(i, &g, &err), DG_OK, "%s", err.msg);
+		kernel_gpus[i] = (struct ps_gpu){ .index = g.index, .mem_bytes = g.mem_bytes,
+						  .cc_major = g.cc_major, .cc_minor = g.cc_minor };
+		snprintf(kernel_gpus[i].name, sizeof kernel_gpus[i].name, "%s", g.name);
+		kernel_devices.n_gpus++;
+	}
+	return &kernel_devices;
+}
+
 static void setup(void)
 {
-	struct ps_server_config cfg = { .job = "ps", .task = 0 };
+	struct ps_server_config cfg = { .job = "ps", .task = 0, .devices = devices_from_kernels() };
 
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	curl = curl_easy_init();
@@ -1276,6 +1302,70 @@ Test(routes, health_and_metrics_report_the_gpus_and_whether_cuda_is_built)
 		snprintf(line, sizeof line, "\"} %zu\n", info.mem_bytes);
 		cr_assert(strstr(r.body.data, line) != NULL, "%s", r.body.data);
 	}
+	resp_free(&r);
+}
+
+/* ps/ shows exactly the devices it was given: every field, and a name with a
+ * quote and a backslash escaped as Prometheus label values need. */
+Test(routes, health_and_metrics_show_the_devices_the_server_program_describes)
+{
+	const struct ps_gpu gpus[2] = {
+		{ .index = 0, .name = "Fake \"X\" GPU", .mem_bytes = 1000, .cc_major = 9, .cc_minor = 0 },
+		{ .index = 1, .name = "back\\slash", .mem_bytes = 2000, .cc_major = 8, .cc_minor = 6 },
+	};
+	const struct ps_devices d = { .blas = "a BLAS", .gpu = "2 fake GPUs", .cuda_built = true,
+				      .n_gpus = 2, .gpus = gpus };
+	struct ps_server_config cfg = { .job = "ps", .task = 0, .devices = &d };
+	struct resp r;
+	json_t *j, *g;
+
+	stop_server();
+	start_server(&cfg);
+	cr_assert_eq(req("GET", "/v1/health", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "blas")), "a BLAS");
+	cr_assert_str_eq(json_string_value(json_object_get(j, "gpu")), "2 fake GPUs");
+	cr_assert(json_is_true(json_object_get(j, "cuda_built")), "%s", r.body.data);
+	cr_assert_eq(json_array_size(json_object_get(j, "gpus")), 2);
+	g = json_array_get(json_object_get(j, "gpus"), 1);
+	cr_assert_eq(json_int_at(g, "index"), 1);
+	cr_assert_str_eq(json_string_value(json_object_get(g, "name")), "back\\slash");
+	cr_assert_eq(json_int_at(g, "memory_bytes"), 2000);
+	cr_assert_str_eq(json_string_value(json_object_get(g, "compute_capability")), "8.6");
+	json_decref(j);
+	resp_free(&r);
+
+	cr_assert_eq(req("GET", "/v1/metrics", NULL, NULL, 0, &r), 200);
+	cr_assert(strstr(r.body.data, "\ndg_gpus 2\n") != NULL, "%s", r.body.data);
+	cr_assert(strstr(r.body.data, "dg_gpu_memory_bytes{gpu=\"0\",name=\"Fake \\\"X\\\" GPU\"} 1000\n"),
+		  "%s", r.body.data);
+	cr_assert(strstr(r.body.data, "dg_gpu_memory_bytes{gpu=\"1\",name=\"back\\\\slash\"} 2000\n"),
+		  "%s", r.body.data);
+	resp_free(&r);
+}
+
+/* A server started without a description (a library user, a test) claims no
+ * BLAS, no CUDA build and no GPU it could use. */
+Test(routes, health_without_a_device_description_claims_none)
+{
+	struct ps_server_config cfg = { .job = "ps", .task = 0 };
+	struct resp r;
+	json_t *j;
+
+	stop_server();
+	start_server(&cfg);
+	cr_assert_eq(req("GET", "/v1/health", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_str_eq(json_string_value(json_object_get(j, "status")), "ok");
+	cr_assert_null(json_object_get(j, "blas"), "%s", r.body.data);
+	cr_assert_null(json_object_get(j, "gpu"));
+	cr_assert_null(json_object_get(j, "cuda_built"));
+	cr_assert(json_is_array(json_object_get(j, "gpus")));
+	cr_assert_eq(json_array_size(json_object_get(j, "gpus")), 0);
+	json_decref(j);
+	resp_free(&r);
+	cr_assert_eq(req("GET", "/v1/metrics", NULL, NULL, 0, &r), 200);
+	cr_assert(strstr(r.body.data, "\ndg_gpus 0\n") != NULL, "%s", r.body.data);
 	resp_free(&r);
 }
 

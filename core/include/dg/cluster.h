@@ -4,6 +4,9 @@
 #ifndef DG_CLUSTER_H
 #define DG_CLUSTER_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "dg/status.h"
 
 struct dg_task_addr {
@@ -35,6 +38,13 @@ const struct dg_task_addr *dg_cluster_task(const struct dg_cluster *c, const cha
 					   int index, struct dg_err *err);
 /* Number of tasks of a job (0 if absent). */
 int dg_cluster_job_size(const struct dg_cluster *c, const char *job);
+
+/* Where a new variable goes, the one rule `dg var create`, the mount's create
+ * and the master's placement of a Variable without a device share: the task
+ * holding the fewest bytes, ties going to the first. bytes[i] is what task i
+ * holds (its health's "bytes"); allowed may be NULL (every task may take it).
+ * Returns an index < n, or -1 when no task is allowed. Pure; thread-safe. */
+int dg_cluster_pick_fewest_bytes(const int64_t *bytes, const bool *allowed, int n);
 
 /* Split "host:port" (IPv6 as "[::1]:port"); host is written to buf. */
 enum dg_status dg_split_host_port(const char *address, char *host, size_t host_len, int *port,
