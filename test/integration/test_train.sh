@@ -103,7 +103,7 @@ graph("sync.json", mode="sync")
 graph("backup.json", mode="sync", replicas=3, backup=1, epochs=60,
       eval={"fetch": ["full_mse"], "every_steps": 1000})
 graph("long.json", epochs=100000)
-graph("retry.json", epochs=150, eval={"fetch": ["full_mse"]})
+graph("retry.json", epochs=300, eval={"fetch": ["full_mse"]})
 graph("bad.json", optimizer={"rule": "sgd", "lr": 0.1, "bogus": 1})
 graph("badloss.json", loss="nosuchnode")
 graph("ckpt.json", checkpoint_secs=1)
@@ -237,6 +237,8 @@ check "checkpoints on a ps without --data-dir fail the job naming the ps" \
 	'[[ $rc -ne 0 ]] && grep -q "checkpoint of ps 127.0.0.1:$p0" "$TMP/err"'
 
 # --- a worker killed and restarted: its replica runs on from its last step --------
+# retry.json trains 300 epochs (9600 steps per replica, 5-10 s): long enough that
+# the job is still running when the kill lands, also on a loaded machine.
 "$DG" submit "$TMP/retry.json" "${C[@]}" --json >"$TMP/rout" 2>"$TMP/rerr" &
 spid=$!
 for ((i = 0; i < 400; i++)); do
@@ -262,7 +264,7 @@ cp "$TMP/rout" "$TMP/out"
 cp "$TMP/rout" "$TMP/job.json"
 cp "$TMP/rerr" "$TMP/err"
 check "a worker killed and restarted: the training job completes with every step of both replicas" \
-	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [4800, 4800]" ]]'
+	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [9600, 9600]" ]]'
 check "dg submit says replica 1 was lost and retried" \
 	'grep -qE "^dg: replica 1, step [0-9]+: /job:worker/task:1 was lost \(.*\); retry 1 once" \
 		"$TMP/err"'
@@ -272,7 +274,7 @@ check "the job's events have a retry event of replica 1 on worker/1 at the step 
 ev = [json.loads(l) for l in open(sys.argv[1])]
 r = [e for e in ev if e[\"event\"] == \"retry\"]
 sys.exit(0 if r and r[0][\"task\"] == \"/job:worker/task:1\" and r[0][\"replica\"] == 1 and
-	 r[0][\"attempt\"] == 1 and 100 < r[0][\"step\"] < 4800 else 1)" "$TMP/events"'
+	 r[0][\"attempt\"] == 1 and 100 < r[0][\"step\"] < 9600 else 1)" "$TMP/events"'
 check "the retried job still reaches the optimum" weights_ok
 
 # --- cancel and a dead worker ---------------------------------------------------------
