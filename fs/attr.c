@@ -138,27 +138,20 @@ static enum dg_status queue_names(struct dgfs *fs, struct dg_buf *out, struct dg
 	enum dg_status st = DG_OK;
 
 	for (int t = 0; st == DG_OK && t < fs->n_tasks; t++) {
-		struct dg_http_result res;
-		struct dg_http_client *h = dg_http_client_new(fs->tasks[t].address, fs->cfg.token,
-							      fs->timeout_ms, err);
-		if (!h)
+		struct dg_client *c = dg_client_new(fs->tasks[t].address, fs->cfg.token, err);
+		json_t *j = NULL, *q;
+		size_t i;
+		if (!c)
 			return err->code;
-		dg_http_result_init(&res);
-		st = dg_http_request(h, "GET", "/v1/queues", NULL, 0, NULL, 0, &res, err);
-		if (st == DG_OK) {
-			json_error_t je;
-			json_t *j = json_loadb(res.body.data, res.body.len, 0, &je);
-			json_t *qs = json_object_get(j, "queues"), *q;
-			size_t i;
-			json_array_foreach(qs, i, q) {
-				const char *name = json_string_value(json_object_get(q, "name"));
-				if (name && st == DG_OK)
-					st = dg_buf_append(out, name, strlen(name) + 1, err);
-			}
-			json_decref(j);
+		dg_client_set_timeout(c, fs->timeout_ms);
+		st = dg_queue_list(c, &j, err);
+		json_array_foreach(json_object_get(j, "queues"), i, q) {
+			const char *name = json_string_value(json_object_get(q, "name"));
+			if (name && st == DG_OK)
+				st = dg_buf_append(out, name, strlen(name) + 1, err);
 		}
-		dg_http_result_deinit(&res);
-		dg_http_client_free(h);
+		json_decref(j);
+		dg_client_free(c);
 	}
 	return st;
 }

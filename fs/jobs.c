@@ -5,7 +5,7 @@
  * open that follows it agree on the size, while a running job's files still
  * change from one `cat` to the next. Neighbours: ops.c calls it, cache.c
  * creates and frees its cache with the mount's state; it calls only core (the
- * HTTP client, the clock), never back into cache.c. */
+ * typed job client, the clock), never back into cache.c. */
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -14,6 +14,7 @@
 
 #include "dg/clock.h"
 #include "dg/http.h"
+#include "dg/job_client.h"
 #include "dg/log.h"
 #include "fs.h"
 
@@ -63,58 +64,39 @@ bool dgfs_job_file_is_known(const char *file)
 	return false;
 }
 
-/* One GET to the master; the reply body goes to out. DG_ENOTFOUND for a 404
- * (no such job, or a server without the route). */
-static enum dg_status master_get(struct dgfs *fs, const char *path, struct dg_buf *out,
-				 int64_t *count, struct dg_err *err)
+/* A client of the master for one file (NULL with *err set: no master, out
+ * of memory). */
+static struct dg_http_client *master_client(struct dgfs *fs, struct dg_err *err)
 {
-	struct dg_http_result res;
-	struct dg_http_client *h;
-	enum dg_status st;
-
-	if (!fs->master)
-		return dg_err_set(err, DG_ENOTFOUND, "the cluster has no master (no task outside "
-				  "job ps)");
-	h = dg_http_client_new(fs->master, fs->cfg.token, fs->timeout_ms, err);
-	if (!h)
-		return err ? err->code : DG_ENOMEM;
-	dg_http_result_init(&res);
-	st = dg_http_request(h, "GET", path, NULL, 0, NULL, 0, &res, err);
-	if (st == DG_OK) {
-		if (count)
-			*count = res.dg_count;
-		st = dg_buf_append(out, res.body.data ? res.body.data : "", res.body.len, err);
-	} else {
-		dg_err_prefix(err, "master %s", fs->master);
+	if (!fs->master) {
+		dg_err_set(err, DG_ENOTFOUND, "the cluster has no master (no task outside job ps)");
+		return NULL;
 	}
-	dg_http_result_deinit(&res);
-	dg_http_client_free(h);
-	return st;
+	return dg_http_client_new(fs->master, fs->cfg.token, fs->timeout_ms, err);
 }
 
 enum dg_status dgfs_jobs_list(struct dgfs *fs, struct dg_buf *ids, struct dg_err *err)
 {
-	struct dg_buf body = { 0 };
+	struct dg_http_client *h;
+	json_t *j = NULL, *job;
 	enum dg_status st;
-	json_error_t je;
+	size_t i;
 
 	if (!fs->master)
 		return DG_OK;           /* only ps tasks: no job can exist */
-	st = master_get(fs, "/v1/jobs", &body, NULL, err);
-	if (st == DG_ENOTFOUND) {
-		/* a `dg ps` (no master routes) has no jobs */
-		dg_buf_deinit(&body);
-		return DG_OK;
-	}
+	if (!(h = master_client(fs, err)))
+		return err ? err->code : DG_ENOMEM;
+	st = dg_job_list(h, &j, err);
+	dg_http_client_free(h);
+	if (st == DG_ENOTFOUND)
+		return DG_OK;   /* a `dg ps` (no master routes) has no jobs */
 	if (st != DG_OK) {
-		dg_buf_deinit(&body);
+		dg_err_prefix(err, "master %s", fs->master);
 		return st;
 	}
-	json_t *j = json_loadb(body.data ? body.data : "", body.len, 0, &je), *job;
-	size_t i;
 	if (!json_is_array(json_object_get(j, "jobs")))
-		st = dg_err_set(err, DG_EIO, "master %s: GET /v1/jobs did not answer a job list: "
-				"%s", fs->master, je.text);
+		st = dg_err_set(err, DG_EIO, "master %s: GET /v1/jobs did not answer a job list",
+				fs->master);
 	json_array_foreach(json_object_get(j, "jobs"), i, job) {
 		const char *id = json_string_value(json_object_get(job, "id"));
 		/* an id must be one path component */
@@ -122,24 +104,20 @@ enum dg_status dgfs_jobs_list(struct dgfs *fs, struct dg_buf *ids, struct dg_err
 			st = dg_buf_append(ids, id, strlen(id) + 1, err);
 	}
 	json_decref(j);
-	dg_buf_deinit(&body);
 	return st;
 }
 
-/* GET the job's events from 0 without waiting, following Dg-Count until the
- * master has nothing more (it may page a long log). */
-static enum dg_status fetch_log(struct dgfs *fs, const char *esc, struct dg_buf *out,
+/* The job's events from 0 without waiting, following the next index until
+ * the master has nothing more (it may page a long log). */
+static enum dg_status fetch_log(struct dg_http_client *h, const char *id, struct dg_buf *out,
 				struct dg_err *err)
 {
 	int64_t from = 0;
-	char path[DG_VAR_NAME_MAX * 3 + 96];
 
 	for (int page = 0; page < EVENT_PAGES_MAX; page++) {
 		int64_t next = -1;
 		size_t before = out->len;
-		snprintf(path, sizeof path, "/v1/jobs/%s/events?from=%" PRId64 "&timeout_ms=0",
-			 esc, from);
-		enum dg_status st = master_get(fs, path, out, &next, err);
+		enum dg_status st = dg_job_events(h, id, from, 0, out, &next, err);
 		if (st != DG_OK)
 			return st;
 		if (next <= from || out->len == before)
@@ -149,33 +127,15 @@ static enum dg_status fetch_log(struct dgfs *fs, const char *esc, struct dg_buf 
 	return DG_OK;
 }
 
-/* Fetch FILE of job ID (escaped as esc) into out. */
-static enum dg_status fetch_file(struct dgfs *fs, const char *esc, const char *file,
-				 struct dg_buf *out, struct dg_err *err)
+/* status (indented JSON) or placement (the explain text) of job id. */
+static enum dg_status fetch_status(struct dg_http_client *h, const char *id, const char *file,
+				   struct dg_buf *out, struct dg_err *err)
 {
-	char path[DG_VAR_NAME_MAX * 3 + 96];
-	enum dg_status st;
+	json_t *j = NULL;
+	enum dg_status st = dg_job_status(h, id, &j, err);
 
-	if (strcmp(file, "log") == 0)
-		return fetch_log(fs, esc, out, err);
-	if (strcmp(file, "metrics.csv") == 0) {
-		snprintf(path, sizeof path, "/v1/jobs/%s/metrics", esc);
-		return master_get(fs, path, out, NULL, err);
-	}
-	/* status and placement: both from the status JSON */
-	struct dg_buf body = { 0 };
-	json_error_t je;
-	snprintf(path, sizeof path, "/v1/jobs/%s", esc);
-	st = master_get(fs, path, &body, NULL, err);
-	json_t *j = st == DG_OK ? json_loadb(body.data ? body.data : "", body.len, 0, &je) : NULL;
-	dg_buf_deinit(&body);
 	if (st != DG_OK)
 		return st;
-	if (!json_is_object(j)) {
-		json_decref(j);
-		return dg_err_set(err, DG_EIO, "master %s: the status of job at %s is not a JSON "
-				  "object", fs->master, path);
-	}
 	if (strcmp(file, "status") == 0) {
 		/* indented: read by people with cat, by scripts with a JSON parser */
 		char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -190,6 +150,27 @@ static enum dg_status fetch_file(struct dgfs *fs, const char *esc, const char *f
 			st = dg_buf_append(out, "\n", 1, err);
 	}
 	json_decref(j);
+	return st;
+}
+
+/* Fetch FILE of job id into out, one client for the file. */
+static enum dg_status fetch_file(struct dgfs *fs, const char *id, const char *file,
+				 struct dg_buf *out, struct dg_err *err)
+{
+	struct dg_http_client *h = master_client(fs, err);
+	enum dg_status st;
+
+	if (!h)
+		return err ? err->code : DG_ENOMEM;
+	if (strcmp(file, "log") == 0)
+		st = fetch_log(h, id, out, err);
+	else if (strcmp(file, "metrics.csv") == 0)
+		st = dg_job_metrics(h, id, out, err);
+	else
+		st = fetch_status(h, id, file, out, err);
+	dg_http_client_free(h);
+	if (st != DG_OK)
+		dg_err_prefix(err, "master %s", fs->master);
 	return st;
 }
 
@@ -232,7 +213,6 @@ static void cache_store(struct dgfs_jobcache *jc, const char *key, const struct 
 enum dg_status dgfs_job_file(struct dgfs *fs, const char *id, const char *file,
 			     struct dg_buf *out, struct dg_err *err)
 {
-	struct dg_buf esc = { 0 };
 	char key[sizeof ((struct dgfs_jobfile *)0)->key];
 	double now = dg_mono_s();
 	enum dg_status st;
@@ -247,10 +227,7 @@ enum dg_status dgfs_job_file(struct dgfs *fs, const char *id, const char *file,
 	pthread_mutex_unlock(&fs->jobs->lock);
 	if (hit || st != DG_OK)
 		return st;
-	st = dg_http_escape_path(id, &esc, err);
-	if (st == DG_OK)
-		st = fetch_file(fs, esc.data ? esc.data : "", file, out, err);
-	dg_buf_deinit(&esc);
+	st = fetch_file(fs, id, file, out, err);
 	if (st == DG_OK)
 		cache_store(fs->jobs, key, out, now);
 	return st;

@@ -1204,3 +1204,19 @@ enum dg_status dg_queue_state(struct dg_client *c, const char *name, json_t **ou
 	res_end(c);
 	return st;
 }
+
+enum dg_status dg_queue_list(struct dg_client *c, json_t **out, struct dg_err *err)
+{
+	struct dg_http_result *res;
+	enum dg_status st;
+
+	*out = NULL;
+	if ((st = path_plain(c, "/v1/queues", err)) != DG_OK)
+		return st;
+	res = res_begin(c);
+	st = send_req(c, "GET", NULL, 0, NULL, 0, res, err);
+	if (st == DG_OK)
+		st = reply_json(c, res, out, err);
+	res_end(c);
+	return st;
+}

@@ -173,5 +173,7 @@ enum dg_status dg_queue_delete(struct dg_client *c, const char *name, struct dg_
 /* GET /v1/queues/NAME state (owned JSON). */
 enum dg_status dg_queue_state(struct dg_client *c, const char *name, json_t **out,
 			      struct dg_err *err);
+/* GET /v1/queues: {"queues": [{"name", ...}, ...]} (owned JSON). */
+enum dg_status dg_queue_list(struct dg_client *c, json_t **out, struct dg_err *err);
 
 #endif
