@@ -110,7 +110,8 @@ struct placer {
 	char **spec_buf;             /* per node: owned copy of the device string, parsed */
 	double *load;                /* per task: estimated work placed so far (element ops) */
 	double *gpu_load;            /* per task: the same for its GPU, divided by GPU_SPEEDUP */
-	double *bytes;               /* per task: bytes of variables held */
+	int64_t *bytes;              /* per task: bytes of variables held */
+	bool *ok;                    /* per task: scratch, may take the node */
 	bool *deferred;              /* per node: a source that follows its first consumer */
 	int n_ps;                    /* tasks of job "ps" */
 	int rr;                      /* round-robin counter for variables */
@@ -330,18 +331,14 @@ static void place_variable(struct placer *pl, int n)
 	if (have >= 0) {
 		/* Its value lives there: placing it elsewhere would start a second copy. */
 		pl->p->task[n] = have;
-		pl->bytes[have] += edge_bytes(pl->g, (struct dg_edge){ n, 0 });
+		pl->bytes[have] += (int64_t)edge_bytes(pl->g, (struct dg_edge){ n, 0 });
 		pl->p->why[n] = "existing";
 		return;
 	}
 
-	for (int t = 0; t < pl->c->n_tasks; t++) {
-		if (!allowed(pl, n, t))
-			continue;
-		count++;
-		if (best < 0 || pl->bytes[t] < pl->bytes[best])
-			best = t;
-	}
+	for (int t = 0; t < pl->c->n_tasks; t++)
+		count += pl->ok[t] = allowed(pl, n, t);
+	best = dg_cluster_pick_fewest_bytes(pl->bytes, pl->ok, pl->c->n_tasks);
 	if (pl->o && pl->o->vars == PLACE_VARS_ROUND_ROBIN && count > 1) {
 		pick = pl->rr++ % count;
 		for (int t = 0; t < pl->c->n_tasks; t++)
@@ -351,7 +348,7 @@ static void place_variable(struct placer *pl, int n)
 			}
 	}
 	pl->p->task[n] = best;
-	pl->bytes[best] += edge_bytes(pl->g, (struct dg_edge){ n, 0 });
+	pl->bytes[best] += (int64_t)edge_bytes(pl->g, (struct dg_edge){ n, 0 });
 	pl->p->why[n] = count == 1 && pl->spec[n].job ? "explicit" : "variable";
 }
 
@@ -484,13 +481,14 @@ static enum dg_status placer_init(struct placer *pl, struct dg_err *err)
 	pl->load = calloc((size_t)nt + 1, sizeof *pl->load);
 	pl->gpu_load = calloc((size_t)nt + 1, sizeof *pl->gpu_load);
 	pl->bytes = calloc((size_t)nt + 1, sizeof *pl->bytes);
+	pl->ok = calloc((size_t)nt + 1, sizeof *pl->ok);
 	if (!pl->p->task || !pl->p->why || !pl->p->soft || !pl->p->gpu || !pl->spec ||
-	    !pl->spec_buf || !pl->deferred || !pl->load || !pl->gpu_load || !pl->bytes)
+	    !pl->spec_buf || !pl->deferred || !pl->load || !pl->gpu_load || !pl->bytes || !pl->ok)
 		return dg_err_set(err, DG_ENOMEM, "out of memory placing %d nodes", g->n_nodes);
 	for (int n = 0; n < g->n_nodes; n++)
 		pl->p->task[n] = pl->p->gpu[n] = -1;
 	for (int t = 0; t < nt; t++)
-		pl->bytes[t] = pl->o && pl->o->task_bytes ? (double)pl->o->task_bytes[t] : 0;
+		pl->bytes[t] = pl->o && pl->o->task_bytes ? pl->o->task_bytes[t] : 0;
 	pl->n_ps = dg_cluster_job_size(pl->c, "ps");
 	for (int n = 0; n < g->n_nodes; n++) {
 		const struct dg_node *nd = &g->nodes[n];
@@ -521,6 +519,7 @@ static void placer_deinit(struct placer *pl)
 	free(pl->load);
 	free(pl->gpu_load);
 	free(pl->bytes);
+	free(pl->ok);
 }
 
 enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
