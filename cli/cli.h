@@ -18,10 +18,6 @@ int cmd_down(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_job(int argc, char **argv);      /* cmd_job.c: dg job ls|show|cancel */
 int cmd_checkpoint(int argc, char **argv);   /* cmd_checkpoint.c: dg checkpoint save|restore */
-/* Whether this dg has the subcommand name (main.c's table): e.g. `mount` is
- * absent from a build without FUSE. Thread-safe (reads a constant table). */
-bool cli_command_exists(const char *name);
-
 /* The cluster a client command talks to: --cluster FILE when given, else
  * $DG_CLUSTER, else the cluster.json of the last `dg up` (later issue). Owned
  * (dg_cluster_free) or NULL with *err set, naming where it looked. */

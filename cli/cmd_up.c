@@ -680,17 +680,6 @@ static bool is_mounted(const char *path)
 	return stat(path, &a) == 0 && stat(parent, &b) == 0 && a.st_dev != b.st_dev;
 }
 
-/* --mount needs the `mount` command, which a dg built without FUSE lacks. */
-static enum dg_status check_mount_cmd(struct dg_err *err)
-{
-	if (cli_command_exists("mount"))
-		return DG_OK;
-	dg_err_set(err, DG_EUNSUPPORTED, "--mount: this dg has no 'mount' command (built without "
-		   "FUSE, or older than the mount)");
-	dg_err_hint(err, "run without --mount, or rebuild dg with FUSE (libfuse3-dev)");
-	return DG_EUNSUPPORTED;
-}
-
 /* `dg mount DIR --cluster SPEC` in the background, waiting for the mount to
  * appear. A mount that daemonises itself (exit 0, mounted) leaves no pid. */
 static enum dg_status start_mount(struct up_ctx *u, const char *mnt_arg, struct dg_err *err)
@@ -837,8 +826,6 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 			    u->dir);
 		return cli_fail(&err);
 	}
-	if (a->mount && check_mount_cmd(&err) != DG_OK)
-		return cli_fail(&err);
 	for (int i = 0; i < a->n_ps + a->n_workers; i++) {
 		u->t[i].job = i < a->n_ps ? "ps" : "worker";
 		u->t[i].index = i < a->n_ps ? i : i - a->n_ps;

@@ -58,11 +58,6 @@ static const struct cli_cmd *find_cmd(const char *name)
 	return NULL;
 }
 
-bool cli_command_exists(const char *name)
-{
-	return find_cmd(name) != NULL;
-}
-
 /* The job a --job argument names: "--job V", "--job=V" or an abbreviation
  * getopt_long takes ("--jo V"); *skip is 1 when V is the next argument. NULL
  * when arg is not --job (or its value is missing: cmd_server says so). */
