@@ -342,11 +342,9 @@ struct dg_tensor *worker_init_tensor(const json_t *attrs, struct dg_err *err)
 		return t;
 	uint64_t s = (uint64_t)seed;
 	if (strcmp(init, "glorot") == 0) {
-		/* fan_in, fan_out: the last two dims (a vector: both its size). */
-		double fan_in = shape.ndim >= 2 ? (double)shape.dim[shape.ndim - 2] :
-				shape.ndim == 1 ? (double)shape.dim[0] : 1;
-		double fan_out = shape.ndim >= 1 ? (double)shape.dim[shape.ndim - 1] : 1;
-		limit = fan_in + fan_out > 0 ? scale * sqrt(6.0 / (fan_in + fan_out)) : 0;
+		/* The fans as GlorotUniform (and TensorFlow) take them: with the
+		 * receptive field of the leading dims (kernels' one rule). */
+		limit = scale * dg_glorot_limit_shape(&shape);
 	} else {
 		limit = scale;
 	}

@@ -129,6 +129,11 @@ static enum dg_status normal_attrs(struct dg_attrs attrs, struct rnd *r, struct 
 	return DG_OK;
 }
 
+double dg_glorot_limit_shape(const struct dg_shape *s)
+{
+	return dg_glorot_limit(s->dim, s->ndim);
+}
+
 /* Glorot/Xavier limit of the weight shape (philox.h; see the op's doc line). */
 static void glorot_limit(struct rnd *r)
 {

@@ -51,4 +51,10 @@ const char *dg_blas_describe(void);
 /* Set the number of BLAS threads (0: OpenBLAS's default). */
 void dg_blas_set_threads(int n);
 
+/* The Glorot/Xavier uniform limit sqrt(6 / (fan_in + fan_out)) of a weight
+ * shape, the fans taken as TensorFlow takes them (a vector is its own fan in
+ * and out; [.., in, out] multiplies both by the leading dims). One rule for
+ * the GlorotUniform op (CPU and CUDA) and VarInit's "glorot" (worker). */
+double dg_glorot_limit_shape(const struct dg_shape *s);
+
 #endif
