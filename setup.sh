@@ -8,12 +8,14 @@ set -eu
 cd "$(dirname "$0")"
 
 # Every package dg needs to build, test and run its demo. Keep in step with
-# meson.build (dependencies) and README.md (Build options). Not listed:
+# meson.build (dependencies) and README.md (Build options). clang and
+# libclang-rt-14-dev (libFuzzer's runtime, which clang does not pull in without
+# recommends) build the fuzz targets (doc/fuzzing.md). Not listed:
 # python3-torch, which only bench/train's PyTorch baselines use
 # (sudo apt-get install python3-torch).
 PACKAGES="gcc pkg-config meson ninja-build python3 libjansson-dev libopenblas-dev
 libopenblas0-pthread libmicrohttpd-dev libcurl4-openssl-dev libfuse3-dev fuse3 zlib1g-dev
-libcriterion-dev dataset-fashion-mnist python3-numpy attr curl"
+libcriterion-dev dataset-fashion-mnist python3-numpy attr curl clang libclang-rt-14-dev"
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -131,9 +133,39 @@ run_tests() {
 	say "unit, kernels and integration suites under AddressSanitizer + UBSan (build-asan/)"
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		meson test -C build-asan --num-processes 2 --print-errorlogs || status=1
-	python3 tools/test_summary.py build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
-		|| status=1
+	logs="build/meson-logs/testlog.json build-asan/meson-logs/testlog.json"
+	fuzz_ran=0
+	run_fuzz || status=1
+	if [ "$fuzz_ran" -eq 1 ]; then
+		logs="$logs build-fuzz/meson-logs/testlog.json"
+	fi
+	# shellcheck disable=SC2086
+	python3 tools/test_summary.py $logs || status=1
 	return $status
+}
+
+# The libFuzzer targets (test/fuzz, doc/fuzzing.md), each for DG_FUZZ_SECONDS
+# (default 30) over its committed corpus, in build-fuzz/ (clang, ASan + UBSan,
+# libFuzzer's instrumentation: a configuration of its own, so build/ and
+# build-asan/ stay gcc builds). Skipped with a message where clang cannot link
+# -fsanitize=fuzzer; false only when a target failed.
+run_fuzz() {
+	if ! command -v clang >/dev/null 2>&1 ||
+		! printf '#include <stddef.h>\n#include <stdint.h>\nint LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { return 0; }\n' |
+		clang -fsanitize=fuzzer -x c - -o /tmp/dg-fuzz-probe.$$ >/dev/null 2>&1; then
+		say "fuzz targets skipped: clang cannot link -fsanitize=fuzzer (apt-get install clang libclang-rt-14-dev)"
+		rm -f /tmp/dg-fuzz-probe.$$
+		return 0
+	fi
+	rm -f /tmp/dg-fuzz-probe.$$
+	say "fuzz targets for ${DG_FUZZ_SECONDS:-30} s each (build-fuzz/: clang, libFuzzer, address + undefined)"
+	fuzz_ran=1
+	(CC=clang && export CC && configure build-fuzz -Dfuzz=true \
+		-Dfuzz_seconds="${DG_FUZZ_SECONDS:-30}" -Dbuildtype=debugoptimized \
+		-Db_sanitize=address,undefined -Db_lundef=false -Dtests=false -Dbench=false \
+		-Dcuda=disabled) || { fuzz_ran=0; return 1; }
+	ninja -C build-fuzz fuzz || { fuzz_ran=0; return 1; }
+	meson test -C build-fuzz --suite fuzz --num-processes 2 --print-errorlogs
 }
 
 case "${1:-}" in

@@ -242,7 +242,8 @@ enum dg_status dgfs_job_exists(struct dgfs *fs, const char *id, struct dg_err *e
 /* --- peer.c ----------------------------------------------------------------- */
 
 /* A ps address as dg_http_client_new takes it ("HOST:PORT", "[V6]:PORT", an
- * optional http:// in any case, trailing slashes, no port for 80). */
+ * optional http:// in any case, trailing slashes, no port for 80): core's
+ * struct dg_http_addr, parsed by dg_http_addr_parse. */
 struct dgfs_peer {
 	char *host, *port;              /* owned: for getaddrinfo */
 	char *authority;                /* owned: "host:port" as given: Host: and messages */
@@ -251,7 +252,8 @@ enum dg_status dgfs_peer_parse(struct dgfs_peer *p, const char *addr, struct dg_
 void dgfs_peer_free(struct dgfs_peer *p);
 /* A blocking TCP connection to p (within 5 s; stop(ud), polled every 100 ms,
  * gives up early), with send/recv timeouts of io_timeout_s and TCP_NODELAY.
- * The fd, or -1 with *what ("connect to the ps") and *e (an errno). */
+ * The fd, or -1 with *what ("connect to the server") and *e (an errno):
+ * dg_http_connect. */
 int dgfs_peer_connect(const struct dgfs_peer *p, long io_timeout_s, bool (*stop)(void *),
 		      void *ud, const char **what, int *e);
 
@@ -264,11 +266,11 @@ struct dgfs_direct_sink {
 	bool (*progress)(void *ud, uint64_t avail);
 	bool (*stop)(void *ud);
 };
-/* GET vars/NAME of task in encoding enc on a plain socket, received straight
- * into the sink's buffer (no libcurl buffer to copy out of). *delivered says
+/* GET vars/NAME of task in encoding enc received straight into the sink's
+ * buffer (dg_var_get_into: no libcurl buffer to copy out of). *delivered says
  * whether begin was called. Before that, a 404 is DG_ENOTFOUND (the variable
- * is not on that task), and any other failure (a reply that is not a plain
- * 200 with Content-Length and the tensor headers: DG_EUNSUPPORTED; a
+ * is not on that task), and any other failure (a reply that is not a 2xx with
+ * Content-Length and the tensor headers: DG_EUNSUPPORTED; an HTTP error; a
  * connection failure) leaves nothing done: the caller then takes the libcurl
  * path (dg_var_get_stream), which says what went wrong. */
 enum dg_status dgfs_get_direct(struct dgfs *fs, int task, const char *name,

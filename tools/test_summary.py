@@ -2,7 +2,8 @@
 """Sum the results of one or more meson test logs (meson-logs/testlog.json).
 
 Criterion suites report per-test counts in their "Synthesis" line; dg's shell
-integration tests end with "N passed, M failed"; any other test counts as one.
+integration tests and each fuzz target's run (test/fuzz/run.sh: one result per
+target) end with "N passed, M failed"; any other test counts as one.
 Each sanitizer report in a test's output counts as one more failure.
 Prints one line per log and, last, the total "N passed, M failed". Exits 1 when
 anything failed or a log is missing."""

@@ -515,6 +515,74 @@ enum dg_status dg_var_get_stream(struct dg_client *c, const char *name, enum dg_
 	return st;
 }
 
+/* dg_var_get_into's adapter: the reply's headers as a dg_var_info. */
+struct into {
+	struct dg_client *c;
+	const char *name;
+	const struct dg_var_into *into;
+	void *ud;
+	bool bad_headers;               /* begin refused: no tensor headers */
+};
+
+static void *into_begin(void *ud, const struct dg_http_result *res, uint64_t len)
+{
+	struct into *a = ud;
+	struct dg_var_info v;
+
+	if (info_from_headers(a->c, a->name, res, &v, NULL) != DG_OK) {
+		a->bad_headers = true;
+		return NULL;
+	}
+	return a->into->begin(a->ud, &v, len);
+}
+
+static bool into_progress(void *ud, uint64_t got)
+{
+	struct into *a = ud;
+
+	return a->into->progress(a->ud, got);
+}
+
+static bool into_stop(void *ud)
+{
+	struct into *a = ud;
+
+	return a->into->stop && a->into->stop(a->ud);
+}
+
+enum dg_status dg_var_get_into(struct dg_client *c, const char *name, enum dg_encoding enc,
+			       const struct dg_var_into *into, void *ud, bool *delivered,
+			       struct dg_err *err)
+{
+	static const struct dg_http_into adapter = {
+		.begin = into_begin, .progress = into_progress, .stop = into_stop,
+	};
+	struct dg_http_header h = { "Accept", NULL };
+	struct into a = { .c = c, .name = name, .into = into, .ud = ud };
+	struct dg_http_result *res;
+	enum dg_status st;
+
+	*delivered = false;
+	if ((unsigned)enc > DG_ENC_TEXT)
+		return dg_err_set(err, DG_EINVAL, "unknown encoding %d", (int)enc);
+	h.value = dg_encoding_mime(enc);
+	res = res_begin(c);
+	st = path_set(c, "/v1/vars/", name, "", err);
+	if (st == DG_OK)
+		st = dg_http_get_into(c->http, c->path.data, &h, 1, &adapter, &a, res, delivered,
+				      err);
+	if (res->dg_epoch)
+		c->epoch = res->dg_epoch;
+	if (a.bad_headers) {
+		/* the caller's begin was not called: nothing was received */
+		*delivered = false;
+		st = dg_err_set(err, DG_EUNSUPPORTED, "the reply for variable '%s' from %s has no "
+				"tensor headers", name, dg_http_client_url(c->http));
+	}
+	res_end(c);
+	return st;
+}
+
 /* GET ?KEY=V&timeout_ms=T (KEY min_version or min_step, V >= 0): the value
  * once the condition holds, DG_ETIMEOUT (info from the 304's headers) when
  * it did not in time. */

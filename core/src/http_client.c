@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "dg/log.h"
 #include "dg/tensor.h"
@@ -38,6 +40,9 @@ struct dg_http_client {
 	bool head;
 	int code;                       /* status of the response being received */
 	bool oom;                       /* a callback could not grow the body */
+	bool into;                      /* dg_http_get_into: the body has a place of its own */
+	int64_t clen;                   /* Content-Length of the response, -1 when absent */
+	bool chunked;                   /* the response has a Transfer-Encoding */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -181,6 +186,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 		/* "HTTP/1.1 200 OK": the status decides where the body goes. */
 		const char *sp = memchr(p, ' ', len);
 		c->code = 0;
+		c->clen = -1;
+		c->chunked = false;
 		size_t i = sp ? (size_t)(sp - p) + 1 : len;
 		for (size_t k = 0; i < len && k < 3 && p[i] >= '0' && p[i] <= '9'; i++, k++)
 			c->code = c->code * 10 + (p[i] - '0');
@@ -218,11 +225,16 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 	} else if (IS("Dg-Step")) {
 		if (dg_wire_u64_parse(v, vl, &u) && u <= INT64_MAX)
 			r->dg_step = (int64_t)u;
-	} else if (IS("Content-Length")) {
+	} else if (IS("Transfer-Encoding")) {
+		c->chunked = true;
+	} else if (IS("Content-Length") && dg_wire_u64_parse(v, vl, &u) && u <= INT64_MAX) {
 		/* Size the body once. A failed reservation is not an error here: the
-		 * body callback grows the buffer as data arrives (and reports OOM). */
-		bool aligned = r->aligned_body && !r->sink && c->code >= 200 && c->code < 300;
-		if (!c->head && dg_wire_u64_parse(v, vl, &u) && u < SIZE_MAX / 4) {
+		 * body callback grows the buffer as data arrives (and reports OOM).
+		 * dg_http_get_into's 2xx body goes to a block of the caller's. */
+		bool ok = c->code >= 200 && c->code < 300;
+		bool aligned = r->aligned_body && !r->sink && ok;
+		c->clen = (int64_t)u;
+		if (!c->head && !(c->into && ok) && u < SIZE_MAX / 4) {
 			if (aligned && u > 0)
 				(void)aligned_reserve(r, (size_t)u);
 			else if (!aligned && dg_buf_reserve(&r->body, (size_t)u, NULL) == DG_OK)
@@ -621,6 +633,188 @@ out:
 	c->res = NULL;
 	curl_slist_free_all(hl);
 	free(url);
+	return st;
+}
+
+/* ------------------------------------------- GET into the caller's memory */
+
+#define INTO_HEAD_MAX ((size_t)16 << 10)        /* bytes of a reply's status line and headers */
+#define INTO_RECV_MAX ((size_t)4 << 20)         /* bytes per recv(2) of a body */
+#define INTO_ERR_MAX ((size_t)64 << 10)         /* bytes of an error body kept */
+
+/* The request of dg_http_get_into: the request line, Host, the caller's
+ * headers and the token. */
+static enum dg_status into_request(struct dg_http_client *c, const struct dg_http_addr *a,
+				   const char *path, const struct dg_http_header *hs, int nh,
+				   struct dg_buf *req, struct dg_err *err)
+{
+	enum dg_status st = dg_buf_printf(req, err, "GET %s HTTP/1.1\r\nHost: %s\r\n"
+					  "Connection: close\r\n", path, a->authority);
+
+	for (int i = 0; st == DG_OK && i < nh; i++) {
+		if (!hs[i].name || !*hs[i].name || bad_header_text(hs[i].name) ||
+		    strchr(hs[i].name, ':') || !hs[i].value || bad_header_text(hs[i].value))
+			return dg_err_set(err, DG_EINVAL, "bad HTTP header '%s'",
+					  hs[i].name ? hs[i].name : "");
+		st = dg_buf_printf(req, err, "%s: %s\r\n", hs[i].name, hs[i].value);
+	}
+	if (st == DG_OK && c->auth)
+		st = dg_buf_printf(req, err, "%s\r\n", c->auth);
+	return st == DG_OK ? dg_buf_append(req, "\r\n", 2, err) : st;
+}
+
+/* recv(2) into p[0..n): bytes received, or -1 with *e set (a timeout reads
+ * as ETIMEDOUT, the peer closing as ECONNRESET). */
+static ssize_t into_recv(int fd, void *p, size_t n, int *e)
+{
+	for (;;) {
+		ssize_t k = recv(fd, p, n, 0);
+		if (k > 0)
+			return k;
+		if (k < 0 && errno == EINTR)
+			continue;
+		*e = k < 0 ? (errno == EAGAIN ? ETIMEDOUT : errno) : ECONNRESET;
+		return -1;
+	}
+}
+
+/* The status line and headers, read into head (NUL-terminated) until the
+ * blank line; *end points at its "\r\n\r\n". 0, or an errno (EMSGSIZE when
+ * the head does not fit). */
+static int into_read_head(int fd, char *head, size_t *len, char **end)
+{
+	int e = 0;
+
+	*end = NULL;
+	while (!*end) {
+		if (*len >= INTO_HEAD_MAX)
+			return EMSGSIZE;
+		ssize_t k = into_recv(fd, head + *len, INTO_HEAD_MAX - *len, &e);
+		if (k < 0)
+			return e;
+		*len += (size_t)k;
+		head[*len] = '\0';
+		*end = strstr(head, "\r\n\r\n");
+	}
+	return 0;
+}
+
+/* The body of a 2xx reply of clen bytes, have of which came with the head,
+ * into the block into->begin gives. */
+static enum dg_status into_body(int fd, const struct dg_http_into *into, void *ud,
+				struct dg_http_result *res, uint64_t clen, const char *first,
+				size_t have, bool *delivered, int *e, struct dg_err *err)
+{
+	char *dst = into->begin(ud, res, clen);
+
+	*delivered = true;
+	if (!dst)
+		return dg_err_set(err, DG_ECANCELED, "the receiver went away");
+	memcpy(dst, first, have);
+	for (uint64_t got = have;;) {
+		if (!into->progress(ud, got))
+			return dg_err_set(err, DG_ECANCELED, "the receiver went away");
+		if (got == clen)
+			return DG_OK;
+		size_t want = clen - got < INTO_RECV_MAX ? (size_t)(clen - got) : INTO_RECV_MAX;
+		ssize_t k = into_recv(fd, dst + got, want, e);
+		if (k < 0)
+			return DG_EIO;          /* *e says why */
+		got += (uint64_t)k;
+	}
+}
+
+/* The body of an error reply (up to INTO_ERR_MAX bytes), have of which came
+ * with the head, into res->body. */
+static void into_error_body(int fd, struct dg_http_result *res, int64_t clen, const char *first,
+			    size_t have)
+{
+	char chunk[4096];
+	int e;
+
+	dg_buf_append(&res->body, first, have, NULL);
+	while (res->body.len < INTO_ERR_MAX && (clen < 0 || res->body.len < (uint64_t)clen)) {
+		ssize_t k = into_recv(fd, chunk, sizeof chunk, &e);
+		if (k < 0 || dg_buf_append(&res->body, chunk, (size_t)k, NULL) != DG_OK)
+			break;
+	}
+}
+
+enum dg_status dg_http_get_into(struct dg_http_client *c, const char *path,
+				const struct dg_http_header *headers, int n_headers,
+				const struct dg_http_into *into, void *ud,
+				struct dg_http_result *res, bool *delivered, struct dg_err *err)
+{
+	struct dg_http_addr a = { 0 };
+	struct dg_buf req = { 0 }, url = { 0 };
+	const char *what = "send the request";
+	char *head = NULL, *end = NULL;
+	size_t len = 0;
+	int fd = -1, e = 0;
+	enum dg_status st;
+
+	*delivered = false;
+	if (!c || !res || !into || !path || path[0] != '/' || strpbrk(path, " \t\r\n") ||
+	    n_headers < 0 || (n_headers && !headers))
+		return dg_err_set(err, DG_EINVAL, "bad HTTP request 'GET %s'", path ? path : "");
+	st = dg_buf_printf(&url, err, "%s%s", c->base, path);
+	if (st == DG_OK)
+		st = dg_http_addr_parse(c->base, &a, err);
+	if (st == DG_OK)
+		st = into_request(c, &a, path, headers, n_headers, &req, err);
+	if (st == DG_OK && !(head = malloc(INTO_HEAD_MAX + 1)))
+		st = dg_err_set(err, DG_ENOMEM, "out of memory for the reply to GET %s", url.data);
+	if (st != DG_OK)
+		goto out;
+	fd = dg_http_connect(&a, c->timeout_ms > 1000 ? c->timeout_ms / 1000 : 1, into->stop, ud,
+			     &what, &e);
+	if (fd < 0 || !dg_http_send_all(fd, req.data, req.len)) {
+		e = fd < 0 ? e : errno;
+		goto fail;
+	}
+	what = "read the reply";
+	if ((e = into_read_head(fd, head, &len, &end)) == EMSGSIZE) {
+		st = dg_err_set(err, DG_EUNSUPPORTED, "GET %s: reply headers over %zu bytes", url.data,
+				INTO_HEAD_MAX);
+		goto out;
+	} else if (e) {
+		goto fail;
+	}
+	/* the header lines, as libcurl hands them to on_header */
+	c->res = res;
+	c->into = true;
+	c->head = false;
+	result_reset(res);
+	for (char *line = head; line < end + 2; line = strstr(line, "\r\n") + 2)
+		on_header(line, 1, (size_t)(strstr(line, "\r\n") + 2 - line), c);
+	c->into = false;
+	c->res = NULL;
+	res->status = c->code;
+	const char *first = end + 4;
+	size_t have = len - (size_t)(first - head);
+	if (c->code >= 200 && c->code < 300 && c->clen >= 0 && !c->chunked &&
+	    have <= (uint64_t)c->clen) {
+		st = into_body(fd, into, ud, res, (uint64_t)c->clen, first, have, delivered, &e, err);
+		if (st == DG_EIO)
+			goto fail;
+	} else if (c->code >= 400 && !c->chunked) {
+		into_error_body(fd, res, c->clen, first, have);
+		st = http_error(res, "GET", url.data, err);
+	} else {
+		st = dg_err_set(err, DG_EUNSUPPORTED, "GET %s: HTTP %d%s is not received in place",
+				url.data, c->code, c->chunked ? " (chunked)" : "");
+	}
+	goto out;
+fail:
+	st = dg_err_set(err, e == ETIMEDOUT ? DG_ETIMEOUT : e == ECANCELED ? DG_ECANCELED : DG_EIO,
+			"cannot %s for GET %s: %s", what, url.data ? url.data : path, strerror(e));
+out:
+	if (fd >= 0)
+		close(fd);
+	free(head);
+	dg_buf_deinit(&req);
+	dg_buf_deinit(&url);
+	dg_http_addr_free(&a);
 	return st;
 }
 

@@ -217,8 +217,8 @@ enum dg_status dg_task_tensor_take(struct dg_http_client *c, uint64_t step, cons
 {
 	struct dg_buf path = { 0 };
 	struct dg_http_result res;
-	struct dg_shape shape;
-	enum dg_dtype dt;
+	struct dg_wire_desc d;
+	enum dg_encoding enc;
 	enum dg_status st;
 
 	*out = NULL;
@@ -229,23 +229,24 @@ enum dg_status dg_task_tensor_take(struct dg_http_client *c, uint64_t step, cons
 		st = dg_buf_printf(&path, err, "?timeout_ms=%" PRId64, timeout_ms);
 	if (st == DG_OK)
 		st = dg_http_request(c, "GET", path.data, NULL, 0, NULL, 0, &res, err);
-	if (st == DG_OK && ((st = dg_wire_dtype_parse(res.dg_dtype, &dt, err)) != DG_OK ||
-			    (st = dg_wire_shape_parse(res.dg_shape, &shape, err)) != DG_OK))
+	if (st == DG_OK &&
+	    ((st = dg_wire_desc_parse(res.dg_dtype[0] ? res.dg_dtype : NULL,
+				      res.dg_shape[0] ? res.dg_shape : NULL, &d, err)) != DG_OK ||
+	     (st = dg_wire_content_encoding(res.content_type[0] ? res.content_type : NULL, &enc,
+					    err)) != DG_OK))
 		dg_err_prefix(err, "tensor '%s' of step %" PRIu64 " from %s", key, step,
 			      dg_http_client_url(c));
 	if (st == DG_OK) {
-		size_t n = 0;
-		void *p = NULL;
-		if (res.aligned || res.body.len == 0) {
-			p = dg_http_result_take_aligned(&res, &n);
-			*out = dg_tensor_adopt(dt, &shape, p, n, err);
-		} else {
-			*out = dg_raw_decode(res.body.data, res.body.len, dt, &shape, err);
-		}
-		if (!*out) {
-			dg_free_aligned(p);
+		/* by the reply's encoding; a raw body's block is adopted, not copied */
+		size_t n = res.body.len;
+		const void *body = res.body.data;
+		void *block = NULL;
+		if (res.aligned || res.body.len == 0)
+			body = block = dg_http_result_take_aligned(&res, &n);
+		*out = dg_wire_decode(enc, body, n, &d, &block, err);
+		dg_free_aligned(block);         /* not adopted: a bad length */
+		if (!*out)
 			st = err ? err->code : DG_EINVAL;
-		}
 	}
 	dg_http_result_deinit(&res);
 	dg_buf_deinit(&path);

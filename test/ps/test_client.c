@@ -1115,3 +1115,119 @@ Test(client, four_consumers_receive_disjoint_examples)
 	for (int k = 0; k < N_EXAMPLES; k++)
 		cr_assert_eq(count[k], 1, "example %d dequeued %d times", k, count[k]);
 }
+
+/* dg_var_get_into's receiver: a block of its own, the info and progress seen. */
+struct into_rx {
+	char *block;
+	uint64_t len, got;
+	int begins, progresses;
+	struct dg_var_info info;
+	bool refuse;
+};
+
+static void *rx_begin(void *ud, const struct dg_var_info *info, uint64_t len)
+{
+	struct into_rx *rx = ud;
+
+	rx->begins++;
+	rx->info = *info;
+	rx->len = len;
+	if (rx->refuse)
+		return NULL;
+	rx->block = malloc(len ? len : 1);
+	return rx->block;
+}
+
+static bool rx_progress(void *ud, uint64_t got)
+{
+	struct into_rx *rx = ud;
+
+	cr_assert_geq(got, rx->got, "progress only grows");
+	rx->got = got;
+	rx->progresses++;
+	return true;
+}
+
+static const struct dg_var_into rx_into = { .begin = rx_begin, .progress = rx_progress };
+
+Test(client, get_into_receives_the_body_into_the_callers_block)
+{
+	int64_t n = 3 << 20;            /* 12 MiB: several receives */
+	struct dg_tensor *t = pattern(DG_F32, 1, &n);
+	struct into_rx rx = { 0 };
+	struct dg_err err = { 0 };
+	struct dg_buf npy = { 0 };
+	bool delivered = false;
+	uint64_t v = put(cli, "into/w", t);
+
+	cr_assert_eq(dg_var_get_into(cli, "into/w", DG_ENC_RAW, &rx_into, &rx, &delivered, &err),
+		     DG_OK, "%s", err.msg);
+	cr_assert(delivered);
+	cr_assert_eq(rx.begins, 1);
+	cr_assert_eq(rx.len, t->nbytes);
+	cr_assert_eq(rx.got, t->nbytes);
+	cr_assert_eq(rx.info.version, v);
+	cr_assert_eq(rx.info.dtype, DG_F32);
+	cr_assert(dg_shape_eq(&rx.info.shape, &t->shape));
+	cr_assert_str_eq(rx.info.name, "into/w");
+	cr_assert_eq(memcmp(rx.block, t->data, t->nbytes), 0);
+	free(rx.block);
+	/* another encoding: the bytes of a GET of it */
+	rx = (struct into_rx){ 0 };
+	cr_assert_eq(dg_var_get_into(cli, "into/w", DG_ENC_NPY, &rx_into, &rx, &delivered, &err),
+		     DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_npy_encode(t, &npy, NULL), DG_OK);
+	cr_assert_eq(rx.len, npy.len);
+	cr_assert_eq(memcmp(rx.block, npy.data, npy.len), 0);
+	free(rx.block);
+	dg_buf_deinit(&npy);
+	dg_tensor_free(t);
+}
+
+Test(client, get_into_reports_errors_before_anything_is_delivered)
+{
+	float v = 1;
+	struct into_rx rx = { 0 };
+	struct dg_err err = { 0 };
+	bool delivered = true;
+
+	cr_assert_eq(dg_var_get_into(cli, "nothere", DG_ENC_RAW, &rx_into, &rx, &delivered, &err),
+		     DG_ENOTFOUND);
+	cr_assert_not(delivered);
+	cr_assert_eq(rx.begins, 0);
+	cr_assert(strstr(err.msg, "nothere"), "%s", err.msg);
+	put_f32("small", 1, &v);
+	rx.refuse = true;
+	cr_assert_eq(dg_var_get_into(cli, "small", DG_ENC_RAW, &rx_into, &rx, &delivered, &err),
+		     DG_ECANCELED);
+	cr_assert(delivered, "begin was called");
+	cr_assert_eq(dg_var_get_into(cli, "bad/../name", DG_ENC_RAW, &rx_into, &rx, &delivered,
+				     &err), DG_EINVAL);
+}
+
+Test(client, get_into_sends_the_token_and_reports_a_dead_server)
+{
+	struct ps_server *s = start_server("sekrit");
+	struct dg_client *good = client_of(s, "sekrit"), *bad = client_of(s, "wrong");
+	struct into_rx rx = { 0 };
+	struct dg_err err = { 0 };
+	float v = 2;
+	bool delivered;
+	struct dg_tensor *t = f32(1, &v);
+
+	cr_assert_eq(dg_var_put(good, "t", t, NULL, NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_var_get_into(good, "t", DG_ENC_RAW, &rx_into, &rx, &delivered, &err),
+		     DG_OK, "%s", err.msg);
+	cr_assert_eq(memcmp(rx.block, &v, 4), 0);
+	free(rx.block);
+	cr_assert_eq(dg_var_get_into(bad, "t", DG_ENC_RAW, &rx_into, &rx, &delivered, &err),
+		     DG_EUNAUTHORIZED);
+	dg_client_free(bad);
+	ps_server_stop(s);
+	cr_assert_eq(dg_var_get_into(good, "t", DG_ENC_RAW, &rx_into, &rx, &delivered, &err),
+		     DG_EIO);
+	cr_assert_not(delivered);
+	cr_assert(strstr(err.msg, "connect"), "%s", err.msg);
+	dg_client_free(good);
+	dg_tensor_free(t);
+}

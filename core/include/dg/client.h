@@ -92,6 +92,25 @@ enum dg_status dg_var_get_stream(struct dg_client *c, const char *name, enum dg_
 				 bool (*sink)(void *ud, const struct dg_var_info *info,
 					      uint64_t offset, const void *p, size_t n),
 				 void *ud, struct dg_var_info *info, struct dg_err *err);
+/* GET in an encoding with the body received straight into the caller's
+ * memory (dg_http_get_into: no copy out of libcurl's buffer; the mount's
+ * cold reads). begin(ud, info, len): the reply's headers as info and the
+ * body's length; return a block of at least len bytes, or NULL to give up
+ * (DG_ECANCELED). progress(ud, got): bytes [0, got) of it are in; false gives
+ * up. stop(ud) (may be NULL) is polled while connecting. *delivered says
+ * whether begin was called. Before that, a reply that cannot be received so
+ * (chunked, no length, no tensor headers) is DG_EUNSUPPORTED and a transport
+ * failure leaves nothing done: take dg_var_get_stream then, which retries and
+ * says what went wrong. An HTTP error is returned as any request's is
+ * (DG_ENOTFOUND for a variable not on that server). */
+struct dg_var_into {
+	void *(*begin)(void *ud, const struct dg_var_info *info, uint64_t len);
+	bool (*progress)(void *ud, uint64_t got);
+	bool (*stop)(void *ud);
+};
+enum dg_status dg_var_get_into(struct dg_client *c, const char *name, enum dg_encoding enc,
+			       const struct dg_var_into *into, void *ud, bool *delivered,
+			       struct dg_err *err);
 /* GET ?min_version: DG_ETIMEOUT when the version did not arrive in time. */
 enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_version,
 			   long timeout_ms, struct dg_tensor **out, struct dg_var_info *info,

@@ -190,6 +190,51 @@ enum dg_status dg_http_request(struct dg_http_client *c, const char *method, con
 			       const void *body, size_t body_len, struct dg_http_result *res,
 			       struct dg_err *err);
 
+/* GET path on a connection of its own (HTTP/1.1, Connection: close) with the
+ * body of a 2xx reply received straight into the caller's memory: recv(2)
+ * into the block into->begin returns, without libcurl's buffer to copy out
+ * of (the mount's cold reads). The reply's headers are read into res as
+ * dg_http_request reads them, then:
+ *  - a 2xx with Content-Length (no Transfer-Encoding): begin(ud, res, len)
+ *    gives a block of at least len bytes (NULL gives up: DG_ECANCELED) and
+ *    *delivered becomes true; progress(ud, got) after each receive (false
+ *    gives up: DG_ECANCELED);
+ *  - a status >= 400: the error as dg_http_request gives it (res->status set);
+ *  - any other reply (chunked, no length, other statuses): DG_EUNSUPPORTED,
+ *    nothing delivered, for the caller to use dg_http_request instead.
+ * stop(ud), when set, is polled while connecting. Transport failures are
+ * DG_EIO, DG_ETIMEOUT or DG_ECANCELED naming the step and the URL. The
+ * client's kept-alive connection is not used; same threading rule. */
+struct dg_http_into {
+	void *(*begin)(void *ud, const struct dg_http_result *res, uint64_t len);
+	bool (*progress)(void *ud, uint64_t got);
+	bool (*stop)(void *ud);
+};
+enum dg_status dg_http_get_into(struct dg_http_client *c, const char *path,
+				const struct dg_http_header *headers, int n_headers,
+				const struct dg_http_into *into, void *ud,
+				struct dg_http_result *res, bool *delivered, struct dg_err *err);
+
+/* --------------------------------------------------------- plain sockets */
+
+/* A server address as dg_http_client_new takes it ("HOST:PORT", "[V6]:PORT",
+ * an optional http:// in any case, trailing slashes, no port for 80). */
+struct dg_http_addr {
+	char *host, *port;              /* owned: for getaddrinfo */
+	char *authority;                /* owned: "host:port" as given: Host: and messages */
+};
+enum dg_status dg_http_addr_parse(const char *addr, struct dg_http_addr *out,
+				  struct dg_err *err);
+void dg_http_addr_free(struct dg_http_addr *a);
+/* A blocking TCP connection to a (within 5 s; stop(ud), polled every 100 ms,
+ * gives up early), with send/recv timeouts of io_timeout_s and TCP_NODELAY.
+ * The fd, or -1 with *what (the step that failed) and *e (an errno). For
+ * requests written by hand (fs/upload.c's streaming PUT). */
+int dg_http_connect(const struct dg_http_addr *a, long io_timeout_s, bool (*stop)(void *),
+		    void *ud, const char **what, int *e);
+/* Send all n bytes; false on failure (errno set). */
+bool dg_http_send_all(int fd, const void *p, size_t n);
+
 /* Percent-encode a variable name for a URL path (keeps '/' and unreserved
  * characters). Appends to out. */
 enum dg_status dg_http_escape_path(const char *name, struct dg_buf *out, struct dg_err *err);
