@@ -190,9 +190,9 @@ struct train {
 };
 
 /* "task /job:worker/task:1 (127.0.0.1:2223)" */
-static inline const char *task_label(const struct master *m, int t)
+static inline struct mtask_label task_label(const struct master *m, int t)
 {
-	return m->tasks[t]->label;
+	return mtask_label(m->tasks[t]);
 }
 
 /* job.c: the table. */

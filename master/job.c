@@ -243,7 +243,7 @@ enum dg_status job_check_used(struct master *m, const struct job *j,
 	for (int t = 0; st == DG_OK && t < m->cluster->n_tasks; t++) {
 		if (!used[t] || reach[t] == DG_OK || m->tasks[t]->local)
 			continue;
-		st = dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", task_label(m, t),
+		st = dg_err_set(err, DG_EUNAVAILABLE, "%s does not answer: %s", task_label(m, t).s,
 				errs[t].msg);
 		dg_err_hint(err, "start that task (dg server --job %s --task %d) or check the "
 			    "cluster spec", m->cluster->tasks[t].job, m->cluster->tasks[t].index);

@@ -28,7 +28,7 @@ enum dg_status step_register(struct master *m, const struct place_fragment *f, c
 	enum dg_status st = t->ops->fragment_add(t, f->doc, id, NULL, err);
 
 	if (st != DG_OK)
-		dg_err_prefix(err, "registering a fragment on %s", t->label);
+		dg_err_prefix(err, "registering a fragment on %s", mtask_label(t).s);
 	return st;
 }
 
@@ -85,7 +85,7 @@ static void *run_fragment(void *arg)
 		return NULL;
 	/* Name the task unless the executor already did ("task worker/1: node ..."). */
 	if (strncmp(r->err.msg, "task ", 5) != 0)
-		dg_err_prefix(&r->err, "%s", t->label);
+		dg_err_prefix(&r->err, "%s", mtask_label(t).s);
 	/* The first failure releases every other task's waits at once. */
 	if (!atomic_exchange(r->failed, true)) {
 		snprintf(reason, sizeof reason, "%s", r->err.msg);
@@ -128,7 +128,7 @@ static enum dg_status put_feeds(struct master *m, struct job *j, uint64_t step, 
 		if (lost)
 			*down = pf->task;
 		if (st != DG_OK && !t->local)
-			dg_err_prefix(err, "sending feed '%s' to %s", pf->ref, t->label);
+			dg_err_prefix(err, "sending feed '%s' to %s", pf->ref, mtask_label(t).s);
 	}
 	return st;
 }
@@ -245,7 +245,8 @@ enum dg_status step_retry_wait(struct master *m, struct job *j, int t, int64_t k
 {
 	double deadline = master_now_ms() + (double)j->retry_ms;
 	char dev[128], first[sizeof err->msg];
-	const char *label = task_label(m, t);
+	const struct mtask_label lb = task_label(m, t);
+	const char *label = lb.s;
 	const char *why = err->msg;
 	struct dg_err e = { 0 };
 	bool stop;

@@ -19,20 +19,19 @@
 #define TASK_ABORT_MS 2000
 #define TASK_PUT_MS 60000
 
-/* What both kinds keep: the task's address and the token for requests. */
+/* What both kinds keep: the token for requests (the address is the
+ * cluster's, read at each request: a cluster may be given its ports after
+ * the master was made). */
 struct task_common {
 	struct mtask base;
-	const char *address;            /* borrowed from the cluster */
 	char *token;                    /* owned; NULL = none */
 };
 
 static enum dg_status common_init(struct task_common *t, const struct dg_cluster *cl, int index,
 				  const char *token, struct dg_err *err)
 {
+	t->base.cl = cl;
 	t->base.index = index;
-	t->address = cl->tasks[index].address;
-	snprintf(t->base.label, sizeof t->base.label, "task /job:%s/task:%d (%s)",
-		 cl->tasks[index].job, cl->tasks[index].index, cl->tasks[index].address);
 	if (token && !(t->token = strdup(token)))
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	return DG_OK;
@@ -43,7 +42,7 @@ static struct dg_http_client *client_for(struct mtask *t, long timeout_ms, struc
 {
 	const struct task_common *c = (const struct task_common *)t;
 
-	return dg_http_client_new(c->address, c->token, timeout_ms, err);
+	return dg_http_client_new(t->cl->tasks[t->index].address, c->token, timeout_ms, err);
 }
 
 /* GET /v1/health of the task's server (both kinds: see mtask_local_new). */

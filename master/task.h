@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dg/cluster.h"
 #include "dg/executor.h"
@@ -57,10 +58,25 @@ struct mtask_ops {
 
 struct mtask {
 	const struct mtask_ops *ops;
+	const struct dg_cluster *cl;    /* borrowed: its address is read at each use */
 	int index;                      /* in cluster->tasks */
 	bool local;                     /* the master's own task */
-	char label[200];                /* "task /job:worker/task:1 (127.0.0.1:2223)" */
 };
+
+/* "task /job:worker/task:1 (127.0.0.1:2223)", by value: use .s within the
+ * expression, or keep the struct. */
+struct mtask_label {
+	char s[200];
+};
+
+static inline struct mtask_label mtask_label(const struct mtask *t)
+{
+	struct mtask_label l;
+	const struct dg_task_addr *ts = &t->cl->tasks[t->index];
+
+	snprintf(l.s, sizeof l.s, "task /job:%s/task:%d (%s)", ts->job, ts->index, ts->address);
+	return l;
+}
 
 /* The master's own task: w (borrowed) runs its fragments and owns the
  * rendezvous that fetched values arrive in. Its health JSON comes from its

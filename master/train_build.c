@@ -71,7 +71,7 @@ static enum dg_status build_replica(struct master *m, struct train *tr, int r,
 		return st;
 	if (rp->part.n_frags != 1 || rp->part.frags[0].task != rp->task) {
 		dg_err_set(err, DG_EINVAL, "replica %d of the training graph should run on %s "
-			   "alone, but its nodes span %d tasks", r, task_label(m, rp->task),
+			   "alone, but its nodes span %d tasks", r, task_label(m, rp->task).s,
 			   rp->part.n_frags);
 		dg_err_hint(err, "only Variables may be placed off the replica's task");
 		return DG_EINVAL;

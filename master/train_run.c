@@ -350,7 +350,7 @@ static void *train_replica_main(void *arg)
 		}
 	}
 	if (st != DG_OK && strncmp(err.msg, "task ", 5) != 0) {
-		dg_err_prefix(&err, "replica %d on %s", r, task_label(m, rp->task));
+		dg_err_prefix(&err, "replica %d on %s", r, task_label(m, rp->task).s);
 	} else if (st != DG_OK) {
 		dg_err_prefix(&err, "replica %d", r);
 	}
