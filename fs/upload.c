@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dg/clock.h"
 #include "dg/http.h"
 #include "dg/log.h"
 #include "dg/tensor.h"
@@ -112,9 +113,8 @@ static bool send_all(struct dgfs_upload *u, const char *p, size_t n, const char 
 static bool send_body(struct dgfs_upload *u)
 {
 	for (;;) {
-		struct timespec deadline;
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_sec += u->low_speed_s;
+		struct timespec deadline =
+			dg_deadline_timespec(dg_deadline_in_ms((int64_t)u->low_speed_s * 1000));
 		pthread_mutex_lock(&u->lock);
 		while (!u->aborted && u->avail <= u->sent && u->sent < u->nbytes) {
 			if (pthread_cond_timedwait(&u->cond, &u->lock, &deadline) == ETIMEDOUT &&
@@ -264,22 +264,15 @@ struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *nam
 		dg_err_set(err, DG_ENOMEM, "out of memory");
 		return NULL;
 	}
-	pthread_condattr_t ca;
-
 	pthread_mutex_init(&u->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);         /* send_body's deadline */
-	pthread_cond_init(&u->cond, &ca);
-	pthread_condattr_destroy(&ca);
+	dg_cond_init_mono(&u->cond);            /* send_body's deadline is monotonic */
 	u->fd = -1;
 	u->data = data;
 	u->nbytes = nbytes;
 	u->low_speed_s = fs->timeout_ms > 1000 ? fs->timeout_ms / 1000 : 1;
 	st = dgfs_peer_parse(&u->peer, fs->tasks[task].address, err);
 	if (st == DG_OK)
-		st = dg_buf_printf(&path, err, "/v1/vars/");
-	if (st == DG_OK)
-		st = dg_http_escape_path(name, &path, err);
+		st = dg_var_path(name, &path, err);
 	if (st == DG_OK)
 		st = build_head(u, path.data, fs->cfg.token, dt, shape, if_match, err);
 	if (st == DG_OK)
