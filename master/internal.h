@@ -223,6 +223,9 @@ void job_event_line_locked(struct master *m, struct job *j, char *line);
 json_t *job_err_json(const struct dg_err *e);
 /* A number for JSON: null when not finite. */
 json_t *job_num_json(double x);
+/* A job thread's last touch of m: its job reference dropped, the thread
+ * counted out (master_free waits for n_threads to reach 0), waiters woken. */
+void job_thread_done(struct master *m, struct job *j);
 /* The job is over: its final state and event, waiters woken. */
 void job_finish(struct master *m, struct job *j, enum dg_status st, const struct dg_err *err);
 

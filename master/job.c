@@ -165,6 +165,15 @@ json_t *job_err_json(const struct dg_err *e)
 			 "hint", e->hint);
 }
 
+void job_thread_done(struct master *m, struct job *j)
+{
+	pthread_mutex_lock(&m->mu);
+	job_put_locked(j);
+	m->n_threads--;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+}
+
 /* The job is over: record the final state, its event, and wake waiters. */
 void job_finish(struct master *m, struct job *j, enum dg_status st,
 		       const struct dg_err *err)

@@ -410,11 +410,6 @@ void *job_main(void *arg)
 	}
 	step_unregister_all(m, j);
 	job_finish(m, j, st, &err);
-	/* Last touch of m: master_free waits for n_threads to reach 0. */
-	pthread_mutex_lock(&m->mu);
-	job_put_locked(j);
-	m->n_threads--;
-	pthread_cond_broadcast(&m->cv);
-	pthread_mutex_unlock(&m->mu);
+	job_thread_done(m, j);
 	return NULL;
 }

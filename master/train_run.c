@@ -682,10 +682,6 @@ void *train_main(void *arg)
 	 * the job's end up while its DELETEs wait. */
 	train_abort_inflight(m, j);
 	step_unregister_all(m, j);
-	pthread_mutex_lock(&m->mu);
-	job_put_locked(j);
-	m->n_threads--;
-	pthread_cond_broadcast(&m->cv);
-	pthread_mutex_unlock(&m->mu);
+	job_thread_done(m, j);
 	return NULL;
 }
