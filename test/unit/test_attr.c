@@ -589,7 +589,11 @@ Test(attr, table_view_reads_like_the_json)
 	}
 	dg_attr_table_free(t);
 	json_decref(j);
-	cr_assert_null(dg_attr_table_new(json_integer(1), &e1) ? (void *)1 : NULL);
+	json_t *not_object = json_integer(1);
+	struct dg_attr_table *bad = dg_attr_table_new(not_object, &e1);
+	dg_attr_table_free(bad);
+	json_decref(not_object);
+	cr_assert_null(bad ? (void *)1 : NULL);
 }
 
 Test(attr, an_empty_table_gives_defaults_and_names_missing_attrs)
