@@ -106,16 +106,6 @@ static enum dg_status path_set(struct dg_client *c, const char *head, const char
 	return dg_buf_append(&c->path, tail, strlen(tail), err);
 }
 
-enum dg_status dg_var_path(const char *name, struct dg_buf *out, struct dg_err *err)
-{
-	enum dg_status st;
-
-	if ((st = dg_var_name_check(name ? name : "", err)) != DG_OK ||
-	    (st = dg_buf_append(out, "/v1/vars/", 9, err)) != DG_OK)
-		return st;
-	return dg_http_escape_path(name, out, err);
-}
-
 /* '?' before the first query parameter, '&' before the others. */
 static char query_sep(const struct dg_client *c)
 {

@@ -58,11 +58,6 @@ json_t *dg_queue_spec_to_json(const struct dg_queue_spec *s);
 
 struct dg_client;
 
-/* "/v1/vars/NAME" with the name checked (dg_var_name_check) and
- * percent-encoded, appended to out: the path of a variable's routes, for
- * the mount's streaming PUT, which writes its request itself. */
-enum dg_status dg_var_path(const char *name, struct dg_buf *out, struct dg_err *err);
-
 /* A client of the server at address ("host:port"); token may be NULL.
  * Connects lazily. Returns owned or NULL with *err set. */
 struct dg_client *dg_client_new(const char *address, const char *token, struct dg_err *err);
