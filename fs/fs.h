@@ -241,22 +241,6 @@ enum dg_status dgfs_job_exists(struct dgfs *fs, const char *id, struct dg_err *e
 
 /* --- peer.c ----------------------------------------------------------------- */
 
-/* A ps address as dg_http_client_new takes it ("HOST:PORT", "[V6]:PORT", an
- * optional http:// in any case, trailing slashes, no port for 80): core's
- * struct dg_http_addr, parsed by dg_http_addr_parse. */
-struct dgfs_peer {
-	char *host, *port;              /* owned: for getaddrinfo */
-	char *authority;                /* owned: "host:port" as given: Host: and messages */
-};
-enum dg_status dgfs_peer_parse(struct dgfs_peer *p, const char *addr, struct dg_err *err);
-void dgfs_peer_free(struct dgfs_peer *p);
-/* A blocking TCP connection to p (within 5 s; stop(ud), polled every 100 ms,
- * gives up early), with send/recv timeouts of io_timeout_s and TCP_NODELAY.
- * The fd, or -1 with *what ("connect to the server") and *e (an errno):
- * dg_http_connect. */
-int dgfs_peer_connect(const struct dgfs_peer *p, long io_timeout_s, bool (*stop)(void *),
-		      void *ud, const char **what, int *e);
-
 /* Where dgfs_get_direct puts a body. begin: the headers are in (info, the
  * body's length): return a buffer of at least len bytes, or NULL to give up.
  * progress: bytes [0, avail) of it are in; false gives up. stop: polled while
@@ -281,8 +265,10 @@ enum dg_status dgfs_get_direct(struct dgfs *fs, int task, const char *name,
 
 /* A PUT of vars/NAME whose nbytes-long body is read from data (borrowed: the
  * writer's staging block, which must outlive the upload) as the writer
- * declares its prefix final with dgfs_upload_avail. Owned (finish or abort
- * frees it) or NULL with *err. if_match 0: unconditional. */
+ * declares its prefix final with dgfs_upload_avail: core's
+ * dg_var_put_stream, run on a thread of its own with a client of task's
+ * pool. Owned (finish or abort frees it) or NULL with *err. if_match 0:
+ * unconditional. */
 struct dgfs_upload;
 struct dgfs_upload *dgfs_upload_start(struct dgfs *fs, int task, const char *name,
 				      enum dg_dtype dt, const struct dg_shape *shape,

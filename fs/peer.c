@@ -1,37 +1,9 @@
-/* The mount's transfers that go around libcurl's buffer, on core's plain
- * sockets (dg/http.h): the address and the connection of the streaming PUT of
- * large writes (fs/upload.c), and the GET of a cold read, whose body the typed
- * client receives straight into the handle's buffer (dg_var_get_into). No
- * HTTP is parsed here. */
+/* The GET of a cold read, whose body the typed client receives straight into
+ * the handle's buffer around libcurl's (dg_var_get_into, dg/client.h). The
+ * streaming PUT of large writes is upload.c's, through dg_var_put_stream. No
+ * HTTP here. */
 #include "dg/client.h"
-#include "dg/http.h"
 #include "fs.h"
-
-enum dg_status dgfs_peer_parse(struct dgfs_peer *p, const char *addr, struct dg_err *err)
-{
-	struct dg_http_addr a;
-	enum dg_status st = dg_http_addr_parse(addr, &a, err);
-
-	*p = st == DG_OK ? (struct dgfs_peer){ a.host, a.port, a.authority }
-			 : (struct dgfs_peer){ 0 };
-	return st;
-}
-
-void dgfs_peer_free(struct dgfs_peer *p)
-{
-	struct dg_http_addr a = { p->host, p->port, p->authority };
-
-	dg_http_addr_free(&a);
-	*p = (struct dgfs_peer){ 0 };
-}
-
-int dgfs_peer_connect(const struct dgfs_peer *p, long io_timeout_s, bool (*stop)(void *),
-		      void *ud, const char **what, int *e)
-{
-	struct dg_http_addr a = { p->host, p->port, p->authority };
-
-	return dg_http_connect(&a, io_timeout_s, stop, ud, what, e);
-}
 
 enum dg_status dgfs_get_direct(struct dgfs *fs, int task, const char *name,
 			       enum dg_encoding enc, const struct dgfs_direct_sink *sink,

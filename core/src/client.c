@@ -106,16 +106,6 @@ static enum dg_status path_set(struct dg_client *c, const char *head, const char
 	return dg_buf_append(&c->path, tail, strlen(tail), err);
 }
 
-enum dg_status dg_var_path(const char *name, struct dg_buf *out, struct dg_err *err)
-{
-	enum dg_status st;
-
-	if ((st = dg_var_name_check(name ? name : "", err)) != DG_OK ||
-	    (st = dg_buf_append(out, "/v1/vars/", 9, err)) != DG_OK)
-		return st;
-	return dg_http_escape_path(name, out, err);
-}
-
 /* '?' before the first query parameter, '&' before the others. */
 static char query_sep(const struct dg_client *c)
 {
@@ -737,6 +727,43 @@ enum dg_status dg_var_put(struct dg_client *c, const char *name, const struct dg
 		return st;
 	int nh = dg_wire_request_headers(t->dtype, &t->shape, &ws, h);
 	return put_body(c, h, nh, t->data, t->nbytes, opts, version, err);
+}
+
+enum dg_status dg_var_put_stream(struct dg_client *c, const char *name, enum dg_dtype dt,
+				 const struct dg_shape *shape, const void *data, uint64_t nbytes,
+				 uint64_t if_match, const struct dg_var_from *from, void *ud,
+				 struct dg_var_put_end *end, struct dg_err *err)
+{
+	struct dg_http_header h[4];
+	struct dg_wire_scratch ws;
+	struct dg_http_result *res;
+	char tag[DG_WIRE_VERSION_LEN];
+	enum dg_status st;
+
+	*end = (struct dg_var_put_end){ 0 };
+	if (!shape || !from)
+		return dg_err_set(err, DG_EINVAL, "streaming put of variable '%s' without a shape "
+				  "or a source", name ? name : "");
+	if ((st = path_set(c, "/v1/vars/", name, "", err)) != DG_OK)
+		return st;
+	const struct dg_http_from hf = { from->more, from->stop, from->stop_fd };
+	int nh = dg_wire_request_headers(dt, shape, &ws, h);
+	if (if_match) {
+		dg_wire_etag_format(if_match, tag);
+		h[nh++] = (struct dg_http_header){ "If-Match", tag };
+	}
+	res = res_begin(c);
+	st = dg_http_put_from(c->http, c->path.data, h, nh, data, nbytes, &hf, ud, res, &end->sent,
+			      err);
+	end->status = res->status;
+	if (res->dg_epoch)
+		c->epoch = res->dg_epoch;
+	if (st == DG_OK && (res->status < 200 || res->status >= 300))
+		st = unexpected(c, "PUT", res, err);
+	if (st == DG_OK)
+		end->version = reply_version(res);
+	res_end(c);
+	return st;
 }
 
 enum dg_status dg_var_put_encoded(struct dg_client *c, const char *name, enum dg_encoding enc,

@@ -3,8 +3,11 @@
  * bodies go from the caller's memory, responses into a dg_buf sized once from
  * Content-Length (or, on request, a dg_alloc_aligned block a tensor can adopt
  * without a copy). Transport failures and dg's JSON errors come back as
- * dg_status codes with the URL in the message. The typed client (client.c),
- * the CLI, the mount and workers are built on it. */
+ * dg_status codes with the URL in the message. Two transfers go around
+ * libcurl, on a connection of their own (http_socket.c), so that no byte is
+ * copied through its buffer: a GET received into the caller's memory and a
+ * PUT sent from it as it becomes final. The typed client (client.c), the
+ * CLI, the mount and workers are built on it. */
 #include "dg/http.h"
 
 #include <curl/curl.h>
@@ -636,21 +639,36 @@ out:
 	return st;
 }
 
-/* ------------------------------------------- GET into the caller's memory */
+/* ------------------------------------- requests on a connection of their own */
+
+/* dg_http_get_into and dg_http_put_from write their requests and read the
+ * replies' heads themselves (libcurl would copy each body byte once more);
+ * the header lines of a reply go through on_header as libcurl's do. */
 
 #define INTO_HEAD_MAX ((size_t)16 << 10)        /* bytes of a reply's status line and headers */
 #define INTO_RECV_MAX ((size_t)4 << 20)         /* bytes per recv(2) of a body */
-#define INTO_ERR_MAX ((size_t)64 << 10)         /* bytes of an error body kept */
+#define INTO_ERR_MAX ((size_t)64 << 10)         /* bytes of a small (error) body kept */
+#define FROM_SEND_MAX ((uint64_t)4 << 20)       /* bytes per send(2) of a body */
 
-/* The request of dg_http_get_into: the request line, Host, the caller's
- * headers and the token. */
-static enum dg_status into_request(struct dg_http_client *c, const struct dg_http_addr *a,
-				   const char *path, const struct dg_http_header *hs, int nh,
-				   struct dg_buf *req, struct dg_err *err)
+/* A connection of such a request: the socket, the caller's stop descriptor
+ * (-1: none) and the wait for one send or receive. */
+struct conn {
+	int fd, stop_fd;
+	long timeout_ms;
+};
+
+/* The request line, Host, Connection: close, Content-Length (clen >= 0),
+ * the caller's headers and the token. */
+static enum dg_status own_request(struct dg_http_client *c, const struct dg_http_addr *a,
+				  const char *method, const char *path, int64_t clen,
+				  const struct dg_http_header *hs, int nh, struct dg_buf *req,
+				  struct dg_err *err)
 {
-	enum dg_status st = dg_buf_printf(req, err, "GET %s HTTP/1.1\r\nHost: %s\r\n"
-					  "Connection: close\r\n", path, a->authority);
+	enum dg_status st = dg_buf_printf(req, err, "%s %s HTTP/1.1\r\nHost: %s\r\n"
+					  "Connection: close\r\n", method, path, a->authority);
 
+	if (st == DG_OK && clen >= 0)
+		st = dg_buf_printf(req, err, "Content-Length: %" PRId64 "\r\n", clen);
 	for (int i = 0; st == DG_OK && i < nh; i++) {
 		if (!hs[i].name || !*hs[i].name || bad_header_text(hs[i].name) ||
 		    strchr(hs[i].name, ':') || !hs[i].value || bad_header_text(hs[i].value))
@@ -663,25 +681,10 @@ static enum dg_status into_request(struct dg_http_client *c, const struct dg_htt
 	return st == DG_OK ? dg_buf_append(req, "\r\n", 2, err) : st;
 }
 
-/* recv(2) into p[0..n): bytes received, or -1 with *e set (a timeout reads
- * as ETIMEDOUT, the peer closing as ECONNRESET). */
-static ssize_t into_recv(int fd, void *p, size_t n, int *e)
-{
-	for (;;) {
-		ssize_t k = recv(fd, p, n, 0);
-		if (k > 0)
-			return k;
-		if (k < 0 && errno == EINTR)
-			continue;
-		*e = k < 0 ? (errno == EAGAIN ? ETIMEDOUT : errno) : ECONNRESET;
-		return -1;
-	}
-}
-
 /* The status line and headers, read into head (NUL-terminated) until the
  * blank line; *end points at its "\r\n\r\n". 0, or an errno (EMSGSIZE when
  * the head does not fit). */
-static int into_read_head(int fd, char *head, size_t *len, char **end)
+static int read_head(const struct conn *k, char *head, size_t *len, char **end)
 {
 	int e = 0;
 
@@ -689,19 +692,39 @@ static int into_read_head(int fd, char *head, size_t *len, char **end)
 	while (!*end) {
 		if (*len >= INTO_HEAD_MAX)
 			return EMSGSIZE;
-		ssize_t k = into_recv(fd, head + *len, INTO_HEAD_MAX - *len, &e);
-		if (k < 0)
+		ssize_t n = dg_http_recv_some(k->fd, head + *len, INTO_HEAD_MAX - *len, k->stop_fd,
+					      k->timeout_ms, &e);
+		if (n < 0)
 			return e;
-		*len += (size_t)k;
+		*len += (size_t)n;
 		head[*len] = '\0';
 		*end = strstr(head, "\r\n\r\n");
 	}
 	return 0;
 }
 
+/* The head's lines into res, as libcurl hands them to on_header: c->code,
+ * c->clen and c->chunked describe the reply afterwards. */
+static void parse_head(struct dg_http_client *c, struct dg_http_result *res, char *head,
+		       const char *end)
+{
+	c->res = res;
+	c->into = true;
+	c->head = false;
+	c->code = 0;
+	c->clen = -1;
+	c->chunked = false;
+	result_reset(res);
+	for (char *line = head; line < end + 2; line = strstr(line, "\r\n") + 2)
+		on_header(line, 1, (size_t)(strstr(line, "\r\n") + 2 - line), c);
+	c->into = false;
+	c->res = NULL;
+	res->status = c->code;
+}
+
 /* The body of a 2xx reply of clen bytes, have of which came with the head,
  * into the block into->begin gives. */
-static enum dg_status into_body(int fd, const struct dg_http_into *into, void *ud,
+static enum dg_status into_body(const struct conn *k, const struct dg_http_into *into, void *ud,
 				struct dg_http_result *res, uint64_t clen, const char *first,
 				size_t have, bool *delivered, int *e, struct dg_err *err)
 {
@@ -717,27 +740,34 @@ static enum dg_status into_body(int fd, const struct dg_http_into *into, void *u
 		if (got == clen)
 			return DG_OK;
 		size_t want = clen - got < INTO_RECV_MAX ? (size_t)(clen - got) : INTO_RECV_MAX;
-		ssize_t k = into_recv(fd, dst + got, want, e);
-		if (k < 0)
+		ssize_t n = dg_http_recv_some(k->fd, dst + got, want, k->stop_fd, k->timeout_ms, e);
+		if (n < 0)
 			return DG_EIO;          /* *e says why */
-		got += (uint64_t)k;
+		got += (uint64_t)n;
 	}
 }
 
-/* The body of an error reply (up to INTO_ERR_MAX bytes), have of which came
- * with the head, into res->body. */
-static void into_error_body(int fd, struct dg_http_result *res, int64_t clen, const char *first,
-			    size_t have)
+/* A small body (an error's, a PUT's JSON), up to INTO_ERR_MAX bytes, have of
+ * which came with the head, into res->body. */
+static void small_body(const struct conn *k, struct dg_http_result *res, int64_t clen,
+		       const char *first, size_t have)
 {
 	char chunk[4096];
 	int e;
 
 	dg_buf_append(&res->body, first, have, NULL);
 	while (res->body.len < INTO_ERR_MAX && (clen < 0 || res->body.len < (uint64_t)clen)) {
-		ssize_t k = into_recv(fd, chunk, sizeof chunk, &e);
-		if (k < 0 || dg_buf_append(&res->body, chunk, (size_t)k, NULL) != DG_OK)
+		ssize_t n = dg_http_recv_some(k->fd, chunk, sizeof chunk, k->stop_fd, k->timeout_ms,
+					      &e);
+		if (n < 0 || dg_buf_append(&res->body, chunk, (size_t)n, NULL) != DG_OK)
 			break;
 	}
+}
+
+/* The socket timeouts of a connection of its own: the client's timeout. */
+static long io_timeout_s(const struct dg_http_client *c)
+{
+	return c->timeout_ms > 1000 ? c->timeout_ms / 1000 : 1;
 }
 
 enum dg_status dg_http_get_into(struct dg_http_client *c, const char *path,
@@ -750,7 +780,8 @@ enum dg_status dg_http_get_into(struct dg_http_client *c, const char *path,
 	const char *what = "send the request";
 	char *head = NULL, *end = NULL;
 	size_t len = 0;
-	int fd = -1, e = 0;
+	struct conn k = { .fd = -1, .stop_fd = -1 };
+	int e = 0;
 	enum dg_status st;
 
 	*delivered = false;
@@ -761,44 +792,33 @@ enum dg_status dg_http_get_into(struct dg_http_client *c, const char *path,
 	if (st == DG_OK)
 		st = dg_http_addr_parse(c->base, &a, err);
 	if (st == DG_OK)
-		st = into_request(c, &a, path, headers, n_headers, &req, err);
+		st = own_request(c, &a, "GET", path, -1, headers, n_headers, &req, err);
 	if (st == DG_OK && !(head = malloc(INTO_HEAD_MAX + 1)))
 		st = dg_err_set(err, DG_ENOMEM, "out of memory for the reply to GET %s", url.data);
 	if (st != DG_OK)
 		goto out;
-	fd = dg_http_connect(&a, c->timeout_ms > 1000 ? c->timeout_ms / 1000 : 1, into->stop, ud,
-			     &what, &e);
-	if (fd < 0 || !dg_http_send_all(fd, req.data, req.len)) {
-		e = fd < 0 ? e : errno;
+	k.timeout_ms = c->timeout_ms;
+	k.fd = dg_http_connect(&a, io_timeout_s(c), into->stop, ud, &what, &e);
+	if (k.fd < 0 || !dg_http_send_all(k.fd, req.data, req.len, -1, 0, &e))
 		goto fail;
-	}
 	what = "read the reply";
-	if ((e = into_read_head(fd, head, &len, &end)) == EMSGSIZE) {
+	if ((e = read_head(&k, head, &len, &end)) == EMSGSIZE) {
 		st = dg_err_set(err, DG_EUNSUPPORTED, "GET %s: reply headers over %zu bytes", url.data,
 				INTO_HEAD_MAX);
 		goto out;
 	} else if (e) {
 		goto fail;
 	}
-	/* the header lines, as libcurl hands them to on_header */
-	c->res = res;
-	c->into = true;
-	c->head = false;
-	result_reset(res);
-	for (char *line = head; line < end + 2; line = strstr(line, "\r\n") + 2)
-		on_header(line, 1, (size_t)(strstr(line, "\r\n") + 2 - line), c);
-	c->into = false;
-	c->res = NULL;
-	res->status = c->code;
+	parse_head(c, res, head, end);
 	const char *first = end + 4;
 	size_t have = len - (size_t)(first - head);
 	if (c->code >= 200 && c->code < 300 && c->clen >= 0 && !c->chunked &&
 	    have <= (uint64_t)c->clen) {
-		st = into_body(fd, into, ud, res, (uint64_t)c->clen, first, have, delivered, &e, err);
+		st = into_body(&k, into, ud, res, (uint64_t)c->clen, first, have, delivered, &e, err);
 		if (st == DG_EIO)
 			goto fail;
 	} else if (c->code >= 400 && !c->chunked) {
-		into_error_body(fd, res, c->clen, first, have);
+		small_body(&k, res, c->clen, first, have);
 		st = http_error(res, "GET", url.data, err);
 	} else {
 		st = dg_err_set(err, DG_EUNSUPPORTED, "GET %s: HTTP %d%s is not received in place",
@@ -809,8 +829,125 @@ fail:
 	st = dg_err_set(err, e == ETIMEDOUT ? DG_ETIMEOUT : e == ECANCELED ? DG_ECANCELED : DG_EIO,
 			"cannot %s for GET %s: %s", what, url.data ? url.data : path, strerror(e));
 out:
-	if (fd >= 0)
-		close(fd);
+	if (k.fd >= 0)
+		close(k.fd);
+	free(head);
+	dg_buf_deinit(&req);
+	dg_buf_deinit(&url);
+	dg_http_addr_free(&a);
+	return st;
+}
+
+/* ------------------------------------------ PUT from the caller's memory */
+
+/* The body of dg_http_put_from: send(2) straight from body as from->more
+ * declares its bytes final. 0, or an errno (ECANCELED: the caller gave up). */
+static int from_body(const struct conn *k, const char *body, uint64_t len,
+		     const struct dg_http_from *from, void *ud, uint64_t *sent)
+{
+	uint64_t avail = 0;
+	int e = 0;
+
+	while (*sent < len) {
+		if (*sent >= avail) {
+			avail = from->more(ud, *sent);
+			if (avail <= *sent)
+				return ECANCELED;
+			if (avail > len)
+				avail = len;
+		}
+		uint64_t n = avail - *sent < FROM_SEND_MAX ? avail - *sent : FROM_SEND_MAX;
+		ssize_t m = dg_http_send_some(k->fd, body + *sent, (size_t)n, k->stop_fd,
+					      k->timeout_ms, &e);
+		if (m < 0)
+			return e;
+		*sent += (uint64_t)m;
+	}
+	return 0;
+}
+
+/* The reply of dg_http_put_from: its head into res, then a small body. 0, or
+ * an errno (EPROTO: not an HTTP reply). */
+static int from_reply(struct dg_http_client *c, const struct conn *k, char *head,
+		      struct dg_http_result *res)
+{
+	char *end = NULL;
+	size_t len = 0;
+	int e = read_head(k, head, &len, &end);
+
+	if (e)
+		return e;
+	parse_head(c, res, head, end);
+	if (c->code < 100)
+		return EPROTO;
+	const char *first = end + 4;
+	small_body(k, res, c->chunked ? -1 : c->clen, first, len - (size_t)(first - head));
+	return 0;
+}
+
+enum dg_status dg_http_put_from(struct dg_http_client *c, const char *path,
+				const struct dg_http_header *headers, int n_headers,
+				const void *body, uint64_t len, const struct dg_http_from *from,
+				void *ud, struct dg_http_result *res, uint64_t *sent,
+				struct dg_err *err)
+{
+	struct dg_http_addr a = { 0 };
+	struct dg_buf req = { 0 }, url = { 0 };
+	const char *what = "send the request";
+	char *head = NULL;
+	struct conn k = { .fd = -1, .stop_fd = from ? from->stop_fd : -1 };
+	int e = 0;
+	enum dg_status st;
+
+	*sent = 0;
+	if (!c || !res || !from || !from->more || !path || path[0] != '/' ||
+	    strpbrk(path, " \t\r\n") || n_headers < 0 || (n_headers && !headers) ||
+	    (len && !body) || len > INT64_MAX)
+		return dg_err_set(err, DG_EINVAL, "bad HTTP request 'PUT %s'", path ? path : "");
+	result_reset(res);
+	st = dg_buf_printf(&url, err, "%s%s", c->base, path);
+	if (st == DG_OK)
+		st = dg_http_addr_parse(c->base, &a, err);
+	if (st == DG_OK)
+		st = own_request(c, &a, "PUT", path, (int64_t)len, headers, n_headers, &req, err);
+	if (st == DG_OK && !(head = malloc(INTO_HEAD_MAX + 1)))
+		st = dg_err_set(err, DG_ENOMEM, "out of memory for the reply to PUT %s", url.data);
+	if (st != DG_OK)
+		goto out;
+	k.timeout_ms = c->timeout_ms;
+	k.fd = dg_http_connect(&a, io_timeout_s(c), from->stop, ud, &what, &e);
+	if (k.fd < 0)
+		goto fail;
+	if (dg_http_send_all(k.fd, req.data, req.len, k.stop_fd, k.timeout_ms, &e)) {
+		what = "send the body";
+		e = from_body(&k, body, len, from, ud, sent);
+	}
+	if (e == EPIPE || e == ECONNRESET) {
+		/* a server that answered early (and closed) says why */
+		if (from_reply(c, &k, head, res) == 0 && res->status >= 400)
+			st = http_error(res, "PUT", url.data, err);
+		else
+			res->status = 0;        /* no answer to this body */
+		if (st != DG_OK)
+			goto out;
+	}
+	if (e)
+		goto fail;
+	what = "read the reply";
+	if ((e = from_reply(c, &k, head, res)) != 0) {
+		res->status = 0;
+		goto fail;
+	}
+	if (res->status >= 400)
+		st = http_error(res, "PUT", url.data, err);
+	goto out;
+fail:
+	st = dg_err_set(err, e == ETIMEDOUT ? DG_ETIMEOUT : e == ECANCELED ? DG_ECANCELED
+			: DG_EUNAVAILABLE, "cannot %s for PUT %s: %s", what,
+			url.data ? url.data : path, strerror(e));
+out:
+	if (k.fd >= 0)
+		close(k.fd);
 	free(head);
 	dg_buf_deinit(&req);
 	dg_buf_deinit(&url);

@@ -1,13 +1,15 @@
-/* Plain TCP sockets to a dg server, for the two transfers where libcurl's
- * buffer would cost a copy of every byte: the GET received straight into the
- * caller's buffer (dg_http_get_into, http_client.c) and the mount's streaming
- * PUT sent from its staging block (fs/upload.c). Addresses are read as
- * dg_http_client_new reads them. No HTTP here: only the address, the
- * connection and whole sends. */
+/* Plain TCP sockets to a dg server, for the two transfers of http_client.c
+ * where libcurl's buffer would cost a copy of every byte: the GET received
+ * straight into the caller's buffer (dg_http_get_into) and the PUT sent from
+ * the caller's memory as it becomes final (dg_http_put_from, the mount's
+ * streaming writes). Addresses are read as dg_http_client_new reads them. No
+ * HTTP here: only the address, the connection, and sends and receives that a
+ * stop descriptor can end. */
 #include "dg/http.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -143,19 +145,74 @@ int dg_http_connect(const struct dg_http_addr *a, long io_timeout_s, bool (*stop
 	return fd;
 }
 
-bool dg_http_send_all(int fd, const void *p, size_t n)
+/* Wait until fd is ready for events, for timeout_ms at most (ETIMEDOUT), or
+ * until stop_fd is readable (ECANCELED). 0 when fd is ready. */
+static int wait_ready(int fd, short events, int stop_fd, long timeout_ms)
+{
+	struct pollfd pf[2] = { { .fd = fd, .events = events }, { .fd = stop_fd, .events = POLLIN } };
+
+	for (;;) {
+		int pr = poll(pf, 2, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr < 0)
+			return errno;
+		if (pr == 0)
+			return ETIMEDOUT;
+		if (pf[1].revents)
+			return ECANCELED;
+		return 0;               /* ready, or an error the next call reports */
+	}
+}
+
+ssize_t dg_http_send_some(int fd, const void *p, size_t n, int stop_fd, long timeout_ms, int *e)
+{
+	int flags = MSG_NOSIGNAL | (stop_fd >= 0 ? MSG_DONTWAIT : 0);
+
+	for (;;) {
+		ssize_t k = send(fd, p, n, flags);
+		if (k > 0)
+			return k;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN && stop_fd >= 0) {
+			if ((*e = wait_ready(fd, POLLOUT, stop_fd, timeout_ms)) != 0)
+				return -1;
+			continue;
+		}
+		*e = k < 0 ? (errno == EAGAIN ? ETIMEDOUT : errno) : EPIPE;
+		return -1;
+	}
+}
+
+ssize_t dg_http_recv_some(int fd, void *p, size_t n, int stop_fd, long timeout_ms, int *e)
+{
+	int flags = stop_fd >= 0 ? MSG_DONTWAIT : 0;
+
+	for (;;) {
+		ssize_t k = recv(fd, p, n, flags);
+		if (k > 0)
+			return k;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN && stop_fd >= 0) {
+			if ((*e = wait_ready(fd, POLLIN, stop_fd, timeout_ms)) != 0)
+				return -1;
+			continue;
+		}
+		*e = k < 0 ? (errno == EAGAIN ? ETIMEDOUT : errno) : ECONNRESET;
+		return -1;
+	}
+}
+
+bool dg_http_send_all(int fd, const void *p, size_t n, int stop_fd, long timeout_ms, int *e)
 {
 	const char *c = p;
 
 	while (n > 0) {
-		ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			if (k == 0)
-				errno = EPIPE;
+		ssize_t k = dg_http_send_some(fd, c, n, stop_fd, timeout_ms, e);
+		if (k < 0)
 			return false;
-		}
 		c += k;
 		n -= (size_t)k;
 	}

@@ -10,9 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "dg/client.h"
+#include "dg/clock.h"
 #include "dg/codec.h"
 #include "server.h"
 
@@ -1229,5 +1234,193 @@ Test(client, get_into_sends_the_token_and_reports_a_dead_server)
 	cr_assert_not(delivered);
 	cr_assert(strstr(err.msg, "connect"), "%s", err.msg);
 	dg_client_free(good);
+	dg_tensor_free(t);
+}
+
+/* dg_var_put_stream's source: the body handed over in pieces of step bytes
+ * (the first one after a pause), or given up at stop_at. */
+struct from_tx {
+	uint64_t step, stop_at, nbytes;
+	uint64_t last_sent;
+	int calls;
+};
+
+static uint64_t tx_more(void *ud, uint64_t sent)
+{
+	struct from_tx *tx = ud;
+
+	cr_assert_geq(sent, tx->last_sent, "sent only grows");
+	cr_assert_lt(sent, tx->nbytes, "not asked once all is sent");
+	tx->last_sent = sent;
+	if (tx->calls++ == 0)
+		usleep(50 * 1000);      /* the writer pauses: the transfer waits */
+	if (tx->stop_at && sent >= tx->stop_at)
+		return sent;            /* the writer gives up */
+	return sent + tx->step;         /* past the end reads as the end */
+}
+
+static const struct dg_var_from tx_from = { .more = tx_more, .stop_fd = -1 };
+
+static enum dg_status put_stream(struct dg_client *c, const char *name,
+				 const struct dg_tensor *t, uint64_t if_match, struct from_tx *tx,
+				 struct dg_var_put_end *end, struct dg_err *err)
+{
+	tx->nbytes = t->nbytes;
+	return dg_var_put_stream(c, name, t->dtype, &t->shape, t->data, t->nbytes, if_match,
+				 &tx_from, tx, end, err);
+}
+
+Test(client, put_stream_sends_the_body_in_the_pieces_given)
+{
+	int64_t n = 3 << 20;            /* 12 MiB */
+	struct dg_tensor *t = pattern(DG_F32, 1, &n), *back;
+	struct from_tx tx = { .step = (1 << 20) + 4093 };
+	struct dg_var_put_end end;
+	struct dg_err err = { 0 };
+	struct dg_var_info info;
+
+	cr_assert_eq(put_stream(cli, "stream/w", t, 0, &tx, &end, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(tx.calls, (int)(t->nbytes / tx.step) + 1, "one call per piece");
+	cr_assert_eq(end.sent, t->nbytes);
+	cr_assert(end.status >= 200 && end.status < 300, "HTTP %d", end.status);
+	cr_assert_eq(dg_var_get(cli, "stream/w", &back, &info, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(info.version, end.version);
+	assert_same(t, back);
+	dg_tensor_free(back);
+	/* the whole body at once, over the last value */
+	tx = (struct from_tx){ .step = t->nbytes };
+	cr_assert_eq(put_stream(cli, "stream/w", t, end.version, &tx, &end, &err), DG_OK, "%s",
+		     err.msg);
+	cr_assert_eq(tx.calls, 1);
+	cr_assert_gt(end.version, info.version);
+	dg_tensor_free(t);
+}
+
+Test(client, put_stream_given_up_changes_nothing)
+{
+	int64_t n = 3 << 20;
+	struct dg_tensor *t = pattern(DG_F32, 1, &n), *back;
+	struct from_tx tx = { .step = 1 << 20, .stop_at = 5 << 20 };
+	struct dg_var_put_end end;
+	struct dg_err err = { 0 };
+	struct dg_var_info info;
+
+	uint64_t v = put(cli, "stream/a", t);
+	tx.stop_at = 5 << 20;
+	struct dg_tensor *u = pattern(DG_F32, 1, &n);
+	((float *)u->data)[0] = 99;
+	cr_assert_eq(put_stream(cli, "stream/a", u, 0, &tx, &end, &err), DG_ECANCELED);
+	cr_assert_eq(end.sent, 5 << 20);
+	cr_assert_eq(end.status, 0, "no reply to a body cut short");
+	cr_assert(strstr(err.msg, "send the body") && strstr(err.msg, "stream/a"), "%s", err.msg);
+	cr_assert_eq(dg_var_get(cli, "stream/a", &back, &info, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(info.version, v, "the value is unchanged");
+	assert_same(t, back);
+	dg_tensor_free(back);
+	dg_tensor_free(u);
+	dg_tensor_free(t);
+}
+
+Test(client, put_stream_if_match_conflict_is_the_servers_error)
+{
+	int64_t n = 1 << 20;
+	struct dg_tensor *t = pattern(DG_F32, 1, &n);
+	struct from_tx tx = { .step = 1 << 20 };
+	struct dg_var_put_end end;
+	struct dg_err err = { 0 };
+	uint64_t v = put(cli, "stream/c", t);
+
+	cr_assert_eq(put_stream(cli, "stream/c", t, v + 7, &tx, &end, &err), DG_ECONFLICT);
+	cr_assert(end.status == 409 || end.status == 412, "HTTP %d", end.status);
+	cr_assert(strstr(err.msg, "stream/c"), "%s", err.msg);
+	tx = (struct from_tx){ .step = 1 << 20 };
+	cr_assert_eq(put_stream(cli, "stream/c", t, v, &tx, &end, &err), DG_OK, "%s", err.msg);
+	cr_assert_gt(end.version, v);
+	dg_tensor_free(t);
+}
+
+Test(client, put_stream_sends_the_token_and_reports_a_dead_server)
+{
+	struct ps_server *s = start_server("sekrit");
+	struct dg_client *good = client_of(s, "sekrit"), *bad = client_of(s, "wrong");
+	int64_t n = 1 << 20;
+	struct dg_tensor *t = pattern(DG_F32, 1, &n);
+	struct from_tx tx = { .step = 1 << 20 };
+	struct dg_var_put_end end;
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(put_stream(good, "t", t, 0, &tx, &end, &err), DG_OK, "%s", err.msg);
+	tx = (struct from_tx){ .step = 1 << 20 };
+	cr_assert_eq(put_stream(bad, "t", t, 0, &tx, &end, &err), DG_EUNAUTHORIZED, "%s",
+		     err.msg);
+	cr_assert_eq(end.status, 401);
+	dg_client_free(bad);
+	ps_server_stop(s);
+	tx = (struct from_tx){ .step = 1 << 20 };
+	cr_assert_eq(put_stream(good, "t", t, 0, &tx, &end, &err), DG_EUNAVAILABLE);
+	cr_assert(strstr(err.msg, "connect"), "%s", err.msg);
+	cr_assert_eq(end.sent, 0);
+	dg_client_free(good);
+	dg_tensor_free(t);
+}
+
+/* A server that accepts connections (the kernel's backlog) and reads
+ * nothing: a large body's send waits on it. */
+static int deaf_listener(int *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	cr_assert_eq(listen(fd, 4), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+static void *stop_later(void *p)
+{
+	usleep(200 * 1000);
+	cr_assert_eq(eventfd_write(*(int *)p, 1), 0);
+	return NULL;
+}
+
+Test(client, put_stream_a_stop_fd_ends_a_send_the_server_does_not_take)
+{
+	int port, lfd = deaf_listener(&port), efd = eventfd(0, EFD_CLOEXEC);
+	int64_t n = 16 << 20;           /* 64 MiB: more than the sockets' buffers */
+	struct dg_tensor *t = pattern(DG_F32, 1, &n);
+	struct from_tx tx = { .step = t->nbytes };
+	struct dg_var_from from = { .more = tx_more, .stop_fd = efd };
+	struct dg_var_put_end end;
+	struct dg_err err = { 0 };
+	struct dg_client *c;
+	char a[64];
+	pthread_t th;
+
+	snprintf(a, sizeof a, "127.0.0.1:%d", port);
+	c = dg_client_new(a, NULL, &err);
+	cr_assert_not_null(c, "%s", err.msg);
+	tx.nbytes = t->nbytes;
+	cr_assert_eq(pthread_create(&th, NULL, stop_later, &efd), 0);
+	double t0 = dg_mono_s();
+	cr_assert_eq(dg_var_put_stream(c, "deaf", t->dtype, &t->shape, t->data, t->nbytes, 0,
+				       &from, &tx, &end, &err), DG_ECANCELED, "%s", err.msg);
+	double took = dg_mono_s() - t0;
+	pthread_join(th, NULL);
+	cr_assert_lt(end.sent, t->nbytes);
+	cr_assert_eq(end.status, 0);
+	cr_assert_lt(took, 5.0, "the stop ends the wait at once (%.2f s)", took);
+	/* without a stop, the client's timeout ends it */
+	dg_client_set_timeout(c, 300);
+	tx = (struct from_tx){ .step = t->nbytes, .nbytes = t->nbytes };
+	from.stop_fd = -1;
+	cr_assert_eq(dg_var_put_stream(c, "deaf", t->dtype, &t->shape, t->data, t->nbytes, 0,
+				       &from, &tx, &end, &err), DG_ETIMEOUT, "%s", err.msg);
+	dg_client_free(c);
+	close(efd);
+	close(lfd);
 	dg_tensor_free(t);
 }

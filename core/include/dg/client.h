@@ -58,11 +58,6 @@ json_t *dg_queue_spec_to_json(const struct dg_queue_spec *s);
 
 struct dg_client;
 
-/* "/v1/vars/NAME" with the name checked (dg_var_name_check) and
- * percent-encoded, appended to out: the path of a variable's routes, for
- * the mount's streaming PUT, which writes its request itself. */
-enum dg_status dg_var_path(const char *name, struct dg_buf *out, struct dg_err *err);
-
 /* A client of the server at address ("host:port"); token may be NULL.
  * Connects lazily. Returns owned or NULL with *err set. */
 struct dg_client *dg_client_new(const char *address, const char *token, struct dg_err *err);
@@ -116,6 +111,30 @@ struct dg_var_into {
 enum dg_status dg_var_get_into(struct dg_client *c, const char *name, enum dg_encoding enc,
 			       const struct dg_var_into *into, void *ud, bool *delivered,
 			       struct dg_err *err);
+/* PUT a raw tensor whose body is sent from data (nbytes, of dtype dt and
+ * shape) as the caller declares it final (dg_http_put_from: no copy; the
+ * mount's streaming writes). more, stop and stop_fd are dg_http_put_from's:
+ * more(ud, sent) blocks until bytes past sent are final and returns how many
+ * are (sent or less gives up: DG_ECANCELED); stop is polled while
+ * connecting; stop_fd (-1: none), made readable by another thread, ends a
+ * wait on the server at once. if_match 0: unconditional. DG_OK with
+ * end->version; else the server's error (end->status its HTTP status) or a
+ * transport failure (end->status 0). end->sent: the bytes of the body that
+ * went out; below nbytes, the server changed nothing. */
+struct dg_var_from {
+	uint64_t (*more)(void *ud, uint64_t sent);
+	bool (*stop)(void *ud);
+	int stop_fd;
+};
+struct dg_var_put_end {
+	uint64_t version;               /* the version made (DG_OK) */
+	uint64_t sent;                  /* bytes of the body sent */
+	int status;                     /* the reply's HTTP status; 0: no reply */
+};
+enum dg_status dg_var_put_stream(struct dg_client *c, const char *name, enum dg_dtype dt,
+				 const struct dg_shape *shape, const void *data, uint64_t nbytes,
+				 uint64_t if_match, const struct dg_var_from *from, void *ud,
+				 struct dg_var_put_end *end, struct dg_err *err);
 /* GET ?min_version: DG_ETIMEOUT when the version did not arrive in time. */
 enum dg_status dg_var_wait(struct dg_client *c, const char *name, uint64_t min_version,
 			   long timeout_ms, struct dg_tensor **out, struct dg_var_info *info,

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "dg/buf.h"
 #include "dg/status.h"
@@ -215,6 +216,38 @@ enum dg_status dg_http_get_into(struct dg_http_client *c, const char *path,
 				const struct dg_http_into *into, void *ud,
 				struct dg_http_result *res, bool *delivered, struct dg_err *err);
 
+/* PUT path on a connection of its own (HTTP/1.1, Connection: close) with a
+ * body of len bytes sent with send(2) straight from body as the caller
+ * declares its bytes final: no copy into libcurl's buffer, and the transfer
+ * can start before the body is complete (the mount's streaming writes). The
+ * request has Content-Length: len, the caller's headers and the token.
+ *  - more(ud, sent): every final byte, [0, sent), went out; return n: bytes
+ *    [0, n) are final (sent < n; more than len reads as len). It may block
+ *    while the caller makes more bytes final: the transfer pauses. Returning
+ *    sent or less gives up (DG_ECANCELED): the server gets a body cut short
+ *    and, as HTTP requires, applies nothing. Not called once all is sent.
+ *  - stop(ud), when set, is polled while connecting.
+ *  - stop_fd: -1, or a descriptor the caller makes readable (an eventfd, a
+ *    pipe) to end a send or a receive that waits on the server at once
+ *    (DG_ECANCELED), from another thread.
+ * A wait on the server longer than the client's timeout is DG_ETIMEOUT. The
+ * reply is read into res as dg_http_request reads it (headers, a small
+ * body); a status >= 400 is the error dg_http_request gives, also when the
+ * server answered before the body was complete (and closed). Other failures
+ * are DG_EUNAVAILABLE, DG_ETIMEOUT or DG_ECANCELED naming the step and the
+ * URL, with res->status 0. *sent: the bytes of the body that went out. Same
+ * threading rule as the client; its kept-alive connection is not used. */
+struct dg_http_from {
+	uint64_t (*more)(void *ud, uint64_t sent);
+	bool (*stop)(void *ud);
+	int stop_fd;
+};
+enum dg_status dg_http_put_from(struct dg_http_client *c, const char *path,
+				const struct dg_http_header *headers, int n_headers,
+				const void *body, uint64_t len, const struct dg_http_from *from,
+				void *ud, struct dg_http_result *res, uint64_t *sent,
+				struct dg_err *err);
+
 /* --------------------------------------------------------- plain sockets */
 
 /* A server address as dg_http_client_new takes it ("HOST:PORT", "[V6]:PORT",
@@ -228,12 +261,20 @@ enum dg_status dg_http_addr_parse(const char *addr, struct dg_http_addr *out,
 void dg_http_addr_free(struct dg_http_addr *a);
 /* A blocking TCP connection to a (within 5 s; stop(ud), polled every 100 ms,
  * gives up early), with send/recv timeouts of io_timeout_s and TCP_NODELAY.
- * The fd, or -1 with *what (the step that failed) and *e (an errno). For
- * requests written by hand (fs/upload.c's streaming PUT). */
+ * The fd, or -1 with *what (the step that failed) and *e (an errno). For the
+ * requests http_client.c writes itself (dg_http_get_into, dg_http_put_from). */
 int dg_http_connect(const struct dg_http_addr *a, long io_timeout_s, bool (*stop)(void *),
 		    void *ud, const char **what, int *e);
-/* Send all n bytes; false on failure (errno set). */
-bool dg_http_send_all(int fd, const void *p, size_t n);
+/* One send(2) or recv(2) of up to n bytes: the bytes moved, or -1 with *e
+ * (ETIMEDOUT for the socket's timeout, EPIPE or ECONNRESET when the peer
+ * closed). stop_fd -1: a blocking call. stop_fd >= 0: the call does not
+ * block; it waits in poll(2) for the socket, timeout_ms at most (ETIMEDOUT),
+ * or for stop_fd to become readable (ECANCELED): another thread ends a
+ * transfer at once by making it so. */
+ssize_t dg_http_send_some(int fd, const void *p, size_t n, int stop_fd, long timeout_ms, int *e);
+ssize_t dg_http_recv_some(int fd, void *p, size_t n, int stop_fd, long timeout_ms, int *e);
+/* Send all n bytes (dg_http_send_some until done); false with *e. */
+bool dg_http_send_all(int fd, const void *p, size_t n, int stop_fd, long timeout_ms, int *e);
 
 /* Percent-encode a variable name for a URL path (keeps '/' and unreserved
  * characters). Appends to out. */
