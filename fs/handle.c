@@ -1,8 +1,8 @@
 /* The open file of `dg mount` (ops.h): its life (a reference per read reply
  * in flight), the registry of open writers (the handle-less truncate of an
  * O_TRUNC open finds its writer), and the read path: the GET of a version
- * at open (large values stream in on their own thread, through the plain
- * socket of peer.c or libcurl), the kept copy a reader may use (cache.c
+ * at open (large values stream in on their own thread, through core's
+ * dg_var_get_into (peer.c) or libcurl), the kept copy a reader may use (cache.c
  * decides), and serving reads from the handle's bytes without a copy
  * (devio.c). Write staging is stage.c's. */
 #include <errno.h>
