@@ -254,27 +254,23 @@ static enum dg_status remote_run(struct mtask *t, struct mtask_conn **conn, cons
 				 const struct dg_task_run *run, struct dg_task_run_result *out,
 				 bool *lost, struct dg_err *err)
 {
-	struct mtask_conn own = { 0 }, *c = conn && *conn ? *conn : &own;
+	struct dg_http_client *http = conn && *conn ? (*conn)->http : NULL;
 	enum dg_status st;
 
 	if (lost)
 		*lost = false;
-	if (!c->http) {
-		c->http = client_for(t, (long)(run->timeout_ms + TASK_RUN_SLACK_MS), err);
-		if (!c->http)
-			return err ? err->code : DG_ENOMEM;
-		if (conn && !(*conn = malloc(sizeof **conn))) {
-			dg_http_client_free(c->http);
+	if (!http && !(http = client_for(t, (long)(run->timeout_ms + TASK_RUN_SLACK_MS), err)))
+		return err ? err->code : DG_ENOMEM;
+	if (conn && !*conn) {
+		if (!(*conn = malloc(sizeof **conn))) {
+			dg_http_client_free(http);
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
 		}
-		if (conn) {
-			**conn = own;
-			c = *conn;
-		}
+		(*conn)->http = http;
 	}
-	st = dg_task_run(c->http, id, run, out, lost, err);
-	if (c == &own)
-		dg_http_client_free(own.http);
+	st = dg_task_run(http, id, run, out, lost, err);
+	if (!conn)
+		dg_http_client_free(http);
 	return st;
 }
 
