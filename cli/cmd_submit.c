@@ -23,6 +23,7 @@
 #include "dg/place.h"
 
 #define SUBMIT_LINE_S 2.0              /* a plain progress line this often (not a tty) */
+#define SUBMIT_STEP_LINE_S 1.0         /* a plain step line at most this often, or per percent */
 
 static const char usage_text[] =
 	"usage: dg submit GRAPH.json [--cluster FILE | --master HOST:PORT] [--feed NAME=VALUE]...\n"
@@ -203,7 +204,8 @@ struct session {
 	json_t *doc;                     /* the graph document as read (with "training") */
 	bool training;
 	int64_t spe;                     /* training: steps per epoch (0: none) */
-	double last_line;                /* training, not a terminal: last progress line (s) */
+	double last_line;                /* not a terminal: last progress line (s) */
+	int64_t last_pct;                /* steps, not a terminal: its percent (-1: none) */
 	bool bar;                        /* a progress bar is on the terminal's last line */
 };
 
@@ -256,8 +258,12 @@ static enum dg_status create_job(struct session *s, const struct dg_graph *g, ch
 	return st;
 }
 
-static void progress(const struct submit_args *a, json_t *ev, bool tty)
+/* A step event: the bar on a terminal; otherwise a line, at most one per
+ * second or per percent of the steps (and the last step's), so a log of a
+ * long job stays short. */
+static void progress(struct session *s, json_t *ev, bool tty)
 {
+	const struct submit_args *a = s->a;
 	int64_t k = json_integer_value(json_object_get(ev, "step"));
 	double ms = json_real_value(json_object_get(ev, "ms"));
 	int width = 30, done = (int)((double)width * (double)k / (double)a->steps);
@@ -265,6 +271,12 @@ static void progress(const struct submit_args *a, json_t *ev, bool tty)
 	if (a->steps <= 1)
 		return;
 	if (!tty) {
+		int64_t pct = k * 100 / a->steps;
+		double now = dg_mono_s();
+		if (k != a->steps && pct == s->last_pct && now - s->last_line < SUBMIT_STEP_LINE_S)
+			return;
+		s->last_pct = pct;
+		s->last_line = now;
 		fprintf(stderr, "dg: step %" PRId64 "/%lld (%.3f ms)\n", k, a->steps, ms);
 		return;
 	}
@@ -433,7 +445,7 @@ static enum dg_status follow(struct session *s, struct dg_err *err)
 			ev = json_loadb(line, (size_t)(nl - line), 0, NULL);
 			kind = json_string_value(json_object_get(ev, "event"));
 			if (kind && strcmp(kind, "step") == 0) {
-				progress(s->a, ev, tty);
+				progress(s, ev, tty);
 			} else if (kind && strcmp(kind, "train") == 0) {
 				train_progress(s, ev, tty);
 			} else if (kind && strcmp(kind, "eval") == 0) {
@@ -596,7 +608,7 @@ static struct dg_graph *load_graph(struct session *s, const char *path, struct d
 static int run_submit(const struct submit_args *a)
 {
 	struct dg_err err = { 0 };
-	struct session s = { .a = a };
+	struct session s = { .a = a, .last_pct = -1 };
 	struct dg_graph *g = NULL;
 	char **refs = calloc((size_t)a->n_feeds + 1, sizeof *refs), *master = NULL, *token = NULL;
 	struct dg_tensor **vals = calloc((size_t)a->n_feeds + 1, sizeof *vals);

@@ -50,6 +50,15 @@ if [[ $rc -eq 0 && "$(cat "$TMP/out")" == 238 ]] && grep -qF "dg: step 3/3" "$TM
 else
 	not_ok "--steps 3 prints plain progress lines when stderr is not a terminal"
 fi
+run submit "$EX/seed_sum.json" "${C[@]}" --steps 2000
+lines=$(grep -c '^dg: step ' "$TMP/err" || true)
+if [[ $rc -eq 0 && "$(cat "$TMP/out")" == 238 && $lines -ge 2 && $lines -le 120 ]] &&
+   grep -qF "dg: step 2000/2000" "$TMP/err"; then
+	ok "--steps 2000 to a non-terminal prints a line per percent or second ($lines), and the last"
+else
+	not_ok "--steps 2000 to a non-terminal prints a line per percent or second, and the last"
+	echo "# $lines lines"
+fi
 
 run submit "$EX/seed_sum.json" "${C[@]}" --out "$TMP/o"
 if [[ $rc -eq 0 && -s "$TMP/o/y.npy" ]] && grep -qF "wrote $TMP/o/y.npy (int32 [])" "$TMP/out"; then
