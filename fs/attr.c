@@ -173,6 +173,15 @@ int dgfs_stat_queue(struct dgfs *fs, const char *name)
 	return rc;
 }
 
+/* Each of the NUL-separated names in b (freed here) as a directory entry. */
+static int fill_names(struct dg_buf *b, void *buf, fuse_fill_dir_t filler)
+{
+	for (size_t o = 0; o < b->len; o += strlen(b->data + o) + 1)
+		filler(buf, b->data + o, NULL, 0, 0);
+	dg_buf_deinit(b);
+	return 0;
+}
+
 /* jobs/, jobs/ID/ and jobs/ID/FILE (jobs.c): directories, and read-only
  * files whose size is that of their content now. */
 int dgfs_stat_jobs(struct dgfs *fs, const char *name, struct stat *st)
@@ -216,10 +225,7 @@ int dgfs_readdir_jobs(struct dgfs *fs, const char *name, void *buf,
 			dg_buf_deinit(&b);
 			return dgfs_fail("jobs", "list", &err);
 		}
-		for (size_t o = 0; o < b.len; o += strlen(b.data + o) + 1)
-			filler(buf, b.data + o, NULL, 0, 0);
-		dg_buf_deinit(&b);
-		return 0;
+		return fill_names(&b, buf, filler);
 	}
 	if ((rc = dgfs_jobs_split(name, id, sizeof id, &file)) != 0)
 		return -rc;
@@ -252,10 +258,7 @@ int dgfs_readdir_queues(struct dgfs *fs, void *buf, fuse_fill_dir_t filler)
 		dg_buf_deinit(&b);
 		return dgfs_fail("queues", "list", &err);
 	}
-	for (size_t o = 0; o < b.len; o += strlen(b.data + o) + 1)
-		filler(buf, b.data + o, NULL, 0, 0);
-	dg_buf_deinit(&b);
-	return 0;
+	return fill_names(&b, buf, filler);
 }
 
 /* --- directories ------------------------------------------------------------- */

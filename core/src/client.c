@@ -429,6 +429,16 @@ enum dg_status dg_var_get(struct dg_client *c, const char *name, struct dg_tenso
 	return st;
 }
 
+/* The Accept value of a GET in encoding enc; NULL with *err for an unknown one. */
+static const char *accept_of(enum dg_encoding enc, struct dg_err *err)
+{
+	if ((unsigned)enc > DG_ENC_TEXT) {
+		dg_err_set(err, DG_EINVAL, "unknown encoding %d", (int)enc);
+		return NULL;
+	}
+	return dg_encoding_mime(enc);
+}
+
 enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg_encoding enc,
 				  struct dg_buf *out, struct dg_var_info *info, struct dg_err *err)
 {
@@ -437,9 +447,8 @@ enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg
 	struct dg_var_info v;
 	enum dg_status st;
 
-	if ((unsigned)enc > DG_ENC_TEXT)
-		return dg_err_set(err, DG_EINVAL, "unknown encoding %d", (int)enc);
-	h.value = dg_encoding_mime(enc);
+	if ((h.value = accept_of(enc, err)) == NULL)
+		return DG_EINVAL;
 	res = res_begin(c);
 	st = path_set(c, "/v1/vars/", name, "", err);
 	if (st == DG_OK)
@@ -496,9 +505,8 @@ enum dg_status dg_var_get_stream(struct dg_client *c, const char *name, enum dg_
 	struct dg_http_result *res;
 	enum dg_status st;
 
-	if ((unsigned)enc > DG_ENC_TEXT)
-		return dg_err_set(err, DG_EINVAL, "unknown encoding %d", (int)enc);
-	h.value = dg_encoding_mime(enc);
+	if ((h.value = accept_of(enc, err)) == NULL)
+		return DG_EINVAL;
 	res = res_begin(c);
 	res->sink = stream_body;
 	res->sink_ud = &s;
@@ -563,9 +571,8 @@ enum dg_status dg_var_get_into(struct dg_client *c, const char *name, enum dg_en
 	enum dg_status st;
 
 	*delivered = false;
-	if ((unsigned)enc > DG_ENC_TEXT)
-		return dg_err_set(err, DG_EINVAL, "unknown encoding %d", (int)enc);
-	h.value = dg_encoding_mime(enc);
+	if ((h.value = accept_of(enc, err)) == NULL)
+		return DG_EINVAL;
 	res = res_begin(c);
 	st = path_set(c, "/v1/vars/", name, "", err);
 	if (st == DG_OK)
