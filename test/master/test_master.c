@@ -20,6 +20,7 @@
 #include "dg/place.h"
 #include "server.h"
 #include "master_test_util.h"
+#include "cluster_test_util.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -371,130 +372,15 @@ Test(partition, feeds_fetches_and_variables)
 
 /* ------------------------------------------------- jobs on two servers */
 
-static struct dg_cluster *jc;
-static struct worker *wk[2];
-static struct master *ms[2];
-static struct ps_server *srv[2];
-static struct dg_http_client *cli;
-
+/* Task 2 (job "down") is never started. */
 static void jobs_setup(void)
 {
-	struct dg_err err = { 0 };
-	char addr[64];
-
-	/* Ports are known only once bound: the spec is completed afterwards (the
-	 * master reads addresses at submit time). Task 2 is never started. */
-	jc = cl("{'worker': ['127.0.0.1:3', '127.0.0.1:2'], 'down': ['127.0.0.1:1']}");
-	for (int i = 0; i < 2; i++) {
-		struct worker_config wc = { .cluster = jc, .job = "worker", .task = i };
-		struct master_config mc = { .cluster = jc, .job = "worker", .task = i };
-		wk[i] = worker_new(&wc, &err);
-		cr_assert_not_null(wk[i], "worker_new: %s", err.msg);
-		ms[i] = master_new(&mc, wk[i], &err);
-		cr_assert_not_null(ms[i], "master_new: %s", err.msg);
-		struct dg_route_group groups[2] = { *worker_route_group(wk[i]),
-						    *master_route_group(ms[i]) };
-		struct ps_server_config cfg = { .job = "worker", .task = i, .port = 0,
-						.extra_groups = groups, .n_extra_groups = 2 };
-		srv[i] = ps_server_start(&cfg, &err);
-		cr_assert_not_null(srv[i], "ps_server_start: %s", err.msg);
-		snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_server_port(srv[i]));
-		for (int t = 0; t < jc->n_tasks; t++)
-			if (strcmp(jc->tasks[t].job, "worker") == 0 && jc->tasks[t].index == i) {
-				free(jc->tasks[t].address);
-				jc->tasks[t].address = strdup(addr);
-			}
-		worker_set_address(wk[i], addr);
-	}
-	cli = dg_http_client_new(jc->tasks[0].job[0] == 'w' ? jc->tasks[0].address :
-				 jc->tasks[1].address, NULL, 60000, &err);
-	cr_assert_not_null(cli, "%s", err.msg);
+	cluster_start("{'worker': ['127.0.0.1:3', '127.0.0.1:2'], 'down': ['127.0.0.1:1']}");
 }
 
 static void jobs_teardown(void)
 {
-	dg_http_client_free(cli);
-	for (int i = 0; i < 2; i++) {
-		master_cancel_all(ms[i]);
-		worker_stop(wk[i]);
-		ps_server_stop(srv[i]);
-		master_free(ms[i]);
-		worker_free(wk[i]);
-	}
-	dg_cluster_free(jc);
-}
-
-/* One request; the reply body parsed as JSON when it is JSON. */
-static enum dg_status req(const char *method, const char *path, const char *body,
-			  const struct dg_http_header *h, int nh, struct dg_http_result *res,
-			  struct dg_err *err)
-{
-	char *json = body ? dq(body) : NULL;
-	enum dg_status st;
-
-	dg_http_result_init(res);
-	st = dg_http_request(cli, method, path, h, nh, json, json ? strlen(json) : 0, res, err);
-	free(json);
-	return st;
-}
-
-static json_t *body_json(const struct dg_http_result *res)
-{
-	json_t *j = json_loadb(res->body.data ? res->body.data : "", res->body.len, 0, NULL);
-
-	cr_assert_not_null(j, "not JSON: %.*s", (int)res->body.len, res->body.data);
-	return j;
-}
-
-/* Submit body; returns the job id (static buffer) after waiting for the end. */
-static const char *run_job(const char *body, json_t **status)
-{
-	static char id[32];
-	struct dg_http_result res;
-	struct dg_err err = { 0 };
-	char path[128];
-	int64_t from = 0;
-	bool over = false;
-
-	cr_assert_eq(req("POST", "/v1/jobs", body, NULL, 0, &res, &err), DG_OK, "%s", err.msg);
-	cr_assert_eq(res.status, 201);
-	json_t *j = body_json(&res);
-	snprintf(id, sizeof id, "%s", json_string_value(json_object_get(j, "id")));
-	json_decref(j);
-	dg_http_result_deinit(&res);
-	for (int i = 0; i < 100 && !over; i++) {
-		snprintf(path, sizeof path, "/v1/jobs/%s/events?from=%lld&timeout_ms=5000", id,
-			 (long long)from);
-		cr_assert_eq(req("GET", path, NULL, NULL, 0, &res, &err), DG_OK, "%s", err.msg);
-		from = res.dg_count;
-		over = strstr(res.body.data ? res.body.data : "", "\"event\":\"done\"") ||
-		       strstr(res.body.data ? res.body.data : "", "\"event\":\"failed\"") ||
-		       strstr(res.body.data ? res.body.data : "", "\"event\":\"canceled\"");
-		dg_http_result_deinit(&res);
-	}
-	cr_assert(over, "job %s did not finish", id);
-	snprintf(path, sizeof path, "/v1/jobs/%s", id);
-	cr_assert_eq(req("GET", path, NULL, NULL, 0, &res, &err), DG_OK, "%s", err.msg);
-	*status = body_json(&res);
-	dg_http_result_deinit(&res);
-	return id;
-}
-
-static double result_value(const char *id, const char *name)
-{
-	struct dg_http_result res;
-	struct dg_err err = { 0 };
-	struct dg_http_header acc = { "Accept", "application/x-npy" };
-	char path[128];
-
-	snprintf(path, sizeof path, "/v1/jobs/%s/results/%s", id, name);
-	cr_assert_eq(req("GET", path, NULL, &acc, 1, &res, &err), DG_OK, "%s", err.msg);
-	struct dg_tensor *t = dg_npy_decode(res.body.data, res.body.len, &err);
-	cr_assert_not_null(t, "%s", err.msg);
-	double v = dg_tensor_get_f64(t, 0);
-	dg_tensor_free(t);
-	dg_http_result_deinit(&res);
-	return v;
+	cluster_stop();
 }
 
 TestSuite(jobs, .init = jobs_setup, .fini = jobs_teardown, .timeout = 60);
