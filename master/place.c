@@ -70,6 +70,17 @@ static bool parse_device(char *buf, struct dev_spec *d)
 	return true;
 }
 
+bool place_device_task(const char *dev, char *buf, size_t n, const char **job, int *task)
+{
+	struct dev_spec d;
+
+	if (snprintf(buf, n, "%s", dev ? dev : "") >= (int)n || !parse_device(buf, &d))
+		return false;
+	*job = d.job;
+	*task = d.task;
+	return true;
+}
+
 /* "ps, worker" */
 static void job_list(const struct dg_cluster *c, char *buf, size_t n)
 {
@@ -465,6 +476,41 @@ static void place_with_gradient(struct placer *pl, int n)
 	pl->load[t] += 1;
 }
 
+/* The task of the node n is to be colocated with (place_opts.colocate), when
+ * that node is placed and n's own device names no task; else -1. */
+static int colocate_task(const struct placer *pl, int n)
+{
+	const char *with;
+	int w;
+
+	if (!pl->o || !pl->o->colocate || pl->spec[n].task >= 0)
+		return -1;
+	with = json_string_value(json_object_get(pl->o->colocate, pl->g->nodes[n].name));
+	w = with ? dg_graph_find(pl->g, with) : -1;
+	if (w < 0 || pl->p->task[w] < 0)
+		return -1;
+	if (pl->spec[n].job && strcmp(pl->spec[n].job, pl->c->tasks[pl->p->task[w]].job) != 0)
+		return -1;
+	return pl->p->task[w];
+}
+
+/* Why a node whose device the training plan filled in is where it is
+ * (place_opts.reasons), instead of "explicit". */
+static void plan_reasons(const struct placer *pl)
+{
+	static const char *const known[] = { "replica default", "colocated" };
+
+	for (int n = 0; pl->o && pl->o->reasons && n < pl->g->n_nodes; n++) {
+		const char *r = json_string_value(json_object_get(pl->o->reasons,
+								  pl->g->nodes[n].name));
+		if (!r || !pl->p->why[n] || strcmp(pl->p->why[n], "explicit") != 0)
+			continue;
+		for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+			if (strcmp(r, known[k]) == 0)
+				pl->p->why[n] = known[k];
+	}
+}
+
 static enum dg_status placer_init(struct placer *pl, struct dg_err *err)
 {
 	const struct dg_graph *g = pl->g;
@@ -550,9 +596,14 @@ enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
 	for (int i = 0; st == DG_OK && i < g->n_nodes; i++) {
 		int n = g->order[i];
 		const struct dev_spec *d = &pl.spec[n];
+		int with;
 		if (master_is_variable(&g->nodes[n]))
 			continue;
-		if (g->nodes[n].n_in == 0 && !(d->job && d->task >= 0))
+		if ((with = colocate_task(&pl, n)) >= 0) {
+			out->task[n] = with;
+			out->why[n] = "colocated";
+			pl.load[with] += work_est(g, n);
+		} else if (g->nodes[n].n_in == 0 && !(d->job && d->task >= 0))
 			pl.deferred[n] = true;
 		else if (master_is_apply(&g->nodes[n]) && !(d->job && d->task >= 0) &&
 			 out->task[g->nodes[n].in[0].node] >= 0)
@@ -574,6 +625,8 @@ enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
 					g->nodes[n].device ? g->nodes[n].device : "");
 		}
 	}
+	if (st == DG_OK)
+		plan_reasons(&pl);
 	placer_deinit(&pl);
 	if (st != DG_OK)
 		placement_deinit(out);

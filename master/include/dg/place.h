@@ -44,6 +44,12 @@ struct place_opts {
 	const json_t *existing;      /* object: ps var name -> cluster task index (integer) of
 				      * the task already holding it; such a Variable is placed
 				      * there whatever its device says. NULL = none */
+	const json_t *reasons;       /* object: node name -> "replica default" | "colocated":
+				      * why a node's device was filled in by the training plan
+				      * (shown instead of "explicit"). NULL = none */
+	const json_t *colocate;      /* object: node name -> name of the node whose task it
+				      * runs on (placed earlier: a Variable, or an input),
+				      * unless its own device names a task. NULL = none */
 };
 
 struct placement {
@@ -138,6 +144,11 @@ enum dg_status place_partition_ex(const struct dg_graph *g, const struct dg_clus
 				  const struct placement *p, const struct partition_opts *o,
 				  struct partition *out, struct dg_err *err);
 void partition_deinit(struct partition *part);
+
+/* The job and task a device string names: *job points into buf (a copy of
+ * dev, n bytes) or is NULL when none is named, *task is -1 when none is.
+ * false: dev is not a device name (or does not fit in buf). */
+bool place_device_task(const char *dev, char *buf, size_t n, const char **job, int *task);
 
 /* The device string of task t: "/job:worker/task:1". Writes into buf. */
 void place_device_name(const struct dg_cluster *c, int t, char *buf, size_t n);
