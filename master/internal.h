@@ -134,14 +134,25 @@ struct job {
 /* One replica of a training job (doc/training.md, "Replication"): its graph
  * placed and cut into one step fragment on its compute task, run in chunks of
  * steps by a thread of its own (train_replica_main). */
+/* One step fragment of a replica (a replica spans the tasks of its group). */
+struct rep_frag {
+	char id[24];                   /* "" = not registered */
+	struct mtask_conn *conn;       /* used only by the replica's thread */
+	const char **collect;          /* owned array of borrowed part.fetch_keys: the loss
+					* and metrics this fragment's task produces */
+	int *collect_idx;              /* owned: their indices in train.collect */
+	int n_collect;
+};
+
 struct replica {
-	int task;                      /* cluster task index */
+	int task;                      /* cluster task index of its group's first task */
 	struct dg_graph *g;
 	struct placement pl;
-	struct partition part;         /* frags[0]: the step fragment; init: VarInit */
-	char frag_id[24];              /* "" = not registered */
+	struct partition part;         /* frags: its step fragments, one per task;
+					* init: VarInit */
+	struct rep_frag *frags;        /* owned, per part.frags */
 	char (*init_id)[24];           /* per part.init; registered for replica 0 only */
-	struct mtask_conn *conn;       /* used only by the replica's thread */
+	struct mpool *pool;            /* runner threads for a replica of several fragments */
 	/* Guarded by m->mu: */
 	int64_t done;                  /* training steps run */
 	uint64_t cur_step;             /* first step id of the chunk in flight; 0 = none */

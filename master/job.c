@@ -268,7 +268,13 @@ void train_free(struct master *m, struct train *tr)
 		return;
 	for (int r = 0; tr->reps && r < tr->n_reps; r++) {
 		struct replica *rp = &tr->reps[r];
-		mtask_conn_drop(m->tasks[rp->task], &rp->conn);
+		for (int f = 0; rp->frags && f < rp->part.n_frags; f++) {
+			mtask_conn_drop(m->tasks[rp->part.frags[f].task], &rp->frags[f].conn);
+			free(rp->frags[f].collect);
+			free(rp->frags[f].collect_idx);
+		}
+		free(rp->frags);
+		mpool_free(rp->pool);
 		free(rp->init_id);
 		partition_deinit(&rp->part);
 		placement_deinit(&rp->pl);

@@ -78,14 +78,15 @@ static json_t *job_json_locked(const struct master *m, const struct job *j, bool
 						       "given", j->feeds[i] != NULL));
 	/* A training job shows its replicas' fragments, then the eval's; its
 	 * placement is replica 0's (the others differ in task only). */
-	for (int r = 0; j->tr && r < j->tr->n_reps; r++) {
-		const struct place_fragment *f = &j->tr->reps[r].part.frags[0];
-		place_device_name(m->cluster, f->task, dev, sizeof dev);
-		json_array_append_new(tasks, json_pack("{s:s, s:s, s:i, s:i}", "device", dev,
-						       "address",
-						       m->cluster->tasks[f->task].address,
-						       "nodes", f->n_nodes, "replica", r));
-	}
+	for (int r = 0; j->tr && r < j->tr->n_reps; r++)
+		for (int i = 0; i < j->tr->reps[r].part.n_frags; i++) {
+			const struct place_fragment *f = &j->tr->reps[r].part.frags[i];
+			place_device_name(m->cluster, f->task, dev, sizeof dev);
+			json_array_append_new(tasks, json_pack("{s:s, s:s, s:i, s:i}", "device",
+							       dev, "address",
+							       m->cluster->tasks[f->task].address,
+							       "nodes", f->n_nodes, "replica", r));
+		}
 	for (int i = 0; i < j->part.n_frags; i++) {
 		int t = j->part.frags[i].task;
 		place_device_name(m->cluster, t, dev, sizeof dev);

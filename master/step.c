@@ -45,8 +45,8 @@ void step_unregister_all(struct master *m, struct job *j)
 {
 	for (int r = 0; j->tr && r < j->tr->n_reps; r++) {
 		struct replica *rp = &j->tr->reps[r];
-		if (rp->part.n_frags > 0)
-			unregister_one(m, rp->part.frags[0].task, rp->frag_id);
+		for (int f = 0; rp->frags && f < rp->part.n_frags; f++)
+			unregister_one(m, rp->part.frags[f].task, rp->frags[f].id);
 		for (int i = 0; rp->init_id && i < rp->part.n_init; i++)
 			unregister_one(m, rp->part.init[i].task, rp->init_id[i]);
 	}

@@ -12,6 +12,7 @@
 #include "dg/autodiff.h"
 #include "dg/place.h"
 #include "dg/train.h"
+#include "train_internal.h"
 
 /* ------------------------------------------------------------ spec parsing */
 
@@ -173,7 +174,7 @@ static enum dg_status get_refs(const json_t *obj, const char *path, const char *
 
 static const char *const top_keys[] = {
 	"loss", "metrics", "optimizer", "lr_schedule", "epochs", "steps", "batch", "replicas",
-	"mode", "backup", "checkpoint_secs", "eval", "reinit", NULL,
+	"mode", "backup", "checkpoint_secs", "eval", "reinit", "replica_group", NULL,
 };
 static const char *const opt_keys[] = {
 	"rule", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", NULL,
@@ -317,7 +318,7 @@ enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, 
 {
 	const char *p = "training";
 	json_t *v;
-	int64_t replicas = 0, backup = 0;
+	int64_t replicas = 0, backup = 0, group = 0;
 	char mode[16] = "async";
 	enum dg_status st;
 
@@ -358,6 +359,7 @@ enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, 
 	    (st = get_int(training, p, "steps", 1, INT64_MAX / 2, &out->steps, err)) != DG_OK ||
 	    (st = get_int(training, p, "batch", 1, INT32_MAX, &out->batch, err)) != DG_OK ||
 	    (st = get_int(training, p, "replicas", 0, 65536, &replicas, err)) != DG_OK ||
+	    (st = get_int(training, p, "replica_group", 1, 65536, &group, err)) != DG_OK ||
 	    (st = get_choice(training, p, "mode", modes, mode, sizeof mode, err)) != DG_OK ||
 	    (st = get_int(training, p, "backup", 0, 65535, &backup, err)) != DG_OK ||
 	    (st = get_num(training, p, "checkpoint_secs", 0, 0, 1e9, &out->checkpoint_secs,
@@ -366,6 +368,7 @@ enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, 
 	    (st = get_bool(training, p, "reinit", &out->reinit, err)) != DG_OK)
 		return st;
 	out->replicas = (int)replicas;
+	out->replica_group = (int)group;
 	out->sync = strcmp(mode, "sync") == 0;
 	out->backup = (int)backup;
 	if (backup > 0 && !out->sync) {
@@ -427,29 +430,6 @@ int train_compute_tasks(const struct dg_cluster *c, int *idx)
 }
 
 /* ------------------------------------------------------------ plan building */
-
-#define DEV_MAX 160
-
-/* The device of a replica on task t: "/job:J/task:I", plus the device segment
- * ("/gpu:K", "/device:GPU:K", "/cpu:0", "/device:CPU:0") of the node's original
- * device, if any, so that a node pinned to the CPU is not moved to a GPU. */
-static void replica_device(const struct dg_cluster *c, int t, const char *orig, char *buf,
-			   size_t n)
-{
-	static const char *const segs[] = { "/gpu:", "/device:GPU:", "/cpu:", "/device:CPU:" };
-	const char *g = NULL;
-
-	for (size_t i = 0; orig && !g && i < sizeof segs / sizeof *segs; i++)
-		g = strstr(orig, segs[i]);
-	place_device_name(c, t, buf, n);
-	if (g) {
-		size_t len = strcspn(g + 1, "/") + 1, used = strlen(buf);
-		if (used + len < n) {
-			memcpy(buf + used, g, len);
-			buf[used + len] = '\0';
-		}
-	}
-}
 
 /* need[n]: the loss depends on node n (walk of the inputs from the loss). */
 static enum dg_status loss_needs(const struct dg_graph *g, int loss, bool *need,
@@ -595,7 +575,7 @@ static enum dg_status epoch_size(const struct dg_graph *g, const bool *need,
 
 /* The ApplyGradient node of variable var for replica r (owned, or NULL). */
 static json_t *apply_node(const struct train_spec *s, const char *var, const char *grad,
-			  const char *dev, int R, int r)
+			  int R, int r)
 {
 	char name[DG_GRAPH_MAX_NAME + 16];
 	json_t *a = json_pack("{s:s, s:s, s:f, s:s, s:b, s:i, s:i, s:i}", "variable", var,
@@ -618,31 +598,25 @@ static json_t *apply_node(const struct train_spec *s, const char *var, const cha
 		json_object_set_new(a, "eps", json_real(s->eps));
 	}
 	snprintf(name, sizeof name, "_train/apply/%s", var);
-	return json_pack("{s:s, s:s, s:[s], s:s, s:o}", "name", name, "op", "ApplyGradient",
-			 "inputs", grad, "device", dev, "attrs", a);
+	/* No device: placement puts it with its gradient (place.h), so the
+	 * gradient goes from the task that computed it straight to the ps. */
+	return json_pack("{s:s, s:s, s:[s], s:o}", "name", name, "op", "ApplyGradient",
+			 "inputs", grad, "attrs", a);
 }
 
-/* Pin every non-Variable node of doc's "nodes" to task t; shard ShardBatch
- * (replica r of R, shard < 0: leave ShardBatch alone). */
-static enum dg_status pin_nodes(json_t *doc, const struct dg_cluster *c, int t, int r, int R,
-				int64_t batch, struct dg_err *err)
+/* Shard every ShardBatch of doc's "nodes": replica r of R (and batch when > 0). */
+static enum dg_status shard_batches(json_t *doc, int r, int R, int64_t batch,
+				    struct dg_err *err)
 {
 	json_t *nodes = json_object_get(doc, "nodes"), *n;
 	size_t i;
 
 	json_array_foreach(nodes, i, n) {
 		const char *op = json_string_value(json_object_get(n, "op"));
-		char dev[DEV_MAX];
-		if (!op || strcmp(op, "Variable") == 0)
+		json_t *a;
+		if (!op || strcmp(op, "ShardBatch") != 0)
 			continue;
-		replica_device(c, t, json_string_value(json_object_get(n, "device")), dev,
-			       sizeof dev);
-		if (json_object_set_new(n, "device", json_string(dev)))
-			return dg_err_set(err, DG_ENOMEM, "out of memory");
-		if (r < 0 || strcmp(op, "ShardBatch") != 0)
-			continue;
-		json_t *a = json_object_get(n, "attrs");
-		if (!a) {
+		if (!(a = json_object_get(n, "attrs"))) {
 			a = json_object();
 			json_object_set_new(n, "attrs", a);
 		}
@@ -680,28 +654,29 @@ static enum dg_status check_doc(json_t *doc, const char *what, struct dg_err *er
 }
 
 static enum dg_status build_replica(const struct train_spec *s, const struct dg_cluster *c,
-				    const json_t *ad_doc, char *const *grads,
-				    const struct train_plan *p, int r, struct dg_err *err)
+				    const struct train_layout *L, const json_t *ad_doc,
+				    char *const *grads, const struct train_plan *p, int r,
+				    struct dg_err *err)
 {
 	struct train_replica *rep = &p->rep[r];
-	int t = p->replica_task[r];
-	char dev[DEV_MAX], what[64];
+	char what[64];
 	json_t *nodes, *fetch;
 	enum dg_status st;
 
 	rep->doc = json_deep_copy(ad_doc);
 	rep->targets = calloc((size_t)p->n_vars + 1, sizeof *rep->targets);
 	rep->fetch = calloc((size_t)s->n_metrics + 2, sizeof *rep->fetch);
-	if (!rep->doc || !rep->targets || !rep->fetch)
+	rep->reasons = json_object();
+	if (!rep->doc || !rep->targets || !rep->fetch || !rep->reasons)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	rep->n_fetch = s->n_metrics + 1;   /* the capacity: unfilled slots stay NULL */
 	json_object_del(rep->doc, "training");
-	if ((st = pin_nodes(rep->doc, c, t, r, p->n_replicas, s->batch, err)) != DG_OK)
+	if ((st = train_pin(rep->doc, L, c, r, NULL, rep->reasons, err)) != DG_OK ||
+	    (st = shard_batches(rep->doc, r, p->n_replicas, s->batch, err)) != DG_OK)
 		return st;
 	nodes = json_object_get(rep->doc, "nodes");
-	place_device_name(c, t, dev, sizeof dev);
 	for (int i = 0; i < p->n_vars; i++) {
-		json_t *n = apply_node(s, p->var_nodes[i], grads[i], dev, p->n_replicas, r);
+		json_t *n = apply_node(s, p->var_nodes[i], grads[i], p->n_replicas, r);
 		if (!n || json_array_append_new(nodes, n))
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
 		rep->targets[i] = strdup(json_string_value(json_object_get(n, "name")));
@@ -724,8 +699,8 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 }
 
 static enum dg_status build_eval(const struct dg_graph *g, const struct train_spec *s,
-				 const struct dg_cluster *c, struct train_plan *p,
-				 struct dg_err *err)
+				 const struct dg_cluster *c, const struct train_layout *L,
+				 struct train_plan *p, struct dg_err *err)
 {
 	json_t *fetch;
 	enum dg_status st;
@@ -736,7 +711,7 @@ static enum dg_status build_eval(const struct dg_graph *g, const struct train_sp
 	if (!p->eval_doc)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	json_object_del(p->eval_doc, "training");
-	if ((st = pin_nodes(p->eval_doc, c, p->replica_task[0], -1, 0, 0, err)) != DG_OK)
+	if ((st = train_pin(p->eval_doc, L, c, 0, NULL, NULL, err)) != DG_OK)
 		return st;
 	fetch = refs_json(s->eval_fetch, s->n_eval_fetch);
 	if (!fetch || json_object_set_new(p->eval_doc, "fetch", fetch))
@@ -804,37 +779,44 @@ static enum dg_status trained_vars(const struct dg_graph *g, const struct train_
 	return DG_OK;
 }
 
+/* The layout's replicas into the plan: replica_task, group_task. */
+static enum dg_status plan_layout(const struct train_layout *L, struct train_plan *p,
+				  struct dg_err *err)
+{
+	p->n_replicas = L->replicas;
+	p->group = L->group;
+	p->replica_task = calloc((size_t)L->replicas + 1, sizeof *p->replica_task);
+	p->group_task = calloc((size_t)L->replicas * (size_t)L->group + 1,
+			       sizeof *p->group_task);
+	if (!p->replica_task || !p->group_task)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int r = 0; r < L->replicas; r++) {
+		p->replica_task[r] = train_layout_task(L, r, 0);
+		for (int k = 0; k < L->group; k++)
+			p->group_task[r * L->group + k] = train_layout_task(L, r, k);
+	}
+	return DG_OK;
+}
+
 enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spec *s,
 				const struct dg_cluster *c, struct train_plan *out,
 				struct dg_err *err)
 {
+	struct train_layout L;
 	bool *need = NULL;
 	json_t *ad_doc = NULL;
 	char **grads = NULL;
-	int n_grads = 0, n_compute, R;
+	int n_grads = 0, R;
 	struct dg_edge loss;
 	enum dg_status st;
 
 	memset(out, 0, sizeof *out);
-	out->replica_task = calloc((size_t)c->n_tasks + 1, sizeof *out->replica_task);
-	need = calloc((size_t)g->n_nodes + 1, sizeof *need);
-	if (!out->replica_task || !need) {
+	if ((st = train_layout_build(g, s, c, &L, err)) != DG_OK ||
+	    (st = plan_layout(&L, out, err)) != DG_OK)
+		goto out;
+	R = L.replicas;
+	if (!(need = calloc((size_t)g->n_nodes + 1, sizeof *need))) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
-		goto out;
-	}
-	n_compute = train_compute_tasks(c, out->replica_task);
-	R = s->replicas > 0 ? s->replicas : n_compute;
-	if (n_compute == 0) {
-		st = dg_err_set(err, DG_EINVAL, "training: the cluster has no compute task (only "
-				"job \"ps\")");
-		dg_err_hint(err, "add a worker job to the cluster spec");
-		goto out;
-	}
-	if (R > n_compute) {
-		st = dg_err_set(err, DG_EINVAL, "training.replicas is %d but the cluster has %d "
-				"compute task%s", R, n_compute, n_compute == 1 ? "" : "s");
-		dg_err_hint(err, "use at most %d replicas, or 0 for one per compute task",
-			    n_compute);
 		goto out;
 	}
 	if (s->sync && s->backup >= R) {
@@ -847,7 +829,6 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 	dg_graph_ref(g, s->loss, &loss, NULL);
 	if ((st = loss_needs(g, loss.node, need, err)) != DG_OK)
 		goto out;
-	out->n_replicas = R;
 	if ((st = epoch_size(g, need, s, R, &out->steps_per_epoch, &out->examples_per_step,
 			     err)) != DG_OK)
 		goto out;
@@ -860,14 +841,15 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 		goto out;
 	}
 	for (int r = 0; st == DG_OK && r < R; r++)
-		st = build_replica(s, c, ad_doc, grads, out, r, err);
+		st = build_replica(s, c, &L, ad_doc, grads, out, r, err);
 	if (st == DG_OK)
-		st = build_eval(g, s, c, out, err);
+		st = build_eval(g, s, c, &L, out, err);
 out:
 	/* one slot per wrt; the kept ones were moved to the front, NULL behind */
 	dg_autodiff_free_refs(grads, n_grads);
 	json_decref(ad_doc);
 	free(need);
+	train_layout_deinit(&L);
 	if (st != DG_OK)
 		train_plan_deinit(out);
 	return st;
@@ -881,9 +863,11 @@ void train_plan_deinit(struct train_plan *p)
 		json_decref(p->rep[r].doc);
 		free_strs(p->rep[r].targets, p->n_vars);
 		free_strs(p->rep[r].fetch, p->rep[r].n_fetch);
+		json_decref(p->rep[r].reasons);
 	}
 	free(p->rep);
 	free(p->replica_task);
+	free(p->group_task);
 	json_decref(p->eval_doc);
 	free_strs(p->var_nodes, p->n_vars);
 	memset(p, 0, sizeof *p);

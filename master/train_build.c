@@ -43,14 +43,60 @@ static json_t *probe_vars(struct master *m, const enum dg_status *reach)
 	return o;
 }
 
-/* Place and cut replica r's graph: one step fragment on its task (targets:
- * the ApplyGradient nodes; fetches sent to that task itself). */
+/* The fragment of rp holding the _Send of fetch key `key` (fetch_local: on
+ * the task that produces the value), or -1. */
+static int fetch_fragment(const struct replica *rp, const char *key)
+{
+	for (int f = 0; f < rp->part.n_frags; f++) {
+		size_t i;
+		json_t *n;
+		json_array_foreach(json_object_get(rp->part.frags[f].doc, "nodes"), i, n) {
+			const json_t *a = json_object_get(n, "attrs");
+			const char *k = json_string_value(json_object_get(a, "key"));
+			const char *op = json_string_value(json_object_get(n, "op"));
+			if (k && op && strcmp(op, "_Send") == 0 && strcmp(k, key) == 0)
+				return f;
+		}
+	}
+	return -1;
+}
+
+/* Which fragment of rp collects which of the loss and metrics (they may be
+ * computed on different tasks of a replica's group). */
+static enum dg_status split_collect(struct replica *rp, int r, struct dg_err *err)
+{
+	int n = rp->part.n_fetch;
+
+	if (!(rp->frags = calloc((size_t)rp->part.n_frags + 1, sizeof *rp->frags)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int f = 0; f < rp->part.n_frags; f++) {
+		rp->frags[f].collect = calloc((size_t)n + 1, sizeof *rp->frags[f].collect);
+		rp->frags[f].collect_idx = calloc((size_t)n + 1, sizeof *rp->frags[f].collect_idx);
+		if (!rp->frags[f].collect || !rp->frags[f].collect_idx)
+			return dg_err_set(err, DG_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < n; i++) {
+		int f = fetch_fragment(rp, rp->part.fetch_keys[i]);
+		struct rep_frag *rf;
+		if (f < 0)
+			return dg_err_set(err, DG_EINTERNAL, "replica %d: no fragment sends %s", r,
+					  rp->part.fetch_keys[i]);
+		rf = &rp->frags[f];
+		rf->collect[rf->n_collect] = rp->part.fetch_keys[i];
+		rf->collect_idx[rf->n_collect++] = i;
+	}
+	return DG_OK;
+}
+
+/* Place and cut replica r's graph: one step fragment on each task it uses
+ * (targets: the ApplyGradient nodes; fetches sent to the producing task). */
 static enum dg_status build_replica(struct master *m, struct train *tr, int r,
 				    const struct place_opts *po, struct dg_err *err)
 {
 	const struct train_replica *tp = &tr->plan.rep[r];
 	struct replica *rp = &tr->reps[r];
 	struct partition_opts ppo = { 0 };
+	struct place_opts o = *po;
 	enum dg_status st;
 
 	rp->task = tr->plan.replica_task[r];
@@ -58,7 +104,8 @@ static enum dg_status build_replica(struct master *m, struct train *tr, int r,
 		dg_err_prefix(err, "replica %d's graph", r);
 		return err ? err->code : DG_EINVAL;
 	}
-	if ((st = place_graph(rp->g, m->cluster, po, &rp->pl, err)) != DG_OK)
+	o.reasons = tp->reasons;
+	if ((st = place_graph(rp->g, m->cluster, &o, &rp->pl, err)) != DG_OK)
 		return st;
 	ppo.fetch = (const char *const *)tp->fetch;
 	ppo.n_fetch = tp->n_fetch;
@@ -69,17 +116,10 @@ static enum dg_status build_replica(struct master *m, struct train *tr, int r,
 	st = place_partition_ex(rp->g, m->cluster, &rp->pl, &ppo, &rp->part, err);
 	if (st != DG_OK)
 		return st;
-	if (rp->part.n_frags != 1 || rp->part.frags[0].task != rp->task) {
-		dg_err_set(err, DG_EINVAL, "replica %d of the training graph should run on %s "
-			   "alone, but its nodes span %d tasks", r, task_label(m, rp->task).s,
-			   rp->part.n_frags);
-		dg_err_hint(err, "only Variables may be placed off the replica's task");
-		return DG_EINVAL;
-	}
 	if (rp->part.n_fetch != tp->n_fetch)
 		return dg_err_set(err, DG_EINTERNAL, "replica %d: %d fetch keys for %d fetches",
 				  r, rp->part.n_fetch, tp->n_fetch);
-	return DG_OK;
+	return split_collect(rp, r, err);
 }
 
 /* The trained variables (name on the ps, task) from replica 0's placement. */
@@ -143,9 +183,11 @@ static char *train_explain(const struct master *m, const struct job *j)
 	char *part;
 
 	dg_buf_init(&b);
-	dg_buf_printf(&b, NULL, "training: %d replica(s), %" PRId64 " steps each, %s\n",
-		      j->tr->n_reps, j->tr->steps, j->tr->spec.sync ? "sync" : "async");
-	dg_buf_printf(&b, NULL, "replica 0 (the others differ in task and shard only):\n");
+	dg_buf_printf(&b, NULL, "training: %d replica(s) of %d task(s), %" PRId64 " steps "
+		      "each, %s\n", j->tr->n_reps, j->tr->plan.group, j->tr->steps,
+		      j->tr->spec.sync ? "sync" : "async");
+	dg_buf_printf(&b, NULL, "replica 0 (replica r runs on the tasks of group r and its "
+		      "shard; devices shift with the group):\n");
 	part = rp->g->n_nodes <= JOB_EXPLAIN_MAX_NODES ?
 	       place_explain(rp->g, m->cluster, &rp->pl, &rp->part) : NULL;
 	dg_buf_printf(&b, NULL, "%s", part ? part : "(too many nodes to list)\n");

@@ -5,6 +5,7 @@
  * it runs), step.c (evals are plain steps), job.c (events). */
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,20 +161,134 @@ static enum dg_status train_eval(struct master *m, struct job *j, int64_t epoch,
 	return DG_OK;
 }
 
-/* Run steps step..step+k-1 (training steps t0...) of the replica's fragment
- * on its task, over the replica's kept connection. *lost: the failure was the
- * task's loss. */
+/* One fragment's part of a chunk (run_chunk). */
+struct chunk_part {
+	struct master *m;
+	struct replica *rp;
+	int f;                            /* index in rp->part.frags */
+	struct dg_task_run run;
+	struct dg_task_run_result res;
+	atomic_bool *failed;
+	bool lost;
+	enum dg_status st;
+	struct dg_err err;
+};
+
+static void *run_part(void *arg)
+{
+	struct chunk_part *p = arg;
+	const struct replica *rp = p->rp;
+	struct mtask *t = p->m->tasks[rp->part.frags[p->f].task];
+
+	p->st = t->ops->run(t, &p->rp->frags[p->f].conn, rp->frags[p->f].id, &p->run, &p->res,
+			    &p->lost, &p->err);
+	if (p->st == DG_OK || rp->part.n_frags == 1 || atomic_exchange(p->failed, true))
+		return NULL;
+	/* The first failure releases the other tasks' _Recv waits of the chunk. */
+	for (int g = 0; g < rp->part.n_frags; g++) {
+		struct mtask *o = p->m->tasks[rp->part.frags[g].task];
+		if (g != p->f)
+			o->ops->abort(o, p->run.step, p->run.steps, p->err.msg);
+	}
+	return NULL;
+}
+
+/* The failure that explains a failed chunk: a lost task first (the others
+ * only failed to reach it), then a node's own error rather than the
+ * cancellations it caused. */
+static const struct chunk_part *chunk_failure(const struct chunk_part *ps, int n)
+{
+	const struct chunk_part *best = NULL;
+
+	for (int i = 0; i < n; i++) {
+		if (ps[i].st == DG_OK)
+			continue;
+		if (!best || (!best->lost && ps[i].lost) ||
+		    (!best->lost && best->st == DG_ECANCELED && ps[i].st != DG_ECANCELED))
+			best = &ps[i];
+	}
+	return best;
+}
+
+/* The parts' results as one: the steps every part did, their collected
+ * values in the order of tr->collect, the stale gradients summed. */
+static enum dg_status merge_parts(const struct train *tr, const struct replica *rp,
+				  const struct chunk_part *ps, struct dg_task_run_result *c,
+				  struct dg_err *err)
+{
+	int nc = tr->n_collect;
+
+	c->steps_done = ps[0].res.steps_done;
+	for (int f = 0; f < rp->part.n_frags; f++) {
+		if (ps[f].res.steps_done < c->steps_done)
+			c->steps_done = ps[f].res.steps_done;
+		c->stale += ps[f].res.stale;
+	}
+	if (c->steps_done <= 0)
+		return DG_OK;
+	if (!(c->values = calloc((size_t)c->steps_done * (size_t)nc + 1, sizeof *c->values)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int f = 0; f < rp->part.n_frags; f++) {
+		const struct rep_frag *rf = &rp->frags[f];
+		for (int64_t i = 0; i < c->steps_done; i++)
+			for (int k = 0; k < rf->n_collect; k++)
+				c->values[i * nc + rf->collect_idx[k]] =
+					ps[f].res.values[i * rf->n_collect + k];
+	}
+	return DG_OK;
+}
+
+/* Run steps step..step+k-1 (training steps t0...) of the replica's
+ * fragments, on their tasks at once (a replica of several tasks: the others
+ * on the replica's runner threads), each over its kept connection and
+ * collecting the loss and metrics its task computes. On failure *lost_task
+ * gets the task whose loss explains it (else -1) and *c the steps every
+ * fragment did. */
 static enum dg_status run_chunk(struct master *m, struct job *j, struct replica *rp,
-				const char *id, uint64_t step, int64_t k, int64_t t0,
-				struct dg_task_run_result *c, bool *lost, struct dg_err *err)
+				uint64_t step, int64_t k, int64_t t0,
+				struct dg_task_run_result *c, int *lost_task, struct dg_err *err)
 {
 	const struct train *tr = j->tr;
-	const struct dg_task_run run = { .step = step, .steps = k, .train_step = t0,
-					 .timeout_ms = j->timeout_ms, .collect = tr->collect,
-					 .n_collect = tr->n_collect };
-	struct mtask *t = m->tasks[rp->task];
+	int n = rp->part.n_frags;
+	struct chunk_part one, *ps = n == 1 ? &one : calloc((size_t)n, sizeof *ps);
+	atomic_bool failed = false;
+	enum dg_status st = DG_OK;
 
-	return t->ops->run(t, &rp->conn, id, &run, c, lost, err);
+	*lost_task = -1;
+	if (!ps)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int f = 0; f < n; f++)
+		ps[f] = (struct chunk_part){
+			.m = m, .rp = rp, .f = f, .failed = &failed,
+			.run = { .step = step, .steps = k, .train_step = t0,
+				 .timeout_ms = j->timeout_ms, .collect = rp->frags[f].collect,
+				 .n_collect = rp->frags[f].n_collect } };
+	if (n > 1 && !rp->pool) {
+		pthread_mutex_lock(&m->mu);
+		rp->pool = mpool_new();
+		pthread_mutex_unlock(&m->mu);
+	}
+	mpool_run(rp->pool, run_part, ps, sizeof *ps, n);
+	if (n == 1) {
+		*c = one.res;
+		st = one.st;
+		if (st != DG_OK) {
+			*err = one.err;
+			*lost_task = one.lost ? rp->part.frags[0].task : -1;
+		}
+		return st;
+	}
+	const struct chunk_part *bad = chunk_failure(ps, n);
+	if (bad) {
+		*err = bad->err;
+		st = bad->st;
+		*lost_task = bad->lost ? rp->part.frags[bad->f].task : -1;
+	}
+	enum dg_status mst = merge_parts(tr, rp, ps, c, err);
+	for (int f = 0; f < n; f++)
+		dg_task_run_result_deinit(&ps[f].res);
+	free(ps);
+	return st != DG_OK ? st : mst;
 }
 
 /* Abort the chunk in flight on task t (steps step..step+count-1). Best effort. */
@@ -239,16 +354,26 @@ struct replica_arg {
 	int r;
 };
 
-/* The replica's step fragment registered again on its task after it was
- * lost (step_reregister); id (the thread's copy) and rp->frag_id get the new id. */
-static enum dg_status replica_reregister(struct master *m, struct replica *rp, char *id,
+/* The replica's step fragments on task t registered again after t was lost
+ * (step_reregister); their ids are replaced under m->mu (the status and the
+ * unregistering read them). */
+static enum dg_status replica_reregister(struct master *m, struct replica *rp, int t,
 					 struct dg_err *err)
 {
-	enum dg_status st = step_reregister(m, &rp->part.frags[0], id, &rp->conn, err);
+	enum dg_status st = DG_OK;
 
-	pthread_mutex_lock(&m->mu);
-	snprintf(rp->frag_id, sizeof rp->frag_id, "%s", id);
-	pthread_mutex_unlock(&m->mu);
+	for (int f = 0; st == DG_OK && f < rp->part.n_frags; f++) {
+		char id[24];
+		if (rp->part.frags[f].task != t)
+			continue;
+		pthread_mutex_lock(&m->mu);
+		snprintf(id, sizeof id, "%s", rp->frags[f].id);
+		pthread_mutex_unlock(&m->mu);
+		st = step_reregister(m, &rp->part.frags[f], id, &rp->frags[f].conn, err);
+		pthread_mutex_lock(&m->mu);
+		snprintf(rp->frags[f].id, sizeof rp->frags[f].id, "%s", id);
+		pthread_mutex_unlock(&m->mu);
+	}
 	return st;
 }
 
@@ -303,16 +428,15 @@ static void *train_replica_main(void *arg)
 	int64_t k = 1, done = 0;
 	enum dg_status st = DG_OK;
 	struct dg_err err = { 0 };
-	char id[24];
+	int lost = -1;
 
 	free(a);
-	snprintf(id, sizeof id, "%s", rp->frag_id);
 	while (st == DG_OK && done < tr->steps) {
 		int64_t n = chunk_size(tr, r, done, k);
 		uint64_t step = m->step_base |
 				(atomic_fetch_add(&m->step_counter, (uint64_t)n) + 1);
 		struct dg_task_run_result c = { 0 };
-		bool stop, lost = false;
+		bool stop;
 		double t0;
 
 		pthread_mutex_lock(&m->mu);
@@ -325,17 +449,18 @@ static void *train_replica_main(void *arg)
 		if (stop)
 			break;
 		t0 = master_now_ms();
-		st = run_chunk(m, j, rp, id, step, n, done, &c, &lost, &err);
+		st = run_chunk(m, j, rp, step, n, done, &c, &lost, &err);
 		double ms = master_now_ms() - t0;
 		account_chunk(m, j, rp, &c, ms);
 		done += c.steps_done;
 		dg_task_run_result_deinit(&c);
-		if (st != DG_OK && lost) {
-			/* The task was lost: once it is back, register the fragment
-			 * again and run on from the last step done (ShardBatch makes a
-			 * step's data a function of its training step). */
-			if ((st = step_retry_wait(m, j, rp->task, done, attempt++, r, &err)) == DG_OK &&
-			    (st = replica_reregister(m, rp, id, &err)) == DG_OK)
+		if (st != DG_OK && lost >= 0) {
+			/* A task was lost: once it is back, register its fragments
+			 * again and run on from the last step every fragment did
+			 * (ShardBatch makes a step's data a function of its training
+			 * step). */
+			if ((st = step_retry_wait(m, j, lost, done, attempt++, r, &err)) == DG_OK &&
+			    (st = replica_reregister(m, rp, lost, &err)) == DG_OK)
 				continue;
 		}
 		if (st != DG_OK)
@@ -350,7 +475,8 @@ static void *train_replica_main(void *arg)
 		}
 	}
 	if (st != DG_OK && strncmp(err.msg, "task ", 5) != 0) {
-		dg_err_prefix(&err, "replica %d on %s", r, task_label(m, rp->task).s);
+		dg_err_prefix(&err, "replica %d on %s", r,
+			      task_label(m, lost >= 0 ? lost : rp->task).s);
 	} else if (st != DG_OK) {
 		dg_err_prefix(&err, "replica %d", r);
 	}
@@ -510,11 +636,13 @@ enum dg_status train_setup(struct master *m, struct job *j, struct dg_err *err)
 	}
 	for (int r = 0; st == DG_OK && r < tr->n_reps; r++) {
 		struct replica *rp = &tr->reps[r];
-		if (tr->spec.sync) {
-			patch_nodes(rp->part.frags[0].doc, "VarApply", "step_base", tr);
-			patch_nodes(rp->part.frags[0].doc, "VarRead", "min_step_base", tr);
+		for (int f = 0; st == DG_OK && f < rp->part.n_frags; f++) {
+			if (tr->spec.sync) {
+				patch_nodes(rp->part.frags[f].doc, "VarApply", "step_base", tr);
+				patch_nodes(rp->part.frags[f].doc, "VarRead", "min_step_base", tr);
+			}
+			st = step_register(m, &rp->part.frags[f], rp->frags[f].id, err);
 		}
-		st = step_register(m, &rp->part.frags[0], rp->frag_id, err);
 	}
 	for (int f = 0; st == DG_OK && f < j->part.n_frags; f++)
 		st = step_register(m, &j->part.frags[f], j->frag_id[f], err);
@@ -650,8 +778,9 @@ static void train_abort_inflight(struct master *m, struct job *j)
 	}
 	pthread_mutex_unlock(&m->mu);
 	for (int r = 0; steps && counts && r < n; r++)
-		if (steps[r])
-			abort_chunk(m, tr->reps[r].task, steps[r], counts[r], tr->stop_reason);
+		for (int f = 0; steps[r] && f < tr->reps[r].part.n_frags; f++)
+			abort_chunk(m, tr->reps[r].part.frags[f].task, steps[r], counts[r],
+				    tr->stop_reason);
 	free(steps);
 	free(counts);
 }

@@ -20,7 +20,9 @@ struct train_spec {
 	char schedule[16]; int64_t every; double factor;   /* "constant" | "step" | "exponential" */
 	int64_t epochs, steps;                              /* as given (0 = not given) */
 	int64_t batch;                                      /* 0 = as in the graph */
-	int replicas;                                       /* 0 = all compute tasks */
+	int replicas;                                       /* 0 = as many as fit */
+	int replica_group;                                  /* compute tasks per replica;
+							     * 0 = from the devices */
 	bool sync; int backup;
 	double checkpoint_secs;
 	char **eval_fetch; int n_eval_fetch; int64_t eval_every_epochs, eval_every_steps;
@@ -44,11 +46,16 @@ struct train_replica {
 	                           * device = that replica's task */
 	char **targets; int n_targets;   /* owned: the ApplyGradient node names */
 	char **fetch; int n_fetch;       /* owned: loss then metrics refs (collected per step) */
+	json_t *reasons;                 /* owned object: node -> why the plan put it where
+	                                  * it is ("replica default", "colocated"), for
+	                                  * place_opts.reasons */
 };
 
 struct train_plan {
 	int n_replicas;
-	int *replica_task;        /* owned: cluster task index of each replica */
+	int group;                /* compute tasks per replica (its group) */
+	int *replica_task;        /* owned: cluster task index of each replica's first task */
+	int *group_task;          /* owned: n_replicas x group cluster task indices */
 	struct train_replica *rep;/* owned, n_replicas */
 	int64_t steps_per_epoch;  /* 0 when the graph has no ShardBatch (then "epochs" is
 	                           * an error) */
@@ -60,19 +67,21 @@ struct train_plan {
 };
 
 /* g: the validated user graph (parsed with master_op_find); c: the cluster.
- * Builds the replica graphs of contract section 1-2 (doc/training.md,
- * "Replication"): replica r runs on the r-th compute task (tasks not in job
- * "ps", cluster order); every node but the Variables gets that task's device
- * (a /gpu:K suffix of the original device is kept); each ShardBatch gets
+ * Builds the replica graphs of doc/training.md ("Replication", "Devices and
+ * replica groups"): the compute tasks (tasks not in job "ps", cluster order)
+ * make groups of `group`; replica r runs replica 0's layout (the graph's own
+ * devices) shifted by r groups, a node without a device on its group's first
+ * task (a /gpu:K or /cpu:0 segment of a device is kept); each ShardBatch gets
  * shard = r, num_shards = R (and batch when s->batch); autodiff of s->loss
  * w.r.t. every float Variable it depends on, then "_train/apply/<var node>"
  * ApplyGradient nodes. Each replica doc is checked with dg_graph_from_json
  * (master_op_find) and has "fetch" = loss then metrics. eval_doc (when
- * s->n_eval_fetch) is the forward graph on replica 0's task with "fetch" =
+ * s->n_eval_fetch) is the forward graph laid out as replica 0 with "fetch" =
  * the eval refs. Errors (DG_EINVAL / DG_ENOTFOUND / DG_EDTYPE /
  * DG_EUNSUPPORTED) name the training key or node: unknown loss/metric/eval
- * ref, a loss that reaches no float Variable, more replicas than compute
- * tasks, backup >= replicas, epochs without a ShardBatch of known size, a
+ * ref, a loss that reaches no float Variable, more replicas than fit, a
+ * group that does not divide the compute tasks, a node outside its group,
+ * backup >= replicas, epochs without a ShardBatch of known size, a
  * shard smaller than one batch. On DG_OK *out is owned (train_plan_deinit);
  * on error *out is empty. All arguments borrowed. err may be NULL. */
 enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spec *s,

@@ -1,0 +1,46 @@
+/* What the training plan's files share (train.c, train_devices.c). Internal
+ * to master/. */
+#ifndef MASTER_TRAIN_INTERNAL_H
+#define MASTER_TRAIN_INTERNAL_H
+
+#include <jansson.h>
+
+#include "dg/cluster.h"
+#include "dg/graph.h"
+#include "dg/train.h"
+
+/* The compute tasks in replica groups (doc/training.md, "Devices and replica
+ * groups"): replica r owns compute tasks r*group .. r*group+group-1. */
+struct train_layout {
+	int n_compute;
+	int *compute;            /* owned: cluster task index of each compute task */
+	int group;               /* tasks per replica */
+	int replicas;
+};
+
+/* The layout for g under s on c: the group from training.replica_group, else
+ * 1 + the highest compute task a node's device names; the replicas from
+ * training.replicas, else as many groups as the compute tasks make. Errors
+ * (DG_EINVAL) for a node outside the group, a group larger than the compute
+ * tasks or not dividing them, more replicas than fit. On error *L still
+ * needs train_layout_deinit. */
+enum dg_status train_layout_build(const struct dg_graph *g, const struct train_spec *s,
+				  const struct dg_cluster *c, struct train_layout *L,
+				  struct dg_err *err);
+void train_layout_deinit(struct train_layout *L);
+/* Cluster task index of compute task k of replica r's group. */
+int train_layout_task(const struct train_layout *L, int r, int k);
+
+/* Give every node of doc's "nodes" (but Variables, ApplyGradient and the
+ * names in skip, an object; NULL = none) its device in replica r: a device
+ * naming compute task k of the cluster moves to task k of r's group; a node
+ * without a job, or with only the replica's job, goes to the group's first
+ * task ("replica default"); a /gpu:K or /cpu:0 segment is kept; a device
+ * naming a ps task, another job or a task the cluster lacks is left for
+ * placement to honour or refuse. reasons (an object, may be NULL) gets
+ * name -> "replica default" | "colocated" (a grad/ node following its
+ * forward op) for place_opts.reasons. */
+enum dg_status train_pin(json_t *doc, const struct train_layout *L, const struct dg_cluster *c,
+			 int r, const json_t *skip, json_t *reasons, struct dg_err *err);
+
+#endif
