@@ -1,9 +1,10 @@
-/* The training transformation (train.h, doc/training.md): parse a graph's
- * "training" section, then build one replica graph per compute task from the
- * user's forward graph: autodiff of the loss w.r.t. the float Variables it
- * depends on, ApplyGradient nodes that push the gradients to the ps, every
- * computing node pinned to the replica's task, ShardBatch sharded by replica.
- * Pure functions over jansson documents: the master's job loop does the I/O. */
+/* The training plan (train.h, doc/training.md): one replica graph per
+ * replica from the user's forward graph (its towers first, train_towers.c):
+ * autodiff of the loss w.r.t. the float Variables it depends on,
+ * ApplyGradient nodes that push the gradients to the ps, every computing
+ * node given its device in the replica's group (train_devices.c), ShardBatch
+ * sharded by replica and tower. The spec is parsed in train_spec.c. Pure
+ * functions over jansson documents: the master's job loop does the I/O. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,409 +15,11 @@
 #include "dg/train.h"
 #include "train_internal.h"
 
-/* ------------------------------------------------------------ spec parsing */
-
-/* obj must be a JSON object (NULL: absent) whose every key is in keys; path
- * names obj in the message. */
-static enum dg_status check_object(const json_t *obj, const char *path,
-				   const char *const *keys, struct dg_err *err)
-{
-	const char *k;
-	json_t *v;
-	char list[256];
-	size_t off = 0;
-
-	if (!json_is_object(obj))
-		return dg_err_set(err, DG_EINVAL, "%s must be an object, got %s", path,
-				  dg_json_kind(obj, true));
-	json_object_foreach((json_t *)obj, k, v) {
-		bool ok = false;
-		for (int i = 0; keys[i] && !ok; i++)
-			ok = strcmp(keys[i], k) == 0;
-		if (ok)
-			continue;
-		list[0] = '\0';
-		for (int i = 0; keys[i] && off + 1 < sizeof list; i++) {
-			int w = snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "",
-					 keys[i]);
-			off += w > 0 ? (size_t)w : 0;
-		}
-		dg_err_set(err, DG_EINVAL, "%s has unknown key '%.64s'", path, k);
-		dg_err_hint(err, "its keys are: %s (see doc/training.md)", list);
-		return DG_EINVAL;
-	}
-	return DG_OK;
-}
-
-static enum dg_status get_int(const json_t *obj, const char *path, const char *key,
-			      int64_t min, int64_t max, int64_t *out, struct dg_err *err)
-{
-	json_t *v = json_object_get(obj, key);
-	int64_t x;
-
-	if (!v)
-		return DG_OK;
-	if (json_is_real(v) && floor(json_real_value(v)) == json_real_value(v) &&
-	    fabs(json_real_value(v)) < 9e15)
-		x = (int64_t)json_real_value(v);
-	else if (json_is_integer(v))
-		x = json_integer_value(v);
-	else
-		return dg_err_set(err, DG_EINVAL, "%s.%s must be an integer, got %s", path, key,
-				  dg_json_kind(v, true));
-	if (x < min || x > max) {
-		dg_err_set(err, DG_EINVAL, "%s.%s is %lld; it must be in %lld..%lld", path, key,
-			   (long long)x, (long long)min, (long long)max);
-		return DG_EINVAL;
-	}
-	*out = x;
-	return DG_OK;
-}
-
-/* A number in the range min..max; open: the bounds themselves are excluded
- * (bit 0: min, bit 1: max). max >= 1e300 means no upper bound. */
-static enum dg_status get_num(const json_t *obj, const char *path, const char *key, double min,
-			      int open, double max, double *out, struct dg_err *err)
-{
-	bool min_open = open & 1, max_open = open & 2;
-	json_t *v = json_object_get(obj, key);
-	double x;
-
-	if (!v)
-		return DG_OK;
-	if (!json_is_number(v))
-		return dg_err_set(err, DG_EINVAL, "%s.%s must be a number, got %s", path, key,
-				  dg_json_kind(v, true));
-	x = json_number_value(v);
-	if (!isfinite(x) || x < min || (min_open && x <= min) || x > max ||
-	    (max_open && x >= max)) {
-		if (max >= 1e300)
-			dg_err_set(err, DG_EINVAL, "%s.%s is %g; it must be %s %g", path, key, x,
-				   min_open ? ">" : ">=", min);
-		else
-			dg_err_set(err, DG_EINVAL, "%s.%s is %g; it must be in %s%g, %g%s", path,
-				   key, x, min_open ? "(" : "[", min, max, max_open ? ")" : "]");
-		return DG_EINVAL;
-	}
-	*out = x;
-	return DG_OK;
-}
-
-static enum dg_status get_bool(const json_t *obj, const char *path, const char *key, bool *out,
-			       struct dg_err *err)
-{
-	json_t *v = json_object_get(obj, key);
-
-	if (!v)
-		return DG_OK;
-	if (!json_is_boolean(v))
-		return dg_err_set(err, DG_EINVAL, "%s.%s must be true or false, got %s", path, key,
-				  dg_json_kind(v, true));
-	*out = json_is_true(v);
-	return DG_OK;
-}
-
-/* A string that is one of choices, copied into out (n bytes). */
-static enum dg_status get_choice(const json_t *obj, const char *path, const char *key,
-				 const char *const *choices, char *out, size_t n,
-				 struct dg_err *err)
-{
-	json_t *v = json_object_get(obj, key);
-	const char *s;
-
-	if (!v)
-		return DG_OK;
-	if (!json_is_string(v))
-		return dg_err_set(err, DG_EINVAL, "%s.%s must be a string, got %s", path, key,
-				  dg_json_kind(v, true));
-	s = json_string_value(v);
-	for (int i = 0; choices[i]; i++)
-		if (strcmp(s, choices[i]) == 0) {
-			snprintf(out, n, "%s", s);
-			return DG_OK;
-		}
-	dg_err_set(err, DG_EINVAL, "%s.%s is '%.64s'", path, key, s);
-	dg_err_hint(err, "use %s%s%s%s%s", choices[0], choices[1] ? " or " : "",
-		    choices[1] ? choices[1] : "", choices[1] && choices[2] ? " or " : "",
-		    choices[1] && choices[2] ? choices[2] : "");
-	return DG_EINVAL;
-}
-
-/* A non-empty array of non-empty strings into an owned array. */
-static enum dg_status get_refs(const json_t *obj, const char *path, const char *key,
-			       bool allow_empty, char ***out, int *n_out, struct dg_err *err)
-{
-	json_t *v = json_object_get(obj, key), *e;
-	size_t i;
-
-	if (!v)
-		return DG_OK;
-	if (!json_is_array(v) || (!allow_empty && json_array_size(v) == 0) ||
-	    json_array_size(v) > 4096)
-		return dg_err_set(err, DG_EINVAL, "%s.%s must be %sarray of value refs, got %s",
-				  path, key, allow_empty ? "an " : "a non-empty ",
-				  dg_json_kind(v, true));
-	*out = calloc(json_array_size(v) + 1, sizeof **out);
-	if (!*out)
-		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	json_array_foreach(v, i, e) {
-		if (!json_is_string(e) || !json_string_value(e)[0])
-			return dg_err_set(err, DG_EINVAL, "%s.%s[%zu] must be a value ref "
-					  "(\"node\" or \"node:k\"), got %s", path, key, i,
-					  dg_json_kind(e, true));
-		(*out)[i] = strdup(json_string_value(e));
-		if (!(*out)[i])
-			return dg_err_set(err, DG_ENOMEM, "out of memory");
-		*n_out = (int)i + 1;
-	}
-	return DG_OK;
-}
-
-static const char *const top_keys[] = {
-	"loss", "metrics", "optimizer", "lr_schedule", "epochs", "steps", "batch", "replicas",
-	"mode", "backup", "checkpoint_secs", "eval", "reinit", "replica_group", NULL,
-};
-static const char *const opt_keys[] = {
-	"rule", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", NULL,
-};
-static const char *const sched_keys[] = { "kind", "every", "factor", NULL };
-static const char *const eval_keys[] = { "fetch", "every_epochs", "every_steps", "barrier",
-					 NULL };
-static const char *const rules[] = { "sgd", "momentum", "adam", NULL };
-static const char *const kinds[] = { "constant", "step", "exponential", NULL };
-static const char *const modes[] = { "async", "sync", NULL };
-
-/* DG_EINVAL for a required key that is absent, with an example as the hint. */
-static enum dg_status missing(struct dg_err *err, const char *key, const char *hint)
-{
-	dg_err_set(err, DG_EINVAL, "%s is missing", key);
-	dg_err_hint(err, "%s", hint);
-	return DG_EINVAL;
-}
-
-/* A key that only applies to some rule: refused elsewhere so typos surface. */
-static enum dg_status only_for(const json_t *opt, const char *key, const char *rule,
-			       const char *need, struct dg_err *err)
-{
-	if (!json_object_get(opt, key) || strcmp(rule, need) == 0)
-		return DG_OK;
-	dg_err_set(err, DG_EINVAL, "training.optimizer.%s applies to rule %s, not %s", key, need,
-		   rule);
-	dg_err_hint(err, "remove it or use \"rule\": \"%s\"", need);
-	return DG_EINVAL;
-}
-
-static enum dg_status parse_optimizer(const json_t *opt, struct train_spec *s, struct dg_err *err)
-{
-	const char *p = "training.optimizer";
-	enum dg_status st;
-
-	if (!opt)
-		return missing(err, "training.optimizer",
-			       "e.g. \"optimizer\": {\"rule\": \"sgd\", \"lr\": 0.1}");
-	if ((st = check_object(opt, p, opt_keys, err)) != DG_OK)
-		return st;
-	if (!json_object_get(opt, "rule"))
-		return missing(err, "training.optimizer.rule", "use sgd, momentum or adam");
-	if ((st = get_choice(opt, p, "rule", rules, s->rule, sizeof s->rule, err)) != DG_OK)
-		return st;
-	if ((st = only_for(opt, "momentum", s->rule, "momentum", err)) != DG_OK ||
-	    (st = only_for(opt, "nesterov", s->rule, "momentum", err)) != DG_OK ||
-	    (st = only_for(opt, "beta1", s->rule, "adam", err)) != DG_OK ||
-	    (st = only_for(opt, "beta2", s->rule, "adam", err)) != DG_OK ||
-	    (st = only_for(opt, "eps", s->rule, "adam", err)) != DG_OK)
-		return st;
-	if (strcmp(s->rule, "adam") == 0) {
-		s->lr = 0.001;
-		s->beta1 = 0.9;
-		s->beta2 = 0.999;
-		s->eps = 1e-8;
-	} else if (!json_object_get(opt, "lr")) {
-		dg_err_set(err, DG_EINVAL, "training.optimizer.lr is missing (rule %s)", s->rule);
-		dg_err_hint(err, "give the learning rate, e.g. \"lr\": 0.1");
-		return DG_EINVAL;
-	}
-	if (strcmp(s->rule, "momentum") == 0 && !json_object_get(opt, "momentum")) {
-		dg_err_set(err, DG_EINVAL, "training.optimizer.momentum is missing (rule "
-			   "momentum)");
-		dg_err_hint(err, "e.g. \"momentum\": 0.9");
-		return DG_EINVAL;
-	}
-	if ((st = get_num(opt, p, "lr", 0, 1, 1e300, &s->lr, err)) != DG_OK ||
-	    (st = get_num(opt, p, "momentum", 0, 2, 1, &s->momentum, err)) != DG_OK ||
-	    (st = get_bool(opt, p, "nesterov", &s->nesterov, err)) != DG_OK ||
-	    (st = get_num(opt, p, "beta1", 0, 2, 1, &s->beta1, err)) != DG_OK ||
-	    (st = get_num(opt, p, "beta2", 0, 2, 1, &s->beta2, err)) != DG_OK)
-		return st;
-	return get_num(opt, p, "eps", 0, 1, 1e300, &s->eps, err);
-}
-
-static enum dg_status parse_schedule(const json_t *v, struct train_spec *s, struct dg_err *err)
-{
-	const char *p = "training.lr_schedule";
-	enum dg_status st;
-
-	if (!v)
-		return DG_OK;
-	if ((st = check_object(v, p, sched_keys, err)) != DG_OK)
-		return st;
-	if (!json_object_get(v, "kind"))
-		return missing(err, "training.lr_schedule.kind",
-			       "use constant, step or exponential");
-	if ((st = get_choice(v, p, "kind", kinds, s->schedule, sizeof s->schedule, err)) != DG_OK)
-		return st;
-	if (strcmp(s->schedule, "constant") == 0) {
-		const char *k = json_object_get(v, "every") ? "every" :
-				json_object_get(v, "factor") ? "factor" : NULL;
-		if (k) {
-			dg_err_set(err, DG_EINVAL, "training.lr_schedule.%s applies to kinds step "
-				   "and exponential, not constant", k);
-			return DG_EINVAL;
-		}
-		return DG_OK;
-	}
-	for (int i = 0; i < 2; i++)
-		if (!json_object_get(v, i ? "factor" : "every")) {
-			dg_err_set(err, DG_EINVAL, "training.lr_schedule.%s is missing (kind %s)",
-				   i ? "factor" : "every", s->schedule);
-			dg_err_hint(err, "e.g. {\"kind\": \"%s\", \"every\": 1000, "
-				    "\"factor\": 0.5}", s->schedule);
-			return DG_EINVAL;
-		}
-	if ((st = get_int(v, p, "every", 1, INT64_MAX, &s->every, err)) != DG_OK)
-		return st;
-	return get_num(v, p, "factor", 0, 1, 1e300, &s->factor, err);
-}
-
-static enum dg_status parse_eval(const json_t *v, struct train_spec *s, struct dg_err *err)
-{
-	const char *p = "training.eval";
-	enum dg_status st;
-
-	if (!v)
-		return DG_OK;
-	if ((st = check_object(v, p, eval_keys, err)) != DG_OK)
-		return st;
-	if (!json_object_get(v, "fetch"))
-		return missing(err, "training.eval.fetch",
-			       "list the values to evaluate, e.g. [\"test_accuracy\"]");
-	if (json_object_get(v, "every_epochs") && json_object_get(v, "every_steps")) {
-		dg_err_set(err, DG_EINVAL, "training.eval has both every_epochs and every_steps");
-		dg_err_hint(err, "give one of them");
-		return DG_EINVAL;
-	}
-	if ((st = get_refs(v, p, "fetch", false, &s->eval_fetch, &s->n_eval_fetch, err)) != DG_OK)
-		return st;
-	if ((st = get_int(v, p, "every_epochs", 1, INT64_MAX, &s->eval_every_epochs, err)) != DG_OK)
-		return st;
-	if ((st = get_bool(v, p, "barrier", &s->eval_barrier, err)) != DG_OK)
-		return st;
-	return get_int(v, p, "every_steps", 1, INT64_MAX, &s->eval_every_steps, err);
-}
-
-enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, struct dg_err *err)
-{
-	const char *p = "training";
-	json_t *v;
-	int64_t replicas = 0, backup = 0, group = 0;
-	char mode[16] = "async";
-	enum dg_status st;
-
-	memset(out, 0, sizeof *out);
-	snprintf(out->schedule, sizeof out->schedule, "constant");
-	out->every = 1;
-	out->factor = 1;
-	if ((st = check_object(training, p, top_keys, err)) != DG_OK)
-		return st;
-	v = json_object_get(training, "loss");
-	if (!v) {
-		dg_err_set(err, DG_EINVAL, "training.loss is missing");
-		dg_err_hint(err, "name the float scalar to minimise, e.g. \"loss\": \"loss\"");
-		return DG_EINVAL;
-	}
-	if (!json_is_string(v) || !json_string_value(v)[0])
-		return dg_err_set(err, DG_EINVAL, "training.loss must be a value ref (\"node\" or "
-				  "\"node:k\"), got %s", dg_json_kind(v, true));
-	if (!(out->loss = strdup(json_string_value(v))))
-		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	if ((st = get_refs(training, p, "metrics", true, &out->metrics, &out->n_metrics,
-			   err)) != DG_OK)
-		return st;
-	if ((st = parse_optimizer(json_object_get(training, "optimizer"), out, err)) != DG_OK ||
-	    (st = parse_schedule(json_object_get(training, "lr_schedule"), out, err)) != DG_OK)
-		return st;
-	if (json_object_get(training, "epochs") && json_object_get(training, "steps")) {
-		dg_err_set(err, DG_EINVAL, "training has both epochs and steps");
-		dg_err_hint(err, "give one of them");
-		return DG_EINVAL;
-	}
-	if (!json_object_get(training, "epochs") && !json_object_get(training, "steps")) {
-		dg_err_set(err, DG_EINVAL, "training needs epochs or steps");
-		dg_err_hint(err, "e.g. \"epochs\": 3 (needs a ShardBatch) or \"steps\": 1000");
-		return DG_EINVAL;
-	}
-	if ((st = get_int(training, p, "epochs", 1, 1000000, &out->epochs, err)) != DG_OK ||
-	    (st = get_int(training, p, "steps", 1, INT64_MAX / 2, &out->steps, err)) != DG_OK ||
-	    (st = get_int(training, p, "batch", 1, INT32_MAX, &out->batch, err)) != DG_OK ||
-	    (st = get_int(training, p, "replicas", 0, 65536, &replicas, err)) != DG_OK ||
-	    (st = get_int(training, p, "replica_group", 1, 65536, &group, err)) != DG_OK ||
-	    (st = get_choice(training, p, "mode", modes, mode, sizeof mode, err)) != DG_OK ||
-	    (st = get_int(training, p, "backup", 0, 65535, &backup, err)) != DG_OK ||
-	    (st = get_num(training, p, "checkpoint_secs", 0, 0, 1e9, &out->checkpoint_secs,
-			  err)) != DG_OK ||
-	    (st = parse_eval(json_object_get(training, "eval"), out, err)) != DG_OK ||
-	    (st = get_bool(training, p, "reinit", &out->reinit, err)) != DG_OK)
-		return st;
-	out->replicas = (int)replicas;
-	out->replica_group = (int)group;
-	out->sync = strcmp(mode, "sync") == 0;
-	out->backup = (int)backup;
-	if (backup > 0 && !out->sync) {
-		dg_err_set(err, DG_EINVAL, "training.backup is %lld but mode is async",
-			   (long long)backup);
-		dg_err_hint(err, "backup replicas apply to \"mode\": \"sync\" only");
-		return DG_EINVAL;
-	}
-	if (replicas > 0 && backup >= replicas) {
-		dg_err_set(err, DG_EINVAL, "training.backup is %lld; it must be less than "
-			   "training.replicas (%lld)", (long long)backup, (long long)replicas);
-		return DG_EINVAL;
-	}
-	return DG_OK;
-}
-
 static void free_strs(char **v, int n)
 {
 	for (int i = 0; v && i < n; i++)
 		free(v[i]);
 	free(v);
-}
-
-void train_spec_deinit(struct train_spec *s)
-{
-	if (!s)
-		return;
-	free(s->loss);
-	/* the ref arrays are calloc'd with a spare slot and filled in order, so
-	 * they are NULL-terminated even when a parse error stopped half-way */
-	for (int i = 0; s->metrics && s->metrics[i]; i++)
-		free(s->metrics[i]);
-	free(s->metrics);
-	for (int i = 0; s->eval_fetch && s->eval_fetch[i]; i++)
-		free(s->eval_fetch[i]);
-	free(s->eval_fetch);
-	memset(s, 0, sizeof *s);
-}
-
-double train_lr_at(const struct train_spec *s, int64_t t)
-{
-	double e = s->every > 0 ? (double)s->every : 1;
-
-	if (strcmp(s->schedule, "step") == 0)
-		return s->lr * pow(s->factor, floor((double)t / e));
-	if (strcmp(s->schedule, "exponential") == 0)
-		return s->lr * pow(s->factor, (double)t / e);
-	return s->lr;
 }
 
 int train_compute_tasks(const struct dg_cluster *c, int *idx)
@@ -604,8 +207,10 @@ static json_t *apply_node(const struct train_spec *s, const char *var, const cha
 			 "inputs", grad, "attrs", a);
 }
 
-/* Shard every ShardBatch of doc's "nodes": replica r of R (and batch when > 0). */
-static enum dg_status shard_batches(json_t *doc, int r, int R, int64_t batch,
+/* Shard every ShardBatch of doc's "nodes": replica r of R (and batch when > 0);
+ * with K towers, tower k's (its shard attr, from train_towers_build) reads
+ * shard r*K + k of R*K. */
+static enum dg_status shard_batches(json_t *doc, int r, int R, int K, int64_t batch,
 				    struct dg_err *err)
 {
 	json_t *nodes = json_object_get(doc, "nodes"), *n;
@@ -620,8 +225,9 @@ static enum dg_status shard_batches(json_t *doc, int r, int R, int64_t batch,
 			a = json_object();
 			json_object_set_new(n, "attrs", a);
 		}
-		if (!a || json_object_set_new(a, "shard", json_integer(r)) ||
-		    json_object_set_new(a, "num_shards", json_integer(R)) ||
+		json_int_t k = K > 1 ? json_integer_value(json_object_get(a, "shard")) : 0;
+		if (!a || json_object_set_new(a, "shard", json_integer((json_int_t)r * K + k)) ||
+		    json_object_set_new(a, "num_shards", json_integer((json_int_t)R * K)) ||
 		    (batch > 0 && json_object_set_new(a, "batch", json_integer(batch))))
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
 	}
@@ -655,7 +261,8 @@ static enum dg_status check_doc(json_t *doc, const char *what, struct dg_err *er
 
 static enum dg_status build_replica(const struct train_spec *s, const struct dg_cluster *c,
 				    const struct train_layout *L, const json_t *ad_doc,
-				    char *const *grads, const struct train_plan *p, int r,
+				    char *const *grads, const struct train_towers *tw,
+				    json_t *colocate, const struct train_plan *p, int r,
 				    struct dg_err *err)
 {
 	struct train_replica *rep = &p->rep[r];
@@ -666,13 +273,15 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 	rep->doc = json_deep_copy(ad_doc);
 	rep->targets = calloc((size_t)p->n_vars + 1, sizeof *rep->targets);
 	rep->fetch = calloc((size_t)s->n_metrics + 2, sizeof *rep->fetch);
-	rep->reasons = json_object();
+	rep->reasons = tw && tw->reasons ? json_deep_copy(tw->reasons) : json_object();
+	rep->colocate = json_incref(colocate);
 	if (!rep->doc || !rep->targets || !rep->fetch || !rep->reasons)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	rep->n_fetch = s->n_metrics + 1;   /* the capacity: unfilled slots stay NULL */
 	json_object_del(rep->doc, "training");
-	if ((st = train_pin(rep->doc, L, c, r, NULL, rep->reasons, err)) != DG_OK ||
-	    (st = shard_batches(rep->doc, r, p->n_replicas, s->batch, err)) != DG_OK)
+	if ((st = train_pin(rep->doc, L, c, r, colocate, rep->reasons, err)) != DG_OK ||
+	    (st = shard_batches(rep->doc, r, p->n_replicas, s->towers > 1 ? s->towers : 1,
+				s->batch, err)) != DG_OK)
 		return st;
 	nodes = json_object_get(rep->doc, "nodes");
 	for (int i = 0; i < p->n_vars; i++) {
@@ -798,24 +407,138 @@ static enum dg_status plan_layout(const struct train_layout *L, struct train_pla
 	return DG_OK;
 }
 
+/* Whether name is one of Variable var's gradient sum nodes ("grad/<var>/...",
+ * autodiff's chained Add of the contributions of var's consumers). */
+static bool is_sum_of(const char *name, const char *var)
+{
+	size_t len = strlen(var);
+
+	return strncmp(name, "grad/", 5) == 0 && strncmp(name + 5, var, len) == 0 &&
+	       name[5 + len] == '/';
+}
+
+/* Whether the contributions summed into var's gradient come from nodes of
+ * more than one device (towers, or a variable used on several tasks). */
+static bool sums_across_devices(const json_t *ad_doc, const json_t *dev_of, const char *var)
+{
+	const char *first = NULL;
+	json_t *n, *in;
+	size_t i, k;
+
+	json_array_foreach(json_object_get(ad_doc, "nodes"), i, n) {
+		const char *name = json_string_value(json_object_get(n, "name"));
+		if (!name || !is_sum_of(name, var))
+			continue;
+		json_array_foreach(json_object_get(n, "inputs"), k, in) {
+			char src[DG_GRAPH_MAX_NAME + 16];
+			const char *d;
+			snprintf(src, sizeof src, "%s", json_string_value(in));
+			if (is_sum_of(src, var))
+				continue;
+			src[strcspn(src, ":")] = '\0';
+			d = json_string_value(json_object_get(dev_of, src));
+			if (!first)
+				first = d ? d : "";
+			else if (strcmp(first, d ? d : "") != 0)
+				return true;
+		}
+	}
+	return false;
+}
+
+/* A trained Variable whose gradient sums contributions from several devices
+ * (towers, or a replica of several tasks that uses it on more than one) gets
+ * that sum colocated with it, on its ps, and its ApplyGradient too (whose
+ * VarApply then stays on that task): each device's part goes there once and
+ * one apply follows. Owned object (node -> Variable), or NULL when no sum
+ * crosses devices. */
+static json_t *colocate_sums(const json_t *ad_doc, const struct train_plan *p)
+{
+	json_t *o = json_object(), *dev_of = json_object(), *n;
+	size_t i;
+
+	if (!o || !dev_of)
+		goto fail;
+	json_array_foreach(json_object_get(ad_doc, "nodes"), i, n) {
+		const char *name = json_string_value(json_object_get(n, "name"));
+		const char *dev = json_string_value(json_object_get(n, "device"));
+		if (name && json_object_set_new(dev_of, name, json_string(dev ? dev : "")))
+			goto fail;
+	}
+	for (int v = 0; v < p->n_vars; v++) {
+		char apply[DG_GRAPH_MAX_NAME + 16];
+		if (!sums_across_devices(ad_doc, dev_of, p->var_nodes[v]))
+			continue;
+		json_array_foreach(json_object_get(ad_doc, "nodes"), i, n) {
+			const char *name = json_string_value(json_object_get(n, "name"));
+			if (name && is_sum_of(name, p->var_nodes[v]))
+				json_object_set_new(o, name, json_string(p->var_nodes[v]));
+		}
+		snprintf(apply, sizeof apply, "_train/apply/%s", p->var_nodes[v]);
+		json_object_set_new(o, apply, json_string(p->var_nodes[v]));
+	}
+	json_decref(dev_of);
+	if (json_object_size(o) > 0)
+		return o;
+	json_decref(o);
+	return NULL;
+fail:
+	json_decref(o);
+	json_decref(dev_of);
+	return NULL;
+}
+
+/* With s->towers >= 2: the towers' graph (*gt, owned) and a copy of the spec
+ * whose loss and metrics are the towers' means (*ts: borrowed strings of tw). */
+static enum dg_status towers(const struct dg_graph *g, const struct train_spec *s,
+			     const struct dg_cluster *c, struct train_towers *tw,
+			     struct dg_graph **gt, struct train_spec *ts, struct dg_err *err)
+{
+	enum dg_status st = train_towers_build(g, s, c, tw, err);
+
+	if (st != DG_OK)
+		return st;
+	if (!(*gt = dg_graph_from_json(tw->doc, master_op_find, err))) {
+		dg_err_prefix(err, "the graph of %d towers", s->towers);
+		return err ? err->code : DG_EINVAL;
+	}
+	*ts = *s;
+	ts->loss = tw->loss;
+	ts->metrics = tw->metrics;
+	return DG_OK;
+}
+
 enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spec *s,
 				const struct dg_cluster *c, struct train_plan *out,
 				struct dg_err *err)
 {
-	struct train_layout L;
+	struct train_layout L = { 0 };
+	struct train_towers tw = { 0 };
+	struct train_spec ts;
+	struct dg_graph *gt = NULL;
+	const struct dg_graph *pg = g;   /* the graph the replicas are made of */
+	const struct train_spec *ps = s;
 	bool *need = NULL;
-	json_t *ad_doc = NULL;
+	json_t *ad_doc = NULL, *colocate = NULL;
 	char **grads = NULL;
-	int n_grads = 0, R;
+	int n_grads = 0, R, K = s->towers > 1 ? s->towers : 1;
 	struct dg_edge loss;
 	enum dg_status st;
 
 	memset(out, 0, sizeof *out);
-	if ((st = train_layout_build(g, s, c, &L, err)) != DG_OK ||
+	if ((st = check_refs(g, s, err)) != DG_OK)
+		goto out;
+	if (K > 1 && (st = towers(g, s, c, &tw, &gt, &ts, err)) != DG_OK)
+		goto out;
+	if (K > 1) {
+		pg = gt;
+		ps = &ts;
+	}
+	if ((st = train_layout_build(pg, ps, c, &L, err)) != DG_OK ||
 	    (st = plan_layout(&L, out, err)) != DG_OK)
 		goto out;
 	R = L.replicas;
-	if (!(need = calloc((size_t)g->n_nodes + 1, sizeof *need))) {
+	if (!(need = calloc((size_t)pg->n_nodes + 1, sizeof *need))) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -824,32 +547,36 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 				"%d replicas", s->backup, R);
 		goto out;
 	}
-	if ((st = check_refs(g, s, err)) != DG_OK)
+	dg_graph_ref(pg, ps->loss, &loss, NULL);
+	if ((st = loss_needs(pg, loss.node, need, err)) != DG_OK)
 		goto out;
-	dg_graph_ref(g, s->loss, &loss, NULL);
-	if ((st = loss_needs(g, loss.node, need, err)) != DG_OK)
+	if ((st = epoch_size(pg, need, ps, R * K, &out->steps_per_epoch,
+			     &out->examples_per_step, err)) != DG_OK)
 		goto out;
-	if ((st = epoch_size(g, need, s, R, &out->steps_per_epoch, &out->examples_per_step,
-			     err)) != DG_OK)
-		goto out;
+	out->examples_per_step *= K;
 	out->steps = s->epochs > 0 ? s->epochs * out->steps_per_epoch : s->steps;
-	if ((st = trained_vars(g, s, need, out, &ad_doc, &grads, &n_grads, err)) != DG_OK)
+	if ((st = trained_vars(pg, ps, need, out, &ad_doc, &grads, &n_grads, err)) != DG_OK)
 		goto out;
+	colocate = colocate_sums(ad_doc, out);
 	out->rep = calloc((size_t)R, sizeof *out->rep);
 	if (!out->rep) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
 	for (int r = 0; st == DG_OK && r < R; r++)
-		st = build_replica(s, c, &L, ad_doc, grads, out, r, err);
+		st = build_replica(ps, c, &L, ad_doc, grads, K > 1 ? &tw : NULL, colocate, out, r,
+				   err);
 	if (st == DG_OK)
 		st = build_eval(g, s, c, &L, out, err);
 out:
 	/* one slot per wrt; the kept ones were moved to the front, NULL behind */
 	dg_autodiff_free_refs(grads, n_grads);
 	json_decref(ad_doc);
+	json_decref(colocate);
 	free(need);
 	train_layout_deinit(&L);
+	dg_graph_free(gt);
+	train_towers_deinit(&tw);
 	if (st != DG_OK)
 		train_plan_deinit(out);
 	return st;
@@ -864,6 +591,7 @@ void train_plan_deinit(struct train_plan *p)
 		free_strs(p->rep[r].targets, p->n_vars);
 		free_strs(p->rep[r].fetch, p->rep[r].n_fetch);
 		json_decref(p->rep[r].reasons);
+		json_decref(p->rep[r].colocate);
 	}
 	free(p->rep);
 	free(p->replica_task);

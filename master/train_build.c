@@ -105,6 +105,7 @@ static enum dg_status build_replica(struct master *m, struct train *tr, int r,
 		return err ? err->code : DG_EINVAL;
 	}
 	o.reasons = tp->reasons;
+	o.colocate = tp->colocate;
 	if ((st = place_graph(rp->g, m->cluster, &o, &rp->pl, err)) != DG_OK)
 		return st;
 	ppo.fetch = (const char *const *)tp->fetch;

@@ -48,11 +48,10 @@ static int highest_position(const struct dg_graph *g, const struct train_layout 
 	return hi;
 }
 
-enum dg_status train_layout_build(const struct dg_graph *g, const struct train_spec *s,
-				  const struct dg_cluster *c, struct train_layout *L,
-				  struct dg_err *err)
+enum dg_status train_layout_span(const struct dg_graph *g, const struct dg_cluster *c,
+				 struct train_layout *L, int *span, struct dg_err *err)
 {
-	int hi, node = -1;
+	int node = -1;
 
 	memset(L, 0, sizeof *L);
 	if (!(L->compute = calloc((size_t)c->n_tasks + 1, sizeof *L->compute)))
@@ -64,6 +63,21 @@ enum dg_status train_layout_build(const struct dg_graph *g, const struct train_s
 		dg_err_hint(err, "add a worker job to the cluster spec");
 		return DG_EINVAL;
 	}
+	*span = highest_position(g, L, c, &node) + 1;
+	if (*span < 1)
+		*span = 1;
+	return DG_OK;
+}
+
+enum dg_status train_layout_build(const struct dg_graph *g, const struct train_spec *s,
+				  const struct dg_cluster *c, struct train_layout *L,
+				  struct dg_err *err)
+{
+	int hi, node = -1, span;
+	enum dg_status st = train_layout_span(g, c, L, &span, err);
+
+	if (st != DG_OK)
+		return st;
 	hi = highest_position(g, L, c, &node);
 	L->group = s->replica_group > 0 ? s->replica_group : hi + 1 > 1 ? hi + 1 : 1;
 	if (hi >= L->group) {

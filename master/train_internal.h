@@ -28,6 +28,10 @@ enum dg_status train_layout_build(const struct dg_graph *g, const struct train_s
 				  const struct dg_cluster *c, struct train_layout *L,
 				  struct dg_err *err);
 void train_layout_deinit(struct train_layout *L);
+/* The compute tasks of c into L (its group and replicas left 0) and *span =
+ * 1 + the highest compute task a node's device in g names (1 if none). */
+enum dg_status train_layout_span(const struct dg_graph *g, const struct dg_cluster *c,
+				 struct train_layout *L, int *span, struct dg_err *err);
 /* Cluster task index of compute task k of replica r's group. */
 int train_layout_task(const struct train_layout *L, int r, int k);
 
@@ -42,5 +46,25 @@ int train_layout_task(const struct train_layout *L, int r, int k);
  * forward op) for place_opts.reasons. */
 enum dg_status train_pin(json_t *doc, const struct train_layout *L, const struct dg_cluster *c,
 			 int r, const json_t *skip, json_t *reasons, struct dg_err *err);
+
+/* In-graph replication ("towers": K, doc/training.md): the graph with K
+ * towers and the refs that replace the spec's loss and metrics. */
+struct train_towers {
+	json_t *doc;             /* owned: the towers' graph document */
+	json_t *reasons;         /* owned: tower node -> "replica default" (no device given) */
+	char *loss;              /* owned: "_train/loss", the towers' mean (or sum) */
+	char **metrics;          /* owned: "_train/metric_i", the towers' means */
+	int n_metrics;
+};
+
+/* The towers of g (validated, user names) for s->towers >= 2 on c: tower k's
+ * copy of a node on compute task k*span + p for a device naming position p
+ * of a tower's span (k*span with no device), Variables shared, ShardBatch
+ * shard k (of K; the plan makes it r*K + k of R*K). Errors: more towers than
+ * the compute tasks hold (DG_EINVAL). On error *out is empty. */
+enum dg_status train_towers_build(const struct dg_graph *g, const struct train_spec *s,
+				  const struct dg_cluster *c, struct train_towers *out,
+				  struct dg_err *err);
+void train_towers_deinit(struct train_towers *t);
 
 #endif

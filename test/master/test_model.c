@@ -65,6 +65,42 @@ static char *mlp_job(const char *prefix, const char *dev1, const char *dev2, int
 	return body;
 }
 
+/* The same MLP on 8 examples in batches of 2 (ShardBatch, so replicas and
+ * towers read disjoint shards), no devices; training options extra. Owned. */
+static char *sharded_job(const char *prefix, int steps, const char *extra)
+{
+	char *body = malloc(8192);
+
+	cr_assert_not_null(body);
+	snprintf(body, 8192, "{'graph': {'nodes': ["
+		 "{'name':'data','op':'Const','attrs':{'value':[[0.1,0.2,-0.3,0.4,0.5,-0.6],"
+		 "[0.7,-0.8,0.9,1.0,-1.1,1.2],[-0.2,0.4,0.6,-0.8,1.0,0.3],"
+		 "[0.5,0.5,-0.5,-0.5,0.25,0.75],[1.0,-1.0,0.5,0.0,0.2,-0.4],"
+		 "[-0.6,0.3,0.8,-0.1,0.9,0.4],[0.2,0.9,-0.7,0.6,-0.3,0.1],"
+		 "[0.0,-0.5,0.3,0.7,-0.9,0.8]]}},"
+		 "{'name':'labels','op':'Const','attrs':{'value':[0,2,1,2,1,0,2,1],"
+		 "'dtype':'int32'}},"
+		 "{'name':'batch','op':'ShardBatch','inputs':['data','labels'],"
+		 "'attrs':{'batch':2,'seed':7}},"
+		 "{'name':'w1','op':'Variable','attrs':{'shape':[6,5],'init':'glorot','seed':1,"
+		 "'var':'%s/w1'}},"
+		 "{'name':'b1','op':'Variable','attrs':{'shape':[5],'var':'%s/b1'}},"
+		 "{'name':'w2','op':'Variable','attrs':{'shape':[5,3],'init':'glorot','seed':2,"
+		 "'var':'%s/w2'}},"
+		 "{'name':'b2','op':'Variable','attrs':{'shape':[3],'var':'%s/b2'}},"
+		 "{'name':'h_mm','op':'MatMul','inputs':['batch:0','w1']},"
+		 "{'name':'h_pre','op':'Add','inputs':['h_mm','b1']},"
+		 "{'name':'h','op':'Tanh','inputs':['h_pre']},"
+		 "{'name':'l_mm','op':'MatMul','inputs':['h','w2']},"
+		 "{'name':'logits','op':'Add','inputs':['l_mm','b2']},"
+		 "{'name':'xent','op':'SparseSoftmaxCrossEntropyWithLogits',"
+		 "'inputs':['logits','batch:1']},"
+		 "{'name':'loss','op':'Mean','inputs':['xent']}]},"
+		 "'training': {'loss':'loss','optimizer':{'rule':'sgd','lr':0.5},'steps':%d,"
+		 "'reinit':true%s}}", prefix, prefix, prefix, prefix, steps, extra);
+	return body;
+}
+
 /* Variable name's value from the ps (task 0 of the cluster). Owned. */
 static struct dg_tensor *var_value(const char *name)
 {
@@ -166,6 +202,37 @@ Test(model, five_split_steps_equal_five_steps_on_one_task)
 	cr_assert_eq(json_integer_value(json_array_get(done, 0)), 5);
 	json_decref(one);
 	json_decref(two);
+}
+
+Test(model, two_towers_equal_two_sync_replicas_on_the_same_batches)
+{
+	json_t *between = train_done(sharded_job("tw/between", 3, ",'mode':'sync'"));
+	json_t *in = train_done(sharded_job("tw/in", 3, ",'towers':2"));
+	json_t *tr = json_object_get(in, "training");
+
+	same_vars("tw/between", "tw/in", 1e-6);
+	/* one replica of two towers: 3 steps x 2 towers x batch 2 examples */
+	cr_assert_eq(json_integer_value(json_object_get(tr, "replicas")), 1);
+	cr_assert_eq(json_integer_value(json_object_get(tr, "examples")), 12);
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(between, "training"),
+							"examples")), 12);
+	/* tower k on worker k; each Variable's gradient summed on its ps */
+	cr_assert_str_eq(placed(in, "tower_0/h_mm"), "/job:worker/task:0");
+	cr_assert_str_eq(placed(in, "tower_1/h_mm"), "/job:worker/task:1");
+	const char *ex = json_string_value(json_object_get(in, "explain"));
+	json_t *pl = json_object_get(in, "placement");
+	const char *k;
+	json_t *v;
+	int sums = 0;
+	json_object_foreach(pl, k, v)
+		if (strncmp(k, "grad/w1/", 8) == 0) {
+			cr_assert_str_eq(json_string_value(v), "/job:ps/task:0", "%s", k);
+			sums++;
+		}
+	cr_assert_eq(sums, 1, "one Add of the two towers' parts: %s", ex);
+	cr_assert_str_eq(placed(in, "_train/apply/w1"), "/job:ps/task:0");
+	json_decref(between);
+	json_decref(in);
 }
 
 /* The fragments server i holds (its dg_worker_fragments gauge). */

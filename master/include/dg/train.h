@@ -23,6 +23,8 @@ struct train_spec {
 	int replicas;                                       /* 0 = as many as fit */
 	int replica_group;                                  /* compute tasks per replica;
 							     * 0 = from the devices */
+	int towers;                                         /* in-graph copies; 0/1 = none */
+	bool tower_sum;                                     /* "aggregate": "sum" */
 	bool sync; int backup;
 	double checkpoint_secs;
 	char **eval_fetch; int n_eval_fetch; int64_t eval_every_epochs, eval_every_steps;
@@ -46,6 +48,9 @@ struct train_replica {
 	                           * device = that replica's task */
 	char **targets; int n_targets;   /* owned: the ApplyGradient node names */
 	char **fetch; int n_fetch;       /* owned: loss then metrics refs (collected per step) */
+	json_t *colocate;                /* owned object or NULL: node -> the Variable it runs
+	                                  * with (the towers' gradient sums), for
+	                                  * place_opts.colocate */
 	json_t *reasons;                 /* owned object: node -> why the plan put it where
 	                                  * it is ("replica default", "colocated"), for
 	                                  * place_opts.reasons */
