@@ -259,6 +259,52 @@ static enum dg_status check_doc(json_t *doc, const char *what, struct dg_err *er
 	return DG_OK;
 }
 
+/* A step of a replica must see the applies of its previous step. An apply
+ * colocated with its Variable runs in the ps's fragment, which the tasks of
+ * the group do not wait for, so the next step's VarRead could read the value
+ * before it: every task of the group waits for the applied versions
+ * ("_train/applied", their sum on the ps, sent to each task as
+ * "_train/wait/k", a target), as a TensorFlow step ends when all its ops did. */
+static enum dg_status wait_for_applies(const struct train_layout *L, const struct dg_cluster *c,
+				       const struct train_plan *p, int r, const json_t *colocate,
+				       struct train_replica *rep, json_t *nodes, struct dg_err *err)
+{
+	char prev[DG_GRAPH_MAX_NAME + 32] = "", name[DG_GRAPH_MAX_NAME + 32];
+	char dev[160];
+
+	for (int v = 0; v < p->n_vars; v++) {
+		char apply[DG_GRAPH_MAX_NAME + 16];
+		snprintf(apply, sizeof apply, "_train/apply/%s", p->var_nodes[v]);
+		if (!json_object_get(colocate, apply))
+			continue;
+		if (!prev[0]) {
+			snprintf(prev, sizeof prev, "%s", apply);
+			continue;
+		}
+		snprintf(name, sizeof name, "_train/applied/%s", p->var_nodes[v]);
+		if (json_array_append_new(nodes, json_pack("{s:s, s:s, s:[s,s]}", "name", name,
+							   "op", "Add", "inputs", prev, apply)))
+			return dg_err_set(err, DG_ENOMEM, "out of memory");
+		snprintf(prev, sizeof prev, "%s", name);
+	}
+	if (!prev[0])
+		return DG_OK;
+	if (json_array_append_new(nodes, json_pack("{s:s, s:s, s:[s]}", "name", "_train/applied",
+						   "op", "Identity", "inputs", prev)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int k = 0; k < L->group; k++) {
+		snprintf(name, sizeof name, "_train/wait/%d", k);
+		place_device_name(c, train_layout_task(L, r, k), dev, sizeof dev);
+		if (json_array_append_new(nodes, json_pack("{s:s, s:s, s:[s], s:s}", "name", name,
+							   "op", "Identity", "inputs",
+							   "_train/applied", "device", dev)) ||
+		    !(rep->targets[rep->n_targets] = strdup(name)))
+			return dg_err_set(err, DG_ENOMEM, "out of memory");
+		rep->n_targets++;
+	}
+	return DG_OK;
+}
+
 static enum dg_status build_replica(const struct train_spec *s, const struct dg_cluster *c,
 				    const struct train_layout *L, const json_t *ad_doc,
 				    char *const *grads, const struct train_towers *tw,
@@ -271,7 +317,7 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 	enum dg_status st;
 
 	rep->doc = json_deep_copy(ad_doc);
-	rep->targets = calloc((size_t)p->n_vars + 1, sizeof *rep->targets);
+	rep->targets = calloc((size_t)p->n_vars + (size_t)L->group + 1, sizeof *rep->targets);
 	rep->fetch = calloc((size_t)s->n_metrics + 2, sizeof *rep->fetch);
 	rep->reasons = tw && tw->reasons ? json_deep_copy(tw->reasons) : json_object();
 	rep->colocate = json_incref(colocate);
@@ -293,6 +339,8 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
 		rep->n_targets = i + 1;
 	}
+	if (colocate && (st = wait_for_applies(L, c, p, r, colocate, rep, nodes, err)) != DG_OK)
+		return st;
 	rep->fetch[0] = strdup(s->loss);
 	for (int i = 0; rep->fetch[0] && i < s->n_metrics; i++)
 		if (!(rep->fetch[i + 1] = strdup(s->metrics[i])))
@@ -476,6 +524,12 @@ static json_t *colocate_sums(const json_t *ad_doc, const struct train_plan *p)
 		}
 		snprintf(apply, sizeof apply, "_train/apply/%s", p->var_nodes[v]);
 		json_object_set_new(o, apply, json_string(p->var_nodes[v]));
+		/* the sum of the applied versions (wait_for_applies) sits with the
+		 * first such Variable */
+		if (!json_object_get(o, "_train/applied"))
+			json_object_set_new(o, "_train/applied", json_string(p->var_nodes[v]));
+		snprintf(apply, sizeof apply, "_train/applied/%s", p->var_nodes[v]);
+		json_object_set_new(o, apply, json_string(p->var_nodes[v]));
 	}
 	json_decref(dev_of);
 	if (json_object_size(o) > 0)
@@ -588,7 +642,7 @@ void train_plan_deinit(struct train_plan *p)
 		return;
 	for (int r = 0; p->rep && r < p->n_replicas; r++) {
 		json_decref(p->rep[r].doc);
-		free_strs(p->rep[r].targets, p->n_vars);
+		free_strs(p->rep[r].targets, p->rep[r].n_targets);
 		free_strs(p->rep[r].fetch, p->rep[r].n_fetch);
 		json_decref(p->rep[r].reasons);
 		json_decref(p->rep[r].colocate);

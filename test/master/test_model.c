@@ -206,16 +206,16 @@ Test(model, five_split_steps_equal_five_steps_on_one_task)
 
 Test(model, two_towers_equal_two_sync_replicas_on_the_same_batches)
 {
-	json_t *between = train_done(sharded_job("tw/between", 3, ",'mode':'sync'"));
-	json_t *in = train_done(sharded_job("tw/in", 3, ",'towers':2"));
+	json_t *between = train_done(sharded_job("tw/between", 8, ",'mode':'sync'"));
+	json_t *in = train_done(sharded_job("tw/in", 8, ",'towers':2"));
 	json_t *tr = json_object_get(in, "training");
 
 	same_vars("tw/between", "tw/in", 1e-6);
-	/* one replica of two towers: 3 steps x 2 towers x batch 2 examples */
+	/* one replica of two towers: 8 steps x 2 towers x batch 2 examples */
 	cr_assert_eq(json_integer_value(json_object_get(tr, "replicas")), 1);
-	cr_assert_eq(json_integer_value(json_object_get(tr, "examples")), 12);
+	cr_assert_eq(json_integer_value(json_object_get(tr, "examples")), 32);
 	cr_assert_eq(json_integer_value(json_object_get(json_object_get(between, "training"),
-							"examples")), 12);
+							"examples")), 32);
 	/* tower k on worker k; each Variable's gradient summed on its ps */
 	cr_assert_str_eq(placed(in, "tower_0/h_mm"), "/job:worker/task:0");
 	cr_assert_str_eq(placed(in, "tower_1/h_mm"), "/job:worker/task:1");
