@@ -260,13 +260,14 @@ static enum dg_status check_doc(json_t *doc, const char *what, struct dg_err *er
 }
 
 /* A step of a replica must see the applies of its previous step. An apply
- * colocated with its Variable runs in the ps's fragment, which the tasks of
- * the group do not wait for, so the next step's VarRead could read the value
- * before it: every task of the group waits for the applied versions
- * ("_train/applied", their sum on the ps, sent to each task as
- * "_train/wait/k", a target), as a TensorFlow step ends when all its ops did. */
+ * that runs on another task than a reader of its Variable (colocated on the
+ * ps, or its gradient computed elsewhere: apply_waits) is in a fragment that
+ * reader's task does not wait for, so its next step's VarRead could read the
+ * value before it: every task of the group waits for the applied versions
+ * ("_train/applied", their sum, sent to each task as "_train/wait/k", a
+ * target), as a TensorFlow step ends when all its ops did. */
 static enum dg_status wait_for_applies(const struct train_layout *L, const struct dg_cluster *c,
-				       const struct train_plan *p, int r, const json_t *colocate,
+				       const struct train_plan *p, int r, const bool *wait,
 				       struct train_replica *rep, json_t *nodes, struct dg_err *err)
 {
 	char prev[DG_GRAPH_MAX_NAME + 32] = "", name[DG_GRAPH_MAX_NAME + 32];
@@ -275,7 +276,7 @@ static enum dg_status wait_for_applies(const struct train_layout *L, const struc
 	for (int v = 0; v < p->n_vars; v++) {
 		char apply[DG_GRAPH_MAX_NAME + 16];
 		snprintf(apply, sizeof apply, "_train/apply/%s", p->var_nodes[v]);
-		if (!json_object_get(colocate, apply))
+		if (!wait[v])
 			continue;
 		if (!prev[0]) {
 			snprintf(prev, sizeof prev, "%s", apply);
@@ -308,8 +309,8 @@ static enum dg_status wait_for_applies(const struct train_layout *L, const struc
 static enum dg_status build_replica(const struct train_spec *s, const struct dg_cluster *c,
 				    const struct train_layout *L, const json_t *ad_doc,
 				    char *const *grads, const struct train_towers *tw,
-				    json_t *colocate, const struct train_plan *p, int r,
-				    struct dg_err *err)
+				    json_t *colocate, const bool *wait, const struct train_plan *p,
+				    int r, struct dg_err *err)
 {
 	struct train_replica *rep = &p->rep[r];
 	char what[64];
@@ -339,7 +340,7 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
 		rep->n_targets = i + 1;
 	}
-	if (colocate && (st = wait_for_applies(L, c, p, r, colocate, rep, nodes, err)) != DG_OK)
+	if (L->group > 1 && (st = wait_for_applies(L, c, p, r, wait, rep, nodes, err)) != DG_OK)
 		return st;
 	rep->fetch[0] = strdup(s->loss);
 	for (int i = 0; rep->fetch[0] && i < s->n_metrics; i++)
@@ -466,13 +467,16 @@ static bool is_sum_of(const char *name, const char *var)
 }
 
 /* Whether the contributions summed into var's gradient come from nodes of
- * more than one device (towers, or a variable used on several tasks). */
-static bool sums_across_devices(const json_t *ad_doc, const json_t *dev_of, const char *var)
+ * more than one device (towers, or a variable used on several tasks); else
+ * *one gets their one device ("" = none; borrowed from dev_of). */
+static bool sums_across_devices(const json_t *ad_doc, const json_t *dev_of, const char *var,
+				const char **one)
 {
 	const char *first = NULL;
 	json_t *n, *in;
 	size_t i, k;
 
+	*one = "";
 	json_array_foreach(json_object_get(ad_doc, "nodes"), i, n) {
 		const char *name = json_string_value(json_object_get(n, "name"));
 		if (!name || !is_sum_of(name, var))
@@ -491,74 +495,145 @@ static bool sums_across_devices(const json_t *ad_doc, const json_t *dev_of, cons
 				return true;
 		}
 	}
+	*one = first ? first : "";
 	return false;
 }
 
-/* A trained Variable whose gradient sums contributions from several devices
- * (towers, or a replica of several tasks that uses it on more than one) gets
- * that sum colocated with it, on its ps, and its ApplyGradient too (whose
- * VarApply then stays on that task): each device's part goes there once and
- * one apply follows. Owned object (node -> Variable), or NULL when no sum
- * crosses devices. */
-static json_t *colocate_sums(const json_t *ad_doc, const struct train_plan *p)
+/* node name -> its device ("" = none) for the nodes of doc. Owned. */
+static json_t *devices_of(const json_t *doc)
 {
-	json_t *o = json_object(), *dev_of = json_object(), *n;
+	json_t *o = json_object(), *n;
 	size_t i;
 
-	if (!o || !dev_of)
-		goto fail;
-	json_array_foreach(json_object_get(ad_doc, "nodes"), i, n) {
+	json_array_foreach(json_object_get(doc, "nodes"), i, n) {
 		const char *name = json_string_value(json_object_get(n, "name"));
 		const char *dev = json_string_value(json_object_get(n, "device"));
-		if (name && json_object_set_new(dev_of, name, json_string(dev ? dev : "")))
-			goto fail;
+		if (o && name && json_object_set_new(o, name, json_string(dev ? dev : ""))) {
+			json_decref(o);
+			return NULL;
+		}
+	}
+	return o;
+}
+
+/* Where each trained Variable's gradient is summed (autodiff's chained Add
+ * "grad/<var>/...", which carries the Variable's own device). Parts from
+ * several devices (towers, or a variable used on several tasks): the sum is
+ * colocated with the Variable, on its ps, with the ApplyGradient (whose
+ * VarApply then stays on that task), so each device's part goes there once
+ * and one apply follows: those go into *colocate (node -> Variable; owned,
+ * NULL when none). Parts from one device: the sum runs there, beside them
+ * (ad_doc's nodes get that device), and the apply with it. */
+static enum dg_status place_sums(json_t *ad_doc, const struct train_plan *p, json_t **colocate,
+				 struct dg_err *err)
+{
+	json_t *o = json_object(), *dev_of = devices_of(ad_doc), *n;
+	size_t i;
+
+	*colocate = NULL;
+	if (!o || !dev_of) {
+		json_decref(o);
+		json_decref(dev_of);
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	}
 	for (int v = 0; v < p->n_vars; v++) {
+		const char *var = p->var_nodes[v], *one;
 		char apply[DG_GRAPH_MAX_NAME + 16];
-		if (!sums_across_devices(ad_doc, dev_of, p->var_nodes[v]))
-			continue;
+		bool across = sums_across_devices(ad_doc, dev_of, var, &one);
 		json_array_foreach(json_object_get(ad_doc, "nodes"), i, n) {
 			const char *name = json_string_value(json_object_get(n, "name"));
-			if (name && is_sum_of(name, p->var_nodes[v]))
-				json_object_set_new(o, name, json_string(p->var_nodes[v]));
+			if (!name || !is_sum_of(name, var))
+				continue;
+			if (across)
+				json_object_set_new(o, name, json_string(var));
+			else if (one[0])
+				json_object_set_new(n, "device", json_string(one));
 		}
-		snprintf(apply, sizeof apply, "_train/apply/%s", p->var_nodes[v]);
-		json_object_set_new(o, apply, json_string(p->var_nodes[v]));
-		/* the sum of the applied versions (wait_for_applies) sits with the
-		 * first such Variable */
-		if (!json_object_get(o, "_train/applied"))
-			json_object_set_new(o, "_train/applied", json_string(p->var_nodes[v]));
-		snprintf(apply, sizeof apply, "_train/applied/%s", p->var_nodes[v]);
-		json_object_set_new(o, apply, json_string(p->var_nodes[v]));
+		snprintf(apply, sizeof apply, "_train/apply/%s", var);
+		if (across)
+			json_object_set_new(o, apply, json_string(var));
 	}
 	json_decref(dev_of);
 	if (json_object_size(o) > 0)
-		return o;
-	json_decref(o);
-	return NULL;
-fail:
-	json_decref(o);
-	json_decref(dev_of);
-	return NULL;
+		*colocate = o;
+	else
+		json_decref(o);
+	return DG_OK;
 }
 
-/* With s->towers >= 2: the towers' graph (*gt, owned) and a copy of the spec
- * whose loss and metrics are the towers' means (*ts: borrowed strings of tw). */
-static enum dg_status towers(const struct dg_graph *g, const struct train_spec *s,
-			     const struct dg_cluster *c, struct train_towers *tw,
-			     struct dg_graph **gt, struct train_spec *ts, struct dg_err *err)
+/* wait[v]: the apply of trained Variable v may run on another task than one
+ * that reads it (colocated on the ps, or its gradient computed on another
+ * device than a reader's), so the group waits for it (wait_for_applies). */
+static enum dg_status apply_waits(const json_t *ad_doc, char *const *grads,
+				  const json_t *colocate, const struct train_plan *p, bool *wait,
+				  struct dg_err *err)
 {
-	enum dg_status st = train_towers_build(g, s, c, tw, err);
+	json_t *dev_of = devices_of(ad_doc), *n, *in;
+	size_t i, k;
 
-	if (st != DG_OK)
-		return st;
-	if (!(*gt = dg_graph_from_json(tw->doc, master_op_find, err))) {
-		dg_err_prefix(err, "the graph of %d towers", s->towers);
-		return err ? err->code : DG_EINVAL;
+	if (!dev_of)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int v = 0; v < p->n_vars; v++) {
+		char apply[DG_GRAPH_MAX_NAME + 16], gnode[DG_GRAPH_MAX_NAME + 16];
+		const char *gdev;
+		snprintf(apply, sizeof apply, "_train/apply/%s", p->var_nodes[v]);
+		wait[v] = colocate && json_object_get(colocate, apply);
+		snprintf(gnode, sizeof gnode, "%s", grads[v]);
+		gnode[strcspn(gnode, ":")] = '\0';
+		gdev = json_string_value(json_object_get(dev_of, gnode));
+		json_array_foreach(json_object_get(ad_doc, "nodes"), i, n) {
+			const char *dev = json_string_value(json_object_get(n, "device"));
+			json_array_foreach(json_object_get(n, "inputs"), k, in) {
+				const char *ref = json_string_value(in);
+				size_t len = strlen(p->var_nodes[v]);
+				if (!ref || strncmp(ref, p->var_nodes[v], len) != 0 ||
+				    (ref[len] && ref[len] != ':'))
+					continue;
+				if (strcmp(dev ? dev : "", gdev ? gdev : "") != 0)
+					wait[v] = true;
+			}
+		}
 	}
+	json_decref(dev_of);
+	return DG_OK;
+}
+
+/* The copies inside a step: the micro-batches (s->microbatches >= 2) of g,
+ * then the towers (s->towers >= 2) of that. *gt (owned) is the result, *ts a
+ * copy of the spec whose loss and metrics are the copies' means (borrowed
+ * from mb or tw). */
+static enum dg_status copies(const struct dg_graph *g, const struct train_spec *s,
+			     const struct dg_cluster *c, struct train_towers *mb,
+			     struct train_towers *tw, struct dg_graph **gt,
+			     struct train_spec *ts, struct dg_err *err)
+{
+	enum dg_status st;
+
 	*ts = *s;
-	ts->loss = tw->loss;
-	ts->metrics = tw->metrics;
+	if (s->microbatches > 1) {
+		if ((st = train_micro_build(g, s, mb, err)) != DG_OK)
+			return st;
+		if (!(*gt = dg_graph_from_json(mb->doc, master_op_find, err))) {
+			dg_err_prefix(err, "the graph of %d micro-batches", s->microbatches);
+			return err ? err->code : DG_EINVAL;
+		}
+		ts->loss = mb->loss;
+		ts->metrics = mb->metrics;
+	}
+	if (s->towers > 1) {
+		struct dg_graph *gm = *gt;
+		st = train_towers_build(gm ? gm : g, ts, c, tw, err);
+		dg_graph_free(gm);
+		*gt = NULL;
+		if (st != DG_OK)
+			return st;
+		if (!(*gt = dg_graph_from_json(tw->doc, master_op_find, err))) {
+			dg_err_prefix(err, "the graph of %d towers", s->towers);
+			return err ? err->code : DG_EINVAL;
+		}
+		ts->loss = tw->loss;
+		ts->metrics = tw->metrics;
+	}
 	return DG_OK;
 }
 
@@ -567,12 +642,12 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 				struct dg_err *err)
 {
 	struct train_layout L = { 0 };
-	struct train_towers tw = { 0 };
+	struct train_towers tw = { 0 }, mb = { 0 };
 	struct train_spec ts;
 	struct dg_graph *gt = NULL;
 	const struct dg_graph *pg = g;   /* the graph the replicas are made of */
 	const struct train_spec *ps = s;
-	bool *need = NULL;
+	bool *need = NULL, *wait = NULL;
 	json_t *ad_doc = NULL, *colocate = NULL;
 	char **grads = NULL;
 	int n_grads = 0, R, K = s->towers > 1 ? s->towers : 1;
@@ -582,9 +657,10 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 	memset(out, 0, sizeof *out);
 	if ((st = check_refs(g, s, err)) != DG_OK)
 		goto out;
-	if (K > 1 && (st = towers(g, s, c, &tw, &gt, &ts, err)) != DG_OK)
+	if ((K > 1 || s->microbatches > 1) &&
+	    (st = copies(g, s, c, &mb, &tw, &gt, &ts, err)) != DG_OK)
 		goto out;
-	if (K > 1) {
+	if (gt) {
 		pg = gt;
 		ps = &ts;
 	}
@@ -611,15 +687,22 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 	out->steps = s->epochs > 0 ? s->epochs * out->steps_per_epoch : s->steps;
 	if ((st = trained_vars(pg, ps, need, out, &ad_doc, &grads, &n_grads, err)) != DG_OK)
 		goto out;
-	colocate = colocate_sums(ad_doc, out);
+	if ((st = place_sums(ad_doc, out, &colocate, err)) != DG_OK)
+		goto out;
+	if (!(wait = calloc((size_t)out->n_vars + 1, sizeof *wait))) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((st = apply_waits(ad_doc, grads, colocate, out, wait, err)) != DG_OK)
+		goto out;
 	out->rep = calloc((size_t)R, sizeof *out->rep);
 	if (!out->rep) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto out;
 	}
 	for (int r = 0; st == DG_OK && r < R; r++)
-		st = build_replica(ps, c, &L, ad_doc, grads, K > 1 ? &tw : NULL, colocate, out, r,
-				   err);
+		st = build_replica(ps, c, &L, ad_doc, grads, K > 1 ? &tw : NULL, colocate, wait, out,
+				   r, err);
 	if (st == DG_OK)
 		st = build_eval(g, s, c, &L, out, err);
 out:
@@ -627,10 +710,12 @@ out:
 	dg_autodiff_free_refs(grads, n_grads);
 	json_decref(ad_doc);
 	json_decref(colocate);
+	free(wait);
 	free(need);
 	train_layout_deinit(&L);
 	dg_graph_free(gt);
 	train_towers_deinit(&tw);
+	train_towers_deinit(&mb);
 	if (st != DG_OK)
 		train_plan_deinit(out);
 	return st;

@@ -65,6 +65,13 @@ struct train_towers {
 enum dg_status train_towers_build(const struct dg_graph *g, const struct train_spec *s,
 				  const struct dg_cluster *c, struct train_towers *out,
 				  struct dg_err *err);
+/* The M = s->microbatches >= 2 micro-batch copies of g (same devices, copy m
+ * reading rows m*b/M.. of each ShardBatch's batch b, one data pipeline
+ * shared), the loss and metrics their means, in the same struct. Errors
+ * (DG_EINVAL): M does not divide a batch, no ShardBatch, a batch of unknown
+ * rank. On error *out is empty. */
+enum dg_status train_micro_build(const struct dg_graph *g, const struct train_spec *s,
+				 struct train_towers *out, struct dg_err *err);
 void train_towers_deinit(struct train_towers *t);
 
 #endif

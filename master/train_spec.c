@@ -171,7 +171,7 @@ static enum dg_status get_refs(const json_t *obj, const char *path, const char *
 static const char *const top_keys[] = {
 	"loss", "metrics", "optimizer", "lr_schedule", "epochs", "steps", "batch", "replicas",
 	"mode", "backup", "checkpoint_secs", "eval", "reinit", "replica_group", "towers",
-	"aggregate", NULL,
+	"aggregate", "microbatches", NULL,
 };
 static const char *const opt_keys[] = {
 	"rule", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", NULL,
@@ -316,7 +316,7 @@ enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, 
 {
 	const char *p = "training";
 	json_t *v;
-	int64_t replicas = 0, backup = 0, group = 0, towers = 0;
+	int64_t replicas = 0, backup = 0, group = 0, towers = 0, micro = 0;
 	char mode[16] = "async", agg[8] = "mean";
 	enum dg_status st;
 
@@ -359,6 +359,7 @@ enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, 
 	    (st = get_int(training, p, "replicas", 0, 65536, &replicas, err)) != DG_OK ||
 	    (st = get_int(training, p, "replica_group", 1, 65536, &group, err)) != DG_OK ||
 	    (st = get_int(training, p, "towers", 1, 4096, &towers, err)) != DG_OK ||
+	    (st = get_int(training, p, "microbatches", 1, 4096, &micro, err)) != DG_OK ||
 	    (st = get_choice(training, p, "aggregate", aggregates, agg, sizeof agg, err)) != DG_OK ||
 	    (st = get_choice(training, p, "mode", modes, mode, sizeof mode, err)) != DG_OK ||
 	    (st = get_int(training, p, "backup", 0, 65535, &backup, err)) != DG_OK ||
@@ -370,6 +371,7 @@ enum dg_status train_spec_parse(const json_t *training, struct train_spec *out, 
 	out->replicas = (int)replicas;
 	out->replica_group = (int)group;
 	out->towers = (int)towers;
+	out->microbatches = (int)micro;
 	out->tower_sum = strcmp(agg, "sum") == 0;
 	if (json_object_get(training, "aggregate") && towers < 2) {
 		dg_err_set(err, DG_EINVAL, "training.aggregate applies to towers, but "

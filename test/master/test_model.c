@@ -67,10 +67,15 @@ static char *mlp_job(const char *prefix, const char *dev1, const char *dev2, int
 
 /* The same MLP on 8 examples in batches of 2 (ShardBatch, so replicas and
  * towers read disjoint shards), no devices; training options extra. Owned. */
-static char *sharded_job(const char *prefix, int steps, const char *extra)
+static char *sharded_job(const char *prefix, const char *dev1, const char *dev2, int steps,
+			 const char *extra)
 {
-	char *body = malloc(8192);
+	char d1[80] = "", d2[80] = "", *body = malloc(8192);
 
+	if (dev1[0])
+		snprintf(d1, sizeof d1, ",'device':'%s'", dev1);
+	if (dev2[0])
+		snprintf(d2, sizeof d2, ",'device':'%s'", dev2);
 	cr_assert_not_null(body);
 	snprintf(body, 8192, "{'graph': {'nodes': ["
 		 "{'name':'data','op':'Const','attrs':{'value':[[0.1,0.2,-0.3,0.4,0.5,-0.6],"
@@ -88,16 +93,17 @@ static char *sharded_job(const char *prefix, int steps, const char *extra)
 		 "{'name':'w2','op':'Variable','attrs':{'shape':[5,3],'init':'glorot','seed':2,"
 		 "'var':'%s/w2'}},"
 		 "{'name':'b2','op':'Variable','attrs':{'shape':[3],'var':'%s/b2'}},"
-		 "{'name':'h_mm','op':'MatMul','inputs':['batch:0','w1']},"
-		 "{'name':'h_pre','op':'Add','inputs':['h_mm','b1']},"
-		 "{'name':'h','op':'Tanh','inputs':['h_pre']},"
-		 "{'name':'l_mm','op':'MatMul','inputs':['h','w2']},"
-		 "{'name':'logits','op':'Add','inputs':['l_mm','b2']},"
+		 "{'name':'h_mm','op':'MatMul','inputs':['batch:0','w1']%s},"
+		 "{'name':'h_pre','op':'Add','inputs':['h_mm','b1']%s},"
+		 "{'name':'h','op':'Tanh','inputs':['h_pre']%s},"
+		 "{'name':'l_mm','op':'MatMul','inputs':['h','w2']%s},"
+		 "{'name':'logits','op':'Add','inputs':['l_mm','b2']%s},"
 		 "{'name':'xent','op':'SparseSoftmaxCrossEntropyWithLogits',"
-		 "'inputs':['logits','batch:1']},"
-		 "{'name':'loss','op':'Mean','inputs':['xent']}]},"
+		 "'inputs':['logits','batch:1']%s},"
+		 "{'name':'loss','op':'Mean','inputs':['xent']%s}]},"
 		 "'training': {'loss':'loss','optimizer':{'rule':'sgd','lr':0.5},'steps':%d,"
-		 "'reinit':true%s}}", prefix, prefix, prefix, prefix, steps, extra);
+		 "'reinit':true%s}}", prefix, prefix, prefix, prefix, d1, d1, d1, d2, d2, d2, d2,
+		 steps, extra);
 	return body;
 }
 
@@ -206,8 +212,8 @@ Test(model, five_split_steps_equal_five_steps_on_one_task)
 
 Test(model, two_towers_equal_two_sync_replicas_on_the_same_batches)
 {
-	json_t *between = train_done(sharded_job("tw/between", 8, ",'mode':'sync'"));
-	json_t *in = train_done(sharded_job("tw/in", 8, ",'towers':2"));
+	json_t *between = train_done(sharded_job("tw/between", "", "", 8, ",'mode':'sync'"));
+	json_t *in = train_done(sharded_job("tw/in", "", "", 8, ",'towers':2"));
 	json_t *tr = json_object_get(in, "training");
 
 	same_vars("tw/between", "tw/in", 1e-6);
@@ -233,6 +239,29 @@ Test(model, two_towers_equal_two_sync_replicas_on_the_same_batches)
 	cr_assert_str_eq(placed(in, "_train/apply/w1"), "/job:ps/task:0");
 	json_decref(between);
 	json_decref(in);
+}
+
+Test(model, micro_batches_of_a_split_model_equal_one_big_batch)
+{
+	static const char *const d0 = "/job:worker/task:0", *const d1 = "/job:worker/task:1";
+	json_t *big = train_done(sharded_job("mb/big", d0, d1, 6, ",'batch':4"));
+	json_t *micro = train_done(sharded_job("mb/micro", d0, d1, 6,
+					       ",'batch':4,'microbatches':2"));
+	json_t *four = train_done(sharded_job("mb/four", "", "", 6,
+					      ",'batch':4,'microbatches':4,'replicas':1"));
+
+	same_vars("mb/big", "mb/micro", 1e-6);
+	same_vars("mb/big", "mb/four", 1e-6);
+	/* the copies keep the stages' devices; one data pipeline feeds them */
+	cr_assert_str_eq(placed(micro, "micro_1/h_mm"), d0);
+	cr_assert_str_eq(placed(micro, "micro_1/l_mm"), d1);
+	cr_assert_not_null(placed(micro, "batch"));
+	cr_assert_null(placed(micro, "micro_0/batch"));
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(micro, "training"),
+							"examples")), 24);
+	json_decref(big);
+	json_decref(micro);
+	json_decref(four);
 }
 
 /* The fragments server i holds (its dg_worker_fragments gauge). */
@@ -280,6 +309,18 @@ Test(model, bad_layouts_are_refused_before_anything_runs)
 	/* a node outside its group */
 	refused(mlp_job("bad4", "/job:worker/task:0", "/job:worker/task:1", 1,
 			",'replica_group':1"), "node 'l_mm' is placed on /job:worker/task:1");
+	/* micro-batches that do not divide the batch, towers past the workers */
+	refused(sharded_job("bad6", "", "", 1, ",'batch':4,'microbatches':3"),
+		"training.microbatches is 3 but ShardBatch 'batch' makes batches of 4");
+	refused(sharded_job("bad7", "", "", 1, ",'towers':3"),
+		"training.towers is 3 (of 1 task each) but the cluster has 2 compute tasks");
+	/* a cycle is refused with the graph */
+	refused(strdup("{'graph': {'nodes': [{'name':'w','op':'Variable','attrs':{'shape':[1]}},"
+		       "{'name':'a','op':'Add','inputs':['w','b'],'device':'/job:worker/task:0'},"
+		       "{'name':'b','op':'Neg','inputs':['a'],'device':'/job:worker/task:1'},"
+		       "{'name':'loss','op':'Sum','inputs':['b']}]},"
+		       "'training': {'loss':'loss','optimizer':{'rule':'sgd','lr':0.1},"
+		       "'steps':1}}"), "cycle");
 	/* more replicas than groups */
 	refused(mlp_job("bad5", "/job:worker/task:0", "/job:worker/task:1", 1, ",'replicas':2"),
 		"needs 4 compute tasks");

@@ -25,6 +25,7 @@ struct train_spec {
 							     * 0 = from the devices */
 	int towers;                                         /* in-graph copies; 0/1 = none */
 	bool tower_sum;                                     /* "aggregate": "sum" */
+	int microbatches;                                   /* per step; 0/1 = none */
 	bool sync; int backup;
 	double checkpoint_secs;
 	char **eval_fetch; int n_eval_fetch; int64_t eval_every_epochs, eval_every_steps;
