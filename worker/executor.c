@@ -120,6 +120,10 @@ struct worker {
 	atomic_uint_fast64_t steps_ok, steps_failed, nodes_run, step_us;
 	atomic_uint_fast64_t sent_local, sent_http, bytes_local, bytes_http;
 	atomic_uint_fast64_t recv_http, bytes_recv_http, cached_bytes;
+	/* Tensor bytes of ps requests: [0] pushed (VarApply gradients), [1]
+	 * pulled (VarRead values, values an apply returns); [k][1]: to this
+	 * task's own ps (no network crossed). */
+	atomic_uint_fast64_t ps_bytes[2][2];
 };
 
 /* ------------------------------------------------------------- the state */
@@ -922,12 +926,23 @@ static enum dg_status run_var(const struct run *r, const struct dg_node *n, int 
 
 	if (!p)
 		return err->code;
+	int self = strcmp(ps, r->self) == 0;
+
 	if (kind == WOP_VAR_READ) {
+		int src = r->kept_src[n - r->g->nodes];
+		bool had = src >= 0 && r->kept[src];
 		st = var_read(r, p->obj, n, var, out, err);
 		if (st == DG_OK && !dg_exec_type_ok(&n->out[0], *out, err))
 			st = err->code;
+		/* a value var_read took from the last apply was not pulled now */
+		if (st == DG_OK && !(had && !r->kept[src]))
+			atomic_fetch_add(&r->w->ps_bytes[1][self], (*out)->nbytes);
 	} else if (kind == WOP_VAR_APPLY) {
+		int v = (int)(n - r->g->nodes);
 		st = var_apply(r, p->obj, n, var, in, out, stale, err);
+		atomic_fetch_add(&r->w->ps_bytes[0][self], in->nbytes);
+		if (st == DG_OK && r->kept[v])
+			atomic_fetch_add(&r->w->ps_bytes[1][self], r->kept[v]->nbytes);
 	} else {
 		st = var_init(p->obj, n, var, out, err);
 	}
@@ -1776,7 +1791,14 @@ enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 		"# HELP dg_worker_rendezvous_expired_total Tensors dropped because nobody took them "
 		"in time.\n"
 		"# TYPE dg_worker_rendezvous_expired_total counter\n"
-		"dg_worker_rendezvous_expired_total %" PRIu64 "\n",
+		"dg_worker_rendezvous_expired_total %" PRIu64 "\n"
+		"# HELP dg_worker_ps_bytes_total Tensor bytes of variable requests: gradients "
+		"pushed, values pulled; peer self: this task's own ps.\n"
+		"# TYPE dg_worker_ps_bytes_total counter\n"
+		"dg_worker_ps_bytes_total{dir=\"push\",peer=\"other\"} %" PRIu64 "\n"
+		"dg_worker_ps_bytes_total{dir=\"push\",peer=\"self\"} %" PRIu64 "\n"
+		"dg_worker_ps_bytes_total{dir=\"pull\",peer=\"other\"} %" PRIu64 "\n"
+		"dg_worker_ps_bytes_total{dir=\"pull\",peer=\"self\"} %" PRIu64 "\n",
 		(uint64_t)atomic_load(&w->steps_ok), (uint64_t)atomic_load(&w->steps_failed),
 		(uint64_t)atomic_load(&w->nodes_run), (double)atomic_load(&w->step_us) * 1e-6,
 		n_frags, (uint64_t)atomic_load(&w->cached_bytes), io_n,
@@ -1784,5 +1806,7 @@ enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 		(uint64_t)atomic_load(&w->bytes_local), (uint64_t)atomic_load(&w->bytes_http),
 		(uint64_t)atomic_load(&w->recv_http), (uint64_t)atomic_load(&w->bytes_recv_http),
 		dg_rendezvous_count(w->rv), dg_rendezvous_bytes(w->rv), rl.max_bytes,
-		dg_rendezvous_expired(w->rv));
+		dg_rendezvous_expired(w->rv),
+		(uint64_t)atomic_load(&w->ps_bytes[0][0]), (uint64_t)atomic_load(&w->ps_bytes[0][1]),
+		(uint64_t)atomic_load(&w->ps_bytes[1][0]), (uint64_t)atomic_load(&w->ps_bytes[1][1]));
 }
