@@ -582,14 +582,50 @@ static enum dg_status report_cycle(const struct dg_graph *g, const int *indeg, s
 	return DG_EINVAL;
 }
 
-/* Kahn's algorithm over a CSR list of consumers. Ready nodes are taken in file
- * order (FIFO), so the order is deterministic. O(nodes + edges), no recursion. */
+/* The ready nodes of topo_sort: a binary min-heap of node indices. */
+static void heap_push(int *h, int *n, int v)
+{
+	int i = (*n)++;
+
+	while (i > 0 && h[(i - 1) / 2] > v) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h[i] = v;
+}
+
+static int heap_pop(int *h, int *n)
+{
+	int top = h[0], last = h[--*n], i = 0;
+
+	for (;;) {
+		int c = 2 * i + 1;
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && h[c + 1] < h[c])
+			c++;
+		if (h[c] >= last)
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n > 0)
+		h[i] = last;
+	return top;
+}
+
+/* Kahn's algorithm over a CSR list of consumers. The ready node earliest in
+ * the file goes first, so a graph written in an order its edges allow keeps
+ * it (the executor runs ready nodes in this order: a model copied micro-batch
+ * by micro-batch stays so, and its stages pipeline). O((nodes + edges) log
+ * nodes), no recursion. */
 static enum dg_status topo_sort(struct dg_graph *g, struct dg_err *err)
 {
-	int n = g->n_nodes, head = 0, tail = 0;
+	int n = g->n_nodes, tail = 0, n_ready = 0;
 	size_t n_edges = 0;
 	enum dg_status st = DG_OK;
 	int *indeg = calloc((size_t)n + 1, sizeof *indeg);
+	int *ready = malloc(((size_t)n + 1) * sizeof *ready);
 	size_t *start = calloc((size_t)n + 2, sizeof *start);
 	int *adj = NULL;
 
@@ -597,7 +633,7 @@ static enum dg_status topo_sort(struct dg_graph *g, struct dg_err *err)
 	for (int v = 0; v < n; v++)
 		n_edges += (size_t)g->nodes[v].n_in;
 	adj = malloc((n_edges + 1) * sizeof *adj);
-	if (!indeg || !start || !g->order || !adj) {
+	if (!indeg || !ready || !start || !g->order || !adj) {
 		st = dg_err_set(err, DG_ENOMEM, "out of memory sorting %d nodes", n);
 		goto out;
 	}
@@ -620,17 +656,19 @@ static enum dg_status topo_sort(struct dg_graph *g, struct dg_err *err)
 
 	for (int v = 0; v < n; v++)
 		if (indeg[v] == 0)
-			g->order[tail++] = v;
-	while (head < tail) {
-		int u = g->order[head++];
+			heap_push(ready, &n_ready, v);
+	while (n_ready > 0) {
+		int u = heap_pop(ready, &n_ready);
+		g->order[tail++] = u;
 		for (size_t e = start[u]; e < start[u + 1]; e++)
 			if (--indeg[adj[e]] == 0)
-				g->order[tail++] = adj[e];
+				heap_push(ready, &n_ready, adj[e]);
 	}
 	if (tail < n)
 		st = report_cycle(g, indeg, err);
 out:
 	free(indeg);
+	free(ready);
 	free(start);
 	free(adj);
 	return st;
