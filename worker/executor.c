@@ -55,6 +55,9 @@ struct fragment {
 	 * earlier op on the same variable (var_next of it is v) must end first. */
 	int *pend0;
 	int *var_next;                  /* per node: the next op on its variable, or -1 */
+	/* Per node: it leads to a _Send (plan_urgent). Ready urgent nodes run
+	 * before the others, so a value another task waits for leaves first. */
+	unsigned char *urgent;
 	/* Step-invariant part: nodes whose op is not stateful and whose inputs are
 	 * all invariant. The values of it that step-dependent nodes read are
 	 * computed by the first step and kept here until the fragment goes. */
@@ -230,6 +233,7 @@ static void fragment_free(struct fragment *f)
 	free(f->recvs);
 	free(f->pend0);
 	free(f->var_next);
+	free(f->urgent);
 	free(f->inv);
 	free(f->keep);
 	free(f->inv_uses);
@@ -420,6 +424,23 @@ static enum dg_status plan_var_order(struct fragment *f, struct dg_err *err)
 }
 
 /* Precompute what every run of f needs; refuse what no run could do. */
+/* urgent[v]: a _Send is v or is fed by v, through this fragment. The ready
+ * list runs such nodes first: a split model's stage then sends what the next
+ * stage (or the previous one, in the backward pass) waits for before it
+ * computes what only it needs, such as its own weight gradients (measured:
+ * bench_train.py --pipeline). */
+static void plan_urgent(struct fragment *f)
+{
+	const struct dg_graph *g = f->g;
+
+	for (int k = g->n_nodes - 1; k >= 0; k--) {
+		int v = g->order[k];
+		f->urgent[v] = f->kind[v] == WOP_SEND;
+		for (int i = f->cons_off[v]; !f->urgent[v] && i < f->cons_off[v + 1]; i++)
+			f->urgent[v] = f->urgent[f->cons[i]];
+	}
+}
+
 static enum dg_status plan_fragment(struct fragment *f, struct dg_err *err)
 {
 	const struct dg_graph *g = f->g;
@@ -433,8 +454,9 @@ static enum dg_status plan_fragment(struct fragment *f, struct dg_err *err)
 	f->var_next = malloc(((size_t)n + 1) * sizeof *f->var_next);
 	f->inv = calloc((size_t)n + 1, 1);
 	f->tab = calloc((size_t)n + 1, sizeof *f->tab);
+	f->urgent = calloc((size_t)n + 1, 1);
 	if (!f->base || !f->cons_off || !f->kind || !f->recvs || !f->pend0 || !f->var_next ||
-	    !f->inv || !f->tab)
+	    !f->inv || !f->tab || !f->urgent)
 		return dg_err_set(err, DG_ENOMEM, "out of memory planning a fragment of %d nodes",
 				  n);
 	/* Attrs are parsed here, once: every step's kernels and worker ops read
@@ -495,6 +517,7 @@ static enum dg_status plan_fragment(struct fragment *f, struct dg_err *err)
 	}
 	free(fill);
 	plan_invariant(f);
+	plan_urgent(f);
 	for (int v = 0; v < n; v++) {
 		const struct dg_node *nd = &g->nodes[v];
 		for (int k = 0; k < nd->n_in; k++)
@@ -659,11 +682,12 @@ struct run {
 	struct dg_err *err;
 };
 
-/* The ready set is a min-heap of node indices: independent nodes start in
- * file order. */
-static void ready_push(struct run *r, int v)
+/* The ready set is a min-heap of keys: a node's index, plus the node count
+ * when it is not urgent, so urgent nodes go first and otherwise independent
+ * nodes start in file order. */
+static void ready_push(struct run *r, int node)
 {
-	int i = r->n_ready++;
+	int i = r->n_ready++, v = node + (r->f->urgent[node] ? 0 : r->g->n_nodes);
 
 	while (i > 0 && r->ready[(i - 1) / 2] > v) {
 		r->ready[i] = r->ready[(i - 1) / 2];
@@ -689,7 +713,7 @@ static int ready_pop(struct run *r)
 	}
 	if (r->n_ready > 0)
 		r->ready[i] = last;
-	return top;
+	return top < r->g->n_nodes ? top : top - r->g->n_nodes;
 }
 
 /* A reader of value v is done; the last one frees it (cached values stay). */
