@@ -268,7 +268,7 @@ static enum dg_status remote_run(struct mtask *t, struct mtask_conn **conn, cons
 		}
 		(*conn)->http = http;
 	}
-	st = dg_task_run(http, id, run, out, lost, err);
+	st = dg_task_run(http, id, run, out, NULL, NULL, lost, err);
 	if (!conn)
 		dg_http_client_free(http);
 	return st;
