@@ -175,9 +175,14 @@ static enum dg_status tasks_new(struct master *m, struct dg_err *err)
 	m->tasks = calloc((size_t)m->cluster->n_tasks + 1, sizeof *m->tasks);
 	if (!m->tasks)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	if (self >= 0 && !(m->tasks[self] = mtask_local_new(m->cluster, self, m->w, m->token,
+							     err)))
+		return err ? err->code : DG_ENOMEM;
 	for (int t = 0; t < m->cluster->n_tasks; t++) {
-		m->tasks[t] = t == self ? mtask_local_new(m->cluster, t, m->w, m->token, err)
-					: mtask_remote_new(m->cluster, t, m->token, err);
+		if (t == self)
+			continue;
+		m->tasks[t] = mtask_remote_new(m->cluster, t, m->token,
+					       self >= 0 ? m->tasks[self] : NULL, err);
 		if (!m->tasks[t])
 			return err ? err->code : DG_ENOMEM;
 	}

@@ -226,6 +226,34 @@ struct mtask_conn {
 	struct dg_http_client *http;
 };
 
+struct remote_task {
+	struct task_common c;
+	struct mtask *home;             /* borrowed: the master's own task, or NULL */
+};
+
+/* Deliver what a one-step run carried back (dg/task_client.h) into the home
+ * task's rendezvous, as the PUTs they replace would have; frees c[0..n). */
+static enum dg_status home_put(struct mtask *home, uint64_t step, struct dg_task_carried *c,
+			       int n, struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	if (!home) {            /* only a run that named its requester gets any */
+		dg_task_carried_free(c, n);
+		return dg_err_set(err, DG_EINTERNAL, "the task carried tensors back to a run that "
+				  "did not name its requester");
+	}
+	struct dg_rendezvous *rv = worker_rendezvous(worker_of(home));
+	for (int i = 0; i < n && st == DG_OK; i++) {
+		st = dg_rendezvous_put(rv, step, c[i].key, c[i].t, err);
+		c[i].t = NULL;                  /* taken, also on error */
+		if (st != DG_OK)
+			dg_err_prefix(err, "tensor '%s' carried back in the reply", c[i].key);
+	}
+	dg_task_carried_free(c, n);
+	return st;
+}
+
 static enum dg_status remote_fragment_add(struct mtask *t, const json_t *doc, char *id,
 					  bool *lost, struct dg_err *err)
 {
@@ -250,11 +278,19 @@ static void remote_fragment_remove(struct mtask *t, const char *id)
 	dg_http_client_free(c);
 }
 
+/* A one-step run names the home task as its requester, so that the _Sends
+ * to it that end their fragment come back in the reply (no PUT, no wake-up
+ * of a server thread there): put into its rendezvous before returning, they
+ * reach its _Recvs and fetches as a PUT's would. */
 static enum dg_status remote_run(struct mtask *t, struct mtask_conn **conn, const char *id,
 				 const struct dg_task_run *run, struct dg_task_run_result *out,
 				 bool *lost, struct dg_err *err)
 {
 	struct dg_http_client *http = conn && *conn ? (*conn)->http : NULL;
+	struct mtask *home = ((struct remote_task *)t)->home;
+	struct dg_task_run req = *run;
+	struct dg_task_carried *carried = NULL;
+	int n_carried = 0;
 	enum dg_status st;
 
 	if (lost)
@@ -268,9 +304,14 @@ static enum dg_status remote_run(struct mtask *t, struct mtask_conn **conn, cons
 		}
 		(*conn)->http = http;
 	}
-	st = dg_task_run(http, id, run, out, lost, err);
+	if (home && run->steps == 1)
+		req.from = t->cl->tasks[home->index].address;
+	st = dg_task_run(http, id, &req, out, &carried, &n_carried, lost, err);
 	if (!conn)
 		dg_http_client_free(http);
+	if (n_carried > 0 && (st = home_put(home, run->step, carried, n_carried, err)) != DG_OK &&
+	    out)
+		dg_task_run_result_deinit(out);
 	return st;
 }
 
@@ -338,18 +379,19 @@ static const struct mtask_ops remote_ops = {
 };
 
 struct mtask *mtask_remote_new(const struct dg_cluster *cl, int index, const char *token,
-			       struct dg_err *err)
+			       struct mtask *home, struct dg_err *err)
 {
-	struct task_common *t = calloc(1, sizeof *t);
+	struct remote_task *t = calloc(1, sizeof *t);
 
 	if (!t) {
 		dg_err_set(err, DG_ENOMEM, "out of memory");
 		return NULL;
 	}
-	t->base.ops = &remote_ops;
-	if (common_init(t, cl, index, token, err) != DG_OK) {
-		common_free(&t->base);
+	t->c.base.ops = &remote_ops;
+	t->home = home && home->local ? home : NULL;
+	if (common_init(&t->c, cl, index, token, err) != DG_OK) {
+		common_free(&t->c.base);
 		return NULL;
 	}
-	return &t->base;
+	return &t->c.base;
 }

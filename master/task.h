@@ -85,9 +85,12 @@ static inline struct mtask_label mtask_label(const struct mtask *t)
 struct mtask *mtask_local_new(const struct dg_cluster *cl, int index, struct worker *w,
 			      const char *token, struct dg_err *err);
 /* Task index of cl (borrowed, must outlive the task), reached over HTTP
- * with token (copied; NULL = none). */
+ * with token (copied; NULL = none). home (borrowed, may be NULL) is the
+ * master's own task: a one-step run names it as the requester, and the
+ * tensors the run carries back (dg/task_client.h) are put into its
+ * rendezvous before run returns. */
 struct mtask *mtask_remote_new(const struct dg_cluster *cl, int index, const char *token,
-			       struct dg_err *err);
+			       struct mtask *home, struct dg_err *err);
 
 static inline void mtask_free(struct mtask *t)
 {

@@ -6,8 +6,10 @@
  * small pool of I/O threads, and only when nothing is ready it waits for
  * whichever comes first, a pending _Recv or an I/O completion, so one thread
  * never blocks on one tensor while another it could use has arrived (no
- * deadlock however the master cut the graph). Values are freed after their
- * last reader; step-invariant values are computed once per fragment. */
+ * deadlock however the master cut the graph). A one-step run hands the
+ * _Sends to its requester that end the fragment back to its caller instead
+ * (the run reply carries them). Values are freed after their last reader;
+ * step-invariant values are computed once per fragment. */
 #include "internal.h"
 
 #include <inttypes.h>
@@ -73,6 +75,11 @@ struct fragment {
 	 * device memory between them). n_gpu == 0: the CPU path, nothing more. */
 	unsigned char *gpu;             /* per node */
 	int n_gpu;
+	/* Carriable _Sends (plan_carry): every _Recv of the fragment and every
+	 * VarRead that waits for a sync step is an ancestor, so once one may
+	 * run the step waits for no other task; a one-step run may hand its
+	 * value back in the reply to the run's requester. */
+	unsigned char *carry;           /* per node */
 };
 
 /* A kept-alive connection to a peer, reused across steps and threads. */
@@ -122,6 +129,7 @@ struct worker {
 	/* Metrics. */
 	atomic_uint_fast64_t steps_ok, steps_failed, nodes_run, step_us;
 	atomic_uint_fast64_t sent_local, sent_http, bytes_local, bytes_http;
+	atomic_uint_fast64_t sent_carried, bytes_carried;
 	atomic_uint_fast64_t recv_http, bytes_recv_http, cached_bytes;
 	/* Tensor bytes of ps requests: [0] pushed (VarApply gradients), [1]
 	 * pulled (VarRead values, values an apply returns); [k][1]: to this
@@ -222,6 +230,7 @@ static void fragment_free(struct fragment *f)
 	pthread_mutex_destroy(&f->cache_mu);
 	dg_graph_free(f->g);
 	free(f->gpu);
+	free(f->carry);
 	free(f->base);
 	free(f->uses);
 	free(f->cons_off);
@@ -544,6 +553,64 @@ static enum dg_status plan_gpu(struct fragment *f, struct dg_err *err)
 	return DG_OK;
 }
 
+/* Does node v wait for another task or the ps's other clients within a
+ * step: a _Recv, or a VarRead of a sync step (min_step_base >= 0)? */
+static bool waits(const struct fragment *f, int v)
+{
+	int64_t base = -1, none = -1;
+
+	if (f->kind[v] == WOP_RECV)
+		return true;
+	if (f->kind[v] == WOP_VAR_READ)
+		dg_attrs_int(attrs_of(f, v), "min_step_base", &none, &base, NULL);
+	return base >= 0;
+}
+
+/* Which _Sends are carriable (struct fragment): those whose ancestors
+ * include every waiting node. Carrying one holds its value until the run
+ * ends; since the fragment then needs nothing from anyone, that cannot
+ * deadlock, however the rest of the step depends on the value. */
+static enum dg_status plan_carry(struct fragment *f, struct dg_err *err)
+{
+	const struct dg_graph *g = f->g;
+	int n = g->n_nodes, n_wait = 0;
+	int *stack = malloc(((size_t)n + 1) * sizeof *stack);
+	unsigned char *seen = malloc((size_t)n + 1);
+
+	f->carry = calloc((size_t)n + 1, 1);
+	if (!stack || !seen || !f->carry) {
+		free(stack);
+		free(seen);
+		return dg_err_set(err, DG_ENOMEM, "out of memory planning a fragment of %d nodes",
+				  n);
+	}
+	for (int v = 0; v < n; v++)
+		n_wait += waits(f, v);
+	for (int s = 0; s < n; s++) {
+		int sp = 0, found = 0;
+		if (f->kind[s] != WOP_SEND)
+			continue;
+		memset(seen, 0, (size_t)n);
+		stack[sp++] = s;
+		seen[s] = 1;
+		while (sp > 0 && found < n_wait) {
+			const struct dg_node *nd = &g->nodes[stack[--sp]];
+			for (int k = 0; k < nd->n_in; k++) {
+				int p = nd->in[k].node;
+				if (seen[p])
+					continue;
+				seen[p] = 1;
+				found += waits(f, p);
+				stack[sp++] = p;
+			}
+		}
+		f->carry[s] = found == n_wait;
+	}
+	free(stack);
+	free(seen);
+	return DG_OK;
+}
+
 /* Register the fragment of graph g (owned; NULL: it failed to parse, with
  * *err set). */
 static enum dg_status fragment_register(struct worker *w, struct dg_graph *g, char *id,
@@ -564,6 +631,8 @@ static enum dg_status fragment_register(struct worker *w, struct dg_graph *g, ch
 		st = plan_fragment(f, err);
 	if (st == DG_OK)
 		st = plan_gpu(f, err);
+	if (st == DG_OK)
+		st = plan_carry(f, err);
 	if (st != DG_OK) {
 		dg_err_prefix(err, "fragment");
 		fragment_free(f);
@@ -675,6 +744,11 @@ struct run {
 	unsigned char *kept_want;       /* per VarApply: a VarRead takes its value */
 	struct dg_tensor **kept;        /* per VarApply: its last value (owned) */
 	int64_t *kept_t;                /* per VarApply: the training step of kept */
+	/* A one-step run's carried _Sends (worker_run_opts.carry_to). */
+	const char *carry_to;           /* borrowed; NULL: carry nothing */
+	struct dg_task_carried *carried;        /* owned; one slot per node */
+	int n_carried;
+	size_t carried_bytes;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;              /* signalled with every job put on done */
 	struct io_job *done;            /* under mu */
@@ -775,6 +849,37 @@ static enum dg_status send_local(struct run *r, const struct dg_node *n, int iv)
 		return r->err->code;
 	}
 	return dg_rendezvous_put(r->w->rv, r->step, key, t, r->err);
+}
+
+/* Is node v (with input value iv) a _Send this run carries back? */
+static bool carries(const struct run *r, int v, int iv)
+{
+	const struct dg_tensor *in = r->val[iv];
+
+	return r->carry_to && r->f->carry[v] && in &&
+	       in->nbytes <= WORKER_MAX_CARRY_BYTES - r->carried_bytes &&
+	       strcmp(str_attr(r, &r->g->nodes[v], "to"), r->carry_to) == 0;
+}
+
+/* Keep _Send n's value (moved as send_local does) for the run's reply. */
+static enum dg_status carry(struct run *r, const struct dg_node *n, int iv)
+{
+	struct dg_task_carried *c = &r->carried[r->n_carried];
+
+	if (!(c->key = strdup(str_attr(r, n, "key"))))
+		return dg_err_set(r->err, DG_ENOMEM, "out of memory");
+	if (r->uses[iv] == 1 && !r->f->keep[iv]) {
+		c->t = r->val[iv];
+		r->val[iv] = NULL;
+	} else if (!(c->t = dg_tensor_clone(r->val[iv], r->err))) {
+		free(c->key);
+		return r->err->code;
+	}
+	r->n_carried++;
+	r->carried_bytes += c->t->nbytes;
+	atomic_fetch_add(&r->w->sent_carried, 1);
+	atomic_fetch_add(&r->w->bytes_carried, c->t->nbytes);
+	return DG_OK;
 }
 
 static struct dg_tensor *version_tensor(int64_t version, struct dg_err *err)
@@ -1200,7 +1305,11 @@ static enum dg_status start_node(struct run *r, int v)
 			complete(r, v);
 		return st;
 	}
-	if (is_io(r, v)) {
+	if (f->kind[v] == WOP_SEND && carries(r, v, iv)) {
+		st = carry(r, n, iv);
+		if (st == DG_OK && !r->val[iv])
+			r->uses[iv] = 0;                /* moved into the reply */
+	} else if (is_io(r, v)) {
 		/* The only work left in the step (nothing ready, in flight or to
 		 * receive): run it here, rather than wake an I/O thread and wait
 		 * for it (two cross-CPU wake-ups, each 100-300 us on a busy VM). */
@@ -1669,6 +1778,15 @@ enum dg_status worker_run_steps_mode(struct worker *w, const char *id,
 	}
 	r.t_last = o->train_step + o->steps - 1;
 	plan_kept(&r);
+	/* Only one-step runs carry: in a run of several steps the requester's
+	 * fragment would wait for step 1's values until the last step ended. */
+	if (o->steps == 1 && o->carry_to && strcmp(o->carry_to, r.self) != 0) {
+		r.carry_to = o->carry_to;
+		if (!(r.carried = calloc((size_t)r.g->n_nodes + 1, sizeof *r.carried))) {
+			st = dg_err_set(r.err, DG_ENOMEM, "out of memory for a run");
+			goto out;
+		}
+	}
 	for (int64_t i = 0; i < o->steps && st == DG_OK; i++) {
 		double t0 = dg_mono_s() * 1e3;
 		st = run_one(&r, o, i, &res->r[i]);
@@ -1683,6 +1801,12 @@ enum dg_status worker_run_steps_mode(struct worker *w, const char *id,
 out:
 	if (st != DG_OK)
 		dg_err_prefix(r.err, "task %s/%d", w->job, w->task);
+	if (st == DG_OK && r.n_carried > 0) {
+		res->carried = r.carried;
+		res->n_carried = r.n_carried;
+	} else {
+		dg_task_carried_free(r.carried, r.n_carried);
+	}
 	if (r.f)
 		run_clear_values(&r);
 	free(r.val);
@@ -1724,6 +1848,7 @@ void worker_run_result_deinit(struct worker_run_result *res)
 	for (int64_t i = 0; res->r && i < res->steps_done; i++)
 		free(res->r[i].values);
 	free(res->r);
+	dg_task_carried_free(res->carried, res->n_carried);
 	memset(res, 0, sizeof *res);
 }
 
@@ -1792,10 +1917,12 @@ enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 		"# TYPE dg_worker_tensors_sent_total counter\n"
 		"dg_worker_tensors_sent_total{path=\"local\"} %" PRIu64 "\n"
 		"dg_worker_tensors_sent_total{path=\"http\"} %" PRIu64 "\n"
+		"dg_worker_tensors_sent_total{path=\"carried\"} %" PRIu64 "\n"
 		"# HELP dg_worker_bytes_sent_total Bytes of tensors sent by _Send.\n"
 		"# TYPE dg_worker_bytes_sent_total counter\n"
 		"dg_worker_bytes_sent_total{path=\"local\"} %" PRIu64 "\n"
 		"dg_worker_bytes_sent_total{path=\"http\"} %" PRIu64 "\n"
+		"dg_worker_bytes_sent_total{path=\"carried\"} %" PRIu64 "\n"
 		"# HELP dg_worker_tensors_received_total Tensors received over HTTP.\n"
 		"# TYPE dg_worker_tensors_received_total counter\n"
 		"dg_worker_tensors_received_total %" PRIu64 "\n"
@@ -1827,7 +1954,8 @@ enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 		(uint64_t)atomic_load(&w->nodes_run), (double)atomic_load(&w->step_us) * 1e-6,
 		n_frags, (uint64_t)atomic_load(&w->cached_bytes), io_n,
 		(uint64_t)atomic_load(&w->sent_local), (uint64_t)atomic_load(&w->sent_http),
-		(uint64_t)atomic_load(&w->bytes_local), (uint64_t)atomic_load(&w->bytes_http),
+		(uint64_t)atomic_load(&w->sent_carried), (uint64_t)atomic_load(&w->bytes_local),
+		(uint64_t)atomic_load(&w->bytes_http), (uint64_t)atomic_load(&w->bytes_carried),
 		(uint64_t)atomic_load(&w->recv_http), (uint64_t)atomic_load(&w->bytes_recv_http),
 		dg_rendezvous_count(w->rv), dg_rendezvous_bytes(w->rv), rl.max_bytes,
 		dg_rendezvous_expired(w->rv),

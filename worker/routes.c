@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "dg/codec.h"
+#include "dg/task_client.h"
 #include "dg/wire.h"
 
 static enum dg_status reply_json(struct dg_http_resp *w, int status, json_t *j,
@@ -83,22 +84,24 @@ static enum dg_status json_int_in(const json_t *j, const char *key, int64_t lo, 
 	return DG_OK;
 }
 
-/* {"step": S, "timeout_ms": T, "steps": K, "train_step": T0, "collect": [...]}:
- * step required. The collect keys are borrowed from *j (the caller frees it);
- * *plain is true without "train_step" (kernels see the step id). */
+/* {"step": S, "timeout_ms": T, "steps": K, "train_step": T0, "collect": [...],
+ * "from": ADDR}: step required. The collect keys and from are borrowed from *j
+ * (the caller frees it); *plain is true without "train_step" (kernels see the
+ * step id). */
 static enum dg_status run_args(struct dg_http_req *r, json_t **j, struct worker_run_opts *o,
 			       const char **keys, bool *plain, struct dg_err *err)
 {
 	size_t len;
 	const char *body = dg_http_body(r, &len);
 	json_error_t je;
-	json_t *js, *jc;
+	json_t *js, *jc, *jf;
 	int64_t step = -1;
 	enum dg_status st = DG_OK;
 
 	*j = body ? json_loadb(body, len, 0, &je) : NULL;
 	js = json_object_get(*j, "step");
 	jc = json_object_get(*j, "collect");
+	jf = json_object_get(*j, "from");
 	*o = (struct worker_run_opts){ .steps = 1, .timeout_ms = WORKER_DEFAULT_TIMEOUT_MS,
 				       .collect = keys };
 	*plain = !json_object_get(*j, "train_step");
@@ -115,6 +118,9 @@ static enum dg_status run_args(struct dg_http_req *r, json_t **j, struct worker_
 	} else if (jc && (!json_is_array(jc) || json_array_size(jc) > WORKER_MAX_COLLECT)) {
 		st = dg_err_set(err, DG_EINVAL, "\"collect\" must be an array of at most %d keys",
 				WORKER_MAX_COLLECT);
+	} else if (jf && !json_is_string(jf)) {
+		st = dg_err_set(err, DG_EINVAL, "\"from\" must be the requester's address, a "
+				"string");
 	}
 	for (size_t i = 0; st == DG_OK && i < json_array_size(jc); i++) {
 		if (!(keys[i] = json_string_value(json_array_get(jc, i))))
@@ -130,15 +136,18 @@ static enum dg_status run_args(struct dg_http_req *r, json_t **j, struct worker_
 		return st;
 	}
 	o->step = (uint64_t)step;
+	o->carry_to = json_string_value(jf);
 	if (*plain)             /* as worker_run_fragment: the step id, folded */
 		o->train_step = (int64_t)(o->step & (((uint64_t)1 << 62) - 1));
 	return DG_OK;
 }
 
 /* {"step", "steps", "nodes_run", "ms", "results": [{"step", "train_step",
- * "ms", "values": {KEY: x | null}, "stale"}, ...]} of a run, into out. Written
- * directly: a training chunk's reply is sent every ~100 ms, a plain run's at
- * every step, and a jansson tree cost a tenth of a 2-task step. */
+ * "ms", "values": {KEY: x | null}, "stale"}, ...]} of a run, into out, and
+ * the tensors it carried ("tensors" and their bytes after the JSON's line,
+ * dg/task_client.h). Written directly: a training chunk's reply is sent
+ * every ~100 ms, a plain run's at every step, and a jansson tree cost a
+ * tenth of a 2-task step. */
 static enum dg_status run_reply(const struct worker_run_opts *o,
 				const struct worker_run_result *res, struct dg_buf *out,
 				struct dg_err *err)
@@ -172,7 +181,15 @@ static enum dg_status run_reply(const struct worker_run_opts *o,
 		if (st == DG_OK)
 			st = dg_buf_printf(out, err, "},\"stale\":%d}", sr->stale);
 	}
-	return st == DG_OK ? dg_buf_append(out, "]}\n", 3, err) : st;
+	if (st == DG_OK)
+		st = dg_buf_append(out, "]", 1, err);
+	if (st == DG_OK && res->n_carried > 0)
+		st = dg_task_carried_json(out, res->carried, res->n_carried, err);
+	if (st == DG_OK)
+		st = dg_buf_append(out, "}\n", 2, err);
+	if (st == DG_OK && res->n_carried > 0)
+		st = dg_task_carried_data(out, res->carried, res->n_carried, err);
+	return st;
 }
 
 static enum dg_status h_fragment_run(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
@@ -189,7 +206,8 @@ static enum dg_status h_fragment_run(void *vc, struct dg_http_req *r, struct dg_
 		return st;
 	st = worker_run_steps_mode(vc, dg_http_param(r, "id"), &o, plain, &res, err);
 	if (st == DG_OK)
-		st = run_reply(&o, &res, dg_http_body_buf(w, "application/json"), err);
+		st = run_reply(&o, &res, dg_http_body_buf(w, res.n_carried > 0 ? DG_TASK_RUN_MIME :
+							  "application/json"), err);
 	worker_run_result_deinit(&res);
 	json_decref(j);
 	return st;

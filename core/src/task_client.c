@@ -107,6 +107,11 @@ static enum dg_status run_body(const struct dg_task_run *run, struct dg_buf *out
 	}
 	if (st == DG_OK && run->n_collect > 0)
 		st = dg_buf_append(out, "]", 1, err);
+	if (st == DG_OK && run->from) {
+		st = dg_buf_append(out, ",\"from\":", 8, err);
+		if (st == DG_OK)
+			st = dg_buf_json_string(out, run->from, err);
+	}
 	return st == DG_OK ? dg_buf_append(out, "}", 1, err) : st;
 }
 
@@ -137,14 +142,100 @@ static enum dg_status run_results(const json_t *reply, const struct dg_task_run 
 	return DG_OK;
 }
 
+/* The "tensors" of a reply that carries some (dg/task_client.h) into out:
+ * each entry's dtype, shape and bytes checked against what is left of the
+ * data data[0..len) before any is copied. */
+static enum dg_status run_carried(struct dg_http_client *c, const json_t *reply,
+				  const char *data, size_t len, const char *path,
+				  struct dg_task_carried **out, int *n_out, struct dg_err *err)
+{
+	const json_t *list = json_object_get(reply, "tensors");
+	size_t n = json_array_size(list), off = 0;
+
+	if (!json_is_array(list) || n == 0 || n > INT32_MAX / 2)
+		return dg_err_set(err, DG_EINTERNAL, "POST %s answered %s without \"tensors\"",
+				  path, DG_TASK_RUN_MIME);
+	if (!(*out = calloc(n, sizeof **out)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const json_t *e = json_array_get(list, i);
+		const char *key = json_string_value(json_object_get(e, "key"));
+		const json_t *jb = json_object_get(e, "bytes");
+		struct dg_wire_desc d;
+		json_int_t nb = json_integer_value(jb);
+		enum dg_status st = dg_wire_desc_parse(
+			json_string_value(json_object_get(e, "dtype")),
+			json_string_value(json_object_get(e, "shape")), &d, err);
+		if (st == DG_OK && !key)
+			st = dg_err_set(err, DG_EINVAL, "it has no \"key\"");
+		else if (st == DG_OK && (!json_is_integer(jb) || nb < 0))
+			st = dg_err_set(err, DG_EINVAL, "its \"bytes\" is not a count");
+		else if (st == DG_OK && (uint64_t)nb > len - off)
+			st = dg_err_set(err, DG_EINVAL, "it has %" JSON_INTEGER_FORMAT " bytes, but "
+					"the reply has %zu left", nb, len - off);
+		struct dg_task_carried *ci = &(*out)[*n_out];
+		if (st == DG_OK && !(ci->key = strdup(key)))
+			st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		if (st == DG_OK && !(ci->t = dg_wire_decode(DG_ENC_RAW, data + off, (size_t)nb, &d,
+							    NULL, err))) {
+			free(ci->key);
+			ci->key = NULL;
+			st = err ? err->code : DG_EINVAL;
+		}
+		if (st != DG_OK) {
+			dg_err_prefix(err, "tensor %zu ('%.64s') carried in the reply to POST %s "
+				      "from %s", i, key ? key : "", path, dg_http_client_url(c));
+			return st;
+		}
+		(*n_out)++;
+		off += (size_t)nb;
+	}
+	return off == len ? DG_OK : dg_err_set(err, DG_EINVAL, "the reply to POST %s has %zu "
+					       "bytes after its carried tensors", path, len - off);
+}
+
+/* A run's reply into out (may be NULL) and *carried: JSON as such, or the
+ * JSON line and the tensors after it (DG_TASK_RUN_MIME). */
+static enum dg_status read_run_reply(struct dg_http_client *c, const struct dg_task_run *run,
+				     const char *path, const struct dg_http_result *res,
+				     struct dg_task_run_result *out, struct dg_task_carried **carried,
+				     int *n_carried, struct dg_err *err)
+{
+	const char *body = res->body.data ? res->body.data : "";
+	size_t len = res->body.len, nl = len;
+	bool carry = strncmp(res->content_type, DG_TASK_RUN_MIME, sizeof DG_TASK_RUN_MIME - 1) == 0;
+	json_error_t je;
+	enum dg_status st;
+
+	if (carry) {
+		const char *p = memchr(body, '\n', len);
+		if (!p)
+			return dg_err_set(err, DG_EINVAL, "the reply to POST %s from %s has no "
+					  "line end after its JSON", path, dg_http_client_url(c));
+		nl = (size_t)(p - body);
+	}
+	json_t *reply = json_loadb(body, nl, 0, &je);
+	if (!reply)
+		return dg_err_set(err, DG_EINVAL, "reply to %s from %s is not JSON: %s", path,
+				  dg_http_client_url(c), je.text);
+	st = out ? run_results(reply, run, path, out, err) : DG_OK;
+	if (st == DG_OK && carry)
+		st = run_carried(c, reply, body + nl + 1, len - nl - 1, path, carried, n_carried,
+				 err);
+	json_decref(reply);
+	return st;
+}
+
 enum dg_status dg_task_run(struct dg_http_client *c, const char *id, const struct dg_task_run *run,
-			   struct dg_task_run_result *out, bool *lost, struct dg_err *err)
+			   struct dg_task_run_result *out, struct dg_task_carried **carried,
+			   int *n_carried, bool *lost, struct dg_err *err)
 {
 	static const struct dg_http_header h[] = { { "Content-Type", "application/json" } };
 	char path[64];
 	struct dg_buf body = { 0 };
 	struct dg_http_result res;
-	json_t *reply = NULL;
+	struct dg_task_carried *cv = NULL;
+	int nc = 0;
 	enum dg_status st;
 
 	if (lost)
@@ -161,14 +252,22 @@ enum dg_status dg_task_run(struct dg_http_client *c, const char *id, const struc
 	if (lost)
 		*lost = is_lost(st, &res, err);
 	dg_buf_deinit(&body);
-	if (st == DG_OK && out && !(reply = reply_json(c, path, &res, err)))
-		st = DG_EINVAL;
+	/* Without out, the reply is read only when it carries tensors. */
+	bool carry = strncmp(res.content_type, DG_TASK_RUN_MIME, sizeof DG_TASK_RUN_MIME - 1) == 0;
+	if (st == DG_OK && (out || carry))
+		st = read_run_reply(c, run, path, &res, out, &cv, &nc, err);
 	dg_http_result_deinit(&res);
-	if (st == DG_OK && out)
-		st = run_results(reply, run, path, out, err);
-	json_decref(reply);
 	if (st != DG_OK && out)
 		dg_task_run_result_deinit(out);
+	if (st != DG_OK || !carried) {
+		dg_task_carried_free(cv, nc);
+		cv = NULL;
+		nc = 0;
+	}
+	if (carried)
+		*carried = cv;
+	if (n_carried)
+		*n_carried = nc;
 	return st;
 }
 
@@ -178,6 +277,44 @@ void dg_task_run_result_deinit(struct dg_task_run_result *r)
 		return;
 	free(r->values);
 	*r = (struct dg_task_run_result){ 0 };
+}
+
+void dg_task_carried_free(struct dg_task_carried *c, int n)
+{
+	for (int i = 0; c && i < n; i++) {
+		free(c[i].key);
+		dg_tensor_free(c[i].t);
+	}
+	free(c);
+}
+
+enum dg_status dg_task_carried_json(struct dg_buf *out, const struct dg_task_carried *c, int n,
+				    struct dg_err *err)
+{
+	enum dg_status st = dg_buf_append(out, ",\"tensors\":[", 12, err);
+	char shape[DG_WIRE_SHAPE_LEN];
+
+	for (int i = 0; st == DG_OK && i < n; i++) {
+		dg_wire_shape_format(&c[i].t->shape, shape);
+		st = dg_buf_append(out, i ? ",{\"key\":" : "{\"key\":", i ? 8 : 7, err);
+		if (st == DG_OK)
+			st = dg_buf_json_string(out, c[i].key, err);
+		if (st == DG_OK)
+			st = dg_buf_printf(out, err, ",\"dtype\":\"%s\",\"shape\":\"%s\","
+					   "\"bytes\":%zu}", dg_dtype_name(c[i].t->dtype), shape,
+					   c[i].t->nbytes);
+	}
+	return st == DG_OK ? dg_buf_append(out, "]", 1, err) : st;
+}
+
+enum dg_status dg_task_carried_data(struct dg_buf *out, const struct dg_task_carried *c, int n,
+				    struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	for (int i = 0; st == DG_OK && i < n; i++)
+		st = dg_buf_append(out, c[i].t->data, c[i].t->nbytes, err);
+	return st;
 }
 
 /* "/v1/steps/S/tensors/" + the escaped key. */

@@ -639,6 +639,112 @@ Test(jobs, cancel_aborts_a_running_job_and_concurrent_jobs_do_not_mix)
 	cr_assert_float_eq(result_value(id, "y"), 238.0, 1e-9);
 }
 
+/* ------------------------------------- _Sends to the master carried in run replies */
+
+static char *job_events(const char *id);
+
+/* Metric line name (with its labels) of worker i, in-process. */
+static double worker_metric(int i, const char *name)
+{
+	struct dg_buf b = { 0 };
+	struct dg_err err = { 0 };
+	char want[160];
+
+	cr_assert_eq(worker_metrics(wk[i], &b, &err), DG_OK, "%s", err.msg);
+	snprintf(want, sizeof want, "\n%s ", name);
+	const char *p = strstr(b.data, want);
+	cr_assert_not_null(p, "no metric %s", name);
+	double v = strtod(p + strlen(want), NULL);
+	dg_buf_deinit(&b);
+	return v;
+}
+
+#define SENT_HTTP "dg_worker_tensors_sent_total{path=\"http\"}"
+#define SENT_CARRIED "dg_worker_tensors_sent_total{path=\"carried\"}"
+
+/* The step of bench_graph: a on task 1, y = a + c on the master's task. Task
+ * 1's fragment ends in the _Send of a, which its run reply carries: the same
+ * y at every step, and no PUT. The seed program's y2 comes back the same way. */
+Test(jobs, a_remote_fragment_ending_in_a_send_to_the_master_carries_it_in_the_reply)
+{
+	const char *body = "{'graph': {'nodes': ["
+		"{'name':'a','op':'Const','attrs':{'value':1.5,'dtype':'float32'},"
+		"'device':'/job:worker/task:1'},"
+		"{'name':'c','op':'Const','attrs':{'value':2.0,'dtype':'float32'},"
+		"'device':'/job:worker/task:0'},"
+		"{'name':'y','op':'Add','inputs':['a','c'],'device':'/job:worker/task:0'}]},"
+		"'fetch': ['y'], 'steps': 20}";
+	json_t *st;
+
+	const char *id = run_job(body, &st);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "done", "%s",
+			 json_dumps(json_object_get(st, "error"), 0));
+	cr_assert_eq(json_integer_value(json_object_get(st, "steps_done")), 20);
+	cr_assert_float_eq(result_value(id, "y"), 3.5, 1e-9);
+	json_decref(st);
+	cr_assert_eq(worker_metric(1, SENT_CARRIED), 20);
+	cr_assert_eq(worker_metric(1, SENT_HTTP), 0);
+
+	char *seed = malloc(strlen(seed_sum) + 64);
+	sprintf(seed, "{'graph': %s, 'steps': 3}", seed_sum);
+	id = run_job(seed, &st);
+	free(seed);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "done");
+	cr_assert_float_eq(result_value(id, "y"), 238.0, 1e-9);
+	json_decref(st);
+	cr_assert_eq(worker_metric(1, SENT_CARRIED), 23);
+	cr_assert_eq(worker_metric(1, SENT_HTTP), 0);
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 0);
+}
+
+/* Task 1 sends a to the master's task and then waits for b = -a from it:
+ * that _Send is a PUT (carrying it would wait for the run's end, which waits
+ * for b); only the fetch of c, after the _Recv, is carried. The job ends
+ * well before the _Recv deadline. */
+Test(jobs, a_remote_send_that_a_recv_does_not_precede_is_not_carried)
+{
+	const char *body = "{'graph': {'nodes': ["
+		"{'name':'a','op':'Const','attrs':{'value':9},'device':'/job:worker/task:1'},"
+		"{'name':'b','op':'Neg','inputs':['a'],'device':'/job:worker/task:0'},"
+		"{'name':'c','op':'Neg','inputs':['b'],'device':'/job:worker/task:1'}]},"
+		"'fetch': ['c'], 'steps': 5, 'timeout_ms': 20000}";
+	json_t *st;
+
+	const char *id = run_job(body, &st);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "done", "%s",
+			 json_dumps(json_object_get(st, "error"), 0));
+	cr_assert_lt(json_real_value(json_object_get(json_object_get(st, "ms"), "total")), 10000.0);
+	cr_assert_float_eq(result_value(id, "c"), 9.0, 1e-9);
+	json_decref(st);
+	cr_assert_eq(worker_metric(1, SENT_HTTP), 5);
+	cr_assert_eq(worker_metric(1, SENT_CARRIED), 5);
+}
+
+/* The master's own fragment fails while task 1 carries a back: the job fails
+ * with the master's node, and no carried tensor is left in its rendezvous. */
+Test(jobs, a_failed_step_leaves_no_carried_tensor_behind)
+{
+	const char *body = "{'graph': {'nodes': ["
+		"{'name':'a','op':'Const','attrs':{'value':5},'device':'/job:worker/task:1'},"
+		"{'name':'k','op':'Const','attrs':{'value':7},'device':'/job:worker/task:0'},"
+		"{'name':'z','op':'Const','attrs':{'value':0},'device':'/job:worker/task:0'},"
+		"{'name':'q','op':'Div','inputs':['k','z'],'device':'/job:worker/task:0'},"
+		"{'name':'y','op':'Add','inputs':['a','q'],'device':'/job:worker/task:0'}]},"
+		"'fetch': ['y'], 'retry_ms': 60000}";
+	json_t *st;
+
+	const char *id = run_job(body, &st);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "failed");
+	const char *msg = json_string_value(json_object_get(json_object_get(st, "error"),
+							    "message"));
+	cr_assert(strstr(msg, "worker/0") && strstr(msg, "node 'q' (Div)"), "%s", msg);
+	char *ev = job_events(id);
+	cr_assert_null(strstr(ev, "\"retry\""), "%s", ev);
+	free(ev);
+	json_decref(st);
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 0);
+}
+
 /* ------------------------------------------------- a task that loses its fragments */
 
 /* A fake task: it answers health and registrations, but has always lost the
@@ -681,12 +787,38 @@ static enum dg_status fake_register(void *ctx, struct dg_http_req *r, struct dg_
 	return DG_OK;
 }
 
+/* What the fake's run answers: the lost fragment, or a reply that carries
+ * lost_graph's a back (as -5, the fake's own value) to a run that names the
+ * master's task as its requester, its bytes whole or cut short. */
+static enum { FAKE_LOST, FAKE_CARRY, FAKE_CARRY_SHORT } fake_run_mode;
+
 static enum dg_status fake_run(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
 			       struct dg_err *err)
 {
-	(void)ctx, (void)w;
-	return dg_err_set(err, DG_ENOTFOUND, "fragment '%s' not found on task down/0",
-			  dg_http_param(r, "id"));
+	size_t len = 0;
+	const char *body = dg_http_body(r, &len);
+	json_t *j = json_loadb(body ? body : "", len, 0, NULL);
+	const char *from = json_string_value(json_object_get(j, "from"));
+	bool asked = from && strcmp(from, jc->tasks[0].address) == 0;
+	int32_t a = -5;
+
+	(void)ctx;
+	if (fake_run_mode == FAKE_LOST) {
+		json_decref(j);
+		return dg_err_set(err, DG_ENOTFOUND, "fragment '%s' not found on task down/0",
+				  dg_http_param(r, "id"));
+	}
+	struct dg_buf *out = dg_http_body_buf(w, "application/x-dg-run");
+	enum dg_status st = dg_buf_printf(out, err, "{\"step\":%lld,\"steps\":1,"
+					  "\"nodes_run\":2,\"ms\":0.1,\"results\":[],"
+					  "\"tensors\":[{\"key\":\"a:0->worker/0\","
+					  "\"dtype\":\"int32\",\"shape\":\"[]\",\"bytes\":4}]}\n",
+					  (long long)json_integer_value(json_object_get(j, "step")));
+	json_decref(j);
+	if (!asked)
+		return dg_err_set(err, DG_EINVAL, "the run request does not name %s as \"from\"",
+				  jc->tasks[0].address);
+	return st == DG_OK ? dg_buf_append(out, &a, fake_run_mode == FAKE_CARRY ? 4 : 2, err) : st;
 }
 
 static enum dg_status fake_remove(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
@@ -709,7 +841,7 @@ static enum dg_status fake_abort(void *ctx, struct dg_http_req *r, struct dg_htt
 static const struct dg_route fake_routes[] = {
 	{ "GET", "/v1/health", fake_health, "health" },
 	{ "POST", "/v1/fragments", fake_register, "register" },
-	{ "POST", "/v1/fragments/{id}/run", fake_run, "run: always lost" },
+	{ "POST", "/v1/fragments/{id}/run", fake_run, "run: lost, or a reply carrying a" },
 	{ "DELETE", "/v1/fragments/{id}", fake_remove, "remove" },
 	{ "DELETE", "/v1/steps/{step}", fake_abort, "abort" },
 };
@@ -838,6 +970,39 @@ Test(jobs, a_kernel_error_is_not_retried)
 	cr_assert_null(strstr(ev, "\"retry\""), "%s", ev);
 	free(ev);
 	json_decref(st);
+}
+
+/* A remote run that carries a back: the master puts it where the _Recv of
+ * its own fragment takes it (b = -a). A reply whose tensor bytes are cut
+ * short fails the step naming the carried tensor; that is no lost task. */
+Test(jobs, the_master_delivers_what_a_run_reply_carries_and_refuses_a_short_one)
+{
+	struct dg_http_server *fake = fake_task_start();
+	char body[sizeof lost_graph + 16];
+	json_t *st;
+
+	fake_run_mode = FAKE_CARRY;
+	snprintf(body, sizeof body, lost_graph, 60000);
+	const char *id = run_job(body, &st);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "done", "%s",
+			 json_dumps(json_object_get(st, "error"), 0));
+	cr_assert_eq(json_integer_value(json_object_get(st, "steps_done")), 3);
+	cr_assert_float_eq(result_value(id, "b"), 5.0, 1e-9);
+	json_decref(st);
+
+	fake_run_mode = FAKE_CARRY_SHORT;
+	id = run_job(body, &st);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "failed");
+	const char *msg = json_string_value(json_object_get(json_object_get(st, "error"),
+							    "message"));
+	cr_assert(strstr(msg, "task /job:down/task:0") && strstr(msg, "carried") &&
+		  strstr(msg, "bytes"), "%s", msg);
+	char *ev = job_events(id);
+	cr_assert_null(strstr(ev, "\"retry\""), "%s", ev);
+	free(ev);
+	json_decref(st);
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 0);
+	dg_http_server_free(fake);
 }
 
 /* The master learns which tasks have a GPU from their health: a node placed

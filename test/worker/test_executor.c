@@ -1549,3 +1549,224 @@ Test(executor, sync_runs_still_get_the_variable_every_step)
 	cr_assert_eq(route_count(1, "POST", APPLY_ROUTE, "200") - values, 3);
 	cr_assert_float_eq(var_elem("sw", 0), -1.5, 1e-6);
 }
+
+/* ------------------------------------------- tensors carried in the run reply */
+
+/* Task 1's half of the seed program (y2 = x - 66, sent to task 0): its _Send
+ * is its last work, so a run that names task 0 as its requester may carry it. */
+static void carry_fragment(char *f, size_t n)
+{
+	snprintf(f, n, "{\"nodes\": ["
+		 "{\"name\": \"rx\", \"op\": \"_Recv\", \"attrs\": {\"key\": \"x:0->worker/1\","
+		 " \"dtype\": \"int32\"}},"
+		 "{\"name\": \"c66\", \"op\": \"Const\", \"attrs\": {\"value\": 66}},"
+		 "{\"name\": \"y2\", \"op\": \"Sub\", \"inputs\": [\"rx\", \"c66\"]},"
+		 "{\"name\": \"sy2\", \"op\": \"_Send\", \"inputs\": [\"y2\"],"
+		 " \"attrs\": {\"key\": \"y2:0->worker/0\", \"to\": \"%s\"}}]}", addr[0]);
+}
+
+static void put_i32(int task, uint64_t step, const char *key, int32_t v)
+{
+	struct dg_tensor *t = dg_tensor_new(DG_I32, &(struct dg_shape){ 0 }, NULL);
+	struct dg_err err = { 0 };
+
+	cr_assert_not_null(t);
+	*(int32_t *)t->data = v;
+	cr_assert_eq(dg_rendezvous_put(worker_rendezvous(wk[task]), step, key, t, &err), DG_OK,
+		     "%s", err.msg);
+}
+
+Test(executor, a_run_naming_its_requester_carries_the_last_send_in_its_reply)
+{
+	char f[1024], id[24], path[96], body[256];
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	struct dg_tensor *t = NULL;
+
+	carry_fragment(f, sizeof f);
+	add_fragment(1, f, id, sizeof id);
+	snprintf(path, sizeof path, "/v1/fragments/%s/run", id);
+	/* The raw reply: the JSON on one line, then the tensor's 4 bytes. */
+	put_i32(1, 500, "x:0->worker/1", 2);
+	snprintf(body, sizeof body, "{\"step\": 500, \"timeout_ms\": 5000, \"from\": \"%s\"}",
+		 addr[0]);
+	cr_assert_eq(req(1, "POST", path, body, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert_str_eq(res.content_type, "application/x-dg-run");
+	const char *nl = memchr(res.body.data, '\n', res.body.len);
+	cr_assert_not_null(nl);
+	cr_assert_eq(res.body.len - (size_t)(nl + 1 - res.body.data), 4);
+	cr_assert_eq(*(const int32_t *)(const void *)(nl + 1), 2 - 66);
+	json_t *j = json_loadb(res.body.data, (size_t)(nl - res.body.data), 0, NULL);
+	cr_assert_not_null(j);
+	cr_assert_eq(json_integer_value(json_object_get(j, "nodes_run")), 4);
+	json_t *e = json_array_get(json_object_get(j, "tensors"), 0);
+	cr_assert_str_eq(json_string_value(json_object_get(e, "key")), "y2:0->worker/0");
+	cr_assert_str_eq(json_string_value(json_object_get(e, "dtype")), "int32");
+	cr_assert_str_eq(json_string_value(json_object_get(e, "shape")), "[]");
+	cr_assert_eq(json_integer_value(json_object_get(e, "bytes")), 4);
+	json_decref(j);
+	dg_http_result_deinit(&res);
+	/* Nothing was PUT to task 0. */
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 0);
+
+	/* The typed client reads it back as the tensor. */
+	struct dg_http_client *c = dg_http_client_new(addr[1], NULL, 10000, &err);
+	struct dg_task_run run = { .step = 501, .steps = 1, .train_step = -1, .timeout_ms = 5000,
+				   .from = addr[0] };
+	struct dg_task_carried *cv = NULL;
+	int nc = 0;
+	cr_assert_not_null(c, "%s", err.msg);
+	put_i32(1, 501, "x:0->worker/1", 100);
+	cr_assert_eq(dg_task_run(c, id, &run, NULL, &cv, &nc, NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(nc, 1);
+	cr_assert_str_eq(cv[0].key, "y2:0->worker/0");
+	cr_assert_eq(cv[0].t->dtype, DG_I32);
+	cr_assert_eq(cv[0].t->shape.ndim, 0);
+	cr_assert_eq(*(int32_t *)cv[0].t->data, 34);
+	dg_task_carried_free(cv, nc);
+
+	/* Without "from" (an older master), and in a run of several steps, the
+	 * _Send is a PUT as before, and the reply is plain JSON. */
+	put_i32(1, 502, "x:0->worker/1", 3);
+	run.step = 502;
+	run.from = NULL;
+	cr_assert_eq(dg_task_run(c, id, &run, NULL, &cv, &nc, NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(nc, 0);
+	cr_assert_null(cv);
+	put_i32(1, 503, "x:0->worker/1", 4);
+	put_i32(1, 504, "x:0->worker/1", 5);
+	run = (struct dg_task_run){ .step = 503, .steps = 2, .train_step = 0, .timeout_ms = 5000,
+				    .from = addr[0] };
+	struct dg_task_run_result rr;
+	cr_assert_eq(dg_task_run(c, id, &run, &rr, &cv, &nc, NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(rr.steps_done, 2);
+	cr_assert_eq(nc, 0);
+	dg_task_run_result_deinit(&rr);
+	dg_http_client_free(c);
+	for (uint64_t s = 502; s <= 504; s++) {
+		cr_assert_eq(dg_rendezvous_take(worker_rendezvous(wk[0]), s, "y2:0->worker/0", 0,
+						&t, &err), DG_OK, "step %" PRIu64 ": %s", s, err.msg);
+		cr_assert_eq(*(int32_t *)t->data, (int32_t)(s - 499) - 66);
+		dg_tensor_free(t);
+	}
+	cr_assert_eq(metric(1, "dg_worker_tensors_sent_total{path=\"carried\"}"), 2);
+	cr_assert_eq(metric(1, "dg_worker_bytes_sent_total{path=\"carried\"}"), 8);
+	cr_assert_eq(metric(1, "dg_worker_tensors_sent_total{path=\"http\"}"), 3);
+
+	/* "from" must be a string. */
+	cr_assert_eq(req(1, "POST", path, "{\"step\": 510, \"from\": 7}", &res, &err), DG_EINVAL);
+	cr_assert_eq(res.status, 400);
+	cr_assert(strstr(err.msg, "\"from\""), "%s", err.msg);
+	dg_http_result_deinit(&res);
+}
+
+struct carry_run {
+	char id[24];
+	uint64_t step;
+	enum dg_status st;
+	struct dg_err err;
+	int n_carried;
+	int32_t carried;
+};
+
+static void *carry_run_main(void *arg)
+{
+	struct carry_run *cr = arg;
+	struct dg_http_client *c = dg_http_client_new(addr[1], NULL, 30000, &cr->err);
+	struct dg_task_run run = { .step = cr->step, .steps = 1, .train_step = -1,
+				   .timeout_ms = 10000, .from = addr[0] };
+	struct dg_task_carried *cv = NULL;
+
+	if (!c) {
+		cr->st = cr->err.code;
+		return NULL;
+	}
+	cr->st = dg_task_run(c, cr->id, &run, NULL, &cv, &cr->n_carried, NULL, &cr->err);
+	if (cr->st == DG_OK && cr->n_carried == 1)
+		cr->carried = *(int32_t *)cv[0].t->data;
+	dg_task_carried_free(cv, cr->n_carried);
+	dg_http_client_free(c);
+	return NULL;
+}
+
+/* Task 1 sends a to task 0 and waits for b, which task 0 computes from a:
+ * carrying a would wait for the run's end, which waits for b. So a goes as
+ * a PUT while the run goes on; the fetch of c = -b, after the _Recv, is still
+ * carried. */
+Test(executor, a_send_that_a_recv_does_not_precede_is_not_carried)
+{
+	struct carry_run cr = { .step = 600 };
+	struct dg_err err = { 0 };
+	struct dg_tensor *a = NULL;
+	char f[2048];
+	pthread_t th;
+
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"a\", \"op\": \"Const\", \"attrs\": {\"value\": 9}},"
+		 "{\"name\": \"sa\", \"op\": \"_Send\", \"inputs\": [\"a\"],"
+		 " \"attrs\": {\"key\": \"a:0->worker/0\", \"to\": \"%s\"}},"
+		 "{\"name\": \"rb\", \"op\": \"_Recv\", \"attrs\": {\"key\": \"b:0->worker/1\","
+		 " \"dtype\": \"int32\"}},"
+		 "{\"name\": \"c\", \"op\": \"Neg\", \"inputs\": [\"rb\"]},"
+		 "{\"name\": \"sc\", \"op\": \"_Send\", \"inputs\": [\"c\"],"
+		 " \"attrs\": {\"key\": \"fetch:c\", \"to\": \"%s\"}}]}", addr[0], addr[0]);
+	add_fragment(1, f, cr.id, sizeof cr.id);
+	cr_assert_eq(pthread_create(&th, NULL, carry_run_main, &cr), 0);
+	/* a arrives while task 1's run waits (well before its 10 s deadline). */
+	cr_assert_eq(dg_rendezvous_take(worker_rendezvous(wk[0]), 600, "a:0->worker/0", 5000, &a,
+					&err), DG_OK, "%s", err.msg);
+	put_i32(1, 600, "b:0->worker/1", -*(int32_t *)a->data);
+	dg_tensor_free(a);
+	pthread_join(th, NULL);
+	cr_assert_eq(cr.st, DG_OK, "%s", cr.err.msg);
+	cr_assert_eq(cr.n_carried, 1);
+	cr_assert_eq(cr.carried, 9);
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 0);
+	cr_assert_eq(metric(1, "dg_worker_tensors_sent_total{path=\"http\"}"), 1);
+	cr_assert_eq(metric(1, "dg_worker_tensors_sent_total{path=\"carried\"}"), 1);
+}
+
+/* A failing run carries nothing back, and a value too large to carry goes
+ * as a PUT. */
+Test(executor, a_failed_run_carries_nothing_and_large_values_are_put)
+{
+	char f[2048], id[24];
+	struct dg_http_client *c = NULL;
+	struct dg_err err = { 0 };
+	struct dg_task_carried *cv = NULL;
+	struct dg_tensor *t = NULL;
+	int nc = -1;
+
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"a\", \"op\": \"Const\", \"attrs\": {\"value\": 7}},"
+		 "{\"name\": \"z\", \"op\": \"Const\", \"attrs\": {\"value\": 0}},"
+		 "{\"name\": \"q\", \"op\": \"Div\", \"inputs\": [\"a\", \"z\"]},"
+		 "{\"name\": \"s\", \"op\": \"_Send\", \"inputs\": [\"q\"],"
+		 " \"attrs\": {\"key\": \"q:0->worker/0\", \"to\": \"%s\"}}]}", addr[0]);
+	add_fragment(1, f, id, sizeof id);
+	c = dg_http_client_new(addr[1], NULL, 10000, &err);
+	cr_assert_not_null(c, "%s", err.msg);
+	struct dg_task_run run = { .step = 700, .steps = 1, .train_step = -1, .timeout_ms = 5000,
+				   .from = addr[0] };
+	cr_assert_neq(dg_task_run(c, id, &run, NULL, &cv, &nc, NULL, &err), DG_OK);
+	cr_assert(strstr(err.msg, "node 'q' (Div)"), "%s", err.msg);
+	cr_assert_eq(nc, 0);
+	cr_assert_null(cv);
+
+	/* 32768 float32 = 128 KiB, past WORKER_MAX_CARRY_BYTES. */
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"big\", \"op\": \"Fill\", \"attrs\": {\"shape\": [32768],"
+		 " \"value\": 1.5, \"dtype\": \"float32\"}},"
+		 "{\"name\": \"s\", \"op\": \"_Send\", \"inputs\": [\"big\"],"
+		 " \"attrs\": {\"key\": \"big:0->worker/0\", \"to\": \"%s\"}}]}", addr[0]);
+	add_fragment(1, f, id, sizeof id);
+	run.step = 701;
+	cr_assert_eq(dg_task_run(c, id, &run, NULL, &cv, &nc, NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(nc, 0);
+	cr_assert_eq(dg_rendezvous_take(worker_rendezvous(wk[0]), 701, "big:0->worker/0", 0, &t,
+					&err), DG_OK, "%s", err.msg);
+	cr_assert_eq(t->numel, 32768);
+	cr_assert_float_eq(dg_tensor_get_f64(t, 32767), 1.5, 1e-9);
+	dg_tensor_free(t);
+	dg_http_client_free(c);
+}

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dg/buf.h"
 #include "dg/http.h"
 #include "dg/tensor.h"
 
@@ -32,6 +33,17 @@ enum dg_status dg_task_fragment_add(struct dg_http_client *c, const json_t *doc,
 enum dg_status dg_task_fragment_remove(struct dg_http_client *c, const char *id,
 				       struct dg_err *err);
 
+/* A step tensor that a one-step run carries back to the task that asked for
+ * it, in the run's reply instead of as a PUT of its own: the value of a
+ * _Send to the requester that is its fragment's last work (doc/http-api.md,
+ * "Carried tensors"). */
+struct dg_task_carried {
+	char *key;                      /* owned: its rendezvous key there */
+	struct dg_tensor *t;            /* owned */
+};
+/* Free c[0..n) and c itself; NULL is fine. */
+void dg_task_carried_free(struct dg_task_carried *c, int n);
+
 /* POST /v1/fragments/ID/run. */
 struct dg_task_run {
 	uint64_t step;                  /* the first step id */
@@ -41,17 +53,39 @@ struct dg_task_run {
 	int64_t timeout_ms;             /* per step (_Recv deadline) */
 	const char *const *collect;     /* keys taken after each step (borrowed) */
 	int n_collect;
+	const char *from;               /* the requester's address, as the fragment's
+					 * _Sends name it (borrowed; NULL: not said): a
+					 * one-step run may carry tensors back to it */
 };
 struct dg_task_run_result {
 	int64_t steps_done;
 	double *values;                 /* owned: steps_done x n_collect, NAN for null */
 	int64_t stale;                  /* sync applies dropped by the ps, summed */
 };
-/* Run the fragment; out may be NULL (a plain one-step run collects nothing).
- * out is filled on success; release it with dg_task_run_result_deinit. */
+/* Run the fragment; out may be NULL (a plain one-step run collects nothing:
+ * its reply is then read only when it carries tensors). out is filled on
+ * success; release it with dg_task_run_result_deinit. *carried (owned,
+ * dg_task_carried_free; carried may be NULL: they are dropped) gets the
+ * tensors the reply carried back, *n_carried their count (0 and NULL when
+ * none or on failure). */
 enum dg_status dg_task_run(struct dg_http_client *c, const char *id, const struct dg_task_run *run,
-			   struct dg_task_run_result *out, bool *lost, struct dg_err *err);
+			   struct dg_task_run_result *out, struct dg_task_carried **carried,
+			   int *n_carried, bool *lost, struct dg_err *err);
 void dg_task_run_result_deinit(struct dg_task_run_result *r);
+
+/* The run reply's carried tensors as the worker's run route writes them and
+ * dg_task_run reads them, here so that the format lives in one file. A reply
+ * that carries any has this Content-Type: its JSON object on one line, with
+ * "tensors": [{"key", "dtype", "shape", "bytes"}] (dtype and shape spelt as
+ * Dg-Dtype and Dg-Shape), then "\n", then their raw bytes back to back in
+ * that order. A reply that carries none is application/json as before. */
+#define DG_TASK_RUN_MIME "application/x-dg-run"
+/* Append ,"tensors":[...] describing c[0..n) to a JSON object being written. */
+enum dg_status dg_task_carried_json(struct dg_buf *out, const struct dg_task_carried *c, int n,
+				    struct dg_err *err);
+/* Append the bytes of c[0..n), after the JSON's closing "}\n". */
+enum dg_status dg_task_carried_data(struct dg_buf *out, const struct dg_task_carried *c, int n,
+				    struct dg_err *err);
 
 /* PUT /v1/steps/S/tensors/KEY: t, raw with its Dg-Dtype and Dg-Shape. */
 enum dg_status dg_task_tensor_put(struct dg_http_client *c, uint64_t step, const char *key,

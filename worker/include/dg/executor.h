@@ -15,6 +15,7 @@
 #include "dg/http.h"
 #include "dg/op.h"
 #include "dg/rendezvous.h"
+#include "dg/task_client.h"
 
 /* Bounds that keep a hostile peer from exhausting a worker. */
 #define WORKER_MAX_FRAGMENTS 4096        /* registered at once */
@@ -24,6 +25,7 @@
 #define WORKER_MAX_COLLECT 64            /* keys collected after each step */
 #define WORKER_DEFAULT_IO_THREADS 16     /* I/O threads (started lazily, on demand) */
 #define WORKER_MAX_IO_THREADS 256
+#define WORKER_MAX_CARRY_BYTES 65536     /* tensor bytes a run carries back in its reply */
 
 struct worker_config {
 	const struct dg_cluster *cluster;  /* borrowed, may be NULL; must outlive the worker */
@@ -106,6 +108,9 @@ struct worker_run_opts {
 	int64_t timeout_ms;             /* per step (_Recv, min_step waits); <= 0: default */
 	const char *const *collect;     /* keys collected after each step (borrowed) */
 	int n_collect;                  /* 0..WORKER_MAX_COLLECT */
+	const char *carry_to;           /* a one-step run's requester (borrowed; NULL: none):
+					 * its fragment's carriable _Sends to this address
+					 * go into res->carried instead of over HTTP */
 };
 struct worker_step_result {
 	uint64_t step;
@@ -119,10 +124,17 @@ struct worker_run_result {
 	int nodes_run;                  /* summed over the steps */
 	double ms;
 	struct worker_step_result *r;   /* owned */
+	struct dg_task_carried *carried;        /* owned: with carry_to, what was carried */
+	int n_carried;
 };
 
 /* Run fragment id for steps o->step .. o->step + o->steps - 1 back to back,
- * in-process. Before every step and after every ps request the run checks
+ * in-process. With o->carry_to and one step, a _Send to that address (not
+ * this task's own) that registration found carriable (every _Recv of the
+ * fragment, and every VarRead that waits for a sync step, comes before it:
+ * once it may run, the fragment waits for nobody) is not sent: its value
+ * goes into res->carried, for the requester to deliver, while the tensors
+ * carried stay within WORKER_MAX_CARRY_BYTES. Before every step and after every ps request the run checks
  * whether the step was aborted (DELETE /v1/steps/S?count=K,
  * dg_rendezvous_abort_range) and then fails with DG_ECANCELED and the abort's
  * reason. After each step the keys o->collect are taken from this task's
