@@ -39,7 +39,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+from dgrun import cpu_s, http
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -48,34 +49,11 @@ ACC_TARGET = -0.005     # dg's final test accuracy - torch rpc's >= this (means 
 DEFAULT_SEEDS = 5       # runs per side: one run's final accuracy moves by ~+-0.4 points
 
 
-def http(method, url, body=None, timeout=60):
-    """(status, body bytes) of one request; JSON-encodes body when it is not bytes."""
-    data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"} if data else {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
 def dg_core(dg, env):
     """(core name, how chosen) from `dg --version`'s OpenBLAS line."""
     out = subprocess.run([dg, "--version"], env=env, capture_output=True, text=True).stdout
     m = re.search(r"core (\S+) \(([^)]*)\)", out)
     return (m.group(1), m.group(2)) if m else ("unknown", out.strip())
-
-
-def cpu_s(pids):
-    """CPU seconds (user + system, all threads) the processes pids have used so far."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])     # utime, stime (fields 14, 15)
-    return total / tick
 
 
 def run_dg(args, graph):
@@ -326,6 +304,22 @@ def main():
                     "and the accuracies are compared seed by seed")
     ap.add_argument("--json", metavar="FILE", help="write every run's figures to FILE")
     ap.add_argument("--strict", action="store_true", help="exit 4 when a target is missed")
+    ap.add_argument("--mode", metavar="MODES",
+                    help="instead of the torch comparison: train the MLP each way of "
+                    "MODES (comma-separated: between_graph, model_parallel, in_graph; all), "
+                    "alternating, and print examples/s and the bytes crossing tasks per step "
+                    "against the minimum (modes.py)")
+    ap.add_argument("--pipeline", action="store_true",
+                    help="instead of the torch comparison: a 784-512-512-512-10 MLP split "
+                    "over 2 workers with microbatches 1 and 4, alternating (modes.py)")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="with --mode/--pipeline: runs of each side (default 3)")
+    ap.add_argument("--mode-steps", type=int, default=1500,
+                    help="with --mode: training steps of each job (default 1500)")
+    ap.add_argument("--pipeline-steps", type=int, default=150,
+                    help="with --pipeline: training steps of each job (default 150)")
+    ap.add_argument("--pipeline-batch", type=int, default=256,
+                    help="with --pipeline: the batch, cut into 4 micro-batches (default 256)")
     args = ap.parse_args()
     args.same_start = not args.own_streams
     args.dg = args.dg or os.path.join(args.build, "cli", "dg")
@@ -333,6 +327,22 @@ def main():
         print(f"bench_train: no dg binary at {args.dg} (build first, or give --dg)",
               file=sys.stderr)
         return 1
+    if args.mode or args.pipeline:
+        import modes
+        wanted = list(modes.EXAMPLES) if args.mode == "all" else \
+            [m for m in (args.mode or "").split(",") if m]
+        bad = [m for m in wanted if m not in modes.EXAMPLES]
+        if bad or args.runs < 1:
+            print(f"bench_train: --mode {args.mode}: modes are {', '.join(modes.EXAMPLES)} "
+                  f"(or all); --runs >= 1", file=sys.stderr)
+            return 1
+        try:
+            st = modes.bench_modes(args, wanted) if wanted else 0
+            return max(st, modes.bench_pipeline(args) if args.pipeline else 0)
+        except (RuntimeError, OSError, subprocess.CalledProcessError, KeyError,
+                ValueError) as e:
+            print(f"bench_train: {e}", file=sys.stderr)
+            return 1
     if args.seeds < 1:
         print("bench_train: --seeds must be >= 1", file=sys.stderr)
         return 1
