@@ -927,6 +927,39 @@ Test(jobs, a_task_that_keeps_losing_its_fragment_fails_after_three_retries)
 	dg_http_server_free(fake);
 }
 
+/* A replica split over two tasks (model parallelism) whose second task keeps
+ * losing its fragment: the chunk on worker 0 is aborted each time, only the
+ * lost task's fragment is registered again, and after 3 re-runs the job fails
+ * naming it, with every fragment removed. */
+Test(jobs, a_split_replica_retries_only_the_lost_task_and_fails_cleanly)
+{
+	struct dg_http_server *fake = fake_task_start();
+	json_t *st;
+	const char *id = run_job("{'graph': {'nodes': ["
+		"{'name':'w','op':'Variable','attrs':{'shape':[2],'init':'ones',"
+		"'var':'test/split_lost'}},"
+		"{'name':'x','op':'Const','attrs':{'value':[1.5,2]},'device':'/job:down/task:0'},"
+		"{'name':'p','op':'Mul','inputs':['x','w'],'device':'/job:worker/task:0'},"
+		"{'name':'loss','op':'Sum','inputs':['p'],'device':'/job:worker/task:0'}],"
+		"'training': {'loss':'loss','optimizer':{'rule':'sgd','lr':0.1},'steps':4,"
+		"'replicas':1,'reinit':true}}, 'retry_ms': 5000}", &st);
+	const char *msg = json_string_value(json_object_get(json_object_get(st, "error"),
+							    "message"));
+	char *ev = job_events(id);
+
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "failed");
+	cr_assert(strstr(msg, "task /job:down/task:0 (127.0.0.1:") &&
+		  strstr(msg, "kept failing"), "%s", msg);
+	cr_assert_eq(json_array_size(json_object_get(st, "tasks")), 2, "two fragments");
+	cr_assert_eq(atomic_load(&fake_registered), 4);
+	cr_assert_eq(atomic_load(&fake_removed), 4);
+	cr_assert(strstr(ev, "\"event\":\"retry\",\"task\":\"/job:down/task:0\""), "%s", ev);
+	cr_assert_null(strstr(ev, "\"task\":\"/job:worker/task:0\",\"step\""), "%s", ev);
+	free(ev);
+	json_decref(st);
+	dg_http_server_free(fake);
+}
+
 Test(jobs, retry_ms_0_fails_at_once_when_a_task_is_lost)
 {
 	struct dg_http_server *fake = fake_task_start();
