@@ -345,7 +345,16 @@ static enum dg_status backward(struct builder *b, struct dg_edge loss, const str
 	b->fwd = g->nodes[loss.node].name;
 	b->device = g->nodes[loss.node].device;
 	lref = ref_of(b, loss);
-	seed = lref ? ctx_add(&c, "OnesLike", &lref, 1, NULL) : NULL;
+	/* A scalar loss is seeded with a constant 1, not OnesLike(loss): the
+	 * backward pass then does not wait for the loss's value, so the parts of
+	 * a loss summed over micro-batches (or towers) start their backward as
+	 * soon as their own forward is done. */
+	if (lref && g->nodes[loss.node].out[loss.index].shape.ndim == 0)
+		seed = ctx_add(&c, "Const", NULL, 0,
+			       json_pack("{s:f, s:s}", "value", 1.0, "dtype",
+					 dg_dtype_name(g->nodes[loss.node].out[loss.index].dtype)));
+	else
+		seed = lref ? ctx_add(&c, "OnesLike", &lref, 1, NULL) : NULL;
 	if (!seed)
 		st = b->err->code;
 	else
