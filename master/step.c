@@ -133,20 +133,15 @@ static enum dg_status put_feeds(struct master *m, struct job *j, uint64_t step, 
 	return st;
 }
 
-/* Pick the error that explains a failed step: a task that stopped answering
- * first (the others only failed to reach it), then a node's own failure
- * rather than the cancellations it caused elsewhere. */
+/* Pick the error that explains a failed step (mtask_failure_over). */
 static const struct runner *primary_failure(const struct runner *rs, int n)
 {
 	const struct runner *best = NULL;
 
-	for (int i = 0; i < n; i++) {
-		if (rs[i].st == DG_OK)
-			continue;
-		if (!best || (!best->unreachable && rs[i].unreachable) ||
-		    (!best->unreachable && best->st == DG_ECANCELED && rs[i].st != DG_ECANCELED))
+	for (int i = 0; i < n; i++)
+		if (rs[i].st != DG_OK && (!best || mtask_failure_over(rs[i].st, rs[i].unreachable,
+								     best->st, best->unreachable)))
 			best = &rs[i];
-	}
 	return best;
 }
 

@@ -98,6 +98,17 @@ static inline void mtask_free(struct mtask *t)
 		t->ops->free(t);
 }
 
+/* Whether a failed run (st, lost) explains a step's failure better than the
+ * one picked so far (best_st, best_lost): a task that stopped answering first
+ * (the others only failed to reach it), then a node's own failure rather than
+ * the cancellations it caused elsewhere. */
+static inline bool mtask_failure_over(enum dg_status st, bool lost, enum dg_status best_st,
+				      bool best_lost)
+{
+	return (!best_lost && lost) ||
+	       (!best_lost && best_st == DG_ECANCELED && st != DG_ECANCELED);
+}
+
 /* Free *c (NULL fine) and clear it: the connection died with its task. */
 static inline void mtask_conn_drop(struct mtask *t, struct mtask_conn **c)
 {

@@ -193,20 +193,15 @@ static void *run_part(void *arg)
 	return NULL;
 }
 
-/* The failure that explains a failed chunk: a lost task first (the others
- * only failed to reach it), then a node's own error rather than the
- * cancellations it caused. */
+/* The failure that explains a failed chunk (mtask_failure_over). */
 static const struct chunk_part *chunk_failure(const struct chunk_part *ps, int n)
 {
 	const struct chunk_part *best = NULL;
 
-	for (int i = 0; i < n; i++) {
-		if (ps[i].st == DG_OK)
-			continue;
-		if (!best || (!best->lost && ps[i].lost) ||
-		    (!best->lost && best->st == DG_ECANCELED && ps[i].st != DG_ECANCELED))
+	for (int i = 0; i < n; i++)
+		if (ps[i].st != DG_OK &&
+		    (!best || mtask_failure_over(ps[i].st, ps[i].lost, best->st, best->lost)))
 			best = &ps[i];
-	}
 	return best;
 }
 

@@ -28,10 +28,11 @@ static void teardown(void)
 
 TestSuite(model, .init = setup, .fini = teardown, .timeout = 120);
 
-/* A 6-5-3 MLP on 4 fixed examples; variables under prefix/; layer 1 on dev1
- * and layer 2 + the loss on dev2 ("" = no device). Owned body text. */
-static char *mlp_job(const char *prefix, const char *dev1, const char *dev2, int steps,
-		     const char *extra)
+/* A 6-5-3 MLP job whose data nodes are data (text ending in ','), read as x
+ * and y; variables under prefix/; layer 1 on dev1 and layer 2 + the loss on
+ * dev2 ("" = no device); training options extra. Owned body text. */
+static char *model_job(const char *data, const char *x, const char *y, const char *prefix,
+		       const char *dev1, const char *dev2, int steps, const char *extra)
 {
 	char d1[80] = "", d2[80] = "", *body = malloc(8192);
 
@@ -40,71 +41,53 @@ static char *mlp_job(const char *prefix, const char *dev1, const char *dev2, int
 	if (dev2[0])
 		snprintf(d2, sizeof d2, ",'device':'%s'", dev2);
 	cr_assert_not_null(body);
-	snprintf(body, 8192, "{'graph': {'nodes': ["
-		 "{'name':'x','op':'Const','attrs':{'value':[[0.1,0.2,-0.3,0.4,0.5,-0.6],"
-		 "[0.7,-0.8,0.9,1.0,-1.1,1.2],[-0.2,0.4,0.6,-0.8,1.0,0.3],"
-		 "[0.5,0.5,-0.5,-0.5,0.25,0.75]]}},"
-		 "{'name':'y','op':'Const','attrs':{'value':[0,2,1,2],'dtype':'int32'}},"
+	snprintf(body, 8192, "{'graph': {'nodes': [%s"
 		 "{'name':'w1','op':'Variable','attrs':{'shape':[6,5],'init':'glorot','seed':1,"
 		 "'var':'%s/w1'}},"
 		 "{'name':'b1','op':'Variable','attrs':{'shape':[5],'var':'%s/b1'}},"
 		 "{'name':'w2','op':'Variable','attrs':{'shape':[5,3],'init':'glorot','seed':2,"
 		 "'var':'%s/w2'}},"
 		 "{'name':'b2','op':'Variable','attrs':{'shape':[3],'var':'%s/b2'}},"
-		 "{'name':'h_mm','op':'MatMul','inputs':['x','w1']%s},"
+		 "{'name':'h_mm','op':'MatMul','inputs':['%s','w1']%s},"
 		 "{'name':'h_pre','op':'Add','inputs':['h_mm','b1']%s},"
 		 "{'name':'h','op':'Tanh','inputs':['h_pre']%s},"
 		 "{'name':'l_mm','op':'MatMul','inputs':['h','w2']%s},"
 		 "{'name':'logits','op':'Add','inputs':['l_mm','b2']%s},"
 		 "{'name':'xent','op':'SparseSoftmaxCrossEntropyWithLogits',"
-		 "'inputs':['logits','y']%s},"
+		 "'inputs':['logits','%s']%s},"
 		 "{'name':'loss','op':'Mean','inputs':['xent']%s}]},"
 		 "'training': {'loss':'loss','optimizer':{'rule':'sgd','lr':0.5},'steps':%d,"
-		 "'reinit':true%s}}",
-		 prefix, prefix, prefix, prefix, d1, d1, d1, d2, d2, d2, d2, steps, extra);
+		 "'reinit':true%s}}", data, prefix, prefix, prefix, prefix, x, d1, d1, d1, d2, d2, y,
+		 d2, d2, steps, extra);
 	return body;
 }
 
-/* The same MLP on 8 examples in batches of 2 (ShardBatch, so replicas and
- * towers read disjoint shards), no devices; training options extra. Owned. */
+/* The MLP on 4 fixed examples, every step the same batch. */
+static char *mlp_job(const char *prefix, const char *dev1, const char *dev2, int steps,
+		     const char *extra)
+{
+	return model_job("{'name':'x','op':'Const','attrs':{'value':[[0.1,0.2,-0.3,0.4,0.5,-0.6],"
+			 "[0.7,-0.8,0.9,1.0,-1.1,1.2],[-0.2,0.4,0.6,-0.8,1.0,0.3],"
+			 "[0.5,0.5,-0.5,-0.5,0.25,0.75]]}},"
+			 "{'name':'y','op':'Const','attrs':{'value':[0,2,1,2],'dtype':'int32'}},",
+			 "x", "y", prefix, dev1, dev2, steps, extra);
+}
+
+/* The MLP on 8 examples in batches of 2 (ShardBatch, so replicas and towers
+ * read disjoint shards). */
 static char *sharded_job(const char *prefix, const char *dev1, const char *dev2, int steps,
 			 const char *extra)
 {
-	char d1[80] = "", d2[80] = "", *body = malloc(8192);
-
-	if (dev1[0])
-		snprintf(d1, sizeof d1, ",'device':'%s'", dev1);
-	if (dev2[0])
-		snprintf(d2, sizeof d2, ",'device':'%s'", dev2);
-	cr_assert_not_null(body);
-	snprintf(body, 8192, "{'graph': {'nodes': ["
-		 "{'name':'data','op':'Const','attrs':{'value':[[0.1,0.2,-0.3,0.4,0.5,-0.6],"
-		 "[0.7,-0.8,0.9,1.0,-1.1,1.2],[-0.2,0.4,0.6,-0.8,1.0,0.3],"
-		 "[0.5,0.5,-0.5,-0.5,0.25,0.75],[1.0,-1.0,0.5,0.0,0.2,-0.4],"
-		 "[-0.6,0.3,0.8,-0.1,0.9,0.4],[0.2,0.9,-0.7,0.6,-0.3,0.1],"
-		 "[0.0,-0.5,0.3,0.7,-0.9,0.8]]}},"
-		 "{'name':'labels','op':'Const','attrs':{'value':[0,2,1,2,1,0,2,1],"
-		 "'dtype':'int32'}},"
-		 "{'name':'batch','op':'ShardBatch','inputs':['data','labels'],"
-		 "'attrs':{'batch':2,'seed':7}},"
-		 "{'name':'w1','op':'Variable','attrs':{'shape':[6,5],'init':'glorot','seed':1,"
-		 "'var':'%s/w1'}},"
-		 "{'name':'b1','op':'Variable','attrs':{'shape':[5],'var':'%s/b1'}},"
-		 "{'name':'w2','op':'Variable','attrs':{'shape':[5,3],'init':'glorot','seed':2,"
-		 "'var':'%s/w2'}},"
-		 "{'name':'b2','op':'Variable','attrs':{'shape':[3],'var':'%s/b2'}},"
-		 "{'name':'h_mm','op':'MatMul','inputs':['batch:0','w1']%s},"
-		 "{'name':'h_pre','op':'Add','inputs':['h_mm','b1']%s},"
-		 "{'name':'h','op':'Tanh','inputs':['h_pre']%s},"
-		 "{'name':'l_mm','op':'MatMul','inputs':['h','w2']%s},"
-		 "{'name':'logits','op':'Add','inputs':['l_mm','b2']%s},"
-		 "{'name':'xent','op':'SparseSoftmaxCrossEntropyWithLogits',"
-		 "'inputs':['logits','batch:1']%s},"
-		 "{'name':'loss','op':'Mean','inputs':['xent']%s}]},"
-		 "'training': {'loss':'loss','optimizer':{'rule':'sgd','lr':0.5},'steps':%d,"
-		 "'reinit':true%s}}", prefix, prefix, prefix, prefix, d1, d1, d1, d2, d2, d2, d2,
-		 steps, extra);
-	return body;
+	return model_job("{'name':'data','op':'Const','attrs':{'value':[[0.1,0.2,-0.3,0.4,0.5,"
+			 "-0.6],[0.7,-0.8,0.9,1.0,-1.1,1.2],[-0.2,0.4,0.6,-0.8,1.0,0.3],"
+			 "[0.5,0.5,-0.5,-0.5,0.25,0.75],[1.0,-1.0,0.5,0.0,0.2,-0.4],"
+			 "[-0.6,0.3,0.8,-0.1,0.9,0.4],[0.2,0.9,-0.7,0.6,-0.3,0.1],"
+			 "[0.0,-0.5,0.3,0.7,-0.9,0.8]]}},"
+			 "{'name':'labels','op':'Const','attrs':{'value':[0,2,1,2,1,0,2,1],"
+			 "'dtype':'int32'}},"
+			 "{'name':'batch','op':'ShardBatch','inputs':['data','labels'],"
+			 "'attrs':{'batch':2,'seed':7}},",
+			 "batch:0", "batch:1", prefix, dev1, dev2, steps, extra);
 }
 
 /* Variable name's value from the ps (task 0 of the cluster). Owned. */
