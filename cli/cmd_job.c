@@ -323,6 +323,12 @@ static void print_training(const json_t *tr, const char *csv)
 	fmt_num(json_object_get(tr, "loss"), "%.6g", a, sizeof a);
 	fmt_num(json_object_get(tr, "examples_per_s"), "%.0f", b, sizeof b);
 	printf("training:   %s, %lld replica(s)", str_or(tr, "mode", "?"), int_of(tr, "replicas"));
+	if (int_of(tr, "replica_group") > 1)
+		printf(" of %lld tasks", int_of(tr, "replica_group"));
+	if (int_of(tr, "towers") > 1)
+		printf(", %lld towers", int_of(tr, "towers"));
+	if (int_of(tr, "microbatches") > 1)
+		printf(", %lld micro-batches a step", int_of(tr, "microbatches"));
 	if (int_of(tr, "backup"))
 		printf(", %lld backup(s)", int_of(tr, "backup"));
 	printf(", %lld epochs, %lld steps per replica, batch %lld\n", int_of(tr, "epochs"),

@@ -31,7 +31,7 @@ static json_t *train_json_locked(const struct job *j)
 	for (int r = 0; r < tr->n_reps; r++)
 		json_array_append_new(done, json_integer(tr->reps[r].done));
 	return json_pack("{s:I, s:I, s:I, s:i, s:s, s:i, s:I, s:o, s:I, s:o, s:o, s:o, s:I, "
-			 "s:o}",
+			 "s:o, s:i, s:i, s:i}",
 			 "epochs", (json_int_t)tr->epochs, "steps", (json_int_t)tr->steps,
 			 "steps_per_epoch", (json_int_t)tr->spe, "replicas", tr->n_reps,
 			 "mode", tr->spec.sync ? "sync" : "async", "backup", tr->spec.backup,
@@ -39,8 +39,12 @@ static json_t *train_json_locked(const struct job *j)
 			 "examples_per_s", job_num_json(tr->examples_per_s),
 			 "batch", (json_int_t)tr->plan.examples_per_step,
 			 "loss", job_num_json(tr->loss), "metrics", metrics, "eval", eval,
-			 "stale", (json_int_t)tr->stale, "replica_steps", done);
+			 "stale", (json_int_t)tr->stale, "replica_steps", done,
+			 "replica_group", tr->plan.group,
+			 "towers", tr->spec.towers > 1 ? tr->spec.towers : 1,
+			 "microbatches", tr->spec.microbatches > 1 ? tr->spec.microbatches : 1);
 }
+
 
 static json_t *job_json_locked(const struct master *m, const struct job *j, bool full)
 {

@@ -175,6 +175,8 @@ Test(model, a_step_split_over_two_tasks_equals_the_step_on_one)
 	cr_assert(strstr(ex, "colocated"), "%s", ex);
 	json_t *tasks = json_object_get(two, "tasks");
 	cr_assert_eq(json_array_size(tasks), 2, "one fragment per worker");
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(two, "training"),
+							"replica_group")), 2);
 	json_decref(one);
 	json_decref(two);
 }
@@ -202,6 +204,7 @@ Test(model, two_towers_equal_two_sync_replicas_on_the_same_batches)
 	same_vars("tw/between", "tw/in", 1e-6);
 	/* one replica of two towers: 8 steps x 2 towers x batch 2 examples */
 	cr_assert_eq(json_integer_value(json_object_get(tr, "replicas")), 1);
+	cr_assert_eq(json_integer_value(json_object_get(tr, "towers")), 2);
 	cr_assert_eq(json_integer_value(json_object_get(tr, "examples")), 32);
 	cr_assert_eq(json_integer_value(json_object_get(json_object_get(between, "training"),
 							"examples")), 32);
@@ -242,6 +245,8 @@ Test(model, micro_batches_of_a_split_model_equal_one_big_batch)
 	cr_assert_null(placed(micro, "micro_0/batch"));
 	cr_assert_eq(json_integer_value(json_object_get(json_object_get(micro, "training"),
 							"examples")), 24);
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(micro, "training"),
+							"microbatches")), 2);
 	json_decref(big);
 	json_decref(micro);
 	json_decref(four);
