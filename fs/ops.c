@@ -328,9 +328,17 @@ static int dgfs_write(const char *path, const char *data, size_t size, off_t off
 {
 	struct dgfs_handle *h = fh(fi);
 
+	int rc;
+
 	if (!h->writable)
 		return -EBADF;
-	return dgfs_stage_write(state(), path, h, data, size, off);
+	rc = dgfs_stage_write(state(), path, h, data, size, off);
+	if (rc >= 0) {
+		pthread_mutex_lock(&h->lock);
+		h->wrote = true;
+		pthread_mutex_unlock(&h->lock);
+	}
+	return rc;
 }
 
 /* --- commit, release, truncate ---------------------------------------------------- */
@@ -354,7 +362,13 @@ static void invalidate_views(const char *name, int except)
 	}
 }
 
-static int commit_path(struct dgfs *fs, const char *path, struct dgfs_handle *h, const char *what)
+/* Commit h's staged change. A flush (any close of a descriptor of it) of a
+ * file this handle created, before anything was written, commits nothing:
+ * `printf 1 > text/x` opens, dup2s and closes the first descriptor before it
+ * writes, and committing there created x empty, so that the text refused to
+ * fit it. Release commits what the handle holds in any case (`touch`). */
+static int commit_path(struct dgfs *fs, const char *path, struct dgfs_handle *h, const char *what,
+		       bool flush)
 {
 	struct dg_err err = { 0 };
 	int rc = 0;
@@ -362,7 +376,9 @@ static int commit_path(struct dgfs *fs, const char *path, struct dgfs_handle *h,
 	bool committed = false;
 
 	pthread_mutex_lock(&h->lock);
-	if (h->spoiled) {
+	if (flush && h->created && !h->wrote) {
+		rc = 0;
+	} else if (h->spoiled) {
 		rc = -EINVAL;           /* reported again by close; nothing commits */
 	} else if (h->dirty) {
 		if (dgfs_stage_commit(fs, h, &err) != DG_OK)
@@ -378,12 +394,12 @@ static int commit_path(struct dgfs *fs, const char *path, struct dgfs_handle *h,
 
 static int dgfs_flush(const char *path, struct fuse_file_info *fi)
 {
-	return commit_path(state(), path, fh(fi), "commit");
+	return commit_path(state(), path, fh(fi), "commit", true);
 }
 
 static int dgfs_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 {
-	return commit_path(state(), path, fh(fi), "fsync");
+	return commit_path(state(), path, fh(fi), "fsync", false);
 }
 
 static int dgfs_release(const char *path, struct fuse_file_info *fi)
@@ -393,7 +409,7 @@ static int dgfs_release(const char *path, struct fuse_file_info *fi)
 
 	atomic_store(&h->released, true);       /* a pending landing of it goes */
 	dgfs_open_remove(h);         /* first: writer_find must not find it now */
-	commit_path(fs, path, h, "commit at release");
+	commit_path(fs, path, h, "commit at release", false);
 	if (fs->dio_mmap && h->page_cache) {
 		pthread_mutex_lock(&h->lock);
 		dgfs_handle_note_served(h, 0, 0);   /* a complete copy is kept even if not all was read */

@@ -40,6 +40,7 @@ struct dgfs_handle {
 	bool page_cache;                /* reads through the page cache (dgfs_cache_open) */
 	bool base_pending;              /* text/npy writer: fetch the content before use */
 	bool spoiled;                   /* a write failed: nothing of this handle commits */
+	bool wrote;                     /* a write(2) reached it: a flush may commit */
 	bool mapped;                    /* the kernel read pages for a mapping of it */
 	uint64_t served;                /* bytes read through this page-cache handle */
 	/* vars/: nbytes of raw bytes (base and staged writes); text/npy: the whole

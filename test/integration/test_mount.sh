@@ -402,6 +402,14 @@ check "a 248-byte one works in text/ and npy/ (NAME.npy is 252 bytes)" \
 	"$([[ $rc -eq 0 && $(tail -n 1 "$TMP/out") == 7 ]]; echo $?)"
 dgr var rm "${long:4}" "${C[@]}"
 
+# A shell redirection dup2s and closes the new file's first descriptor before
+# it writes: that close must not create the variable empty.
+sh "printf '7 8 9\\n' > text/shellnew && cat text/shellnew"
+check "printf > text/NEW creates the variable from the text (float64 [3] 7 8 9)" \
+	"$([[ $rc -eq 0 && $(head -n 1 "$TMP/out") == '# float64 [3]' &&
+	      $(tail -n 1 "$TMP/out") == '7 8 9' ]]; echo $?)"
+dgr var rm shellnew "${C[@]}"
+
 # --- streaming writes of odd chunk sizes -------------------------------------------------
 n0=$(commits)
 sh "$PY $TOOL produce $TMP/full.bin 7 13 5 1 | cat > vars/w1"
