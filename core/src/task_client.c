@@ -23,7 +23,9 @@ static bool is_lost(enum dg_status st, const struct dg_http_result *res,
 {
 	if (st == DG_OK)
 		return false;
-	if (res->status == 0)
+	/* No reply, or a reply cut short (a 2xx whose transfer failed: the task
+	 * died while it answered) */
+	if (res->status == 0 || res->status / 100 == 2)
 		return st == DG_EUNAVAILABLE;
 	return res->status == 404 && err && strstr(err->msg, "fragment '") &&
 	       strstr(err->msg, "' not found");

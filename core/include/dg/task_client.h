@@ -8,7 +8,8 @@
  *
  * "lost" (may be NULL) says whether a failure means the task itself is gone,
  * so that a retry once it is back may help: the connection failed (refused,
- * reset: no HTTP answer), or the task answered 404 for the fragment it was
+ * reset: no HTTP answer, or a 2xx answer cut short), or the task answered
+ * 404 for the fragment it was
  * asked to run (a restarted task lost its fragments). A node's own error
  * comes as an HTTP answer, and a request that timed out may be a step that
  * is merely slow: neither is a lost task. */
