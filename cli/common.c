@@ -88,12 +88,21 @@ struct dg_cluster *cli_cluster_load(const char *flag_path, struct dg_err *err)
 }
 
 /* The token is the file's first line without surrounding blanks; it must be
- * printable ASCII without spaces (it travels in a header). */
+ * printable ASCII without spaces (it travels in a header). A file that its
+ * group or others may read is refused, as ssh refuses such a private key: the
+ * token is the only secret between a client and the cluster. */
 char *cli_token_load(const char *path, struct dg_err *err)
 {
 	struct dg_buf b = { 0 };
+	struct stat sb;
 	char *tok, *end;
 
+	if (stat(path, &sb) == 0 && (sb.st_mode & 077)) {
+		dg_err_set(err, DG_EINVAL, "token file %s may be read by others (mode %04o); "
+			   "it must be private to its owner", path, (unsigned)(sb.st_mode & 07777));
+		dg_err_hint(err, "chmod 600 %s", path);
+		return NULL;
+	}
 	if (dg_buf_read_file(&b, path, TOKEN_FILE_MAX, err) != DG_OK) {
 		dg_err_prefix(err, "token file");
 		return NULL;

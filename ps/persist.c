@@ -332,7 +332,8 @@ static enum dg_status mkdir_p(const char *dir, struct dg_err *err)
 			continue;
 		char saved = *s;
 		*s = '\0';
-		if (mkdir(p, 0755) == 0) {
+		/* the data is the model: private to the server's user */
+		if (mkdir(p, 0700) == 0) {
 			/* the new entry must survive a crash with the data under it */
 			char *slash = strrchr(p, '/');
 			if (slash && slash != p) {
@@ -373,7 +374,7 @@ enum dg_status ps_dir_lock(const char *dir, int *fd, struct dg_err *err)
 	path = path_join(dir, "lock");
 	if (!path)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (f < 0) {
 		st = dg_err_set(err, DG_EIO, "cannot open '%s': %s", path, strerror(errno));
 	} else if (flock(f, LOCK_EX | LOCK_NB) != 0) {
@@ -422,7 +423,7 @@ enum dg_status ps_epoch_bump(const char *dir, uint64_t *epoch, struct dg_err *er
 	if (st == DG_OK) {
 		char text[32];
 		int n = snprintf(text, sizeof text, "%" PRIu64 "\n", e + 1);
-		st = dg_write_file_atomic(path, text, (size_t)n, err);
+		st = dg_write_file_atomic_mode(path, text, (size_t)n, 0600, err);
 		if (st == DG_OK)
 			*epoch = e + 1;
 	}
@@ -466,7 +467,7 @@ enum dg_status ps_wal_segment_create(const char *dir, uint64_t seq, int *fd, str
 	*fd = -1;
 	if (!path)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	int f = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	int f = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (f < 0) {
 		st = dg_err_set(err, DG_EIO, "cannot create log segment '%s': %s", path,
 				strerror(errno));
@@ -854,7 +855,7 @@ enum dg_status ps_snapshot_write(const char *dir, uint64_t wal_seq, uint64_t cei
 		st = dg_err_set(err, DG_ENOMEM, "out of memory writing a snapshot");
 		goto out;
 	}
-	w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (w.fd < 0) {
 		st = dg_err_set(err, DG_EIO, "cannot create '%s': %s", tmp, strerror(errno));
 		goto out;

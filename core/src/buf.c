@@ -210,6 +210,12 @@ static atomic_uint tmp_seq;
 
 enum dg_status dg_write_file_atomic(const char *path, const void *p, size_t n, struct dg_err *err)
 {
+	return dg_write_file_atomic_mode(path, p, n, 0644, err);
+}
+
+enum dg_status dg_write_file_atomic_mode(const char *path, const void *p, size_t n, int mode,
+					 struct dg_err *err)
+{
 	enum dg_status st = DG_OK;
 	size_t plen = strlen(path);
 	char *tmp = malloc(plen + 32);
@@ -224,7 +230,7 @@ enum dg_status dg_write_file_atomic(const char *path, const void *p, size_t n, s
 	 * path never share a temporary file; O_EXCL makes sure of it. */
 	snprintf(tmp, plen + 32, "%s.tmp.%ld.%u", path, (long)getpid(),
 		 atomic_fetch_add(&tmp_seq, 1u));
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
 	if (fd < 0) {
 		st = dg_err_set(err, DG_EIO, "cannot create '%s': %s", tmp, strerror(errno));
 		goto out;

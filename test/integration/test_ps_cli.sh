@@ -306,6 +306,7 @@ check_err "not found on any of the ps tasks" 3 "not found on any of the 2 ps tas
 
 # --- a token server in a cluster without a "ps" job ---------------------------------
 echo "tok-$$-secret" >"$TMP/token"
+chmod 600 "$TMP/token"
 start_server tok '{"worker": ["127.0.0.1:0"]}' --job worker --task 0 \
 	--token-file "$TMP/token"
 PT=$PORT

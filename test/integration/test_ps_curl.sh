@@ -163,6 +163,13 @@ check_cmd "no sanitizer report from the server" \
 	bash -c "! grep -qE 'Sanitizer|runtime error:' '$TMP/main.log'"
 
 printf 's3cret-token\n' >"$TMP/token"
+chmod 644 "$TMP/token"
+timeout 10 "$DG" ps --cluster "$TMP/cluster.json" --port 0 --token-file "$TMP/token" \
+	>"$TMP/open.out" 2>"$TMP/open.err"
+check_cmd "a token file others may read (0644) is refused, with the chmod to fix it" \
+	bash -c "grep -q 'token file $TMP/token may be read by others (mode 0644)' '$TMP/open.err' &&
+		 grep -q 'hint: chmod 600 $TMP/token' '$TMP/open.err'"
+chmod 600 "$TMP/token"
 check_cmd "dg ps --token-file starts" start_ps auth --token-file "$TMP/token"
 code=$(req GET /v1/health)
 check_cmd "a request without the token answers 401" test "$code" = 401

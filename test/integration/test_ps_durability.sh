@@ -39,6 +39,8 @@ acks() {
 check_cmd "dg ps starts with a data directory" start_ps first
 check_cmd "the first start of a data directory is epoch 1" \
 	grep -q "(epoch 1, data dir $TMP/data, 0 variables)" "$TMP/first.log"
+check_cmd "the data directory it created is private (0700)" \
+	test "$(stat -c %a "$TMP/data")" = 700
 
 "$PY" "$STREAM" stream "$PORT" "$COUNT" "$NVARS" "$TMP/stream.log" 2>"$TMP/stream.err" &
 STREAM_PID=$!
@@ -59,6 +61,8 @@ echo "killed the server after $n_acked acknowledged assignments (target $target 
 check_cmd "the kill came in the middle of the stream" \
 	test "$stream_rc" = 3 -a "$n_acked" -ge "$target" -a "$n_acked" -lt "$COUNT"
 
+check_cmd "every file in the data directory is private (0600)" \
+	bash -c "! find '$TMP/data' -type f ! -perm 600 | grep -q ."
 check_cmd "dg ps restarts on the same data directory" start_ps second
 check_cmd "the restart says epoch 2 and how many variables it recovered" \
 	grep -q "(epoch 2, data dir $TMP/data, $NVARS variables)" "$TMP/second.log"

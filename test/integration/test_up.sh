@@ -214,6 +214,7 @@ fi
 
 # --- --token-file: every task wants the token; status says so ------------------------
 echo "tok-$RANDOM$RANDOM" >"$TMP/token"
+chmod 600 "$TMP/token"
 run up --dir "$TMP/t" --token-file "$TMP/token" --ps 2 --workers 0
 check "dg up --token-file waits for tasks that need a token" test $rc = 0
 check "--workers 0 leaves the worker job out of the spec" \

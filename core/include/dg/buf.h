@@ -37,8 +37,12 @@ char *dg_buf_steal(struct dg_buf *b, size_t *len);
 enum dg_status dg_buf_read_file(struct dg_buf *b, const char *path, size_t limit,
 				struct dg_err *err);
 /* Write n bytes to path via a temporary file in the same directory, fsync and
- * rename, so readers see the old or the new file, never a torn one. */
+ * rename, so readers see the old or the new file, never a torn one. Mode 0644
+ * (less the umask). */
 enum dg_status dg_write_file_atomic(const char *path, const void *p, size_t n,
 				    struct dg_err *err);
+/* The same with the file's mode (0600 for a private file). */
+enum dg_status dg_write_file_atomic_mode(const char *path, const void *p, size_t n, int mode,
+					 struct dg_err *err);
 
 #endif
