@@ -13,9 +13,9 @@ int cmd_server(int argc, char **argv);   /* cmd_server.c: dg server (main.c: dg 
 int cmd_var(int argc, char **argv);      /* cmd_var.c: dg var ls|get|put|create|rm */
 int cmd_submit(int argc, char **argv);   /* cmd_submit.c: dg submit GRAPH.json */
 int cmd_mount(int argc, char **argv);    /* cmd_mount.c: dg mount MOUNTPOINT */
-int cmd_up(int argc, char **argv);       /* cmd_up.c: dg up, dg down, dg status */
+int cmd_up(int argc, char **argv);       /* cmd_up.c: dg up, dg down */
 int cmd_down(int argc, char **argv);
-int cmd_status(int argc, char **argv);
+int cmd_status(int argc, char **argv);   /* cmd_status.c */
 int cmd_job(int argc, char **argv);      /* cmd_job.c: dg job ls|show|cancel */
 int cmd_checkpoint(int argc, char **argv);   /* cmd_checkpoint.c: dg checkpoint save|restore */
 /* The cluster a client command talks to: --cluster FILE when given, else
