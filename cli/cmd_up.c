@@ -378,12 +378,14 @@ struct up_args {
 	int n_ps, n_workers;
 	int threads;                    /* 0: CPUs / workers */
 	const char *dir, *mount, *token_file;
-	bool foreground;
+	const char *restart;            /* --restart JOB/I: that task alone */
+	bool foreground, sized;         /* sized: --ps, --workers or --threads given */
 };
 
 static const char up_usage[] =
 	"usage: dg up [--ps N] [--workers M] [--dir DIR] [--mount DIR] [--token-file F]\n"
 	"             [--threads T] [--foreground]\n"
+	"       dg up --restart JOB/I [--dir DIR]\n"
 	"\n"
 	"Start a whole local cluster on free loopback ports: N parameter-server tasks\n"
 	"(job ps) and M worker tasks (job worker), each a `dg server` running in the\n"
@@ -404,11 +406,15 @@ static const char up_usage[] =
 	"                    workers training side by side do not oversubscribe them\n"
 	"  --foreground      stay in the foreground; ^C (or SIGTERM) takes the cluster\n"
 	"                    down, and so does a task that exits\n"
+	"  --restart JOB/I   start again the one task of DIR's cluster that died\n"
+	"                    (e.g. ps/0), at its address, with its data dir and the\n"
+	"                    settings of the dg up that started the cluster (without\n"
+	"                    --dir: the cluster of the last dg up, as dg down)\n"
 	"  -h, --help        show this help\n"
 	"\n"
 	"Exit status: 0 when every task answers, 4 when DIR already has a running\n"
-	"cluster, 10 when a task failed to start (its log is named), 16 when --mount\n"
-	"is asked of a dg without the mount command.\n";
+	"cluster (--restart: that task runs), 10 when a task failed to start (its log\n"
+	"is named), 16 when --mount is asked of a dg without the mount command.\n";
 
 /* Returns -1 to go on, else the exit code. */
 static int up_parse(int argc, char **argv, struct up_args *a)
@@ -421,6 +427,7 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 		{ "token-file", required_argument, NULL, 'T' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "foreground", no_argument, NULL, 'f' },
+		{ "restart", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -442,6 +449,7 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 						 c == 'p' ? "--ps" : "--workers", optarg,
 						 c == 'p' ? 1 : 0, MAX_TASKS / 2);
 			*(c == 'p' ? &a->n_ps : &a->n_workers) = (int)v;
+			a->sized = true;
 			break;
 		case 't':
 			errno = 0;
@@ -450,11 +458,13 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 				return cli_usage(argv[0], "--threads '%s' is not a count in 1..1024",
 						 optarg);
 			a->threads = (int)v;
+			a->sized = true;
 			break;
 		case 'd': a->dir = optarg; break;
 		case 'm': a->mount = optarg; break;
 		case 'T': a->token_file = optarg; break;
 		case 'f': a->foreground = true; break;
+		case 'r': a->restart = optarg; break;
 		case 'h': fputs(up_usage, stdout); return 0;
 		case ':': return cli_usage(argv[0], "%s needs a value", argv[optind - 1]);
 		default: return cli_usage(argv[0], "unknown option '%s'", argv[optind - 1]);
@@ -462,6 +472,9 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 	}
 	if (optind < argc)
 		return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
+	if (a->restart && (a->sized || a->mount || a->token_file || a->foreground))
+		return cli_usage(argv[0], "--restart takes only --dir: the task gets the settings "
+				 "of the dg up that started the cluster");
 	return -1;
 }
 
@@ -804,6 +817,143 @@ static int foreground(struct up_ctx *u)
 	return rc ? rc : drc;
 }
 
+/* The DIR of the last `dg up` (the link to DIR/cluster.json), into out;
+ * false when there is none. */
+static bool last_up_dir(char *out)
+{
+	char ptr[PATH_MAX], target[PATH_MAX];
+	ssize_t n;
+
+	if (pointer_path(ptr, NULL) != DG_OK ||
+	    (n = readlink(ptr, target, sizeof target - 1)) <= 0 || target[0] != '/')
+		return false;
+	target[n] = '\0';
+	*strrchr(target, '/') = '\0';   /* the DIR of DIR/cluster.json */
+	snprintf(out, PATH_MAX, "%s", target);
+	return true;
+}
+
+/* What a task's command line needs beyond the spec, kept in DIR/up.json for
+ * `dg up --restart`: the --threads of every task and the token file. */
+static enum dg_status save_settings(const struct up_ctx *u, struct dg_err *err)
+{
+	char path[PATH_MAX], *text;
+	json_t *o = json_pack("{s:s, s:s}", "threads", u->threads, "token_file", u->token_file);
+	enum dg_status st;
+
+	if (!o || !(text = json_dumps(o, 0))) {
+		json_decref(o);
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	}
+	json_decref(o);
+	if ((st = join(path, u->dir, "up.json", err)) == DG_OK)
+		st = dg_write_file_atomic_mode(path, text, strlen(text), 0600, err);
+	free(text);
+	return st;
+}
+
+static enum dg_status load_settings(struct up_ctx *u, struct dg_err *err)
+{
+	char path[PATH_MAX];
+	json_t *o;
+	const char *threads, *token;
+
+	if (join(path, u->dir, "up.json", err) != DG_OK)
+		return err->code;
+	if (!(o = json_load_file(path, 0, NULL))) {
+		dg_err_set(err, DG_ENOTFOUND, "%s holds no settings of the dg up that started its "
+			   "cluster (an older dg up, or not a dg up directory)", u->dir);
+		dg_err_hint(err, "restart the whole cluster: dg down --dir %s; dg up --dir %s",
+			    u->dir, u->dir);
+		return DG_ENOTFOUND;
+	}
+	threads = json_string_value(json_object_get(o, "threads"));
+	token = json_string_value(json_object_get(o, "token_file"));
+	snprintf(u->threads, sizeof u->threads, "%s", threads ? threads : "1");
+	snprintf(u->token_file, sizeof u->token_file, "%s", token ? token : "");
+	json_decref(o);
+	if (u->token_file[0] && !(u->token = cli_token_load(u->token_file, err)))
+		return err->code;
+	return DG_OK;
+}
+
+/* The task of DIR's cluster that `--restart name` names ("JOB/I"), or an
+ * error listing the tasks. */
+static enum dg_status restart_target(struct up_ctx *u, const struct dg_cluster *c,
+				     const char *name, struct task *t, struct dg_err *err)
+{
+	char list[512] = "";
+	size_t off = 0;
+
+	for (int i = 0; i < c->n_tasks; i++) {
+		const struct dg_task_addr *a = &c->tasks[i];
+		char label[96];
+		const char *colon = strrchr(a->address, ':');
+		snprintf(label, sizeof label, "%s/%d", a->job, a->index);
+		if (strcmp(label, name) == 0 && colon) {
+			t->job = a->job;
+			t->index = a->index;
+			t->port = atoi(colon + 1);
+			return DG_OK;
+		}
+		if (off + strlen(label) + 3 < sizeof list)
+			off += (size_t)snprintf(list + off, sizeof list - off, "%s%s",
+						off ? ", " : "", label);
+	}
+	dg_err_set(err, DG_ENOTFOUND, "the cluster of %s has no task '%s' (tasks: %s)", u->dir,
+		   name, list);
+	dg_err_hint(err, "name a task as JOB/I, e.g. worker/1");
+	return DG_ENOTFOUND;
+}
+
+/* dg up --restart JOB/I: that task, if it is not running, started again as
+ * dg up started it (same address, data dir, --threads, token). */
+static int up_restart(struct up_ctx *u, const char *name)
+{
+	struct dg_err err = { 0 };
+	struct dg_cluster *c;
+	struct task t = { 0 };
+	char pidf[PATH_MAX], data[PATH_MAX], line[32];
+	bool port_taken = false;
+	int rc = 0;
+
+	if (join(u->spec, u->dir, "cluster.json", &err) != DG_OK || self_exe(u->exe, &err) != DG_OK)
+		return cli_fail(&err);
+	if (!(c = dg_cluster_load(u->spec, &err))) {
+		dg_err_prefix(&err, "no cluster to restart a task of in %s", u->dir);
+		dg_err_hint(&err, "start one with: dg up --dir %s", u->dir);
+		return cli_fail(&err);
+	}
+	if (restart_target(u, c, name, &t, &err) != DG_OK || load_settings(u, &err) != DG_OK) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	task_file(u, &t, ".pid", pidf);
+	task_file(u, &t, "", data);
+	if (read_line(pidf, line, sizeof line) && pid_runs_with((pid_t)atoi(line), data)) {
+		dg_err_set(&err, DG_EEXIST, "%s is running (pid %d); nothing to restart", name,
+			   atoi(line));
+		dg_err_hint(&err, "dg status shows its health; dg down --dir %s stops the cluster",
+			    u->dir);
+		rc = cli_fail(&err);
+		goto out;
+	}
+	if (start_task(u, &t, &err) != DG_OK ||
+	    wait_ready(u, &t, dg_deadline_in_ms(READY_WAIT_MS), &port_taken, &err) != DG_OK) {
+		if (port_taken)
+			dg_err_hint(&err, "another process holds its port %d now", t.port);
+		if (t.pid)
+			stop_pid(t.pid, name);
+		rc = cli_fail(&err);
+		goto out;
+	}
+	printf("restarted %s (pid %d) on 127.0.0.1:%d, log %s.log\n", name, (int)t.pid, t.port,
+	       data);
+out:
+	dg_cluster_free(c);
+	return rc;
+}
+
 static int up_run(struct up_ctx *u, const struct up_args *a)
 {
 	struct dg_err err = { 0 };
@@ -836,7 +986,7 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 	}
 	if (start_all(u, &err) != DG_OK)
 		return cli_fail(&err);
-	if (link_pointer(u, &err) != DG_OK ||
+	if (save_settings(u, &err) != DG_OK || link_pointer(u, &err) != DG_OK ||
 	    (a->mount && start_mount(u, a->mount, &err) != DG_OK)) {
 		rc = cli_fail(&err);
 		down_dir(u->dir, true);
@@ -869,12 +1019,20 @@ int cmd_up(int argc, char **argv)
 	rc = -1;
 	/* The absolute, resolved DIR: the servers' command lines carry it, and
 	 * `dg down` recognises its tasks by it. */
+	if (!a.dir && a.restart && last_up_dir(dflt))
+		a.dir = dflt;           /* --restart: the last dg up's, as dg down */
 	if (!a.dir && default_dir(dflt, &err) != DG_OK)
 		rc = cli_fail(&err);
-	else if (mkdir_p(a.dir ? a.dir : dflt, &err) != DG_OK)
+	else if (!a.restart && mkdir_p(a.dir ? a.dir : dflt, &err) != DG_OK)
 		rc = cli_fail(&err);
 	else if (!realpath(a.dir ? a.dir : dflt, u->dir))
 		rc = cli_usage(argv[0], "--dir %s: %s", a.dir ? a.dir : dflt, strerror(errno));
+	if (rc < 0 && a.restart) {
+		rc = up_restart(u, a.restart);
+		free(u->token);
+		free(u);
+		return rc;
+	}
 	if (rc < 0 && a.token_file) {
 		if (!realpath(a.token_file, u->token_file))
 			rc = cli_usage(argv[0], "--token-file %s: %s", a.token_file,
@@ -1011,10 +1169,9 @@ int cmd_down(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	char dir[PATH_MAX], ptr[PATH_MAX], target[PATH_MAX];
+	char dir[PATH_MAX], ptr[PATH_MAX];
 	const char *flag = NULL;
 	struct dg_err err = { 0 };
-	ssize_t n;
 	int c;
 
 	optind = 0;
@@ -1034,11 +1191,8 @@ int cmd_down(int argc, char **argv)
 			printf("no cluster running in %s (%s)\n", flag, strerror(errno));
 			return 0;
 		}
-	} else if (pointer_path(ptr, NULL) == DG_OK &&
-		   (n = readlink(ptr, target, sizeof target - 1)) > 0 && target[0] == '/') {
-		target[n] = '\0';
-		*strrchr(target, '/') = '\0';   /* the DIR of DIR/cluster.json */
-		snprintf(dir, sizeof dir, "%s", target);
+	} else if (last_up_dir(dir)) {
+		/* the last dg up's */
 	} else if (default_dir(ptr, &err) != DG_OK) {
 		return cli_fail(&err);
 	} else if (!realpath(ptr, dir)) {

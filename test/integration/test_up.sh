@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `dg up`, `dg status` and `dg down` end to end: a local cluster of real
 # servers on loopback ports picked by dg up, used through the recorded spec
-# (no --cluster), a refused second up, a killed task seen by status, a clean
+# (no --cluster), a refused second up, a killed task seen by status and
+# started again by dg up --restart, a clean
 # down (no process left), an idempotent down, data and a higher epoch after
 # a second up, a failed start that leaves nothing running. HOME and
 # XDG_RUNTIME_DIR point into a temp dir: the user's own files are never touched.
@@ -135,10 +136,28 @@ check "dg status names the unreachable task" \
 	bash -c "grep -qF 'worker/1' '$TMP/err' && test '$(col worker/1 3)' = no &&
 		 test '$(col ps/0 3)' = yes"
 
+# --- dg up --restart: the one task that died, as dg up started it ------------------
+run up --restart worker/1
+check "dg up --restart worker/1 starts it again at its address" \
+	bash -c "test $rc = 0 && grep -qF 'restarted worker/1 (pid' '$TMP/out'"
+pids+=("$(cut -d' ' -f1 "$C/worker-1.pid")")
+run status
+check "dg status then shows every task up again, worker/1 in epoch 2" \
+	bash -c "test $rc = 0 && test '$(col worker/1 3)' = yes && test '$(col worker/1 4)' = 2"
+run up --restart worker/1
+check "dg up --restart of a running task exits 4 and says so" \
+	bash -c "test $rc = 4 && grep -qF 'worker/1 is running (pid' '$TMP/err'"
+run up --restart worker/9
+check "dg up --restart of a task the cluster lacks names the tasks it has" \
+	bash -c "test $rc = 3 && grep -qF \"no task 'worker/9' (tasks: ps/0, worker/0, worker/1)\" '$TMP/err'"
+run up --restart ps/0 --workers 3
+check "dg up --restart with other options is a usage error" \
+	bash -c "test $rc = 1 && grep -qF -- '--restart takes only --dir' '$TMP/err'"
+
 # --- down -------------------------------------------------------------------------
 run down
 check "dg down (no --dir: the last dg up) stops the live tasks" \
-	bash -c "test $rc = 0 && grep -qF 'stopped 2 tasks of $C' '$TMP/out'"
+	bash -c "test $rc = 0 && grep -qF 'stopped 3 tasks of $C' '$TMP/out'"
 # Gone: no /proc entry, or dead but not reaped (Z, X), as dg down decides; a
 # survivor's state is printed.
 check "no server of the cluster is left" \
@@ -163,8 +182,8 @@ check "dg status without a cluster says how to start one" \
 run up --dir "$C"
 check "dg up again on the same DIR" test $rc = 0
 run status
-check "the second start is epoch 2 on every task" \
-	test "$rc $(col ps/0 4) $(col worker/0 4) $(col worker/1 4) $(col ps/0 5)" = "0 2 2 2 1"
+check "the second start is epoch 2 on every task (3 on worker/1, restarted once)" \
+	test "$rc $(col ps/0 4) $(col worker/0 4) $(col worker/1 4) $(col ps/0 5)" = "0 2 2 3 1"
 run var get w
 check "the variable survived down and up" \
 	test "$(cat "$TMP/out")" = "$(printf '# float32 [2,3]\n1 1 1\n1 1 1')"
