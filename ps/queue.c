@@ -10,12 +10,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "dg/clock.h"
 #include "queue.h"
 
 /* Bound on the bytes one queue may hold (capacity x example size), so that a
- * create request cannot reserve the machine's memory by accident. */
+ * create request cannot reserve the machine's memory by accident: 16 GiB, and
+ * never more than half the machine's memory (queue_max_bytes). */
 #define QUEUE_MAX_BYTES ((uint64_t)16 << 30)
+
+/* Example ids tracked per queue (spec.has_ids): two uint32 counts each, so at
+ * most 128 MiB of counts; larger ids are counted as untracked. */
+#define QUEUE_MAX_IDS ((int64_t)1 << 24)
+
+/* A leased dequeue's examples (ps_queue_dequeue_lease): kept, in slot layout,
+ * until the lease is acked (consumed), released or expires (both requeue
+ * them at the front). Their room in the queue stays reserved meanwhile, so a
+ * requeue always fits. */
+struct lease {
+	struct lease *next;
+	uint64_t id;
+	char holder[PS_LEASE_HOLDER_MAX + 1];
+	int64_t n;
+	int64_t deadline_ms;      /* dg_mono_ms() at which it expires */
+	char data[];              /* n * example_bytes */
+};
 
 /* One queue. Storage is one block of capacity x example_bytes allocated at
  * create (Linux backs only the pages that examples touch, and an impossible
@@ -43,6 +63,18 @@ struct queue {
 	bool closed;
 	bool deleted;             /* removed from the registry; waiters leave with DG_ECLOSED */
 	uint64_t rng;             /* splitmix64 state, seeded from spec.seed */
+	/* Leases: examples handed out and not yet acked; they keep their room. */
+	struct lease *leases;     /* owned list, newest first */
+	int64_t n_leases;
+	int64_t leased;           /* examples under lease */
+	uint64_t next_lease;      /* the last lease id given (ids start at 1) */
+	/* Counters since create, in examples (expired: leases). */
+	int64_t enqueued, dequeued, acked, dropped, requeued, expired;
+	/* Per example id (spec.has_ids): times enqueued and times acked as
+	 * applied, for the exactly-once check; n_ids slots each. */
+	uint32_t *id_enq, *id_ack;
+	int64_t n_ids;
+	int64_t ids_untracked;    /* ids outside 0..QUEUE_MAX_IDS-1 */
 };
 
 struct ps_queues {
@@ -128,6 +160,12 @@ static int find_index(const struct ps_queues *qs, const char *name)
 
 static void queue_destroy(struct queue *q)
 {
+	for (struct lease *l = q->leases, *next; l; l = next) {
+		next = l->next;
+		free(l);
+	}
+	free(q->id_enq);
+	free(q->id_ack);
 	pthread_cond_destroy(&q->not_full);
 	pthread_cond_destroy(&q->not_empty);
 	pthread_mutex_destroy(&q->mu);
@@ -229,13 +267,26 @@ void ps_queues_free(struct ps_queues *qs)
 
 /* ---- create ---- */
 
+/* The most one queue may hold: QUEUE_MAX_BYTES, or half the machine's
+ * memory when that is less. */
+static uint64_t queue_max_bytes(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+	uint64_t half;
+
+	if (pages <= 0 || page <= 0)
+		return QUEUE_MAX_BYTES;
+	half = (uint64_t)pages / 2 * (uint64_t)page;
+	return half < QUEUE_MAX_BYTES ? half : QUEUE_MAX_BYTES;
+}
+
 /* Check a spec that did not necessarily come through dg_queue_spec_from_json
- * and compute the layout of one example. DG_ETOOLARGE past QUEUE_MAX_BYTES. */
+ * and compute the layout of one example. DG_ETOOLARGE past queue_max_bytes. */
 static enum dg_status layout_spec(const char *name, const struct dg_queue_spec *s,
 				  size_t *comp_bytes, size_t *comp_off, size_t *example_bytes,
 				  struct dg_err *err)
 {
-	uint64_t total = 0;
+	uint64_t total = 0, max = queue_max_bytes();
 
 	if (s->capacity < 1 || s->min_after_dequeue < 0 || s->min_after_dequeue >= s->capacity) {
 		dg_err_set(err, DG_EINVAL, "queue '%s': capacity %lld and min_after_dequeue %lld "
@@ -260,16 +311,21 @@ static enum dg_status layout_spec(const char *name, const struct dg_queue_spec *
 		comp_off[i] = (size_t)total;
 		comp_bytes[i] = (size_t)numel * dg_dtype_size(s->dtype[i]);
 		total += comp_bytes[i];
-		if (total > QUEUE_MAX_BYTES)
+		if (total > max)
 			break;
 	}
+	if (s->has_ids && (s->ids < 0 || s->ids >= s->n_components ||
+			   (s->dtype[s->ids] != DG_I64 && s->dtype[s->ids] != DG_I32) ||
+			   s->shape[s->ids].ndim != 0))
+		return dg_err_set(err, DG_EINVAL, "queue '%s': the id component must be an "
+				  "int64 or int32 scalar", name);
 	/* total <= 16 * 2^48 * 8 here at most, and capacity <= 2^63: compare by
 	 * division so the product is never formed when it would overflow. */
-	if (total > QUEUE_MAX_BYTES ||
-	    (total > 0 && (uint64_t)s->capacity > QUEUE_MAX_BYTES / total)) {
+	if (total > max || (total > 0 && (uint64_t)s->capacity > max / total)) {
 		dg_err_set(err, DG_ETOOLARGE, "queue '%s' would hold %lld examples of %llu bytes: "
-			   "more than the limit of 16 GiB per queue", name,
-			   (long long)s->capacity, (unsigned long long)total);
+			   "more than the limit of %llu MiB per queue (16 GiB, or half the "
+			   "machine's memory)", name, (long long)s->capacity,
+			   (unsigned long long)total, (unsigned long long)(max >> 20));
 		dg_err_hint(err, "lower the capacity or split the examples over several queues");
 		return DG_ETOOLARGE;
 	}
@@ -305,6 +361,10 @@ static enum dg_status same_spec(const char *name, const struct dg_queue_spec *a,
 		what = "number of components";
 		snprintf(x, sizeof x, "%d", a->n_components);
 		snprintf(y, sizeof y, "%d", b->n_components);
+	} else if (a->has_ids != b->has_ids || (a->has_ids && a->ids != b->ids)) {
+		what = "ids";
+		snprintf(x, sizeof x, "%d", a->has_ids ? a->ids : -1);
+		snprintf(y, sizeof y, "%d", b->has_ids ? b->ids : -1);
 	}
 	for (int i = 0; !what && i < a->n_components; i++) {
 		if (a->dtype[i] != b->dtype[i] || !dg_shape_eq(&a->shape[i], &b->shape[i])) {
@@ -336,8 +396,12 @@ static struct queue *queue_new(const char *name, const struct dg_queue_spec *spe
 	if (q)
 		q->slots = malloc((size_t)spec->capacity * example_bytes + 1);
 	if (!q || !q->slots) {
-		dg_err_set(err, DG_ENOMEM, "out of memory allocating %llu bytes for queue '%s'",
-			   (unsigned long long)spec->capacity * example_bytes, name);
+		/* The request asked for more than the server can give now: a 413
+		 * the client can act on (a smaller capacity), not a server error. */
+		dg_err_set(err, DG_ETOOLARGE, "cannot allocate %llu bytes for queue '%s' of %lld "
+			   "examples on this server", (unsigned long long)spec->capacity *
+			   example_bytes, name, (long long)spec->capacity);
+		dg_err_hint(err, "lower the capacity");
 		if (q)
 			free(q->slots);
 		free(q);
@@ -407,7 +471,7 @@ enum dg_status ps_queue_create(struct ps_queues *qs, const char *name,
 	q = queue_new(name, spec, comp_bytes, comp_off, example_bytes, err);
 	if (!q) {
 		pthread_mutex_unlock(&qs->mu);
-		return DG_ENOMEM;
+		return err ? err->code : DG_ETOOLARGE;
 	}
 	st = insert_locked(qs, -i - 1, q, err);
 	pthread_mutex_unlock(&qs->mu);
@@ -418,6 +482,61 @@ enum dg_status ps_queue_create(struct ps_queues *qs, const char *name,
 	if (created)
 		*created = true;
 	return DG_OK;
+}
+
+/* ---- example ids ---- */
+
+/* The id of the example in slot (spec.has_ids). */
+static int64_t slot_id(const struct queue *q, const char *slot)
+{
+	const char *p = slot + q->comp_off[q->spec.ids];
+
+	if (q->spec.dtype[q->spec.ids] == DG_I32) {
+		int32_t v;
+		memcpy(&v, p, sizeof v);
+		return v;
+	}
+	int64_t v;
+	memcpy(&v, p, sizeof v);
+	return v;
+}
+
+/* Room for the counts of ids up to want-1 (q->mu held); false when out of
+ * memory (the ids are then counted as untracked). */
+static bool ids_reserve(struct queue *q, int64_t want)
+{
+	int64_t n = q->n_ids ? q->n_ids : 1024;
+	uint32_t *e, *a;
+
+	if (want <= q->n_ids)
+		return true;
+	while (n < want)
+		n *= 2;
+	if (n > QUEUE_MAX_IDS)
+		n = QUEUE_MAX_IDS;
+	if (!(e = realloc(q->id_enq, (size_t)n * sizeof *e)))
+		return false;
+	q->id_enq = e;
+	if (!(a = realloc(q->id_ack, (size_t)n * sizeof *a)))
+		return false;
+	q->id_ack = a;
+	memset(e + q->n_ids, 0, (size_t)(n - q->n_ids) * sizeof *e);
+	memset(a + q->n_ids, 0, (size_t)(n - q->n_ids) * sizeof *a);
+	q->n_ids = n;
+	return true;
+}
+
+/* Count one more enqueue (acked false) or applied ack (true) of id. */
+static void id_count(struct queue *q, int64_t id, bool acked)
+{
+	if (id < 0 || id >= QUEUE_MAX_IDS || !ids_reserve(q, id + 1)) {
+		q->ids_untracked++;
+		return;
+	}
+	if (acked)
+		q->id_ack[id]++;
+	else
+		q->id_enq[id]++;
 }
 
 /* ---- enqueue / dequeue ---- */
@@ -435,15 +554,19 @@ static void put_examples(struct queue *q, int64_t n, const char *body)
 				memcpy(slot + q->comp_off[c],
 				       body + (size_t)n * q->comp_off[c] + (size_t)t * b, b);
 		}
+		if (q->spec.has_ids)
+			id_count(q, slot_id(q, slot), false);
 	}
 	q->size += n;
+	q->enqueued += n;
 }
 
-/* Move k examples (k <= size) out into the component-major batch at dst:
- * FIFO takes logical position 0 each time; shuffle picks a uniform position
- * and fills its hole with the last one (swap-remove: O(1) per example, and
- * the queued set stays contiguous). q->mu held. */
-static void take_examples(struct queue *q, int64_t k, char *dst)
+/* Move k examples (k <= size) out into the component-major batch at dst, and
+ * their slots' bytes to keep (a lease's copy; NULL: none): FIFO takes
+ * logical position 0 each time; shuffle picks a uniform position and fills
+ * its hole with the last one (swap-remove: O(1) per example, and the queued
+ * set stays contiguous). q->mu held. */
+static void take_examples(struct queue *q, int64_t k, char *dst, char *keep)
 {
 	for (int64_t t = 0; t < k; t++) {
 		int64_t pos = q->spec.shuffle ? (int64_t)rng_below(&q->rng, (uint64_t)q->size) : 0;
@@ -453,6 +576,8 @@ static void take_examples(struct queue *q, int64_t k, char *dst)
 			memcpy(dst + (size_t)k * q->comp_off[c] + (size_t)t * b,
 			       slot + q->comp_off[c], b);
 		}
+		if (keep)
+			memcpy(keep + (size_t)t * q->example_bytes, slot, q->example_bytes);
 		if (!q->spec.shuffle) {
 			q->head = q->head + 1 == q->spec.capacity ? 0 : q->head + 1;
 		} else if (pos != q->size - 1) {
@@ -460,6 +585,76 @@ static void take_examples(struct queue *q, int64_t k, char *dst)
 		}
 		q->size--;
 	}
+	q->dequeued += k;
+}
+
+/* Put a lease's examples back at the front of the queue (their room was kept)
+ * and free it; l is already unlinked. q->mu held. */
+static void requeue_lease(struct queue *q, struct lease *l)
+{
+	/* Backwards, so that the lease's first example is at the front again. */
+	for (int64_t t = l->n - 1; t >= 0; t--) {
+		q->head = q->head == 0 ? q->spec.capacity - 1 : q->head - 1;
+		memcpy(slot_at(q, 0), l->data + (size_t)t * q->example_bytes, q->example_bytes);
+		q->size++;
+	}
+	q->leased -= l->n;
+	q->n_leases--;
+	q->requeued += l->n;
+	free(l);
+	pthread_cond_broadcast(&q->not_empty);
+}
+
+/* Requeue every lease whose deadline has passed. q->mu held. */
+static void expire_leases(struct queue *q)
+{
+	int64_t now = dg_mono_ms();
+
+	for (struct lease **pl = &q->leases; *pl;) {
+		struct lease *l = *pl;
+		if (l->deadline_ms > now) {
+			pl = &l->next;
+			continue;
+		}
+		*pl = l->next;
+		q->expired++;
+		requeue_lease(q, l);
+	}
+}
+
+/* The earliest lease deadline, or INT64_MAX. q->mu held. */
+static int64_t next_expiry(const struct queue *q)
+{
+	int64_t t = INT64_MAX;
+
+	for (const struct lease *l = q->leases; l; l = l->next)
+		if (l->deadline_ms < t)
+			t = l->deadline_ms;
+	return t;
+}
+
+/* Wait on cv like wait_until, but wake at the next lease expiry too (and
+ * requeue what expired): a lease that runs out while consumers wait hands its
+ * examples to them at once. */
+static bool wait_leases(struct queue *q, pthread_cond_t *cv, int64_t timeout_ms,
+			const struct timespec *deadline)
+{
+	int64_t exp = next_expiry(q);
+	bool woke;
+
+	if (exp != INT64_MAX && timeout_ms != 0) {
+		struct timespec at = dg_deadline_timespec(dg_deadline_in_ms(exp - dg_mono_ms()));
+		bool sooner = timeout_ms < 0 || at.tv_sec < deadline->tv_sec ||
+			      (at.tv_sec == deadline->tv_sec && at.tv_nsec < deadline->tv_nsec);
+		if (sooner) {
+			pthread_cond_timedwait(cv, &q->mu, &at);
+			expire_leases(q);
+			return true;
+		}
+	}
+	woke = wait_until(q, cv, timeout_ms, deadline);
+	expire_leases(q);
+	return woke;
 }
 
 /* The common refusal of an operation on a closed or deleted queue. */
@@ -472,6 +667,12 @@ static enum dg_status closed_error(const struct queue *q, const char *what, stru
 	}
 	dg_err_set(err, DG_ECLOSED, "%s queue '%s': the queue is closed", what, q->name);
 	return DG_ECLOSED;
+}
+
+/* Examples there is room for: leased ones keep theirs. q->mu held. */
+static int64_t room(const struct queue *q)
+{
+	return q->spec.capacity - q->size - q->leased;
 }
 
 enum dg_status ps_queue_enqueue(struct ps_queues *qs, const char *name, int64_t n,
@@ -502,24 +703,25 @@ enum dg_status ps_queue_enqueue(struct ps_queues *qs, const char *name, int64_t 
 		goto out;
 	}
 	pthread_mutex_lock(&q->mu);
+	expire_leases(q);
 	for (;;) {
 		if (q->closed || q->deleted) {
 			st = closed_error(q, "enqueue into", err);
 			break;
 		}
-		if (q->spec.capacity - q->size >= n) {
+		if (room(q) >= n) {
 			/* All n go in under one lock hold: no other enqueue interleaves. */
 			put_examples(q, n, body);
 			pthread_cond_broadcast(&q->not_empty);
 			break;
 		}
-		if (!wait_until(q, &q->not_full, timeout_ms, &deadline) &&
-		    q->spec.capacity - q->size < n && !q->closed && !q->deleted) {
+		if (!wait_leases(q, &q->not_full, timeout_ms, &deadline) && room(q) < n &&
+		    !q->closed && !q->deleted) {
 			st = dg_err_set(err, DG_ETIMEOUT, "enqueue of %lld examples into queue "
 					"'%s' timed out after %lld ms waiting for room (%lld "
-					"of %lld queued)", (long long)n, name,
+					"queued and %lld leased of %lld)", (long long)n, name,
 					(long long)timeout_ms, (long long)q->size,
-					(long long)q->spec.capacity);
+					(long long)q->leased, (long long)q->spec.capacity);
 			dg_err_hint(err, "no consumer dequeued in time; retry or raise timeout_ms");
 			break;
 		}
@@ -533,7 +735,9 @@ out:
 /* How many examples a dequeue of n may take now: n when it leaves
  * min_after_dequeue queued (or the queue is closed and has n), the rest when
  * closed and allow_smaller, 0 to keep waiting, -1 when closed and it can
- * never succeed. q->mu held. */
+ * never succeed. A closed queue with examples under lease is not at its end:
+ * a lease that expires or is released brings them back, so a dequeue waits
+ * for them rather than end early. q->mu held. */
 static int64_t takeable(const struct queue *q, int64_t n, bool allow_smaller)
 {
 	if (q->deleted)
@@ -542,19 +746,25 @@ static int64_t takeable(const struct queue *q, int64_t n, bool allow_smaller)
 		return q->size - n >= q->spec.min_after_dequeue ? n : 0;
 	if (q->size >= n)
 		return n;
-	return allow_smaller && q->size > 0 ? q->size : -1;
+	if (allow_smaller && q->size > 0)
+		return q->size;
+	return q->leased > 0 ? 0 : -1;
 }
 
-enum dg_status ps_queue_dequeue(struct ps_queues *qs, const char *name, int64_t n,
-				int64_t timeout_ms, bool allow_smaller, struct dg_buf *out,
-				int64_t *got, struct dg_err *err)
+enum dg_status ps_queue_dequeue_lease(struct ps_queues *qs, const char *name, int64_t n,
+				      int64_t timeout_ms, bool allow_smaller,
+				      const struct ps_lease_opts *lo, struct dg_buf *out,
+				      int64_t *got, uint64_t *lease_id, struct dg_err *err)
 {
 	struct timespec deadline = dg_deadline_timespec(dg_deadline_in_ms(timeout_ms));
 	struct queue *q;
+	struct lease *l = NULL;
 	enum dg_status st;
 	int64_t k = 0;
 
 	*got = 0;
+	if (lease_id)
+		*lease_id = 0;
 	if ((st = queue_get(qs, name, &q, err)) != DG_OK)
 		return st;
 	if (n < 1 || n > q->spec.capacity) {
@@ -564,7 +774,15 @@ enum dg_status ps_queue_dequeue(struct ps_queues *qs, const char *name, int64_t 
 			    (long long)q->spec.capacity);
 		goto out;
 	}
+	if (lo && (lo->lease_ms < 1 || lo->lease_ms > PS_LEASE_MAX_MS ||
+		   strlen(lo->holder ? lo->holder : "") > PS_LEASE_HOLDER_MAX)) {
+		st = dg_err_set(err, DG_EINVAL, "a lease of queue '%s' lasts 1..%d ms and names a "
+				"holder of at most %d bytes", name, PS_LEASE_MAX_MS,
+				PS_LEASE_HOLDER_MAX);
+		goto out;
+	}
 	pthread_mutex_lock(&q->mu);
+	expire_leases(q);
 	for (;;) {
 		k = takeable(q, n, allow_smaller);
 		if (k < 0) {
@@ -581,26 +799,46 @@ enum dg_status ps_queue_dequeue(struct ps_queues *qs, const char *name, int64_t 
 			break;
 		}
 		if (k > 0) {
-			/* Room for the batch before any example leaves the queue: once
-			 * they are out nothing may fail, or they would be lost. Sized
-			 * to what is taken, so a waiter that times out allocated nothing. */
+			/* Room for the batch (and the lease's copy) before any example
+			 * leaves the queue: once they are out nothing may fail, or
+			 * they would be lost. Sized to what is taken, so a waiter that
+			 * times out allocated nothing. */
 			st = dg_buf_reserve(out, (size_t)k * q->example_bytes, err);
+			if (st == DG_OK && lo &&
+			    !(l = malloc(sizeof *l + (size_t)k * q->example_bytes + 1)))
+				st = dg_err_set(err, DG_ENOMEM, "out of memory leasing %lld "
+						"examples of queue '%s'", (long long)k, name);
 			if (st != DG_OK) {
 				k = 0;
 				break;
 			}
-			take_examples(q, k, out->data + out->len);
+			take_examples(q, k, out->data + out->len, l ? l->data : NULL);
 			out->len += (size_t)k * q->example_bytes;
 			out->data[out->len] = '\0';   /* dg_buf's invariant */
-			pthread_cond_broadcast(&q->not_full);
+			if (l) {
+				l->id = ++q->next_lease;
+				snprintf(l->holder, sizeof l->holder, "%s",
+					 lo->holder ? lo->holder : "");
+				l->n = k;
+				l->deadline_ms = dg_mono_ms() + lo->lease_ms;
+				l->next = q->leases;
+				q->leases = l;
+				q->leased += k;
+				q->n_leases++;
+				if (lease_id)
+					*lease_id = l->id;
+			} else {
+				pthread_cond_broadcast(&q->not_full);
+			}
 			break;
 		}
-		if (!wait_until(q, &q->not_empty, timeout_ms, &deadline) &&
+		if (!wait_leases(q, &q->not_empty, timeout_ms, &deadline) &&
 		    takeable(q, n, allow_smaller) == 0) {
 			st = dg_err_set(err, DG_ETIMEOUT, "dequeue of %lld examples from queue "
 					"'%s' timed out after %lld ms (%lld queued, %lld "
-					"needed with min_after_dequeue %lld)", (long long)n, name,
-					(long long)timeout_ms, (long long)q->size,
+					"leased, %lld needed with min_after_dequeue %lld)",
+					(long long)n, name, (long long)timeout_ms,
+					(long long)q->size, (long long)q->leased,
 					(long long)(n + q->spec.min_after_dequeue),
 					(long long)q->spec.min_after_dequeue);
 			dg_err_hint(err, "producers did not enqueue enough in time; close the "
@@ -613,6 +851,94 @@ enum dg_status ps_queue_dequeue(struct ps_queues *qs, const char *name, int64_t 
 out:
 	queue_put(qs, q);
 	return st;
+}
+
+enum dg_status ps_queue_dequeue(struct ps_queues *qs, const char *name, int64_t n,
+				int64_t timeout_ms, bool allow_smaller, struct dg_buf *out,
+				int64_t *got, struct dg_err *err)
+{
+	return ps_queue_dequeue_lease(qs, name, n, timeout_ms, allow_smaller, NULL, out, got,
+				      NULL, err);
+}
+
+/* ---- leases ---- */
+
+enum dg_status ps_queue_lease_end(struct ps_queues *qs, const char *name, uint64_t lease,
+				  enum ps_lease_end how, int64_t *n, struct dg_err *err)
+{
+	static const char *const verbs[] = { "ack", "drop", "release" };
+	struct queue *q;
+	struct lease *l = NULL;
+	enum dg_status st = queue_get(qs, name, &q, err);
+
+	*n = 0;
+	if (st != DG_OK)
+		return st;
+	pthread_mutex_lock(&q->mu);
+	expire_leases(q);
+	for (struct lease **pl = &q->leases; *pl; pl = &(*pl)->next) {
+		if ((*pl)->id == lease) {
+			l = *pl;
+			*pl = l->next;
+			break;
+		}
+	}
+	if (!l) {
+		st = dg_err_set(err, DG_ENOTFOUND, "cannot %s lease %llu of queue '%s': it is not "
+				"held", verbs[how], (unsigned long long)lease, name);
+		dg_err_hint(err, "a lease that expired (or was released) has had its examples "
+			    "put back in the queue; leases given so far: 1..%llu",
+			    (unsigned long long)q->next_lease);
+	} else if (how == PS_LEASE_RELEASE) {
+		*n = l->n;
+		requeue_lease(q, l);
+	} else {
+		*n = l->n;
+		if (how == PS_LEASE_ACK) {
+			q->acked += l->n;
+			for (int64_t t = 0; q->spec.has_ids && t < l->n; t++)
+				id_count(q, slot_id(q, l->data + (size_t)t * q->example_bytes), true);
+		} else {
+			q->dropped += l->n;
+		}
+		q->leased -= l->n;
+		q->n_leases--;
+		free(l);
+		pthread_cond_broadcast(&q->not_full);
+		/* A closed queue whose last lease is gone ends its waiting dequeues. */
+		pthread_cond_broadcast(&q->not_empty);
+	}
+	pthread_mutex_unlock(&q->mu);
+	queue_put(qs, q);
+	return st;
+}
+
+enum dg_status ps_queue_release_holder(struct ps_queues *qs, const char *name,
+				       const char *holder, int64_t *leases, int64_t *n,
+				       struct dg_err *err)
+{
+	struct queue *q;
+	enum dg_status st = queue_get(qs, name, &q, err);
+
+	*leases = *n = 0;
+	if (st != DG_OK)
+		return st;
+	pthread_mutex_lock(&q->mu);
+	expire_leases(q);
+	for (struct lease **pl = &q->leases; *pl;) {
+		struct lease *l = *pl;
+		if (strcmp(l->holder, holder) != 0) {
+			pl = &l->next;
+			continue;
+		}
+		*pl = l->next;
+		(*leases)++;
+		*n += l->n;
+		requeue_lease(q, l);
+	}
+	pthread_mutex_unlock(&q->mu);
+	queue_put(qs, q);
+	return DG_OK;
 }
 
 enum dg_status ps_queue_close(struct ps_queues *qs, const char *name, struct dg_err *err)
@@ -659,33 +985,144 @@ enum dg_status ps_queue_delete(struct ps_queues *qs, const char *name, struct dg
 
 /* ---- state, list, metrics ---- */
 
+/* The counters of q as JSON members of j. q->mu held. */
+static int state_members(struct queue *q, json_t *j)
+{
+	int64_t ids_done = 0, ids_short = 0, ids_over = 0;
+
+	/* With ids: how many ids were applied as often as they were enqueued,
+	 * fewer times (still to come, or lost) and more (applied twice). */
+	for (int64_t i = 0; i < q->n_ids; i++) {
+		if (!q->id_enq[i] && !q->id_ack[i])
+			continue;
+		if (q->id_ack[i] == q->id_enq[i])
+			ids_done++;
+		else if (q->id_ack[i] < q->id_enq[i])
+			ids_short++;
+		else
+			ids_over++;
+	}
+	return json_object_set_new(j, "name", json_string(q->name)) ||
+	       json_object_set_new(j, "size", json_integer(q->size)) ||
+	       json_object_set_new(j, "closed", json_boolean(q->closed)) ||
+	       json_object_set_new(j, "enqueued", json_integer(q->enqueued)) ||
+	       json_object_set_new(j, "dequeued", json_integer(q->dequeued)) ||
+	       json_object_set_new(j, "leased", json_integer(q->leased)) ||
+	       json_object_set_new(j, "leases", json_integer(q->n_leases)) ||
+	       json_object_set_new(j, "acked", json_integer(q->acked)) ||
+	       json_object_set_new(j, "dropped", json_integer(q->dropped)) ||
+	       json_object_set_new(j, "requeued", json_integer(q->requeued)) ||
+	       json_object_set_new(j, "expired", json_integer(q->expired)) ||
+	       (q->spec.has_ids &&
+		(json_object_set_new(j, "ids_complete", json_integer(ids_done)) ||
+		 json_object_set_new(j, "ids_short", json_integer(ids_short)) ||
+		 json_object_set_new(j, "ids_over", json_integer(ids_over)) ||
+		 json_object_set_new(j, "ids_untracked", json_integer(q->ids_untracked))));
+}
+
 enum dg_status ps_queue_state(struct ps_queues *qs, const char *name, json_t **out,
 			      struct dg_err *err)
 {
 	struct queue *q;
 	enum dg_status st = queue_get(qs, name, &q, err);
 	json_t *j;
-	int64_t size;
-	bool closed;
+	int bad;
 
 	*out = NULL;
 	if (st != DG_OK)
 		return st;
-	pthread_mutex_lock(&q->mu);
-	size = q->size;
-	closed = q->closed;
-	pthread_mutex_unlock(&q->mu);
-	/* capacity, shuffle, min_after_dequeue, seed, components, in that order. */
+	/* capacity, shuffle, min_after_dequeue, seed, components, ids, then the
+	 * state and counters. */
 	j = dg_queue_spec_to_json(&q->spec);
-	if (!j || json_object_set_new(j, "name", json_string(q->name)) ||
-	    json_object_set_new(j, "size", json_integer(size)) ||
-	    json_object_set_new(j, "closed", json_boolean(closed))) {
+	pthread_mutex_lock(&q->mu);
+	expire_leases(q);
+	bad = !j || state_members(q, j);
+	pthread_mutex_unlock(&q->mu);
+	queue_put(qs, q);
+	if (bad) {
 		json_decref(j);
-		queue_put(qs, q);
 		return dg_err_set(err, DG_ENOMEM, "out of memory describing queue '%s'", name);
 	}
-	queue_put(qs, q);
 	*out = j;
+	return DG_OK;
+}
+
+enum dg_status ps_queue_peek(struct ps_queues *qs, const char *name, int64_t n, json_t **out,
+			     struct dg_err *err)
+{
+	struct queue *q;
+	enum dg_status st = queue_get(qs, name, &q, err);
+	json_t *ids = NULL, *leases = NULL;
+	int bad = 0;
+
+	*out = NULL;
+	if (st != DG_OK)
+		return st;
+	ids = json_array();
+	leases = json_array();
+	pthread_mutex_lock(&q->mu);
+	expire_leases(q);
+	/* Queue order: the front first. A shuffle queue takes uniformly among
+	 * them, so these are what is queued, not the order they leave in. */
+	for (int64_t i = 0; q->spec.has_ids && i < q->size && i < n && !bad; i++)
+		bad = json_array_append_new(ids, json_integer(slot_id(q, slot_at(q, i))));
+	for (const struct lease *l = q->leases; l && !bad; l = l->next)
+		bad = json_array_append_new(leases, json_pack("{s:I, s:s, s:I, s:I}", "lease",
+			(json_int_t)l->id, "holder", l->holder, "examples", (json_int_t)l->n,
+			"expires_in_ms", (json_int_t)(l->deadline_ms - dg_mono_ms())));
+	*out = json_pack("{s:s, s:I, s:b, s:o, s:o}", "name", q->name, "size",
+			 (json_int_t)q->size, "shuffle", q->spec.shuffle, "ids",
+			 q->spec.has_ids ? ids : json_null(), "leases", leases);
+	pthread_mutex_unlock(&q->mu);
+	if (!q->spec.has_ids)
+		json_decref(ids);
+	queue_put(qs, q);
+	if (bad || !*out) {
+		json_decref(*out);
+		*out = NULL;
+		return dg_err_set(err, DG_ENOMEM, "out of memory describing queue '%s'", name);
+	}
+	return DG_OK;
+}
+
+enum dg_status ps_queue_id_counts(struct ps_queues *qs, const char *name, json_t **out,
+				  struct dg_err *err)
+{
+	struct queue *q;
+	enum dg_status st = queue_get(qs, name, &q, err);
+	json_t *enq, *ack;
+	int64_t top = 0;
+	int bad = 0;
+
+	*out = NULL;
+	if (st != DG_OK)
+		return st;
+	if (!q->spec.has_ids) {
+		queue_put(qs, q);
+		dg_err_set(err, DG_EINVAL, "queue '%s' has no id component", name);
+		dg_err_hint(err, "create it with \"ids\": K naming an int64 scalar component");
+		return DG_EINVAL;
+	}
+	enq = json_array();
+	ack = json_array();
+	pthread_mutex_lock(&q->mu);
+	expire_leases(q);
+	for (int64_t i = 0; i < q->n_ids; i++)
+		if (q->id_enq[i] || q->id_ack[i])
+			top = i + 1;
+	for (int64_t i = 0; i < top && enq && ack && !bad; i++)
+		bad = json_array_append_new(enq, json_integer(q->id_enq[i])) ||
+		      json_array_append_new(ack, json_integer(q->id_ack[i]));
+	*out = json_pack("{s:s, s:o, s:o, s:I}", "name", q->name, "enqueued", enq, "acked", ack,
+			 "untracked", (json_int_t)q->ids_untracked);
+	pthread_mutex_unlock(&q->mu);
+	queue_put(qs, q);
+	if (bad || !*out) {
+		json_decref(*out);
+		*out = NULL;
+		return dg_err_set(err, DG_ENOMEM, "out of memory listing the ids of queue '%s'",
+				  name);
+	}
 	return DG_OK;
 }
 
@@ -700,8 +1137,10 @@ json_t *ps_queue_list(struct ps_queues *qs)
 		struct queue *q = qs->queues[i];
 		json_t *e;
 		pthread_mutex_lock(&q->mu);
-		e = json_pack("{s:s, s:I, s:I, s:b}", "name", q->name, "size", (json_int_t)q->size,
-			      "capacity", (json_int_t)q->spec.capacity, "closed", q->closed);
+		expire_leases(q);
+		e = json_pack("{s:s, s:I, s:I, s:b, s:I}", "name", q->name, "size",
+			      (json_int_t)q->size, "capacity", (json_int_t)q->spec.capacity,
+			      "closed", q->closed, "leased", (json_int_t)q->leased);
 		pthread_mutex_unlock(&q->mu);
 		if (json_array_append_new(arr, e)) {
 			pthread_mutex_unlock(&qs->mu);
@@ -727,31 +1166,68 @@ int ps_queue_count(struct ps_queues *qs)
 	return n;
 }
 
+/* One gauge family of the queues: value(q) under q->mu. Registry mutex held. */
+static enum dg_status metric_family(struct ps_queues *qs, struct dg_buf *out, const char *name,
+				    const char *help, const char *type, const char *label,
+				    int64_t (*value)(const struct queue *q, const char *label),
+				    const char *const *labels, int n_labels, struct dg_err *err)
+{
+	enum dg_status st = dg_buf_printf(out, err, "# HELP %s %s\n# TYPE %s %s\n", name, help,
+					  name, type);
+
+	for (int i = 0; st == DG_OK && i < qs->n; i++) {
+		struct queue *q = qs->queues[i];
+		for (int k = 0; st == DG_OK && k < (n_labels ? n_labels : 1); k++) {
+			int64_t v;
+			pthread_mutex_lock(&q->mu);
+			v = value(q, n_labels ? labels[k] : NULL);
+			pthread_mutex_unlock(&q->mu);
+			if (n_labels)
+				st = dg_buf_printf(out, err, "%s{queue=\"%s\",%s=\"%s\"} %lld\n", name,
+						   q->name, label, labels[k], (long long)v);
+			else
+				st = dg_buf_printf(out, err, "%s{queue=\"%s\"} %lld\n", name,
+						   q->name, (long long)v);
+		}
+	}
+	return st;
+}
+
+static int64_t q_size(const struct queue *q, const char *l) { (void)l; return q->size; }
+static int64_t q_capacity(const struct queue *q, const char *l)
+{
+	(void)l;
+	return q->spec.capacity;
+}
+static int64_t q_leased(const struct queue *q, const char *l) { (void)l; return q->leased; }
+static int64_t q_events(const struct queue *q, const char *l)
+{
+	return strcmp(l, "enqueued") == 0 ? q->enqueued : strcmp(l, "dequeued") == 0 ? q->dequeued :
+	       strcmp(l, "acked") == 0 ? q->acked : strcmp(l, "dropped") == 0 ? q->dropped :
+	       q->requeued;
+}
+
 enum dg_status ps_queues_metrics(struct ps_queues *qs, struct dg_buf *out, struct dg_err *err)
 {
+	static const char *const events[] = { "enqueued", "dequeued", "acked", "dropped",
+					      "requeued" };
 	enum dg_status st;
 
 	/* Queue names are [A-Za-z0-9_./-] (dg_var_name_check), so they need no
 	 * escaping inside a Prometheus label value. One family at a time, as the
 	 * text format wants all samples of a family together. */
 	pthread_mutex_lock(&qs->mu);
-	st = dg_buf_printf(out, err, "# HELP dg_queue_size Examples queued.\n"
-			   "# TYPE dg_queue_size gauge\n");
-	for (int i = 0; st == DG_OK && i < qs->n; i++) {
-		struct queue *q = qs->queues[i];
-		int64_t size;
-		pthread_mutex_lock(&q->mu);
-		size = q->size;
-		pthread_mutex_unlock(&q->mu);
-		st = dg_buf_printf(out, err, "dg_queue_size{queue=\"%s\"} %lld\n", q->name,
-				   (long long)size);
-	}
+	st = metric_family(qs, out, "dg_queue_size", "Examples queued.", "gauge", NULL, q_size,
+			   NULL, 0, err);
 	if (st == DG_OK)
-		st = dg_buf_printf(out, err, "# HELP dg_queue_capacity Examples a queue holds at "
-				   "most.\n# TYPE dg_queue_capacity gauge\n");
-	for (int i = 0; st == DG_OK && i < qs->n; i++)
-		st = dg_buf_printf(out, err, "dg_queue_capacity{queue=\"%s\"} %lld\n",
-				   qs->queues[i]->name, (long long)qs->queues[i]->spec.capacity);
+		st = metric_family(qs, out, "dg_queue_capacity", "Examples a queue holds at most.",
+				   "gauge", NULL, q_capacity, NULL, 0, err);
+	if (st == DG_OK)
+		st = metric_family(qs, out, "dg_queue_leased", "Examples dequeued under a lease "
+				   "not yet acked.", "gauge", NULL, q_leased, NULL, 0, err);
+	if (st == DG_OK)
+		st = metric_family(qs, out, "dg_queue_examples_total", "Examples by what happened "
+				   "to them.", "counter", "event", q_events, events, 5, err);
 	pthread_mutex_unlock(&qs->mu);
 	return st;
 }

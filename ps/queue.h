@@ -36,9 +36,45 @@ enum dg_status ps_queue_enqueue(struct ps_queues *qs, const char *name, int64_t 
 enum dg_status ps_queue_dequeue(struct ps_queues *qs, const char *name, int64_t n,
 				int64_t timeout_ms, bool allow_smaller, struct dg_buf *out,
 				int64_t *got, struct dg_err *err);
+
+/* A leased dequeue (doc/http-api.md, "Leases"): the examples stay reserved in
+ * the queue until the lease is acked, released, or runs out after lease_ms;
+ * the last two put them back at the front. holder tags the lease (a job's
+ * replica) for ps_queue_release_holder. */
+#define PS_LEASE_MAX_MS 3600000
+#define PS_LEASE_HOLDER_MAX 63
+struct ps_lease_opts {
+	int64_t lease_ms;
+	const char *holder;             /* NULL: "" */
+};
+/* ps_queue_dequeue with lo (NULL: no lease); *lease_id = the lease (0 for none). */
+enum dg_status ps_queue_dequeue_lease(struct ps_queues *qs, const char *name, int64_t n,
+				      int64_t timeout_ms, bool allow_smaller,
+				      const struct ps_lease_opts *lo, struct dg_buf *out,
+				      int64_t *got, uint64_t *lease_id, struct dg_err *err);
+/* End a lease: ACK (its examples were consumed and applied), DROP (consumed,
+ * their update not applied: a sync step's stale gradient) or RELEASE (put
+ * them back now). *n = its examples. DG_ENOTFOUND when it is not held. */
+enum ps_lease_end { PS_LEASE_ACK, PS_LEASE_DROP, PS_LEASE_RELEASE };
+enum dg_status ps_queue_lease_end(struct ps_queues *qs, const char *name, uint64_t lease,
+				  enum ps_lease_end how, int64_t *n, struct dg_err *err);
+/* Release every lease of holder; *leases and *n say how many and how many examples. */
+enum dg_status ps_queue_release_holder(struct ps_queues *qs, const char *name,
+				       const char *holder, int64_t *leases, int64_t *n,
+				       struct dg_err *err);
+/* {"name","size","shuffle","ids": the first n queued ids (null without an id
+ * component),"leases": [{"lease","holder","examples","expires_in_ms"}]} */
+enum dg_status ps_queue_peek(struct ps_queues *qs, const char *name, int64_t n, json_t **out,
+			     struct dg_err *err);
+/* {"name","enqueued": [count per id 0..],"acked": [...],"untracked"}; DG_EINVAL
+ * for a queue without ids. */
+enum dg_status ps_queue_id_counts(struct ps_queues *qs, const char *name, json_t **out,
+				  struct dg_err *err);
 enum dg_status ps_queue_close(struct ps_queues *qs, const char *name, struct dg_err *err);
 enum dg_status ps_queue_delete(struct ps_queues *qs, const char *name, struct dg_err *err);
-/* {"name","size","capacity","closed","shuffle","min_after_dequeue","seed","components"} */
+/* {"capacity","shuffle","min_after_dequeue","seed","components","ids"?,"name","size",
+ * "closed","enqueued","dequeued","leased","leases","acked","dropped","requeued",
+ * "expired", and with ids "ids_complete","ids_short","ids_over","ids_untracked"} */
 enum dg_status ps_queue_state(struct ps_queues *qs, const char *name, json_t **out,
 			      struct dg_err *err);
 /* {"queues": [{"name","size","capacity","closed"}...]} */

@@ -771,7 +771,9 @@ struct queue_op {
 	size_t len;
 	bool allow_smaller;             /* dequeue */
 	struct dg_buf *out;             /* dequeue */
+	const struct ps_lease_opts *lease;      /* dequeue: NULL for none */
 	int64_t got;
+	uint64_t lease_id;
 };
 
 static enum dg_status enqueue_slice(void *arg, int64_t slice_ms, struct dg_err *err)
@@ -785,8 +787,8 @@ static enum dg_status dequeue_slice(void *arg, int64_t slice_ms, struct dg_err *
 {
 	struct queue_op *q = arg;
 
-	return ps_queue_dequeue(q->qs, q->name, q->n, slice_ms, q->allow_smaller, q->out, &q->got,
-				err);
+	return ps_queue_dequeue_lease(q->qs, q->name, q->n, slice_ms, q->allow_smaller, q->lease,
+				      q->out, &q->got, &q->lease_id, err);
 }
 
 /* name, n and timeout_ms of an enqueue or dequeue. */
@@ -883,13 +885,26 @@ static enum dg_status h_queue_dequeue(void *vc, struct dg_http_req *r, struct dg
 {
 	struct ps_ctx *c = vc;
 	struct queue_op q = { .qs = c->queues };
+	struct ps_lease_opts lo = { 0 };
 	int64_t timeout_ms;
-	char what[320], count[24];
+	char what[320], count[24], lease[24];
 	enum dg_status st;
 
 	if ((st = queue_op_args(r, &q, &timeout_ms, err)) != DG_OK ||
-	    (st = query_flag(r, "allow_smaller", &q.allow_smaller, err)) != DG_OK)
+	    (st = query_flag(r, "allow_smaller", &q.allow_smaller, err)) != DG_OK ||
+	    (st = query_range(r, "lease_ms", 0, 0, PS_LEASE_MAX_MS, &lo.lease_ms, err)) != DG_OK)
 		return st;
+	lo.holder = dg_http_query(r, "holder");
+	if (lo.holder && !lo.lease_ms)
+		return dg_err_set(err, DG_EINVAL, "query parameter holder needs lease_ms");
+	if (lo.holder && (strlen(lo.holder) > PS_LEASE_HOLDER_MAX ||
+			  dg_var_name_check(lo.holder, err) != DG_OK)) {
+		dg_err_set(err, DG_EINVAL, "query parameter holder must follow the naming rule "
+			   "and be at most %d bytes", PS_LEASE_HOLDER_MAX);
+		return DG_EINVAL;
+	}
+	if (lo.lease_ms > 0)
+		q.lease = &lo;
 	if (!(q.out = dg_http_body_buf(w, dg_encoding_mime(DG_ENC_RAW))))
 		return dg_err_set(err, DG_ENOMEM, "out of memory for a dequeue reply");
 	snprintf(what, sizeof what, "queue '%s': dequeue of %" PRId64 " examples", q.name, q.n);
@@ -897,7 +912,92 @@ static enum dg_status h_queue_dequeue(void *vc, struct dg_http_req *r, struct dg
 		return st;
 	snprintf(count, sizeof count, "%" PRId64, q.got);
 	dg_http_add_header(w, "Dg-Count", count);
+	if (q.lease_id) {
+		snprintf(lease, sizeof lease, "%" PRIu64, q.lease_id);
+		dg_http_add_header(w, "Dg-Lease", lease);
+	}
 	return DG_OK;
+}
+
+/* POST .../ack?lease=ID[&drop=1]: the lease's examples were consumed. */
+static enum dg_status h_queue_ack(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				  struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	const char *name;
+	int64_t lease, n;
+	bool drop;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &name, err)) != DG_OK ||
+	    (st = query_range(r, "lease", 1, 1, INT64_MAX, &lease, err)) != DG_OK ||
+	    (st = query_flag(r, "drop", &drop, err)) != DG_OK)
+		return st;
+	if (!dg_http_query(r, "lease"))
+		return dg_err_set(err, DG_EINVAL, "ack needs the query parameter lease (the "
+				  "Dg-Lease of a leased dequeue)");
+	if ((st = ps_queue_lease_end(c->queues, name, (uint64_t)lease,
+				     drop ? PS_LEASE_DROP : PS_LEASE_ACK, &n, err)) != DG_OK)
+		return st;
+	return reply_json(w, 200, json_pack("{s:s, s:I, s:I}", "name", name, "lease",
+					    (json_int_t)lease, drop ? "dropped" : "acked",
+					    (json_int_t)n), err);
+}
+
+/* POST .../release?lease=ID or ?holder=H: put leased examples back now. */
+static enum dg_status h_queue_release(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				      struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	const char *name, *holder = dg_http_query(r, "holder");
+	int64_t lease, n = 0, leases = 1;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &name, err)) != DG_OK ||
+	    (st = query_range(r, "lease", 1, 1, INT64_MAX, &lease, err)) != DG_OK)
+		return st;
+	if (!holder == !dg_http_query(r, "lease"))
+		return dg_err_set(err, DG_EINVAL, "release needs one of the query parameters "
+				  "lease (one lease) or holder (every lease of a holder)");
+	if (holder)
+		st = ps_queue_release_holder(c->queues, name, holder, &leases, &n, err);
+	else
+		st = ps_queue_lease_end(c->queues, name, (uint64_t)lease, PS_LEASE_RELEASE, &n,
+					err);
+	if (st != DG_OK)
+		return st;
+	return reply_json(w, 200, json_pack("{s:s, s:I, s:I}", "name", name, "leases",
+					    (json_int_t)leases, "requeued", (json_int_t)n), err);
+}
+
+static enum dg_status h_queue_peek(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				   struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	const char *name;
+	json_t *j;
+	int64_t n;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &name, err)) != DG_OK ||
+	    (st = query_range(r, "n", 10, 0, 10000, &n, err)) != DG_OK ||
+	    (st = ps_queue_peek(c->queues, name, n, &j, err)) != DG_OK)
+		return st;
+	return reply_json(w, 200, j, err);
+}
+
+static enum dg_status h_queue_ids(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				  struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	const char *name;
+	json_t *j;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &name, err)) != DG_OK ||
+	    (st = ps_queue_id_counts(c->queues, name, &j, err)) != DG_OK)
+		return st;
+	return reply_json(w, 200, j, err);
 }
 
 static enum dg_status h_queue_close(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
@@ -1062,6 +1162,10 @@ const struct dg_route ps_routes[] = {
 	{ "POST", "/v1/queues/{name...}/enqueue", h_queue_enqueue, "enqueue examples" },
 	{ "POST", "/v1/queues/{name...}/dequeue", h_queue_dequeue, "dequeue a batch" },
 	{ "POST", "/v1/queues/{name...}/close", h_queue_close, "close a queue" },
+	{ "POST", "/v1/queues/{name...}/ack", h_queue_ack, "end a lease: its examples consumed" },
+	{ "POST", "/v1/queues/{name...}/release", h_queue_release, "requeue leased examples" },
+	{ "GET", "/v1/queues/{name...}/peek", h_queue_peek, "the next ids and the leases" },
+	{ "GET", "/v1/queues/{name...}/ids", h_queue_ids, "enqueue and ack counts per id" },
 	{ "POST", "/v1/queues/{name...}", h_queue_create, "create a queue" },
 	{ "GET", "/v1/queues/{name...}", h_queue_state, "a queue's state" },
 	{ "DELETE", "/v1/queues/{name...}", h_queue_delete, "delete a queue" },

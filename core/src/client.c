@@ -131,6 +131,18 @@ static enum dg_status query_uint(struct dg_client *c, const char *key, uint64_t 
 	return dg_buf_printf(&c->path, err, "%c%s=%" PRIu64, query_sep(c), key, v);
 }
 
+/* A string value that follows the naming rule (dg_var_name_check), so that
+ * it needs no escaping in a query. */
+static enum dg_status query_str(struct dg_client *c, const char *key, const char *v,
+				struct dg_err *err)
+{
+	if (dg_var_name_check(v ? v : "", err) != DG_OK) {
+		dg_err_prefix(err, "query parameter %s", key);
+		return DG_EINVAL;
+	}
+	return dg_buf_printf(&c->path, err, "%c%s=%s", query_sep(c), key, v);
+}
+
 /* --- sending and reading replies -------------------------------------------- */
 
 /* The reply of the next request: c->res with every field cleared but the body
@@ -1219,6 +1231,16 @@ enum dg_status dg_queue_dequeue(struct dg_client *c, const char *name, int64_t n
 				long timeout_ms, bool allow_smaller, struct dg_tensor **out,
 				int n_components, int64_t *got, struct dg_err *err)
 {
+	return dg_queue_dequeue_lease(c, name, n, timeout_ms, allow_smaller, NULL, out,
+				      n_components, got, NULL, err);
+}
+
+enum dg_status dg_queue_dequeue_lease(struct dg_client *c, const char *name, int64_t n,
+				      long timeout_ms, bool allow_smaller,
+				      const struct dg_queue_lease *lease, struct dg_tensor **out,
+				      int n_components, int64_t *got, uint64_t *lease_id,
+				      struct dg_err *err)
+{
 	struct dg_http_result *res;
 	struct queue_layout *l;
 	int64_t count;
@@ -1227,6 +1249,8 @@ enum dg_status dg_queue_dequeue(struct dg_client *c, const char *name, int64_t n
 	for (int i = 0; out && i < n_components; i++)
 		out[i] = NULL;
 	*got = 0;
+	if (lease_id)
+		*lease_id = 0;
 	if (n < 1 || !out)
 		return dg_err_set(err, DG_EINVAL, "dequeue from '%s': %" PRId64 " is not a batch "
 				  "size", name ? name : "", n);
@@ -1244,11 +1268,19 @@ enum dg_status dg_queue_dequeue(struct dg_client *c, const char *name, int64_t n
 	if ((st = path_set(c, "/v1/queues/", name, "/dequeue", err)) != DG_OK ||
 	    (st = query_int(c, "n", n, err)) != DG_OK ||
 	    (timeout_ms >= 0 && (st = query_int(c, "timeout_ms", timeout_ms, err)) != DG_OK) ||
-	    (allow_smaller && (st = query_int(c, "allow_smaller", 1, err)) != DG_OK))
+	    (allow_smaller && (st = query_int(c, "allow_smaller", 1, err)) != DG_OK) ||
+	    (lease && (st = query_int(c, "lease_ms", lease->lease_ms, err)) != DG_OK) ||
+	    (lease && lease->holder && lease->holder[0] &&
+	     (st = query_str(c, "holder", lease->holder, err)) != DG_OK))
 		return st;
 	res = res_begin(c);
 	st = send_req(c, "POST", NULL, 0, NULL, 0, res, err);
 	count = res->dg_count >= 0 ? res->dg_count : n;
+	if (st == DG_OK && lease && !res->dg_lease)
+		st = dg_err_set(err, DG_EINVAL, "dequeue from '%s' on %s: the reply names no lease "
+				"(Dg-Lease)", name, dg_http_client_url(c->http));
+	if (st == DG_OK && lease_id)
+		*lease_id = res->dg_lease;
 	if (st == DG_OK && (count > n || !split_fits(l, count, res->body.len))) {
 		/* The examples are already taken: re-read the layout once (the
 		 * queue may have been recreated) before calling the reply bad. The
@@ -1270,6 +1302,57 @@ enum dg_status dg_queue_dequeue(struct dg_client *c, const char *name, int64_t n
 	if (st == DG_OK)
 		*got = count;
 	res_end(c);
+	return st;
+}
+
+enum dg_status dg_queue_lease_end(struct dg_client *c, const char *name, uint64_t lease,
+				  enum dg_lease_end how, int64_t *n, struct dg_err *err)
+{
+	static const char *const suffix[] = { "/ack", "/ack", "/release" };
+	struct dg_http_result *res;
+	json_t *j = NULL;
+	enum dg_status st;
+
+	*n = 0;
+	if ((unsigned)how > DG_LEASE_RELEASE || !lease)
+		return dg_err_set(err, DG_EINVAL, "queue '%s': no lease to end", name ? name : "");
+	if ((st = path_set(c, "/v1/queues/", name, suffix[how], err)) != DG_OK ||
+	    (st = query_int(c, "lease", (int64_t)lease, err)) != DG_OK ||
+	    (how == DG_LEASE_DROP && (st = query_int(c, "drop", 1, err)) != DG_OK))
+		return st;
+	res = res_begin(c);
+	st = send_req(c, "POST", NULL, 0, NULL, 0, res, err);
+	if (st == DG_OK)
+		st = reply_json(c, res, &j, err);
+	res_end(c);
+	if (st == DG_OK) {
+		json_t *v = json_object_get(j, how == DG_LEASE_ACK ? "acked" : how == DG_LEASE_DROP ?
+					    "dropped" : "requeued");
+		*n = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+	}
+	json_decref(j);
+	return st;
+}
+
+enum dg_status dg_queue_release_holder(struct dg_client *c, const char *name,
+				       const char *holder, int64_t *n, struct dg_err *err)
+{
+	struct dg_http_result *res;
+	json_t *j = NULL;
+	enum dg_status st;
+
+	*n = 0;
+	if ((st = path_set(c, "/v1/queues/", name, "/release", err)) != DG_OK ||
+	    (st = query_str(c, "holder", holder, err)) != DG_OK)
+		return st;
+	res = res_begin(c);
+	st = send_req(c, "POST", NULL, 0, NULL, 0, res, err);
+	if (st == DG_OK)
+		st = reply_json(c, res, &j, err);
+	res_end(c);
+	if (st == DG_OK && json_is_integer(json_object_get(j, "requeued")))
+		*n = (int64_t)json_integer_value(json_object_get(j, "requeued"));
+	json_decref(j);
 	return st;
 }
 

@@ -98,6 +98,7 @@ static void result_reset(struct dg_http_result *r)
 	r->content_range[0] = '\0';
 	r->dg_count = -1;
 	r->dg_step = -1;
+	r->dg_lease = 0;
 	r->sink_off = 0;
 	r->aligned_len = 0;             /* the block itself is kept for the next body */
 }
@@ -228,6 +229,9 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
 	} else if (IS("Dg-Step")) {
 		if (dg_wire_u64_parse(v, vl, &u) && u <= INT64_MAX)
 			r->dg_step = (int64_t)u;
+	} else if (IS("Dg-Lease")) {
+		if (dg_wire_u64_parse(v, vl, &u))
+			r->dg_lease = u;
 	} else if (IS("Transfer-Encoding")) {
 		c->chunked = true;
 	} else if (IS("Content-Length") && dg_wire_u64_parse(v, vl, &u) && u <= INT64_MAX) {

@@ -75,10 +75,10 @@ enum dg_status dg_var_name_check_stored(const char *name, struct dg_err *err)
 enum dg_status dg_queue_spec_from_json(const json_t *j, struct dg_queue_spec *out,
 				       struct dg_err *err)
 {
-	static const int64_t zero = 0, one = 1000;
+	static const int64_t zero = 0, one = 1000, none = -1;
 	static const bool no = false;
 	struct dg_queue_spec s = { 0 };
-	int64_t seed;
+	int64_t seed, ids;
 	const json_t *comps;
 	const char *key;
 	json_t *v;
@@ -89,17 +89,18 @@ enum dg_status dg_queue_spec_from_json(const json_t *j, struct dg_queue_spec *ou
 	json_object_foreach((json_t *)j, key, v) {
 		if (strcmp(key, "capacity") && strcmp(key, "shuffle") &&
 		    strcmp(key, "min_after_dequeue") && strcmp(key, "seed") &&
-		    strcmp(key, "components")) {
+		    strcmp(key, "components") && strcmp(key, "ids")) {
 			dg_err_set(err, DG_EINVAL, "unknown queue setting '%.64s'", key);
 			dg_err_hint(err, "settings: capacity, shuffle, min_after_dequeue, seed, "
-				    "components");
+				    "components, ids");
 			return DG_EINVAL;
 		}
 	}
 	if ((st = dg_attr_int(j, "capacity", &one, &s.capacity, err)) != DG_OK ||
 	    (st = dg_attr_bool(j, "shuffle", &no, &s.shuffle, err)) != DG_OK ||
 	    (st = dg_attr_int(j, "min_after_dequeue", &zero, &s.min_after_dequeue, err)) != DG_OK ||
-	    (st = dg_attr_int(j, "seed", &zero, &seed, err)) != DG_OK)
+	    (st = dg_attr_int(j, "seed", &zero, &seed, err)) != DG_OK ||
+	    (st = dg_attr_int(j, "ids", &none, &ids, err)) != DG_OK)
 		return st;
 	s.seed = (uint64_t)seed;
 	if (s.capacity < 1 || s.capacity > ((int64_t)1 << 32))
@@ -127,6 +128,19 @@ enum dg_status dg_queue_spec_from_json(const json_t *j, struct dg_queue_spec *ou
 		}
 	}
 	s.n_components = (int)json_array_size(comps);
+	if (ids < -1 || ids >= s.n_components)
+		return dg_err_set(err, DG_EINVAL, "queue 'ids' is %lld: it must name one of the "
+				  "%d components (0..%d)", (long long)ids, s.n_components,
+				  s.n_components - 1);
+	s.has_ids = ids >= 0;
+	s.ids = ids >= 0 ? (int)ids : 0;
+	if (s.has_ids && ((s.dtype[ids] != DG_I64 && s.dtype[ids] != DG_I32) ||
+			 s.shape[ids].ndim != 0)) {
+		dg_err_set(err, DG_EINVAL, "queue 'ids' names component %lld, a %s of rank %d: "
+			   "an example id is an int64 or int32 scalar", (long long)ids,
+			   dg_dtype_name(s.dtype[ids]), s.shape[ids].ndim);
+		return DG_EINVAL;
+	}
 	*out = s;
 	return DG_OK;
 }
@@ -142,8 +156,8 @@ json_t *dg_queue_spec_to_json(const struct dg_queue_spec *s)
 		json_array_append_new(comps, json_pack("{s:s, s:o}", "dtype",
 						       dg_dtype_name(s->dtype[i]), "shape", shape));
 	}
-	return json_pack("{s:I, s:b, s:I, s:I, s:o}", "capacity", (json_int_t)s->capacity,
-			 "shuffle", s->shuffle, "min_after_dequeue",
+	return json_pack("{s:I, s:b, s:I, s:I, s:o, s:o*}", "capacity",
+			 (json_int_t)s->capacity, "shuffle", s->shuffle, "min_after_dequeue",
 			 (json_int_t)s->min_after_dequeue, "seed", (json_int_t)s->seed,
-			 "components", comps);
+			 "components", comps, "ids", s->has_ids ? json_integer(s->ids) : NULL);
 }

@@ -705,21 +705,25 @@ Test(queue, state_list_and_metrics_describe_each_queue)
 	cr_assert_not_null(list);
 	char *text = json_dumps(list, JSON_COMPACT);
 	cr_assert_str_eq(text, "{\"queues\":[{\"name\":\"a\",\"size\":0,\"capacity\":100,"
-			 "\"closed\":true},{\"name\":\"train/q\",\"size\":5,\"capacity\":100,"
-			 "\"closed\":false}]}");
+			 "\"closed\":true,\"leased\":0},{\"name\":\"train/q\",\"size\":5,"
+			 "\"capacity\":100,\"closed\":false,\"leased\":0}]}");
 	free(text);
 	json_decref(list);
 	cr_assert_eq(ps_queue_count(qs), 2);
 
 	cr_assert_eq(ps_queues_metrics(qs, &m, &err), DG_OK);
-	cr_assert_str_eq(m.data, "# HELP dg_queue_size Examples queued.\n"
-			 "# TYPE dg_queue_size gauge\n"
-			 "dg_queue_size{queue=\"a\"} 0\n"
-			 "dg_queue_size{queue=\"train/q\"} 5\n"
-			 "# HELP dg_queue_capacity Examples a queue holds at most.\n"
-			 "# TYPE dg_queue_capacity gauge\n"
-			 "dg_queue_capacity{queue=\"a\"} 100\n"
-			 "dg_queue_capacity{queue=\"train/q\"} 100\n");
+	const char *want = "# HELP dg_queue_size Examples queued.\n"
+			  "# TYPE dg_queue_size gauge\n"
+			  "dg_queue_size{queue=\"a\"} 0\n"
+			  "dg_queue_size{queue=\"train/q\"} 5\n"
+			  "# HELP dg_queue_capacity Examples a queue holds at most.\n"
+			  "# TYPE dg_queue_capacity gauge\n"
+			  "dg_queue_capacity{queue=\"a\"} 100\n"
+			  "dg_queue_capacity{queue=\"train/q\"} 100\n";
+	cr_assert(strncmp(m.data, want, strlen(want)) == 0, "%s", m.data);
+	cr_assert(strstr(m.data, "dg_queue_leased{queue=\"train/q\"} 0\n"), "%s", m.data);
+	cr_assert(strstr(m.data, "dg_queue_examples_total{queue=\"train/q\",event=\"enqueued\"} 5\n"),
+		  "%s", m.data);
 	dg_buf_deinit(&m);
 	ps_queues_free(qs);
 }
@@ -736,4 +740,234 @@ Test(queue, empty_registry_lists_nothing)
 	json_decref(list);
 	ps_queues_free(qs);
 	ps_queues_free(NULL);
+}
+
+/* ---- leases ---- */
+
+/* A leased dequeue of n int64 examples into v; *lease gets the lease. */
+static enum dg_status take_leased(struct ps_queues *qs, const char *name, int64_t n,
+				  int64_t lease_ms, const char *holder, int64_t timeout_ms,
+				  int64_t *v, int64_t *got, uint64_t *lease, struct dg_err *err)
+{
+	struct ps_lease_opts lo = { .lease_ms = lease_ms, .holder = holder };
+	struct dg_buf b = { 0 };
+	enum dg_status st = ps_queue_dequeue_lease(qs, name, n, timeout_ms, true, &lo, &b, got,
+						   lease, err);
+
+	if (st == DG_OK) {
+		cr_assert_gt(*lease, 0);
+		memcpy(v, b.data, b.len);
+	}
+	dg_buf_deinit(&b);
+	return st;
+}
+
+static int64_t state_int(struct ps_queues *qs, const char *name, const char *key)
+{
+	struct dg_err err = { 0 };
+	json_t *j = NULL;
+	int64_t v;
+
+	cr_assert_eq(ps_queue_state(qs, name, &j, &err), DG_OK, "%s", err.msg);
+	cr_assert(json_is_integer(json_object_get(j, key)), "state has no %s", key);
+	v = json_integer_value(json_object_get(j, key));
+	json_decref(j);
+	return v;
+}
+
+Test(queue, an_acked_lease_consumes_its_examples_for_good)
+{
+	struct dg_queue_spec s = scalar_spec(10, false, 0, 0);
+	struct ps_queues *qs = new_with("q", &s);
+	struct dg_err err = { 0 };
+	int64_t v[8], got, n;
+	uint64_t lease;
+
+	cr_assert_eq(put_range(qs, "q", 0, 4, 0, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(take_leased(qs, "q", 3, 60000, "r0", 0, v, &got, &lease, &err), DG_OK, "%s",
+		     err.msg);
+	cr_assert_eq(got, 3);
+	cr_assert(v[0] == 0 && v[1] == 1 && v[2] == 2);
+	cr_assert_eq(state_int(qs, "q", "leased"), 3);
+	cr_assert_eq(state_int(qs, "q", "size"), 1);
+	cr_assert_eq(ps_queue_lease_end(qs, "q", lease, PS_LEASE_ACK, &n, &err), DG_OK, "%s",
+		     err.msg);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(state_int(qs, "q", "leased"), 0);
+	cr_assert_eq(state_int(qs, "q", "acked"), 3);
+	/* a second ack of the same lease is refused, naming it */
+	cr_assert_eq(ps_queue_lease_end(qs, "q", lease, PS_LEASE_ACK, &n, &err), DG_ENOTFOUND);
+	cr_assert(strstr(err.msg, "not held"), "%s", err.msg);
+	/* only the fourth example is left */
+	cr_assert_eq(take(qs, "q", 1, 0, false, v, &got, &err), DG_OK, "%s", err.msg);
+	cr_assert(got == 1 && v[0] == 3);
+	ps_queues_free(qs);
+}
+
+Test(queue, an_expired_lease_goes_back_to_the_front)
+{
+	struct dg_queue_spec s = scalar_spec(10, false, 0, 0);
+	struct ps_queues *qs = new_with("q", &s);
+	struct dg_err err = { 0 };
+	int64_t v[8], got;
+	uint64_t lease;
+	double t0;
+
+	cr_assert_eq(put_range(qs, "q", 10, 5, 0, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(take_leased(qs, "q", 2, 150, "r1", 0, v, &got, &lease, &err), DG_OK);
+	cr_assert(v[0] == 10 && v[1] == 11);
+	/* a waiting dequeue of the whole queue gets the lease's examples back
+	 * when it runs out, at the front, in their order */
+	t0 = now_ms();
+	cr_assert_eq(take(qs, "q", 5, 5000, false, v, &got, &err), DG_OK, "%s", err.msg);
+	cr_assert_geq(now_ms() - t0, 100);
+	cr_assert_lt(now_ms() - t0, 2000);
+	cr_assert_eq(got, 5);
+	for (int i = 0; i < 5; i++)
+		cr_assert_eq(v[i], 10 + i, "position %d is %lld", i, (long long)v[i]);
+	cr_assert_eq(state_int(qs, "q", "expired"), 1);
+	cr_assert_eq(state_int(qs, "q", "requeued"), 2);
+	ps_queues_free(qs);
+}
+
+Test(queue, release_by_lease_and_by_holder_requeue_at_once)
+{
+	struct dg_queue_spec s = scalar_spec(10, false, 0, 0);
+	struct ps_queues *qs = new_with("q", &s);
+	struct dg_err err = { 0 };
+	int64_t v[8], got, n, leases;
+	uint64_t a, b, c;
+
+	cr_assert_eq(put_range(qs, "q", 0, 6, 0, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 60000, "j1/r0", 0, v, &got, &a, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 60000, "j1/r1", 0, v, &got, &b, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 60000, "j1/r1", 0, v, &got, &c, &err), DG_OK);
+	cr_assert(a != b && b != c);
+	cr_assert_eq(ps_queue_lease_end(qs, "q", a, PS_LEASE_RELEASE, &n, &err), DG_OK);
+	cr_assert_eq(n, 2);
+	cr_assert_eq(ps_queue_release_holder(qs, "q", "j1/r1", &leases, &n, &err), DG_OK);
+	cr_assert(leases == 2 && n == 4);
+	cr_assert_eq(state_int(qs, "q", "size"), 6);
+	cr_assert_eq(state_int(qs, "q", "leased"), 0);
+	cr_assert_eq(take(qs, "q", 6, 0, false, v, &got, &err), DG_OK);
+	int64_t sum = 0;
+	for (int i = 0; i < 6; i++)
+		sum += v[i];
+	cr_assert_eq(sum, 0 + 1 + 2 + 3 + 4 + 5);
+	ps_queues_free(qs);
+}
+
+Test(queue, leased_examples_keep_their_room)
+{
+	struct dg_queue_spec s = scalar_spec(4, false, 0, 0);
+	struct ps_queues *qs = new_with("q", &s);
+	struct dg_err err = { 0 };
+	int64_t v[8], got, n;
+	uint64_t lease;
+
+	cr_assert_eq(put_range(qs, "q", 0, 4, 0, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 3, 60000, NULL, 0, v, &got, &lease, &err), DG_OK);
+	/* 1 queued + 3 leased of 4: no room until the lease ends */
+	cr_assert_eq(put_range(qs, "q", 9, 1, 50, &err), DG_ETIMEOUT);
+	cr_assert(strstr(err.msg, "3 leased"), "%s", err.msg);
+	cr_assert_eq(ps_queue_lease_end(qs, "q", lease, PS_LEASE_DROP, &n, &err), DG_OK);
+	cr_assert_eq(state_int(qs, "q", "dropped"), 3);
+	cr_assert_eq(put_range(qs, "q", 9, 3, 0, &err), DG_OK, "%s", err.msg);
+	ps_queues_free(qs);
+}
+
+struct ack_later {
+	struct ps_queues *qs;
+	uint64_t lease;
+	enum ps_lease_end how;
+};
+
+static void *end_lease_later(void *arg)
+{
+	struct ack_later *a = arg;
+	struct dg_err err = { 0 };
+	int64_t n;
+
+	usleep(150 * 1000);
+	cr_assert_eq(ps_queue_lease_end(a->qs, "q", a->lease, a->how, &n, &err), DG_OK, "%s",
+		     err.msg);
+	return NULL;
+}
+
+Test(queue, a_closed_queue_with_leases_out_is_not_at_its_end)
+{
+	struct dg_queue_spec s = scalar_spec(10, false, 0, 0);
+	struct ps_queues *qs = new_with("q", &s);
+	struct dg_err err = { 0 };
+	int64_t v[8], got;
+	uint64_t lease;
+	pthread_t th;
+
+	cr_assert_eq(put_range(qs, "q", 0, 2, 0, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 60000, NULL, 0, v, &got, &lease, &err), DG_OK);
+	cr_assert_eq(ps_queue_close(qs, "q", &err), DG_OK);
+	/* released later: the waiting dequeue gets the examples */
+	struct ack_later rel = { qs, lease, PS_LEASE_RELEASE };
+	pthread_create(&th, NULL, end_lease_later, &rel);
+	cr_assert_eq(take(qs, "q", 2, 5000, true, v, &got, &err), DG_OK, "%s", err.msg);
+	cr_assert(got == 2 && v[0] == 0 && v[1] == 1);
+	pthread_join(th, NULL);
+	/* taken again under a lease and acked later: the waiting dequeue ends */
+	cr_assert_eq(ps_queue_enqueue(qs, "q", 1, v, 8, 0, &err), DG_ECLOSED);
+	ps_queues_free(qs);
+	qs = new_with("q", &s);
+	cr_assert_eq(put_range(qs, "q", 0, 2, 0, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 60000, NULL, 0, v, &got, &lease, &err), DG_OK);
+	cr_assert_eq(ps_queue_close(qs, "q", &err), DG_OK);
+	struct ack_later ack = { qs, lease, PS_LEASE_ACK };
+	pthread_create(&th, NULL, end_lease_later, &ack);
+	double t0 = now_ms();
+	cr_assert_eq(take(qs, "q", 2, 5000, true, v, &got, &err), DG_ECLOSED);
+	cr_assert_geq(now_ms() - t0, 100);
+	pthread_join(th, NULL);
+	ps_queues_free(qs);
+}
+
+Test(queue, ids_are_counted_at_enqueue_and_at_ack)
+{
+	struct dg_queue_spec s = scalar_spec(10, true, 0, 3);
+	struct ps_queues *qs;
+	struct dg_err err = { 0 };
+	int64_t v[8], got, n;
+	uint64_t lease;
+	json_t *j = NULL;
+
+	s.has_ids = true;
+	s.ids = 0;
+	qs = new_with("q", &s);
+	cr_assert_eq(put_range(qs, "q", 0, 4, 0, &err), DG_OK);
+	cr_assert_eq(put_range(qs, "q", 2, 2, 0, &err), DG_OK);      /* 2 and 3 twice */
+	cr_assert_eq(take_leased(qs, "q", 6, 60000, NULL, 0, v, &got, &lease, &err), DG_OK);
+	cr_assert_eq(ps_queue_lease_end(qs, "q", lease, PS_LEASE_ACK, &n, &err), DG_OK);
+	cr_assert_eq(ps_queue_id_counts(qs, "q", &j, &err), DG_OK, "%s", err.msg);
+	json_t *e = json_object_get(j, "enqueued"), *a = json_object_get(j, "acked");
+	cr_assert_eq(json_array_size(e), 4);
+	for (int i = 0; i < 4; i++) {
+		int want = i < 2 ? 1 : 2;
+		cr_assert_eq(json_integer_value(json_array_get(e, (size_t)i)), want);
+		cr_assert_eq(json_integer_value(json_array_get(a, (size_t)i)), want);
+	}
+	json_decref(j);
+	cr_assert_eq(state_int(qs, "q", "ids_complete"), 4);
+	cr_assert_eq(state_int(qs, "q", "ids_short"), 0);
+	ps_queues_free(qs);
+}
+
+Test(queue, a_queue_too_large_for_the_machine_is_a_413)
+{
+	struct dg_queue_spec s = scalar_spec((int64_t)1 << 32, false, 0, 0);
+	struct dg_err err = { 0 };
+	struct ps_queues *qs = ps_queues_new(&err);
+
+	s.shape[0].ndim = 1;
+	s.shape[0].dim[0] = 1024;      /* 2^32 x 8 KiB: far past any limit */
+	cr_assert_eq(ps_queue_create(qs, "big", &s, NULL, &err), DG_ETOOLARGE);
+	cr_assert_eq(dg_status_to_http(err.code), 413);
+	cr_assert(strstr(err.msg, "limit"), "%s", err.msg);
+	ps_queues_free(qs);
 }

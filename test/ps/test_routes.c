@@ -1141,6 +1141,90 @@ Test(routes, queue_waits_time_out_with_504_and_bad_arguments_are_400)
 	expect_error(&r, 404, "not_found");
 }
 
+Test(routes, leased_dequeues_ack_release_peek_and_ids)
+{
+	static const char spec[] = "{\"capacity\":10,\"components\":[{\"dtype\":\"float32\","
+				   "\"shape\":[]},{\"dtype\":\"int64\",\"shape\":[]}],\"ids\":1}";
+	struct { float f[4]; int64_t id[4]; } batch = { { 1, 2, 3, 4 }, { 7, 8, 9, 10 } };
+	char path[128];
+	struct resp r;
+	json_t *j;
+	uint64_t lease;
+
+	cr_assert_eq(req("POST", "/v1/queues/q", NULL, spec, strlen(spec), &r), 201);
+	j = body_json(&r);
+	cr_assert_eq(json_int_at(j, "ids"), 1);
+	json_decref(j);
+	resp_free(&r);
+	cr_assert_eq(req("POST", "/v1/queues/q/enqueue?n=4", NULL, &batch, sizeof batch, &r), 200);
+	resp_free(&r);
+	cr_assert_eq(req("POST", "/v1/queues/q/dequeue?n=2&lease_ms=60000&holder=j1/r0", NULL,
+			 NULL, 0, &r), 200);
+	lease = hdr_u64(&r, "Dg-Lease");
+	cr_assert_gt(lease, 0);
+	resp_free(&r);
+	cr_assert_eq(req("GET", "/v1/queues/q/peek?n=5", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_eq(json_array_size(json_object_get(j, "ids")), 2);
+	cr_assert_eq(json_integer_value(json_array_get(json_object_get(j, "ids"), 0)), 9);
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(
+		json_object_get(j, "leases"), 0), "holder")), "j1/r0");
+	json_decref(j);
+	resp_free(&r);
+	snprintf(path, sizeof path, "/v1/queues/q/ack?lease=%llu", (unsigned long long)lease);
+	cr_assert_eq(req("POST", path, NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_eq(json_int_at(j, "acked"), 2);
+	json_decref(j);
+	resp_free(&r);
+	req("POST", path, NULL, NULL, 0, &r);
+	expect_error(&r, 404, "not_found");
+	/* a second lease, released by its holder: back at the front */
+	cr_assert_eq(req("POST", "/v1/queues/q/dequeue?n=1&lease_ms=60000&holder=j1/r1", NULL,
+			 NULL, 0, &r), 200);
+	resp_free(&r);
+	cr_assert_eq(req("POST", "/v1/queues/q/release?holder=j1/r1", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_eq(json_int_at(j, "leases"), 1);
+	cr_assert_eq(json_int_at(j, "requeued"), 1);
+	json_decref(j);
+	resp_free(&r);
+	cr_assert_eq(req("GET", "/v1/queues/q/ids", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_eq(json_array_size(json_object_get(j, "enqueued")), 11);
+	cr_assert_eq(json_integer_value(json_array_get(json_object_get(j, "acked"), 7)), 1);
+	cr_assert_eq(json_integer_value(json_array_get(json_object_get(j, "acked"), 9)), 0);
+	json_decref(j);
+	resp_free(&r);
+	cr_assert_eq(req("GET", "/v1/queues/q", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_eq(json_int_at(j, "acked"), 2);
+	cr_assert_eq(json_int_at(j, "requeued"), 1);
+	cr_assert_eq(json_int_at(j, "ids_complete"), 2);
+	cr_assert_eq(json_int_at(j, "ids_short"), 2);
+	json_decref(j);
+	resp_free(&r);
+	/* bad input: 4xx, nothing taken */
+	req("POST", "/v1/queues/q/dequeue?n=1&holder=x", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("POST", "/v1/queues/q/dequeue?n=1&lease_ms=10&holder=a%20b", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("POST", "/v1/queues/q/ack", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("POST", "/v1/queues/q/release", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("POST", "/v1/queues/q/dequeue?n=11&lease_ms=10", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("POST", "/v1/queues/bad", NULL, "{\"capacity\":4,\"components\":[{\"dtype\":"
+	    "\"float32\",\"shape\":[]}],\"ids\":0}", 69, &r);
+	expect_error(&r, 400, "invalid_argument");
+	cr_assert_eq(req("GET", "/v1/queues/q", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_eq(json_int_at(j, "size"), 2);
+	json_decref(j);
+	resp_free(&r);
+}
+
 #define N_EXAMPLES 400
 #define N_CONSUMERS 4
 

@@ -49,9 +49,13 @@ struct dg_queue_spec {
 	int n_components;
 	enum dg_dtype dtype[DG_QUEUE_MAX_COMPONENTS];
 	struct dg_shape shape[DG_QUEUE_MAX_COMPONENTS];
+	bool has_ids;                   /* component ids holds each example's id (an
+					 * int64 or int32 scalar) */
+	int ids;
 };
 /* JSON <-> spec (the body format of doc/http-api.md), with validation:
- * capacity >= 1, 0 <= min_after_dequeue < capacity, 1..16 components. */
+ * capacity >= 1, 0 <= min_after_dequeue < capacity, 1..16 components, "ids"
+ * (optional) the index of an int32/int64 scalar component. */
 enum dg_status dg_queue_spec_from_json(const json_t *j, struct dg_queue_spec *out,
 				       struct dg_err *err);
 json_t *dg_queue_spec_to_json(const struct dg_queue_spec *s);
@@ -211,6 +215,27 @@ enum dg_status dg_queue_enqueue(struct dg_client *c, const char *name, int64_t n
 enum dg_status dg_queue_dequeue(struct dg_client *c, const char *name, int64_t n,
 				long timeout_ms, bool allow_smaller, struct dg_tensor **out,
 				int n_components, int64_t *got, struct dg_err *err);
+/* A leased dequeue (doc/http-api.md, "Leases"): the examples stay reserved on
+ * the ps until dg_queue_lease_end, and go back to the queue's front when the
+ * lease runs out after lease_ms. holder (NULL: none) tags it for
+ * dg_queue_release_holder. *lease_id = the lease. */
+struct dg_queue_lease {
+	int64_t lease_ms;
+	const char *holder;
+};
+enum dg_status dg_queue_dequeue_lease(struct dg_client *c, const char *name, int64_t n,
+				      long timeout_ms, bool allow_smaller,
+				      const struct dg_queue_lease *lease, struct dg_tensor **out,
+				      int n_components, int64_t *got, uint64_t *lease_id,
+				      struct dg_err *err);
+/* End a lease: ACK (consumed and applied), DROP (consumed, not applied),
+ * RELEASE (requeue now). *n = its examples. DG_ENOTFOUND when not held. */
+enum dg_lease_end { DG_LEASE_ACK, DG_LEASE_DROP, DG_LEASE_RELEASE };
+enum dg_status dg_queue_lease_end(struct dg_client *c, const char *name, uint64_t lease,
+				  enum dg_lease_end how, int64_t *n, struct dg_err *err);
+/* Requeue every lease holder has on the queue; *n = the examples. */
+enum dg_status dg_queue_release_holder(struct dg_client *c, const char *name,
+				       const char *holder, int64_t *n, struct dg_err *err);
 enum dg_status dg_queue_close(struct dg_client *c, const char *name, struct dg_err *err);
 enum dg_status dg_queue_delete(struct dg_client *c, const char *name, struct dg_err *err);
 /* GET /v1/queues/NAME state (owned JSON). */

@@ -152,6 +152,7 @@ struct dg_http_result {
 	char content_range[96];
 	int64_t dg_count;               /* Dg-Count, -1 when absent */
 	int64_t dg_step;                /* Dg-Step (a variable's sync step), -1 when absent */
+	uint64_t dg_lease;              /* Dg-Lease (a leased dequeue), 0 when absent */
 	/* When sink is set, a 2xx body goes to sink(sink_ud, offset, p, n) as it
 	 * arrives instead of into body (offset restarts at 0 when the request is
 	 * retried); sink returns false to abort the transfer. Error bodies still
