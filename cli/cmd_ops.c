@@ -36,13 +36,15 @@ static const char *kind_name(enum dg_attr_kind k)
 	case DG_ATTR_SHAPE: return "shape";
 	case DG_ATTR_TENSOR: return "tensor";
 	case DG_ATTR_AXES: return "axes";
+	case DG_ATTR_JSON: return "json";
 	}
 	return "?";
 }
 
-static const char *layer_name(enum dg_op_layer l)
+static const char *layer_name(unsigned l)
 {
 	switch (l) {
+	case DG_OPL_WORKER | DG_OPL_MASTER: return "worker (lowered by the master)";
 	case DG_OPL_KERNEL: return "kernel";
 	case DG_OPL_WORKER: return "worker";
 	case DG_OPL_MASTER: return "master";

@@ -26,7 +26,7 @@ static struct dg_op_def *const families[] = {
 
 struct entry {
 	const struct dg_op_def *def;
-	enum dg_op_layer layer;
+	unsigned layer;                 /* DG_OPL_* bits */
 };
 
 /* Sorted by name. Written under the write lock: the kernel families once,
@@ -114,13 +114,16 @@ const struct dg_op_def *dg_op_find(const char *name)
 	return dg_op_find_in(name, DG_OPL_KERNEL);
 }
 
-enum dg_status dg_op_register(enum dg_op_layer layer, const struct dg_op_def *op,
+enum dg_status dg_op_register(unsigned layer, const struct dg_op_def *op,
 			      struct dg_err *err)
 {
 	enum dg_status st = DG_OK;
 	const struct entry *e;
 
-	if (!op || !op->name || !op->name[0] || (layer != DG_OPL_WORKER && layer != DG_OPL_MASTER))
+	/* One op may serve both upper layers (the queue ops: named in a submitted
+	 * graph, run by the executor). */
+	if (!op || !op->name || !op->name[0] || !layer ||
+	    (layer & ~(unsigned)(DG_OPL_WORKER | DG_OPL_MASTER)))
 		return dg_err_set(err, DG_EINVAL, "dg_op_register needs a named op of the worker "
 				  "or master layer");
 	pthread_once(&once, build_index);
@@ -167,9 +170,9 @@ const struct dg_op_def *dg_op_at(int i)
 	return op;
 }
 
-enum dg_op_layer dg_op_layer_of(const struct dg_op_def *op)
+unsigned dg_op_layer_of(const struct dg_op_def *op)
 {
-	enum dg_op_layer layer = 0;
+	unsigned layer = 0;
 	const struct entry *e;
 
 	pthread_once(&once, build_index);

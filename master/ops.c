@@ -169,6 +169,7 @@ static void register_ops(void)
 void master_ops_register(void)
 {
 	pthread_once(&registered, register_ops);
+	worker_ops_register();          /* the queue ops serve the master's graphs too */
 }
 
 const struct dg_op_def *master_op_find(const char *name)

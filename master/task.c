@@ -125,6 +125,7 @@ static enum dg_status local_run_steps(struct mtask *t, const char *id,
 		r.stale += res.r[i].stale;
 	}
 	r.steps_done = r.values ? res.steps_done : 0;
+	r.input_end = res.input_end;
 	worker_run_result_deinit(&res);
 	if (st != DG_OK)
 		local_finish(t, run->step, run->steps);

@@ -735,6 +735,7 @@ struct run {
 	int inflight;                   /* jobs handed to the I/O pool, not yet taken back */
 	int count;                      /* nodes run this step */
 	int stale;                      /* sync applies dropped this step */
+	bool input_end;                 /* a QueueDequeueMany found its queue at its end */
 	/* Values kept across steps (plan_kept): an async VarApply of a multi-step
 	 * run asks the ps for the variable's new value, and the next step's
 	 * VarRead of it takes that instead of a GET. Per node; the apply writes
@@ -1084,6 +1085,56 @@ static enum dg_status run_var(const struct run *r, const struct dg_node *n, int 
 	return st;
 }
 
+static bool is_queue_op(int kind)
+{
+	return kind >= WOP_QUEUE_DEQUEUE && kind <= WOP_QUEUE_SIZE;
+}
+
+/* worker_queue_call.check: the step may go on. */
+static enum dg_status queue_check(void *ud, struct dg_err *err)
+{
+	const struct run *r = ud;
+
+	if (atomic_load(&r->w->stopping))
+		return dg_err_set(err, DG_EUNAVAILABLE, "the task is shutting down");
+	return dg_rendezvous_check(r->w->rv, r->step, err);
+}
+
+/* A queue op (queue_ops.c), on the run's thread: a dequeue is a step's first
+ * request and its ack its last, so neither has anything to overlap with, and
+ * the feeder's enqueue is its fragment's whole work. Outputs into r->outs. */
+static enum dg_status run_queue(struct run *r, int v)
+{
+	const struct dg_node *n = &r->g->nodes[v];
+	const char *ps = str_attr(r, n, "ps"), *queue = str_attr(r, n, "queue");
+	struct pooled *p;
+	enum dg_status st;
+
+	if (!ps[0]) {
+		dg_err_set(r->err, DG_EINVAL, "attr 'ps' is missing: queue ops run in fragments "
+			   "the master lowered");
+		dg_err_hint(r->err, "submit the graph to a master (dg submit), which places its "
+			    "Queue nodes");
+		return DG_EINVAL;
+	}
+	if (!(p = pool_take(r->w, true, ps, r->err)))
+		return r->err->code;
+	struct worker_queue_call q = {
+		.client = p->obj, .ps = ps, .token = r->w->token, .queue = queue,
+		.attrs = attrs_of(r->f, v), .ins = r->ins, .n_in = n->n_in, .outs = r->outs,
+		.n_out = n->n_out, .deadline = r->deadline, .check = queue_check, .ud = r,
+		.end = &r->input_end,
+	};
+	st = worker_queue_run(r->f->kind[v], &q, r->err);
+	for (int o = 0; st == DG_OK && o < n->n_out; o++)
+		if (!dg_exec_type_ok(&n->out[o], r->outs[o], r->err))
+			st = r->err->code;
+	if (st != DG_OK)
+		dg_err_prefix(r->err, "queue '%s' on %s", queue, ps);
+	pool_give(r->w, p);
+	return st;
+}
+
 /* True for the nodes that go to the I/O pool: they wait on the network. */
 static bool is_io(const struct run *r, int v)
 {
@@ -1305,7 +1356,9 @@ static enum dg_status start_node(struct run *r, int v)
 			complete(r, v);
 		return st;
 	}
-	if (f->kind[v] == WOP_SEND && carries(r, v, iv)) {
+	if (is_queue_op(f->kind[v])) {
+		st = run_queue(r, v);
+	} else if (f->kind[v] == WOP_SEND && carries(r, v, iv)) {
 		st = carry(r, n, iv);
 		if (st == DG_OK && !r->val[iv])
 			r->uses[iv] = 0;                /* moved into the reply */
@@ -1797,6 +1850,16 @@ enum dg_status worker_run_steps_mode(struct worker *w, const char *id,
 		atomic_fetch_add(&w->step_us, (uint64_t)(res->r[i].ms * 1000));
 		if (st == DG_OK)
 			res->steps_done++;
+		/* A training run ends early and cleanly where its input queue
+		 * ended: the steps before are done, this one never began. */
+		if (st != DG_OK && r.input_end && !id_is_kstep) {
+			dg_log(DG_LOG_DEBUG, "worker", "run of '%s': input at its end after %"
+			       PRId64 " steps (%s)", id ? id : "", res->steps_done, r.err->msg);
+			dg_err_clear(r.err);
+			res->input_end = true;
+			st = DG_OK;
+			break;
+		}
 	}
 out:
 	if (st != DG_OK)

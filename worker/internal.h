@@ -3,6 +3,8 @@
 #ifndef WORKER_INTERNAL_H
 #define WORKER_INTERNAL_H
 
+#include "dg/client.h"
+#include "dg/clock.h"
 #include "dg/executor.h"
 
 enum worker_opkind {
@@ -12,10 +14,45 @@ enum worker_opkind {
 	WOP_VAR_READ,
 	WOP_VAR_APPLY,
 	WOP_VAR_INIT,
+	WOP_QUEUE_DEQUEUE,       /* queue_ops.c, in the order of its table */
+	WOP_QUEUE_ENQUEUE,
+	WOP_QUEUE_ACK,
+	WOP_QUEUE_CLOSE,
+	WOP_QUEUE_SIZE,
 };
 
-/* The kind of op, by identity with the definitions of ops.c. */
+/* The kind of op, by identity with the definitions of ops.c and queue_ops.c. */
 enum worker_opkind worker_op_kind(const struct dg_op_def *op);
+
+/* "host:port" with a port in 1..65535, else DG_EINVAL naming attr what. */
+enum dg_status worker_check_address(const char *what, const char *addr, struct dg_err *err);
+
+/* The queue ops (queue_ops.c): registered for the worker and master layers. */
+void worker_queue_ops_register(void);
+enum worker_opkind worker_queue_op_kind(const struct dg_op_def *op);
+/* A node's "components" (and "ids") as a queue spec (capacity 1). */
+enum dg_status worker_queue_components(const json_t *attrs, struct dg_queue_spec *spec,
+				       struct dg_err *err);
+
+/* One run of a queue op by the executor. */
+struct worker_queue_call {
+	struct dg_client *client;       /* kept-alive client of the queue's ps */
+	const char *ps;                 /* its address, and the token, for more */
+	const char *token;              /*   connections (the feeder's threads) */
+	const char *queue;
+	struct dg_attrs attrs;          /* the node's (json set) */
+	const struct dg_tensor *const *ins;
+	int n_in;
+	struct dg_tensor **outs;        /* n_out, NULL: filled on success */
+	int n_out;
+	struct dg_deadline deadline;    /* the step's */
+	/* DG_OK while the step may go on (not aborted, the task not stopping). */
+	enum dg_status (*check)(void *ud, struct dg_err *err);
+	void *ud;
+	bool *end;                      /* set by a dequeue that found the queue at its end */
+};
+enum dg_status worker_queue_run(enum worker_opkind kind, const struct worker_queue_call *q,
+				struct dg_err *err);
 
 /* The tensor a VarInit node describes (attrs already validated): zeros, ones,
  * uniform [-scale, scale], normal (stddev scale) or glorot (uniform, limit

@@ -15,8 +15,7 @@
 #include "dg/kernels.h"
 #include "dg/log.h"
 
-/* "host:port" with a port in 1..65535. */
-static enum dg_status check_address(const char *what, const char *addr, struct dg_err *err)
+enum dg_status worker_check_address(const char *what, const char *addr, struct dg_err *err)
 {
 	char host[256];
 	int port = 0;
@@ -39,7 +38,7 @@ static enum dg_status infer_send(struct dg_infer_ctx *c)
 		return c->err->code;
 	if (dg_rendezvous_key_check(key, c->err) != DG_OK)
 		return c->err->code;
-	return check_address("to", to, c->err);
+	return worker_check_address("to", to, c->err);
 }
 
 /* dtype + shape attrs into out (shape may be partial when allow_unknown). */
@@ -73,7 +72,7 @@ static enum dg_status check_var(struct dg_infer_ctx *c)
 		dg_err_prefix(c->err, "attr 'var'");
 		return c->err->code;
 	}
-	return check_address("ps", ps, c->err);
+	return worker_check_address("ps", ps, c->err);
 }
 
 static enum dg_status infer_var_read(struct dg_infer_ctx *c)
@@ -287,6 +286,7 @@ static void register_ops(void)
 	for (int i = 0; i < N_WORKER_OPS; i++)
 		if (dg_op_register(DG_OPL_WORKER, &worker_ops[i], &err) != DG_OK)
 			dg_log(DG_LOG_ERROR, "worker", "%s", err.msg);   /* a name clash: our bug */
+	worker_queue_ops_register();
 }
 
 void worker_ops_register(void)
@@ -303,7 +303,7 @@ const struct dg_op_def *worker_op_find(const char *name)
 enum worker_opkind worker_op_kind(const struct dg_op_def *op)
 {
 	if (op < worker_ops || op >= worker_ops + N_WORKER_OPS)
-		return WOP_NONE;
+		return worker_queue_op_kind(op);
 	return (enum worker_opkind)(WOP_SEND + (op - worker_ops));
 }
 

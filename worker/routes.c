@@ -143,7 +143,8 @@ static enum dg_status run_args(struct dg_http_req *r, json_t **j, struct worker_
 }
 
 /* {"step", "steps", "nodes_run", "ms", "results": [{"step", "train_step",
- * "ms", "values": {KEY: x | null}, "stale"}, ...]} of a run, into out, and
+ * "ms", "values": {KEY: x | null}, "stale"}, ...], "input_end": true (when
+ * the run stopped early at the end of its input queue)} of a run, into out, and
  * the tensors it carried ("tensors" and their bytes after the JSON's line,
  * dg/task_client.h). Written directly: a training chunk's reply is sent
  * every ~100 ms, a plain run's at every step, and a jansson tree cost a
@@ -183,6 +184,8 @@ static enum dg_status run_reply(const struct worker_run_opts *o,
 	}
 	if (st == DG_OK)
 		st = dg_buf_append(out, "]", 1, err);
+	if (st == DG_OK && res->input_end)
+		st = dg_buf_append(out, ",\"input_end\":true", 17, err);
 	if (st == DG_OK && res->n_carried > 0)
 		st = dg_task_carried_json(out, res->carried, res->n_carried, err);
 	if (st == DG_OK)

@@ -479,6 +479,7 @@ static bool kind_ok(enum dg_attr_kind k, const json_t *v)
 	case DG_ATTR_SHAPE: return json_is_array(v) || json_is_null(v);
 	case DG_ATTR_TENSOR: return true;
 	case DG_ATTR_AXES: return json_is_integer(v) || json_is_array(v) || json_is_null(v);
+	case DG_ATTR_JSON: return true;
 	}
 	return false;
 }
@@ -488,7 +489,7 @@ static const char *kind_name(enum dg_attr_kind k)
 	static const char *const names[] = {
 		"an integer", "a number", "true or false", "a string", "an array of integers",
 		"a dtype name", "an array of sizes", "a tensor literal",
-		"an integer, an array of integers or null",
+		"an integer, an array of integers or null", "JSON",
 	};
 	return names[k];
 }

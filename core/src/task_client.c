@@ -141,6 +141,7 @@ static enum dg_status run_results(const json_t *reply, const struct dg_task_run 
 		out->stale += json_integer_value(json_object_get(ri, "stale"));
 	}
 	out->steps_done = (int64_t)n;
+	out->input_end = json_is_true(json_object_get(reply, "input_end"));
 	return DG_OK;
 }
 

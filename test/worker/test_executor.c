@@ -1772,3 +1772,93 @@ Test(executor, a_failed_run_carries_nothing_and_large_values_are_put)
 	dg_tensor_free(t);
 	dg_http_client_free(c);
 }
+
+struct feed_run {
+	struct worker_run_opts o;
+	struct worker_run_result res;
+	enum dg_status st;
+	struct dg_err err;
+	const char *id;
+};
+
+static void *run_feed_thread(void *arg)
+{
+	struct feed_run *fr = arg;
+
+	fr->st = worker_run_steps(wk[0], fr->id, &fr->o, &fr->res, &fr->err);
+	return NULL;
+}
+
+/* The queue ops against task 1's queue: a feeder fragment enqueues 10
+ * examples (value v, id v) twice; a training fragment dequeues leased batches
+ * of 3, sums them and acks; its run ends cleanly at the queue's end. */
+Test(executor, a_queue_fed_run_applies_every_example_once_per_epoch_and_ends_cleanly)
+{
+	static const char comps[] = "[{\"dtype\": \"float32\", \"shape\": []},"
+				    " {\"dtype\": \"int64\", \"shape\": []}]";
+	char f[4096], feed_id[24], train_id[24];
+	const char *keys[] = { "fetch:s", "fetch:applied" };
+	struct worker_run_opts o = { .step = 900, .steps = 50, .train_step = 0,
+				     .timeout_ms = 10000, .collect = keys, .n_collect = 2 };
+	struct worker_run_opts fo = { .step = 800, .steps = 1, .train_step = 0,
+				      .timeout_ms = 10000 };
+	struct worker_run_result res;
+	struct dg_err err = { 0 };
+	struct dg_client *c = dg_client_new(addr[1], NULL, &err);
+	struct dg_queue_spec spec = { .capacity = 8, .n_components = 2, .has_ids = true,
+				      .ids = 1 };
+	json_t *state = NULL;
+
+	spec.dtype[0] = DG_F32;
+	spec.dtype[1] = DG_I64;
+	cr_assert_eq(dg_queue_create(c, "q", &spec, &err), DG_OK, "%s", err.msg);
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"x\", \"op\": \"Const\", \"attrs\": {\"value\": "
+		 "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9], \"dtype\": \"float32\"}},"
+		 "{\"name\": \"feed\", \"op\": \"QueueEnqueueMany\", \"inputs\": [\"x\"],"
+		 " \"attrs\": {\"queue\": \"q\", \"ps\": \"%s\", \"components\": %s, \"ids\": 1,"
+		 " \"epochs\": 2, \"chunk\": 4, \"threads\": 2, \"shuffle\": false}}]}",
+		 addr[1], comps);
+	add_fragment(0, f, feed_id, sizeof feed_id);
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"b\", \"op\": \"QueueDequeueMany\", \"attrs\": {\"queue\": \"q\","
+		 " \"ps\": \"%s\", \"components\": %s, \"batch\": 3, \"lease_ms\": 60000,"
+		 " \"holder\": \"test/r0\"}},"
+		 "{\"name\": \"s\", \"op\": \"Sum\", \"inputs\": [\"b:0\"]},"
+		 "{\"name\": \"ack\", \"op\": \"QueueAck\", \"inputs\": [\"b:2\"],"
+		 " \"attrs\": {\"queue\": \"q\", \"ps\": \"%s\"}},"
+		 "{\"name\": \"sends\", \"op\": \"_Send\", \"inputs\": [\"s\"],"
+		 " \"attrs\": {\"key\": \"fetch:s\", \"to\": \"%s\"}},"
+		 "{\"name\": \"senda\", \"op\": \"_Send\", \"inputs\": [\"ack:0\"],"
+		 " \"attrs\": {\"key\": \"fetch:applied\", \"to\": \"%s\"}}]}",
+		 addr[1], comps, addr[1], addr[0], addr[0]);
+	add_fragment(0, f, train_id, sizeof train_id);
+
+	/* The feeder blocks on the full queue (capacity 8 < 20): run it beside. */
+	struct feed_run ft = { .o = fo, .id = feed_id };
+	pthread_t th;
+	cr_assert_eq(pthread_create(&th, NULL, run_feed_thread, &ft), 0);
+	cr_assert_eq(worker_run_steps(wk[0], train_id, &o, &res, &err), DG_OK, "%s", err.msg);
+	pthread_join(th, NULL);
+	cr_assert_eq(ft.st, DG_OK, "%s", ft.err.msg);
+	worker_run_result_deinit(&ft.res);
+	/* 20 examples in batches of 3: 6 full, a short one of 2, then the end. */
+	cr_assert(res.input_end);
+	cr_assert_eq(res.steps_done, 7);
+	double sum = 0, applied = 0;
+	for (int i = 0; i < res.steps_done; i++) {
+		sum += res.r[i].values[0];
+		applied += res.r[i].values[1];
+	}
+	cr_assert_float_eq(sum, 2 * 45.0, 1e-9);
+	cr_assert_float_eq(applied, 20.0, 1e-9);
+	worker_run_result_deinit(&res);
+	cr_assert_eq(dg_queue_state(c, "q", &state, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(json_integer_value(json_object_get(state, "acked")), 20);
+	cr_assert_eq(json_integer_value(json_object_get(state, "ids_complete")), 10);
+	cr_assert_eq(json_integer_value(json_object_get(state, "leased")), 0);
+	cr_assert(json_is_true(json_object_get(state, "closed")));
+	json_decref(state);
+	cr_assert_eq(dg_rendezvous_count(worker_rendezvous(wk[0])), 0);
+	dg_client_free(c);
+}

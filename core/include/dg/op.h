@@ -106,6 +106,8 @@ enum dg_attr_kind {
 	DG_ATTR_SHAPE,     /* JSON array of integers (-1 = unknown) or null (unknown rank) */
 	DG_ATTR_TENSOR,    /* a number, nested arrays, or {"dtype","shape","value"} */
 	DG_ATTR_AXES,      /* an integer, an array of integers, or null (all axes) */
+	DG_ATTR_JSON,      /* any JSON value, checked by the op's inference (a queue's
+			    * components: an array of {"dtype", "shape"}) */
 };
 
 struct dg_attr_spec {

@@ -62,6 +62,8 @@ struct dg_task_run_result {
 	int64_t steps_done;
 	double *values;                 /* owned: steps_done x n_collect, NAN for null */
 	int64_t stale;                  /* sync applies dropped by the ps, summed */
+	bool input_end;                 /* the run stopped early, cleanly, at the end of
+					 * its input queue (steps_done steps ran) */
 };
 /* Run the fragment; out may be NULL (a plain one-step run collects nothing:
  * its reply is then read only when it carries tensors). out is filled on

@@ -15,19 +15,20 @@ const struct dg_op_def *dg_op_find(const char *name);
 /* Find an op of one of the layers in mask (DG_OPL_* bits); NULL when unknown
  * or of another layer. Thread-safe. */
 const struct dg_op_def *dg_op_find_in(const char *name, unsigned layers);
-/* Add op of layer DG_OPL_WORKER or DG_OPL_MASTER to the registry (op is
+/* Add op of layer DG_OPL_WORKER or DG_OPL_MASTER (or both: the queue ops,
+ * which a submitted graph names and the executor runs) to the registry (op is
  * borrowed and must outlive every lookup: a static table). Registering the
  * same op again does nothing; DG_EEXIST when another op has its name,
  * DG_ETOOLARGE when the index is full. Call at start-up (e.g. under
  * pthread_once, before the layer's first lookup). Thread-safe. */
-enum dg_status dg_op_register(enum dg_op_layer layer, const struct dg_op_def *op,
+enum dg_status dg_op_register(unsigned layer, const struct dg_op_def *op,
 			      struct dg_err *err);
 /* Iterate the registry: index 0..dg_op_count()-1, every op registered so far,
  * sorted by name. Thread-safe (indices shift when a layer registers ops). */
 int dg_op_count(void);
 const struct dg_op_def *dg_op_at(int i);
 /* The layer op was registered with; 0 when it is not in the registry. */
-enum dg_op_layer dg_op_layer_of(const struct dg_op_def *op);
+unsigned dg_op_layer_of(const struct dg_op_def *op);
 
 /* Run one op on host tensors outside any graph (tests, benchmarks, the
  * executor). attrs may be NULL (no attrs). Validates attrs and arity, then

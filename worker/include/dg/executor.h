@@ -126,6 +126,9 @@ struct worker_run_result {
 	struct worker_step_result *r;   /* owned */
 	struct dg_task_carried *carried;        /* owned: with carry_to, what was carried */
 	int n_carried;
+	bool input_end;                 /* a training run that stopped early, cleanly: a
+					 * QueueDequeueMany found its queue closed and
+					 * drained (steps_done steps were run) */
 };
 
 /* Run fragment id for steps o->step .. o->step + o->steps - 1 back to back,
