@@ -590,14 +590,21 @@ static struct dg_graph *load_graph(struct session *s, const char *path, struct d
 	struct dg_graph *g;
 
 	s->doc = json_load_file(path, 0, &je);
-	if (!s->doc || !json_is_object(s->doc) || !json_object_get(s->doc, "training"))
+	if (!s->doc || !json_is_object(s->doc) ||
+	    (!json_object_get(s->doc, "training") && !master_graph_has_queue_ops(s->doc)))
 		return dg_graph_load(path, master_op_find, err);   /* with its messages */
-	s->training = true;
-	if (!(copy = json_copy(s->doc))) {
+	s->training = json_object_get(s->doc, "training") != NULL;
+	/* Queue ops are checked as the master will: with their Queue's components. */
+	if (!(copy = json_deep_copy(s->doc))) {
 		dg_err_set(err, DG_ENOMEM, "out of memory");
 		return NULL;
 	}
 	json_object_del(copy, "training");
+	if (master_queue_expand(copy, err) != DG_OK) {
+		json_decref(copy);
+		dg_err_prefix(err, "%s", path);
+		return NULL;
+	}
 	g = dg_graph_from_json(copy, master_op_find, err);
 	json_decref(copy);
 	if (!g)

@@ -73,6 +73,10 @@ enum dg_status master_job_result(struct master *m, const char *id, const char *n
  * out. DG_ENOTFOUND for an unknown job or one without "training". */
 enum dg_status master_job_metrics(struct master *m, const char *id, struct dg_buf *out,
 				  struct dg_err *err);
+/* The per-step ledger CSV of a queue-fed training job (doc/http-api.md,
+ * "Jobs") appended to out. DG_ENOTFOUND for an unknown job or another kind. */
+enum dg_status master_job_steps(struct master *m, const char *id, struct dg_buf *out,
+				struct dg_err *err);
 /* Cancel: abort the running step on every task. DG_ENOTFOUND. */
 enum dg_status master_job_cancel(struct master *m, const char *id, struct dg_err *err);
 /* Join and free every job (master_free). */
@@ -87,6 +91,23 @@ bool master_is_apply(const struct dg_node *n);
 int master_apply_target(const struct dg_graph *g, int n, struct dg_err *err);
 /* ApplyGradient node n's gradient has its Variable's dtype and known shape. */
 enum dg_status master_check_apply(const struct dg_graph *g, int n, struct dg_err *err);
+
+/* ------------------------------------------------ queues (queue.c) */
+
+const struct dg_op_def *master_queue_op(void);
+/* A Queue node (held by a ps task, like a Variable); a node of a queue op
+ * (QueueDequeueMany, QueueEnqueueMany, QueueAck, QueueClose, QueueSize). */
+bool master_is_queue(const struct dg_node *n);
+bool master_is_queue_op(const struct dg_node *n);
+/* The Queue node that queue op n names in attr "queue", or -1. */
+int master_queue_of(const struct dg_graph *g, int n);
+/* The bytes a Queue node's queue holds when full (placement by bytes). */
+int64_t master_queue_bytes(const struct dg_node *n);
+/* master_queue_expand and master_graph_has_queue_ops: dg/place.h. */
+/* Create Queue node qn's queue on cluster task `task` (fresh: delete what is
+ * there first). */
+enum dg_status master_queue_create(struct master *m, const struct dg_node *qn, int task,
+				   bool fresh, struct dg_err *err);
 
 /* ------------------------------------------------ jobs (job.c and the files it names) */
 
@@ -169,7 +190,8 @@ struct train {
 	struct train_plan plan;
 	struct replica *reps;          /* plan.n_replicas */
 	int n_reps;
-	int n_collect;                 /* loss + metrics */
+	int n_collect;                 /* loss + metrics (+ plan.n_extra): a step's values */
+	int n_metrics;                 /* the metrics among them, after the loss */
 	const char **collect;          /* borrowed from reps[r].part.fetch_keys (same for all r) */
 	int n_vars;                    /* trained variables */
 	char **var_name;               /* owned: name on the ps */
@@ -198,6 +220,20 @@ struct train {
 	int64_t epochs_reported;       /* epochs whose end had a train event */
 	double examples_per_s;
 	struct dg_buf csv;             /* GET /v1/jobs/ID/metrics */
+	/* Queue-fed input (plan.queue; train_input.c, train_feed.c). */
+	int queue_task;                /* cluster task holding the queue; -1 without one */
+	struct dg_graph *feed_g;       /* the feeder's graph, placed and cut (NULL: none) */
+	struct placement feed_pl;
+	struct partition feed_part;
+	char (*feed_id)[24];           /* per feed_part.frags: registered ids */
+	pthread_t feed_th;
+	bool feed_started, feed_over;  /* its thread; whether it ended (feed_st says how) */
+	uint64_t feed_step;            /* its run's step id while it runs, 0 */
+	enum dg_status feed_st;
+	struct dg_err feed_err;
+	int64_t applied, requeued;     /* examples, from every step's QueueAck */
+	int64_t lost_replicas;         /* replicas whose task was lost for good */
+	struct dg_buf ledger;          /* GET /v1/jobs/ID/steps: the per-step ledger */
 };
 
 /* "task /job:worker/task:1 (127.0.0.1:2223)" */
@@ -274,6 +310,26 @@ void *job_main(void *arg);
 enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
 			   struct place_opts *po, const enum dg_status *reach,
 			   const struct dg_err *errs, struct dg_err *err);
+
+/* train_feed.c: the queue-fed side of a run (doc/training.md, "The input
+ * pipeline"). setup: the queue created (afresh when the job feeds it), the
+ * replicas' leases named "JOB/rR", the feeder's fragments registered. start:
+ * the feeder's thread (none without a feeder); stop: its step aborted (when
+ * still running, with reason) and the thread joined. release: every lease
+ * of replica r back in the queue, *n examples. account_locked: a chunk's
+ * QueueAck values into the job's counts and its ledger. */
+enum dg_status train_feed_setup(struct master *m, struct job *j, struct dg_err *err);
+enum dg_status train_feed_start(struct master *m, struct job *j, struct dg_err *err);
+void train_feed_stop(struct master *m, struct job *j, const char *reason);
+enum dg_status train_feed_release(struct master *m, struct job *j, int r, int64_t *n,
+				  struct dg_err *err);
+void train_feed_account_locked(struct train *tr, int r, int64_t t0,
+			       const struct dg_task_run_result *c, double ms);
+/* Examples trained: from the ledger when queue-fed, else steps x batch. */
+int64_t train_examples_locked(const struct train *tr);
+/* The "input" object of the status: queue, feeder, counts; null without a queue. */
+json_t *train_feed_json_locked(const struct train *tr);
+void train_feed_free(struct train *tr);
 
 /* train_run.c */
 /* Initialise the variables, read their sync steps, register the replica and

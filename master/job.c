@@ -290,6 +290,7 @@ void train_free(struct master *m, struct train *tr)
 	free(tr->metric);
 	free(tr->eval);
 	dg_buf_deinit(&tr->csv);
+	train_feed_free(tr);
 	train_plan_deinit(&tr->plan);
 	train_spec_deinit(&tr->spec);
 	free(tr);
@@ -371,6 +372,28 @@ enum dg_status master_job_metrics(struct master *m, const char *id, struct dg_bu
 	} else {
 		st = dg_buf_append(out, j->tr->csv.data ? j->tr->csv.data : "", j->tr->csv.len,
 				   err);
+	}
+	job_put_locked(j);
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
+enum dg_status master_job_steps(struct master *m, const char *id, struct dg_buf *out,
+				struct dg_err *err)
+{
+	struct job *j = job_get(m, id, err);
+	enum dg_status st;
+
+	if (!j)
+		return DG_ENOTFOUND;
+	pthread_mutex_lock(&m->mu);
+	if (!j->tr || !j->tr->plan.queue) {
+		st = dg_err_set(err, DG_ENOTFOUND, "job %s has no step ledger: it is not a "
+				"queue-fed training job", id);
+		dg_err_hint(err, "its metrics are in GET /v1/jobs/%s/metrics", id);
+	} else {
+		st = dg_buf_append(out, j->tr->ledger.data ? j->tr->ledger.data : "",
+				   j->tr->ledger.len, err);
 	}
 	job_put_locked(j);
 	pthread_mutex_unlock(&m->mu);

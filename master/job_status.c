@@ -24,25 +24,27 @@ static json_t *train_json_locked(const struct job *j)
 	json_t *metrics = json_object(), *eval = json_object(), *done = json_array();
 	int64_t mean, sum = train_done_locked(tr, &mean);
 
-	for (int i = 0; i < tr->n_collect - 1; i++)
+	for (int i = 0; i < tr->n_metrics; i++)
 		json_object_set_new(metrics, tr->spec.metrics[i], job_num_json(tr->metric[i]));
 	for (int i = 0; tr->have_eval && i < j->part.n_fetch; i++)
 		json_object_set_new(eval, j->part.fetch_keys[i] + 6, job_num_json(tr->eval[i]));
 	for (int r = 0; r < tr->n_reps; r++)
 		json_array_append_new(done, json_integer(tr->reps[r].done));
+	(void)sum;
 	return json_pack("{s:I, s:I, s:I, s:i, s:s, s:i, s:I, s:o, s:I, s:o, s:o, s:o, s:I, "
-			 "s:o, s:i, s:i, s:i}",
+			 "s:o, s:i, s:i, s:i, s:o}",
 			 "epochs", (json_int_t)tr->epochs, "steps", (json_int_t)tr->steps,
 			 "steps_per_epoch", (json_int_t)tr->spe, "replicas", tr->n_reps,
 			 "mode", tr->spec.sync ? "sync" : "async", "backup", tr->spec.backup,
-			 "examples", (json_int_t)(sum * tr->plan.examples_per_step),
+			 "examples", (json_int_t)train_examples_locked(tr),
 			 "examples_per_s", job_num_json(tr->examples_per_s),
 			 "batch", (json_int_t)tr->plan.examples_per_step,
 			 "loss", job_num_json(tr->loss), "metrics", metrics, "eval", eval,
 			 "stale", (json_int_t)tr->stale, "replica_steps", done,
 			 "replica_group", tr->plan.group,
 			 "towers", tr->spec.towers > 1 ? tr->spec.towers : 1,
-			 "microbatches", tr->spec.microbatches > 1 ? tr->spec.microbatches : 1);
+			 "microbatches", tr->spec.microbatches > 1 ? tr->spec.microbatches : 1,
+			 "input", train_feed_json_locked(tr));
 }
 
 

@@ -147,6 +147,13 @@ static enum dg_status h_result(void *ctx, struct dg_http_req *r, struct dg_http_
 	return st;
 }
 
+static enum dg_status h_steps(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			      struct dg_err *err)
+{
+	return master_job_steps(ctx, dg_http_param(r, "id"), dg_http_body_buf(w, "text/csv"),
+				err);
+}
+
 static enum dg_status h_metrics(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
 				struct dg_err *err)
 {
@@ -164,6 +171,7 @@ static const struct dg_route master_routes[] = {
 	{ "GET", "/v1/jobs/{id}/events", h_events, "progress as JSON lines (long poll)" },
 	{ "GET", "/v1/jobs/{id}/results/{name...}", h_result, "a fetched value (raw/npy/text)" },
 	{ "GET", "/v1/jobs/{id}/metrics", h_metrics, "a training job's metrics and evals (CSV)" },
+	{ "GET", "/v1/jobs/{id}/steps", h_steps, "a queue-fed training job's step ledger (CSV)" },
 };
 
 /* The task interface of every cluster task: this one's own, the others

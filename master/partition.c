@@ -170,6 +170,28 @@ static enum dg_status mark_needed(struct cutter *ct, const struct dg_edge *fetch
 	return DG_OK;
 }
 
+/* Queue op n on its task (inputs taken): "ps" is the task that holds its
+ * Queue, whose name is the queue's on that ps. */
+static enum dg_status cut_queue_op(struct cutter *ct, int n, json_t *inputs, struct dg_err *err)
+{
+	const struct dg_node *nd = &ct->g->nodes[n];
+	int q = master_queue_of(ct->g, n);
+	json_t *a;
+
+	if (q < 0 || ct->p->task[q] < 0) {
+		json_decref(inputs);
+		return dg_err_set(err, DG_EINVAL, "node '%s' (%s): attr 'queue' names no placed "
+				  "Queue node", nd->name, nd->op->name);
+	}
+	if (!(a = json_deep_copy(nd->attrs)) ||
+	    json_object_set_new(a, "ps", json_string(ct->c->tasks[ct->p->task[q]].address))) {
+		json_decref(a);
+		json_decref(inputs);
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	}
+	return add_node(&ct->main[ct->p->task[n]], nd->name, nd->op->name, inputs, a, err);
+}
+
 /* ApplyGradient n as a VarApply on its task (inputs taken): the Variable's
  * ps var name and address, the other attrs as given. */
 static enum dg_status cut_apply(struct cutter *ct, int n, json_t *inputs, struct dg_err *err)
@@ -240,6 +262,8 @@ static enum dg_status cut_node(struct cutter *ct, int n, struct dg_err *err)
 	}
 	if (master_is_apply(nd))
 		return cut_apply(ct, n, inputs, err);
+	if (master_is_queue_op(nd))
+		return cut_queue_op(ct, n, inputs, err);
 	st = add_node(&ct->main[t], nd->name, nd->op->name, inputs, json_incref(nd->attrs), err);
 	/* A GPU placement travels with the node: the task's executor runs it on that
 	 * GPU (worker/exec.c); a soft-placed node stays on the CPU. */

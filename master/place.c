@@ -208,6 +208,20 @@ static double gpu_work(const struct dg_graph *g, int n)
 	return in > out ? in : out;
 }
 
+/* A node held by a ps task: a Variable or a Queue. */
+static bool on_ps(const struct dg_node *nd)
+{
+	return master_is_variable(nd) || master_is_queue(nd);
+}
+
+/* The bytes node n keeps on its ps: its value, or its queue when full. */
+static int64_t ps_bytes(const struct dg_graph *g, int n)
+{
+	if (master_is_queue(&g->nodes[n]))
+		return master_queue_bytes(&g->nodes[n]);
+	return (int64_t)edge_bytes(g, (struct dg_edge){ n, 0 });
+}
+
 /* May the cost model choose the device of node n (CPU or GPU)? Not when its
  * device names one (or soft placement moved it), and not for what only a
  * CPU runs: sources (they follow their consumer and are computed once per
@@ -220,7 +234,7 @@ static bool device_free(const struct placer *pl, int n)
 
 	return !pl->spec[n].cpu && !pl->spec[n].gpu && !pl->p->soft[n] && nd->n_in > 0 &&
 	       !(nd->op->flags & (DG_OPF_SOURCE | DG_OPF_STATEFUL | DG_OPF_FEED)) &&
-	       !master_is_variable(nd) && !master_is_apply(nd);
+	       !on_ps(nd) && !master_is_apply(nd);
 }
 
 /* May node n run on task t? Its spec's job/task/gpu must match; without a job,
@@ -236,9 +250,9 @@ static bool allowed(const struct placer *pl, int n, int t)
 		return false;
 	if (d->task >= 0 && d->task != a->index)
 		return false;
-	if (!d->job && master_is_variable(&pl->g->nodes[n]) && pl->n_ps > 0 && !is_ps)
+	if (!d->job && on_ps(&pl->g->nodes[n]) && pl->n_ps > 0 && !is_ps)
 		return false;
-	if (!d->job && !master_is_variable(&pl->g->nodes[n]) && is_ps && pl->n_ps < pl->c->n_tasks)
+	if (!d->job && !on_ps(&pl->g->nodes[n]) && is_ps && pl->n_ps < pl->c->n_tasks)
 		return false;
 	if (d->gpu && !pl->p->soft[n] && !task_has_gpu(pl, t))
 		return false;
@@ -318,16 +332,20 @@ static enum dg_status check_spec(struct placer *pl, int n, struct dg_err *err)
 	return DG_EUNSUPPORTED;
 }
 
-/* The task that already holds node n's variable (place_opts.existing), or -1. */
+/* The task that already holds node n's variable (place_opts.existing), or -1.
+ * A queue is listed there as "queue:NAME". */
 static int existing_task(const struct placer *pl, int n)
 {
 	const struct dg_node *nd = &pl->g->nodes[n];
 	const char *var = json_string_value(json_object_get(nd->attrs, "var"));
+	char key[DG_GRAPH_MAX_NAME + 8];
 	json_t *v;
 
 	if (!pl->o || !json_is_object(pl->o->existing))
 		return -1;
-	v = json_object_get(pl->o->existing, var ? var : nd->name);
+	if (master_is_queue(nd))
+		snprintf(key, sizeof key, "queue:%s", nd->name);
+	v = json_object_get(pl->o->existing, master_is_queue(nd) ? key : var ? var : nd->name);
 	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
 	    json_integer_value(v) >= pl->c->n_tasks)
 		return -1;
@@ -342,7 +360,7 @@ static void place_variable(struct placer *pl, int n)
 	if (have >= 0) {
 		/* Its value lives there: placing it elsewhere would start a second copy. */
 		pl->p->task[n] = have;
-		pl->bytes[have] += (int64_t)edge_bytes(pl->g, (struct dg_edge){ n, 0 });
+		pl->bytes[have] += ps_bytes(pl->g, n);
 		pl->p->why[n] = "existing";
 		return;
 	}
@@ -359,8 +377,9 @@ static void place_variable(struct placer *pl, int n)
 			}
 	}
 	pl->p->task[n] = best;
-	pl->bytes[best] += (int64_t)edge_bytes(pl->g, (struct dg_edge){ n, 0 });
-	pl->p->why[n] = count == 1 && pl->spec[n].job ? "explicit" : "variable";
+	pl->bytes[best] += ps_bytes(pl->g, n);
+	pl->p->why[n] = count == 1 && pl->spec[n].job ? "explicit" :
+			master_is_queue(&pl->g->nodes[n]) ? "queue" : "variable";
 }
 
 /* Bytes that must cross into task t for node n's inputs (each distinct value
@@ -589,7 +608,7 @@ enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
 		if (master_is_apply(&g->nodes[n]))
 			st = master_check_apply(g, n, err);
 	for (int n = 0; st == DG_OK && n < g->n_nodes; n++)
-		if (master_is_variable(&g->nodes[n]))
+		if (on_ps(&g->nodes[n]))
 			place_variable(&pl, n);
 	/* Computation in topological order, so every input's task is known (or
 	 * deferred) when its consumer is placed. */
@@ -597,7 +616,7 @@ enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
 		int n = g->order[i];
 		const struct dev_spec *d = &pl.spec[n];
 		int with;
-		if (master_is_variable(&g->nodes[n]))
+		if (on_ps(&g->nodes[n]))
 			continue;
 		if ((with = colocate_task(&pl, n)) >= 0) {
 			out->task[n] = with;
@@ -612,7 +631,7 @@ enum dg_status place_graph(const struct dg_graph *g, const struct dg_cluster *c,
 			place_compute(&pl, n);
 	}
 	for (int n = 0; st == DG_OK && n < g->n_nodes; n++) {
-		if (out->task[n] >= 0 || master_is_variable(&g->nodes[n]))
+		if (out->task[n] >= 0 || on_ps(&g->nodes[n]))
 			continue;
 		out->task[n] = least_loaded(&pl, n);
 		out->why[n] = "cost";

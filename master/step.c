@@ -50,6 +50,8 @@ void step_unregister_all(struct master *m, struct job *j)
 		for (int i = 0; rp->init_id && i < rp->part.n_init; i++)
 			unregister_one(m, rp->part.init[i].task, rp->init_id[i]);
 	}
+	for (int i = 0; j->tr && j->tr->feed_id && i < j->tr->feed_part.n_frags; i++)
+		unregister_one(m, j->tr->feed_part.frags[i].task, j->tr->feed_id[i]);
 	for (int i = 0; i < j->part.n_frags; i++)
 		unregister_one(m, j->part.frags[i].task, j->frag_id[i]);
 	for (int i = 0; i < j->part.n_init; i++)

@@ -301,6 +301,7 @@ enum dg_status master_job_submit(struct master *m, const json_t *body, char *id,
 {
 	struct job *j = calloc(1, sizeof *j);
 	const json_t *start = json_object_get(body, "start");
+	json_t *expanded = NULL;
 	enum dg_status st;
 
 	if (!j)
@@ -313,7 +314,24 @@ enum dg_status master_job_submit(struct master *m, const json_t *body, char *id,
 		job_free(j);
 		return st;
 	}
+	/* Queue ops take their components from the Queue they name: a copy of
+	 * the body with them filled in, only when there are queue ops. */
+	if (master_graph_has_queue_ops(json_object_get(body, "graph"))) {
+		if (!(expanded = json_deep_copy(body))) {
+			job_free(j);
+			return dg_err_set(err, DG_ENOMEM, "out of memory");
+		}
+		if ((st = master_queue_expand(json_object_get(expanded, "graph"), err)) != DG_OK) {
+			json_decref(expanded);
+			job_free(j);
+			return st;
+		}
+		body = expanded;
+	}
 	st = job_build(m, j, body, err);
+	json_decref(expanded);
+	expanded = NULL;
+	body = NULL;
 	if (st != DG_OK) {
 		job_free(j);
 		return st;

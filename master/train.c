@@ -319,7 +319,7 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 
 	rep->doc = json_deep_copy(ad_doc);
 	rep->targets = calloc((size_t)p->n_vars + (size_t)L->group + 1, sizeof *rep->targets);
-	rep->fetch = calloc((size_t)s->n_metrics + 2, sizeof *rep->fetch);
+	rep->fetch = calloc((size_t)s->n_metrics + 2 + (size_t)p->n_extra, sizeof *rep->fetch);
 	rep->reasons = tw && tw->reasons ? json_deep_copy(tw->reasons) : json_object();
 	rep->colocate = json_incref(colocate);
 	if (!rep->doc || !rep->targets || !rep->fetch || !rep->reasons)
@@ -349,6 +349,8 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 	for (int i = 0; i < rep->n_fetch; i++)
 		if (!rep->fetch[i])
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
+	if (p->queue && (st = train_input_replica(s, p, r, rep, err)) != DG_OK)
+		return st;
 	fetch = refs_json(rep->fetch, rep->n_fetch);
 	if (!fetch || json_object_set_new(rep->doc, "fetch", fetch))
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
@@ -680,10 +682,13 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 	dg_graph_ref(pg, ps->loss, &loss, NULL);
 	if ((st = loss_needs(pg, loss.node, need, err)) != DG_OK)
 		goto out;
-	if ((st = epoch_size(pg, need, ps, R * K, &out->steps_per_epoch,
-			     &out->examples_per_step, err)) != DG_OK)
+	if ((st = train_input_plan(pg, need, ps, R, out, err)) != DG_OK)
 		goto out;
-	out->examples_per_step *= K;
+	if (!out->queue && (st = epoch_size(pg, need, ps, R * K, &out->steps_per_epoch,
+					    &out->examples_per_step, err)) != DG_OK)
+		goto out;
+	if (!out->queue)
+		out->examples_per_step *= K;
 	out->steps = s->epochs > 0 ? s->epochs * out->steps_per_epoch : s->steps;
 	if ((st = trained_vars(pg, ps, need, out, &ad_doc, &grads, &n_grads, err)) != DG_OK)
 		goto out;
@@ -737,5 +742,9 @@ void train_plan_deinit(struct train_plan *p)
 	free(p->group_task);
 	json_decref(p->eval_doc);
 	free_strs(p->var_nodes, p->n_vars);
+	free(p->queue);
+	free(p->dequeue);
+	free(p->feeder);
+	json_decref(p->feed_doc);
 	memset(p, 0, sizeof *p);
 }

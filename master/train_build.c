@@ -34,9 +34,22 @@ static json_t *probe_vars(struct master *m, const enum dg_status *reach)
 		if (strcmp(m->cluster->tasks[t].job, "ps") != 0 || reach[t] != DG_OK)
 			continue;
 		struct dg_client *c = dg_client_new(m->cluster->tasks[t].address, m->token, NULL);
+		json_t *queues = NULL, *q;
+		size_t k;
 		if (c && dg_var_list(c, "", &vars, &n, NULL) == DG_OK)
 			for (int i = 0; i < n; i++)
 				json_object_set_new(o, vars[i].name, json_integer(t));
+		/* Queues as "queue:NAME" (place.c): a queue fed from outside stays
+		 * where it is. */
+		if (c && dg_queue_list(c, &queues, NULL) == DG_OK)
+			json_array_foreach(json_object_get(queues, "queues"), k, q) {
+				char key[DG_VAR_NAME_MAX + 8];
+				const char *name = json_string_value(json_object_get(q, "name"));
+				snprintf(key, sizeof key, "queue:%s", name ? name : "");
+				if (name)
+					json_object_set_new(o, key, json_integer(t));
+			}
+		json_decref(queues);
 		free(vars);
 		dg_client_free(c);
 	}
@@ -154,7 +167,7 @@ static enum dg_status train_vars(struct train *tr, struct dg_err *err)
 static enum dg_status train_figures(struct job *j, struct dg_err *err)
 {
 	struct train *tr = j->tr;
-	int nm = tr->n_collect - 1;
+	int nm = tr->n_metrics;
 
 	tr->sum_metric = calloc((size_t)nm + 1, sizeof *tr->sum_metric);
 	tr->metric = calloc((size_t)nm + 1, sizeof *tr->metric);
@@ -222,21 +235,67 @@ static enum dg_status build_replicas(struct master *m, struct train *tr, struct 
 		for (int n = 0; st == DG_OK && r == 0 && n < tr->reps[0].g->n_nodes; n++) {
 			const struct dg_node *nd = &tr->reps[0].g->nodes[n];
 			const char *var;
+			char key[DG_GRAPH_MAX_NAME + 8];
 			if (strcmp(nd->op->name, "Variable") == 0 &&
 			    dg_attr_string(nd->attrs, "var", nd->name, &var, err) == DG_OK)
 				json_object_set_new(existing, var,
 						    json_integer(tr->reps[0].pl.task[n]));
+			if (master_is_queue(nd)) {
+				snprintf(key, sizeof key, "queue:%s", nd->name);
+				json_object_set_new(existing, key,
+						    json_integer(tr->reps[0].pl.task[n]));
+			}
 		}
 	}
 	if (st != DG_OK)
 		return st;
 	tr->collect = (const char **)tr->reps[0].part.fetch_keys;
 	tr->n_collect = tr->reps[0].part.n_fetch;
+	tr->n_metrics = tr->n_collect - 1 - tr->plan.n_extra;
 	if (tr->n_collect < 1)
 		return dg_err_set(err, DG_EINTERNAL, "the training plan collects no loss");
 	tr->reps[0].init_id = calloc((size_t)tr->reps[0].part.n_init + 1,
 				     sizeof *tr->reps[0].init_id);
 	if (!tr->reps[0].init_id)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	return DG_OK;
+}
+
+/* The queue's task (replica 0's placement of it) and the feeder's graph
+ * placed (its Queue where replica 0 put it: po->existing) and cut, its
+ * target the feeder node. */
+static enum dg_status build_feeder(struct master *m, struct train *tr,
+				   const struct place_opts *po, struct dg_err *err)
+{
+	const struct replica *rp = &tr->reps[0];
+	const char *target;
+	int q;
+	enum dg_status st;
+
+	tr->queue_task = -1;
+	if (!tr->plan.queue)
+		return DG_OK;
+	if ((q = dg_graph_find(rp->g, tr->plan.queue)) < 0 || rp->pl.task[q] < 0)
+		return dg_err_set(err, DG_EINTERNAL, "queue '%s' is not placed", tr->plan.queue);
+	tr->queue_task = rp->pl.task[q];
+	if (strcmp(m->cluster->tasks[tr->queue_task].job, "ps") != 0)
+		dg_log(DG_LOG_INFO, "master", "queue '%s' is held by %s, not a ps task",
+		       tr->plan.queue, task_label(m, tr->queue_task).s);
+	if (!tr->plan.feed_doc)
+		return DG_OK;
+	if (!(tr->feed_g = dg_graph_from_json(tr->plan.feed_doc, master_op_find, err))) {
+		dg_err_prefix(err, "the feeder's graph");
+		return err ? err->code : DG_EINVAL;
+	}
+	if ((st = place_graph(tr->feed_g, m->cluster, po, &tr->feed_pl, err)) != DG_OK)
+		return st;
+	target = tr->plan.feeder;
+	struct partition_opts ppo = { .targets = &target, .n_targets = 1,
+				      .master_task = master_self(m) };
+	if ((st = place_partition_ex(tr->feed_g, m->cluster, &tr->feed_pl, &ppo, &tr->feed_part,
+				     err)) != DG_OK)
+		return st;
+	if (!(tr->feed_id = calloc((size_t)tr->feed_part.n_frags + 1, sizeof *tr->feed_id)))
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	return DG_OK;
 }
@@ -327,7 +386,8 @@ enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	po->existing = existing;
 	if ((st = build_replicas(m, j->tr, po, existing, err)) == DG_OK &&
-	    (st = train_vars(j->tr, err)) == DG_OK)
+	    (st = train_vars(j->tr, err)) == DG_OK &&
+	    (st = build_feeder(m, j->tr, po, err)) == DG_OK)
 		st = build_eval(m, j, po, err);
 	po->existing = NULL;
 	json_decref(existing);

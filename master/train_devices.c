@@ -198,7 +198,7 @@ enum dg_status train_pin(json_t *doc, const struct train_layout *L, const struct
 		const char *why;
 		char dev[DEV_MAX];
 		if (!op || !name || strcmp(op, "Variable") == 0 || strcmp(op, "ApplyGradient") == 0 ||
-		    (skip && json_object_get(skip, name)))
+		    strcmp(op, "Queue") == 0 || (skip && json_object_get(skip, name)))
 			continue;
 		if (!replica_device(L, c, r, name, json_string_value(json_object_get(n, "device")),
 				    dev, sizeof dev, &why))

@@ -74,4 +74,18 @@ enum dg_status train_micro_build(const struct dg_graph *g, const struct train_sp
 				 struct train_towers *out, struct dg_err *err);
 void train_towers_deinit(struct train_towers *t);
 
+/* Queue-fed input (train_input.c). train_input_plan: when the loss reads a
+ * QueueDequeueMany (need: the nodes the loss needs), fill the plan's queue
+ * fields, the batch and the epoch; errors (DG_EINVAL) for two dequeues, a
+ * ShardBatch beside one, epochs without a feeder of known size, two feeders;
+ * DG_EUNSUPPORTED with towers or micro-batches. Does nothing without one.
+ * train_input_replica: replica r's dequeue leased (holder "rR", the batch of
+ * the spec) and a "_train/queue_ack" QueueAck after its applies, its two
+ * outputs appended to rep->fetch (room for them is the caller's). */
+enum dg_status train_input_plan(const struct dg_graph *g, const bool *need,
+				const struct train_spec *s, int R, struct train_plan *out,
+				struct dg_err *err);
+enum dg_status train_input_replica(const struct train_spec *s, const struct train_plan *p,
+				   int r, struct train_replica *rep, struct dg_err *err);
+
 #endif

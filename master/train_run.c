@@ -41,6 +41,22 @@ static int64_t train_epoch(const struct train *tr, int64_t done)
 	return tr->epochs > 0 && e > tr->epochs ? tr->epochs : e;
 }
 
+/* The epoch of the job now: queue-fed, the one its applied examples are in
+ * (the last at the end); else train_epoch of the mean replica's steps. */
+static int64_t train_epoch_now(const struct train *tr, int64_t mean)
+{
+	int64_t n = tr->plan.examples_per_epoch, e;
+
+	if (!tr->plan.queue)
+		return train_epoch(tr, mean);
+	if (n <= 0)
+		return 0;
+	e = tr->applied / n + (tr->applied % n ? 1 : 0);
+	if (e < 1)
+		e = 1;
+	return tr->epochs > 0 && e > tr->epochs ? tr->epochs : e;
+}
+
 /* Training steps done, summed over the replicas, and their mean. Locked. */
 int64_t train_done_locked(const struct train *tr, int64_t *mean)
 {
@@ -61,8 +77,12 @@ static void train_event_locked(struct master *m, struct job *j, bool force)
 	struct train *tr = j->tr;
 	double now = master_now_ms(), elapsed, xps;
 	int64_t mean, sum = train_done_locked(tr, &mean), examples;
-	int64_t ep_done = tr->spe > 0 ? mean / tr->spe : 0;
-	bool epoch_end = tr->spe > 0 && ep_done > tr->epochs_reported;
+	int64_t n_ep = tr->plan.examples_per_epoch;
+	/* Queue-fed, an epoch is over when its examples were applied. */
+	int64_t ep_done = tr->plan.queue ? (n_ep > 0 ? tr->applied / n_ep : 0) :
+			  tr->spe > 0 ? mean / tr->spe : 0;
+	bool epoch_end = (tr->spe > 0 || (tr->plan.queue && n_ep > 0)) &&
+			 ep_done > tr->epochs_reported;
 	json_t *ev, *metrics;
 
 	if (job_over(j) || tr->final_reported ||
@@ -77,11 +97,11 @@ static void train_event_locked(struct master *m, struct job *j, bool force)
 		return;
 	if (tr->n_agg > 0) {
 		tr->loss = tr->sum_loss / (double)tr->n_agg;
-		for (int i = 0; i < tr->n_collect - 1; i++)
+		for (int i = 0; i < tr->n_metrics; i++)
 			tr->metric[i] = tr->sum_metric[i] / (double)tr->n_agg;
 	}
 	tr->sum_loss = 0;
-	for (int i = 0; i < tr->n_collect - 1; i++)
+	for (int i = 0; i < tr->n_metrics; i++)
 		tr->sum_metric[i] = 0;
 	tr->n_agg = 0;
 	if (epoch_end)
@@ -89,15 +109,16 @@ static void train_event_locked(struct master *m, struct job *j, bool force)
 	tr->last_event_ms = now;
 	tr->last_event_step = mean;
 	elapsed = (now - tr->t0) / 1e3;
-	examples = sum * tr->plan.examples_per_step;
+	(void)sum;
+	examples = train_examples_locked(tr);
 	xps = elapsed > 0 ? (double)examples / elapsed : 0.0;
 	tr->examples_per_s = xps;
 	j->steps_done = mean;
 	metrics = json_object();
-	for (int i = 0; i < tr->n_collect - 1; i++)
+	for (int i = 0; i < tr->n_metrics; i++)
 		json_object_set_new(metrics, tr->spec.metrics[i], job_num_json(tr->metric[i]));
 	ev = json_pack("{s:s, s:I, s:I, s:I, s:I, s:o, s:o, s:I, s:o, s:o, s:o}",
-		       "event", "train", "epoch", (json_int_t)train_epoch(tr, mean),
+		       "event", "train", "epoch", (json_int_t)train_epoch_now(tr, mean),
 		       "epochs", (json_int_t)tr->epochs, "step", (json_int_t)mean,
 		       "steps", (json_int_t)tr->steps, "loss", job_num_json(tr->loss),
 		       "metrics", metrics, "examples", (json_int_t)examples,
@@ -106,9 +127,9 @@ static void train_event_locked(struct master *m, struct job *j, bool force)
 						    (double)mean) : json_null());
 	job_event_locked(m, j, ev);
 	dg_buf_printf(&tr->csv, NULL, "%" PRId64 ",%.3f,%" PRId64, mean, elapsed,
-		      train_epoch(tr, mean));
+		      train_epoch_now(tr, mean));
 	csv_num(&tr->csv, tr->loss, true);
-	for (int i = 0; i < tr->n_collect - 1; i++)
+	for (int i = 0; i < tr->n_metrics; i++)
 		csv_num(&tr->csv, tr->metric[i], true);
 	csv_num(&tr->csv, xps, true);
 	for (int i = 0; i < j->part.n_fetch; i++)
@@ -151,7 +172,7 @@ static enum dg_status train_eval(struct master *m, struct job *j, int64_t epoch,
 					 vals));
 	dg_buf_printf(&tr->csv, NULL, "%" PRId64 ",%.3f,%" PRId64 ",", step,
 		      (master_now_ms() - tr->t0) / 1e3, epoch);
-	for (int i = 0; i < tr->n_collect - 1; i++)
+	for (int i = 0; i < tr->n_metrics; i++)
 		dg_buf_printf(&tr->csv, NULL, ",");
 	dg_buf_printf(&tr->csv, NULL, ",");
 	for (int i = 0; i < j->part.n_fetch; i++)
@@ -182,6 +203,19 @@ static void *run_part(void *arg)
 
 	p->st = t->ops->run(t, &p->rp->frags[p->f].conn, rp->frags[p->f].id, &p->run, &p->res,
 			    &p->lost, &p->err);
+	/* A part that ended at its queue's end leaves the others waiting for the
+	 * step it did not run: they are aborted from there on. */
+	if (p->st == DG_OK && p->res.input_end && rp->part.n_frags > 1 &&
+	    p->res.steps_done < p->run.steps) {
+		for (int g = 0; g < rp->part.n_frags; g++) {
+			struct mtask *o = p->m->tasks[rp->part.frags[g].task];
+			if (g != p->f)
+				o->ops->abort(o, p->run.step + (uint64_t)p->res.steps_done,
+					      p->run.steps - p->res.steps_done,
+					      "the input queue is at its end");
+		}
+		return NULL;
+	}
 	if (p->st == DG_OK || rp->part.n_frags == 1 || atomic_exchange(p->failed, true))
 		return NULL;
 	/* The first failure releases the other tasks' _Recv waits of the chunk. */
@@ -211,21 +245,31 @@ static enum dg_status merge_parts(const struct train *tr, const struct replica *
 				  const struct chunk_part *ps, struct dg_task_run_result *c,
 				  struct dg_err *err)
 {
-	int nc = tr->n_collect;
+	int nc = tr->n_collect, ended = -1;
 
 	c->steps_done = ps[0].res.steps_done;
 	for (int f = 0; f < rp->part.n_frags; f++) {
 		if (ps[f].res.steps_done < c->steps_done)
 			c->steps_done = ps[f].res.steps_done;
 		c->stale += ps[f].res.stale;
+		if (ps[f].st == DG_OK && ps[f].res.input_end)
+			ended = f;
+	}
+	/* At the queue's end the part that dequeues says how many steps ran;
+	 * the others' values of those steps are lost with their aborted run. */
+	if (ended >= 0) {
+		c->steps_done = ps[ended].res.steps_done;
+		c->input_end = true;
 	}
 	if (c->steps_done <= 0)
 		return DG_OK;
 	if (!(c->values = calloc((size_t)c->steps_done * (size_t)nc + 1, sizeof *c->values)))
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int64_t i = 0; i < c->steps_done * nc; i++)
+		c->values[i] = NAN;
 	for (int f = 0; f < rp->part.n_frags; f++) {
 		const struct rep_frag *rf = &rp->frags[f];
-		for (int64_t i = 0; i < c->steps_done; i++)
+		for (int64_t i = 0; i < c->steps_done && i < ps[f].res.steps_done; i++)
 			for (int k = 0; k < rf->n_collect; k++)
 				c->values[i * nc + rf->collect_idx[k]] =
 					ps[f].res.values[i * rf->n_collect + k];
@@ -274,6 +318,9 @@ static enum dg_status run_chunk(struct master *m, struct job *j, struct replica 
 		return st;
 	}
 	const struct chunk_part *bad = chunk_failure(ps, n);
+	for (int f = 0; bad && f < n; f++)
+		if (ps[f].st == DG_OK && ps[f].res.input_end)
+			bad = NULL;     /* the others were aborted at the queue's end */
 	if (bad) {
 		*err = bad->err;
 		st = bad->st;
@@ -381,10 +428,11 @@ static void account_chunk(struct master *m, struct job *j, struct replica *rp,
 
 	pthread_mutex_lock(&m->mu);
 	rp->cur_step = 0;
+	train_feed_account_locked(tr, (int)(rp - tr->reps), rp->done, c, ms);
 	rp->done += c->steps_done;
 	for (int64_t i = 0; i < c->steps_done; i++) {
 		tr->sum_loss += c->values[i * tr->n_collect];
-		for (int v = 1; v < tr->n_collect; v++)
+		for (int v = 1; v <= tr->n_metrics; v++)
 			tr->sum_metric[v - 1] += c->values[i * tr->n_collect + v];
 	}
 	tr->n_agg += c->steps_done;
@@ -409,6 +457,62 @@ static int64_t next_chunk(int64_t n, double ms)
 	return k < 1 ? 1 : k > WORKER_MAX_RUN_STEPS ? WORKER_MAX_RUN_STEPS : k;
 }
 
+/* Queue-fed replica r's task t is lost for good (err says why): its leases
+ * go back to the queue at once, so that the other replicas learn its
+ * examples, and the job goes on without it. False when it was the last
+ * replica (the job then fails with err). */
+static bool replica_lost(struct master *m, struct job *j, int r, int t, struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	struct dg_err rerr = { 0 };
+	int64_t n = 0;
+	int alive = 0;
+	enum dg_status st = train_feed_release(m, j, r, &n, &rerr);
+
+	pthread_mutex_lock(&m->mu);
+	for (int q = 0; q < tr->n_reps; q++)
+		alive += q != r && !(tr->reps[q].finished && tr->reps[q].st != DG_OK);
+	alive -= (int)tr->lost_replicas;
+	job_event_locked(m, j, json_pack("{s:s, s:i, s:s, s:o, s:I, s:s?}", "event",
+					 "replica_lost", "replica", r, "task",
+					 task_label(m, t).s, "error", job_err_json(err),
+					 "requeued", (json_int_t)n, "release_error",
+					 st == DG_OK ? NULL : rerr.msg));
+	pthread_mutex_unlock(&m->mu);
+	dg_log(DG_LOG_WARN, "master", "job %s: replica %d lost with %s; %" PRId64 " leased "
+	       "examples requeued, %d replica(s) go on", j->id, r, task_label(m, t).s, n, alive);
+	return alive > 0;
+}
+
+/* Queue-fed evals: replica 0 evaluates when the examples applied cross the
+ * next eval boundary (every_epochs x the epoch's examples, or every_steps x
+ * the batches of all replicas). */
+static enum dg_status queue_evals(struct master *m, struct job *j, struct dg_err *err)
+{
+	struct train *tr = j->tr;
+	int64_t per = tr->spec.eval_every_epochs > 0 ?
+		      tr->spec.eval_every_epochs * tr->plan.examples_per_epoch :
+		      tr->spec.eval_every_steps * tr->plan.examples_per_step * tr->n_reps;
+	int64_t applied, next;
+	enum dg_status st = DG_OK;
+
+	if (per <= 0)
+		return DG_OK;
+	pthread_mutex_lock(&m->mu);
+	applied = tr->applied;
+	next = (tr->evaluated + 1) * per;
+	pthread_mutex_unlock(&m->mu);
+	if (applied < next || (tr->plan.examples_per_epoch > 0 && tr->epochs > 0 &&
+			       next >= tr->epochs * tr->plan.examples_per_epoch))
+		return DG_OK;   /* the last one is the job's final eval */
+	st = train_eval(m, j, tr->plan.examples_per_epoch > 0 ?
+			applied / tr->plan.examples_per_epoch : 0, err);
+	pthread_mutex_lock(&m->mu);
+	tr->evaluated = applied / per;
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
 /* One replica: chunks of steps until it ran tr->steps, the job stops, or a
  * chunk fails. Holds a job reference and counts in m->n_threads (a replica
  * left behind on a stopped task ends when its request times out). */
@@ -424,10 +528,14 @@ static void *train_replica_main(void *arg)
 	enum dg_status st = DG_OK;
 	struct dg_err err = { 0 };
 	int lost = -1;
+	/* Queue-fed with epochs: every replica runs until the queue's end. */
+	bool to_end = tr->plan.queue && tr->spec.epochs > 0;
+	bool gone = false;
 
 	free(a);
-	while (st == DG_OK && done < tr->steps) {
-		int64_t n = chunk_size(tr, r, done, k);
+	while (st == DG_OK && (done < tr->steps || to_end)) {
+		int64_t n = tr->plan.queue ? (to_end || k < tr->steps - done ? k : tr->steps - done) :
+			    chunk_size(tr, r, done, k);
 		uint64_t step = m->step_base |
 				(atomic_fetch_add(&m->step_counter, (uint64_t)n) + 1);
 		struct dg_task_run_result c = { 0 };
@@ -446,6 +554,7 @@ static void *train_replica_main(void *arg)
 		t0 = master_now_ms();
 		st = run_chunk(m, j, rp, step, n, done, &c, &lost, &err);
 		double ms = master_now_ms() - t0;
+		bool end = st == DG_OK && c.input_end;
 		account_chunk(m, j, rp, &c, ms);
 		done += c.steps_done;
 		dg_task_run_result_deinit(&c);
@@ -457,11 +566,23 @@ static void *train_replica_main(void *arg)
 			if ((st = step_retry_wait(m, j, lost, done, attempt++, r, &err)) == DG_OK &&
 			    (st = replica_reregister(m, rp, lost, &err)) == DG_OK)
 				continue;
+			/* Queue-fed and async: the others learn its examples. */
+			if (tr->plan.queue && !tr->spec.sync && st != DG_ECANCELED &&
+			    replica_lost(m, j, r, lost, &err)) {
+				st = DG_OK;
+				gone = true;
+				break;
+			}
 		}
-		if (st != DG_OK)
+		if (st != DG_OK || end)
 			break;
 		attempt = 0;
 		k = next_chunk(n, ms);
+		if (tr->plan.queue) {
+			if (r == 0 && (st = queue_evals(m, j, &err)) != DG_OK)
+				break;
+			continue;
+		}
 		if (tr->eval_every > 0 && done < tr->steps && done % tr->eval_every == 0) {
 			if (!tr->spec.sync && tr->spec.eval_barrier)
 				st = train_eval_barrier(m, j, r, done, &err);
@@ -479,6 +600,8 @@ static void *train_replica_main(void *arg)
 	rp->finished = true;
 	rp->st = st;
 	rp->err = err;
+	if (gone)
+		tr->lost_replicas++;
 	job_put_locked(j);
 	m->n_threads--;
 	pthread_cond_broadcast(&m->cv);
@@ -629,6 +752,8 @@ enum dg_status train_setup(struct master *m, struct job *j, struct dg_err *err)
 		dg_err_hint(err, "run every task with the same dg version");
 		return DG_EUNSUPPORTED;
 	}
+	if ((st = train_feed_setup(m, j, err)) != DG_OK)
+		return st;
 	for (int r = 0; st == DG_OK && r < tr->n_reps; r++) {
 		struct replica *rp = &tr->reps[r];
 		for (int f = 0; st == DG_OK && f < rp->part.n_frags; f++) {
@@ -722,6 +847,18 @@ static enum dg_status train_wait(struct master *m, struct job *j, enum dg_status
 			reason = err->msg;
 			break;
 		}
+		if (tr->feed_over && tr->feed_st != DG_OK) {
+			*err = tr->feed_err;
+			st = tr->feed_st;
+			reason = err->msg;
+			break;
+		}
+		if (ok == n && tr->lost_replicas >= n) {
+			st = dg_err_set(err, DG_EUNAVAILABLE, "job %s: every replica was lost",
+					j->id);
+			reason = err->msg;
+			break;
+		}
 		if (ok == n)
 			break;
 		if (tr->spec.sync && tr->spec.backup > 0 && ok >= n - tr->spec.backup) {
@@ -792,7 +929,12 @@ void *train_main(void *arg)
 
 	if (st == DG_OK)
 		st = train_start_replicas(m, j, &err);
+	if (st == DG_OK)
+		st = train_feed_start(m, j, &err);
 	st = train_wait(m, j, st, &err);
+	/* The queue is at its end (or the job stops): the feeder is done, or is
+	 * stopped here. */
+	train_feed_stop(m, j, tr->stop_reason);
 	if (st == DG_OK) {
 		pthread_mutex_lock(&m->mu);
 		train_event_locked(m, j, true);

@@ -30,6 +30,12 @@ void master_ops_register(void);
 /* The lookup the master parses submitted graphs with: the kernel and master
  * ops of the registry (registering the master's first). Thread-safe. */
 const struct dg_op_def *master_op_find(const char *name);
+/* Before a submitted graph document is parsed: give every queue op node
+ * (QueueDequeueMany, ...) the "components" and "ids" of the Queue node its
+ * attr "queue" names (changed in place). DG_EINVAL naming the node when it
+ * names no Queue or its own components differ. */
+enum dg_status master_queue_expand(json_t *graph, struct dg_err *err);
+bool master_graph_has_queue_ops(const json_t *graph);
 
 enum place_vars {
 	PLACE_VARS_BYTES = 0,        /* fewest bytes first (VariableDeviceChooser), the default */

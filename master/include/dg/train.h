@@ -64,12 +64,25 @@ struct train_plan {
 	int *group_task;          /* owned: n_replicas x group cluster task indices */
 	struct train_replica *rep;/* owned, n_replicas */
 	int64_t steps_per_epoch;  /* 0 when the graph has no ShardBatch (then "epochs" is
-	                           * an error) */
-	int64_t steps;            /* per replica, total */
+	                           * an error); queue-fed: ceil(examples per epoch /
+	                           * (batch x replicas)), the mean replica's share */
+	int64_t steps;            /* per replica, total (queue-fed with epochs: the mean
+	                           * replica's, a guide: replicas run to the queue's end) */
 	int64_t examples_per_step;/* the batch of one replica (0 if unknown) */
 	json_t *eval_doc;         /* owned or NULL: graph for the eval fetches (on replica
 	                           * 0's task) */
 	char **var_nodes; int n_vars;    /* owned: Variable node names trained */
+	/* Queue-fed input (doc/training.md, "The input pipeline"): the loss reads a
+	 * QueueDequeueMany instead of a ShardBatch. */
+	char *queue;              /* owned: its Queue node, or NULL (sharded input) */
+	char *dequeue;            /* owned: the QueueDequeueMany node */
+	char *feeder;             /* owned: the QueueEnqueueMany that feeds it, or NULL
+	                           * (the queue is fed from outside: dg feed) */
+	json_t *feed_doc;         /* owned or NULL: the graph the feeder runs, fetching
+	                           * nothing, its target the feeder */
+	int64_t examples_per_epoch; /* what the feeder enqueues per epoch (0: unknown) */
+	int n_extra;              /* values each step collects after the loss and
+	                           * metrics: 2 with a queue (examples applied, requeued) */
 };
 
 /* g: the validated user graph (parsed with master_op_find); c: the cluster.
