@@ -389,6 +389,7 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 	snprintf(self, sizeof self, "%s%s%s:%d", strchr(t->host, ':') ? "[" : "", t->host,
 		 strchr(t->host, ':') ? "]" : "", port);
 	worker_set_address(wk, self);
+	worker_set_local_queues(wk, ps_server_enqueue, s);
 	if (a->port_file && write_port_file(a->port_file, port, &err) != DG_OK) {
 		stop_all(s, ms, wk);
 		return cli_fail(&err);

@@ -128,3 +128,11 @@ void ps_server_stop(struct ps_server *s)
 {
 	server_free(s);
 }
+
+enum dg_status ps_server_enqueue(void *server, const char *queue, int64_t n, const void *body,
+				 size_t len, int64_t timeout_ms, struct dg_err *err)
+{
+	struct ps_server *s = server;
+
+	return ps_queue_enqueue(s->queues, queue, n, body, len, timeout_ms, err);
+}

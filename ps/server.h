@@ -65,5 +65,10 @@ uint64_t ps_server_epoch(const struct ps_server *s);
 void ps_server_stats(const struct ps_server *s, int64_t *n_vars, int64_t *bytes);
 /* Stop serving, checkpoint, free. NULL is fine. */
 void ps_server_stop(struct ps_server *s);
+/* Enqueue n examples (a component-major body) into queue of server s (a
+ * struct ps_server *), in-process: the worker's local enqueue
+ * (worker_set_local_queues), for a feeder on the task that holds its queue. */
+enum dg_status ps_server_enqueue(void *s, const char *queue, int64_t n, const void *body,
+				 size_t len, int64_t timeout_ms, struct dg_err *err);
 
 #endif

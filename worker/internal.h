@@ -50,6 +50,15 @@ struct worker_queue_call {
 	enum dg_status (*check)(void *ud, struct dg_err *err);
 	void *ud;
 	bool *end;                      /* set by a dequeue that found the queue at its end */
+	/* QueueAck: when defer is set and the lease's examples are known
+	 * (lease_examples >= 0), the ack is handed to defer (which sends it after
+	 * the step, before the run replies) and the outputs say what it will do. */
+	void (*defer)(void *ud, const char *ps, const char *queue, uint64_t lease,
+		      enum dg_lease_end how);
+	int64_t lease_examples;
+	/* The enqueue of this task's own queue, in-process (NULL: over HTTP). */
+	worker_local_enqueue_fn local_enqueue;
+	void *local_ud;
 };
 enum dg_status worker_queue_run(enum worker_opkind kind, const struct worker_queue_call *q,
 				struct dg_err *err);

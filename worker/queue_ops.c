@@ -21,7 +21,7 @@
 /* The slice of a blocking queue request: an abort is noticed within it. */
 #define QUEUE_SLICE_MS 1000
 /* Examples per enqueue request of the feeder, by default. */
-#define FEED_CHUNK 256
+#define FEED_CHUNK 1024
 #define FEED_MAX_THREADS 16
 
 /* ------------------------------------------------------------ inference */
@@ -236,7 +236,7 @@ static const struct dg_attr_spec enqueue_attrs[] = {
 	{ "epochs", DG_ATTR_INT, false, "passes over the inputs (default 1)" },
 	{ "shuffle", DG_ATTR_BOOL, false, "a new order each epoch (default true)" },
 	{ "seed", DG_ATTR_INT, false, "seed of that order (default 0)" },
-	{ "chunk", DG_ATTR_INT, false, "examples per enqueue request (default 256)" },
+	{ "chunk", DG_ATTR_INT, false, "examples per enqueue request (default 1024)" },
 	{ "threads", DG_ATTR_INT, false, "feeder threads, each with its own connection "
 	  "(default 1)" },
 	{ "id_base", DG_ATTR_INT, false, "example i's id is id_base + i (default 0)" },
@@ -365,7 +365,11 @@ static enum dg_status run_ack(const struct worker_queue_call *q, struct dg_err *
 	for (int i = 1; i < q->n_in; i++)
 		dropped |= *(const int64_t *)q->ins[i]->data < 0;
 	how = !dropped ? DG_LEASE_ACK : requeue ? DG_LEASE_RELEASE : DG_LEASE_DROP;
-	if (lease > 0) {
+	if (lease > 0 && q->defer && q->lease_examples >= 0) {
+		q->defer(q->ud, q->ps, q->queue, (uint64_t)lease, how);
+		applied = how == DG_LEASE_ACK ? q->lease_examples : 0;
+		requeued = how == DG_LEASE_RELEASE ? q->lease_examples : 0;
+	} else if (lease > 0) {
 		st = dg_queue_lease_end(q->client, q->queue, (uint64_t)lease, how, &n, err);
 		if (st == DG_ENOTFOUND) {
 			/* The lease ran out while the step ran: its examples are back
@@ -412,6 +416,7 @@ struct feed {
 	int n_in;                       /* inputs: every component but the ids */
 	int64_t n;                      /* examples per epoch */
 	int64_t epochs, chunk, seed, id_base;
+	size_t row[DG_QUEUE_MAX_COMPONENTS];    /* bytes of one example's component */
 	int threads;
 	bool shuffle;
 	pthread_mutex_t mu;
@@ -470,42 +475,50 @@ static void feed_fail(struct feed *f, enum dg_status st, const struct dg_err *er
 	pthread_mutex_unlock(&f->mu);
 }
 
-/* The examples perm[i0..i1) as one enqueue batch: a tensor per component,
- * the id component written from the example indices. */
+/* The examples perm[i0..i1) as one enqueue body, component-major (each
+ * component's rows back to back, the queue's wire layout), built in body
+ * (grown as needed): one copy of each row, straight from the inputs. The id
+ * component is written from the example indices. */
 static enum dg_status build_chunk(const struct feed *f, const int64_t *perm, int64_t i0,
-				  int64_t i1, struct dg_tensor **comp, struct dg_err *err)
+				  int64_t i1, struct dg_buf *body, struct dg_err *err)
 {
 	int64_t m = i1 - i0;
+	size_t per = 0, off = 0;
+	enum dg_status st;
 
+	for (int c = 0; c < f->spec.n_components; c++)
+		per += f->row[c];
+	body->len = 0;
+	if ((st = dg_buf_reserve(body, (size_t)m * per, err)) != DG_OK)
+		return st;
 	for (int c = 0, k = 0; c < f->spec.n_components; c++) {
-		struct dg_shape s = { .ndim = f->spec.shape[c].ndim + 1 };
-		s.dim[0] = m;
-		memcpy(&s.dim[1], f->spec.shape[c].dim,
-		       sizeof s.dim[0] * (size_t)f->spec.shape[c].ndim);
-		if (!(comp[c] = dg_tensor_new_uninit(f->spec.dtype[c], &s, err)))
-			return err->code;
+		char *dst = body->data + off;
 		if (f->spec.has_ids && c == f->spec.ids) {
 			for (int64_t t = 0; t < m; t++) {
 				int64_t id = f->id_base + perm[i0 + t];
-				if (comp[c]->dtype == DG_I32)
-					((int32_t *)comp[c]->data)[t] = (int32_t)id;
-				else
-					((int64_t *)comp[c]->data)[t] = id;
+				if (f->spec.dtype[c] == DG_I32) {
+					int32_t v = (int32_t)id;
+					memcpy(dst + (size_t)t * sizeof v, &v, sizeof v);
+				} else {
+					memcpy(dst + (size_t)t * sizeof id, &id, sizeof id);
+				}
 			}
-			continue;
+		} else {
+			const char *src = f->q->ins[k++]->data;
+			for (int64_t t = 0; t < m; t++)
+				memcpy(dst + (size_t)t * f->row[c],
+				       src + (size_t)perm[i0 + t] * f->row[c], f->row[c]);
 		}
-		const struct dg_tensor *in = f->q->ins[k++];
-		size_t row = in->nbytes / (size_t)f->n;
-		for (int64_t t = 0; t < m; t++)
-			memcpy((char *)comp[c]->data + (size_t)t * row,
-			       (const char *)in->data + (size_t)perm[i0 + t] * row, row);
+		off += (size_t)m * f->row[c];
 	}
+	body->len = off;
 	return DG_OK;
 }
 
-/* Enqueue one batch, waiting in slices while the queue is full. */
+/* Enqueue one batch, waiting in slices while the queue is full: in-process
+ * when the queue is this task's own, else over c. */
 static enum dg_status put_chunk(struct feed *f, struct dg_client *c, int64_t m,
-				struct dg_tensor *const *comp, struct dg_err *err)
+				const struct dg_buf *body, struct dg_err *err)
 {
 	enum dg_status st;
 
@@ -514,8 +527,12 @@ static enum dg_status put_chunk(struct feed *f, struct dg_client *c, int64_t m,
 			return st;
 		if (feed_failed(f))
 			return DG_ECANCELED;
-		st = dg_queue_enqueue(c, f->q->queue, m, (const struct dg_tensor *const *)comp,
-				      f->spec.n_components, QUEUE_SLICE_MS, err);
+		if (f->q->local_enqueue)
+			st = f->q->local_enqueue(f->q->local_ud, f->q->queue, m, body->data,
+						 body->len, QUEUE_SLICE_MS, err);
+		else
+			st = dg_queue_enqueue_body(c, f->q->queue, m, body->data, body->len,
+						   QUEUE_SLICE_MS, err);
 		if (st != DG_ETIMEOUT)
 			return st;
 		dg_err_clear(err);
@@ -527,12 +544,13 @@ static void *feeder_main(void *arg)
 	struct feeder *fd = arg;
 	struct feed *f = fd->f;
 	struct dg_err err = { 0 };
-	struct dg_tensor *comp[DG_QUEUE_MAX_COMPONENTS] = { 0 };
-	struct dg_client *c = fd->k == 0 ? f->q->client :
+	struct dg_buf body;
+	struct dg_client *c = fd->k == 0 || f->q->local_enqueue ? f->q->client :
 			      dg_client_new(f->q->ps, f->q->token, &err);
 	int64_t *perm = malloc((size_t)f->n * sizeof *perm + 1), sent = 0;
 	enum dg_status st = DG_OK;
 
+	dg_buf_init(&body);
 	if (!c || !perm)
 		st = c ? dg_err_set(&err, DG_ENOMEM, "out of memory for the feeder") : err.code;
 	for (int64_t e = 0; st == DG_OK && e < f->epochs; e++) {
@@ -541,13 +559,9 @@ static void *feeder_main(void *arg)
 		for (int64_t i0 = (int64_t)fd->k * f->chunk; st == DG_OK && i0 < f->n;
 		     i0 += (int64_t)f->threads * f->chunk) {
 			int64_t i1 = i0 + f->chunk < f->n ? i0 + f->chunk : f->n;
-			st = build_chunk(f, perm, i0, i1, comp, &err);
+			st = build_chunk(f, perm, i0, i1, &body, &err);
 			if (st == DG_OK)
-				st = put_chunk(f, c, i1 - i0, comp, &err);
-			for (int k = 0; k < f->spec.n_components; k++) {
-				dg_tensor_free(comp[k]);
-				comp[k] = NULL;
-			}
+				st = put_chunk(f, c, i1 - i0, &body, &err);
 			if (st == DG_OK)
 				sent += i1 - i0;
 		}
@@ -558,7 +572,8 @@ static void *feeder_main(void *arg)
 	f->enqueued += sent;
 	pthread_mutex_unlock(&f->mu);
 	free(perm);
-	if (fd->k != 0)
+	dg_buf_deinit(&body);
+	if (c != f->q->client)
 		dg_client_free(c);
 	return NULL;
 }
@@ -591,6 +606,19 @@ static enum dg_status run_enqueue(const struct worker_queue_call *q, struct dg_e
 					  " examples as input 0 does", i, f.n);
 	if (f.n < 1)
 		return dg_err_set(err, DG_EINVAL, "nothing to feed: input 0 holds no example");
+	for (int c = 0, k = 0; c < f.spec.n_components; c++) {
+		int64_t numel = 1;
+		for (int d = 0; d < f.spec.shape[c].ndim; d++)
+			numel *= f.spec.shape[c].dim[d];
+		f.row[c] = (size_t)numel * dg_dtype_size(f.spec.dtype[c]);
+		if (f.spec.has_ids && c == f.spec.ids)
+			continue;
+		const struct dg_tensor *in = q->ins[k++];
+		if (in->dtype != f.spec.dtype[c] || in->nbytes != (size_t)f.n * f.row[c])
+			return dg_err_set(err, DG_ESHAPE, "input %d is not %" PRId64 " examples of "
+					  "queue component %d (%s, %zu bytes each)", k - 1, f.n, c,
+					  dg_dtype_name(f.spec.dtype[c]), f.row[c]);
+	}
 	f.threads = (int)(threads < (f.n + f.chunk - 1) / f.chunk ? threads :
 			  (f.n + f.chunk - 1) / f.chunk);
 	pthread_mutex_init(&f.mu, NULL);

@@ -1192,6 +1192,27 @@ enum dg_status dg_queue_enqueue(struct dg_client *c, const char *name, int64_t n
 	return st;
 }
 
+enum dg_status dg_queue_enqueue_body(struct dg_client *c, const char *name, int64_t n,
+				     const void *body, size_t len, long timeout_ms,
+				     struct dg_err *err)
+{
+	struct dg_http_header h = { "Content-Type", "application/octet-stream" };
+	struct dg_http_result *res;
+	enum dg_status st;
+
+	if (n < 1)
+		return dg_err_set(err, DG_EINVAL, "enqueue to '%s': %" PRId64 " is not a batch",
+				  name ? name : "", n);
+	if ((st = path_set(c, "/v1/queues/", name, "/enqueue", err)) != DG_OK ||
+	    (st = query_int(c, "n", n, err)) != DG_OK ||
+	    (timeout_ms >= 0 && (st = query_int(c, "timeout_ms", timeout_ms, err)) != DG_OK))
+		return st;
+	res = res_begin(c);
+	st = send_req(c, "POST", &h, 1, body, len, res, err);
+	res_end(c);
+	return st;
+}
+
 /* Split a dequeue body of got examples into out[0..l->n). False when the
  * length does not match the layout. */
 static bool split_fits(const struct queue_layout *l, int64_t got, size_t len)

@@ -211,6 +211,11 @@ enum dg_status dg_queue_create(struct dg_client *c, const char *name,
 enum dg_status dg_queue_enqueue(struct dg_client *c, const char *name, int64_t n,
 				const struct dg_tensor *const *components, int n_components,
 				long timeout_ms, struct dg_err *err);
+/* n examples whose component-major body (each component's [n, ...shape]
+ * batch, in order) the caller built: no copy of it is made. */
+enum dg_status dg_queue_enqueue_body(struct dg_client *c, const char *name, int64_t n,
+				     const void *body, size_t len, long timeout_ms,
+				     struct dg_err *err);
 /* *got examples dequeued into owned tensors out[0..n_components). */
 enum dg_status dg_queue_dequeue(struct dg_client *c, const char *name, int64_t n,
 				long timeout_ms, bool allow_smaller, struct dg_tensor **out,

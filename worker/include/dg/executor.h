@@ -51,6 +51,15 @@ struct worker *worker_new(const struct worker_config *cfg, struct dg_err *err);
 /* Set this task's own address (once the port is bound): a _Send whose "to" is
  * this address is delivered in-process. Thread-safe. */
 void worker_set_address(struct worker *w, const char *address);
+/* This task's own queues (the server program hands them over: worker/ does
+ * not link ps/): a feeder (QueueEnqueueMany) whose queue lives on this task
+ * enqueues through fn in-process, with the queue's rules, instead of over
+ * HTTP. fn(ud, queue, n, body, len, timeout_ms, err) enqueues n examples of
+ * a component-major body. Set once, before any run. */
+typedef enum dg_status (*worker_local_enqueue_fn)(void *ud, const char *queue, int64_t n,
+						   const void *body, size_t len,
+						   int64_t timeout_ms, struct dg_err *err);
+void worker_set_local_queues(struct worker *w, worker_local_enqueue_fn fn, void *ud);
 /* Abort every running step (waiters return at once) and refuse new runs.
  * Call before stopping the HTTP server serving the worker group, so that
  * handlers do not sit in waits; worker_free calls it too. Thread-safe. */
