@@ -179,6 +179,8 @@ struct replica {
 	uint64_t cur_step;             /* first step id of the chunk in flight; 0 = none */
 	int64_t cur_count;
 	bool finished;                 /* its thread is over (st, err say how) */
+	bool lost;                     /* queue-fed: its task was lost for good, the others
+					* went on (st is DG_OK) */
 	enum dg_status st;
 	struct dg_err err;
 };
@@ -325,6 +327,10 @@ enum dg_status train_feed_release(struct master *m, struct job *j, int r, int64_
 				  struct dg_err *err);
 void train_feed_account_locked(struct train *tr, int r, int64_t t0,
 			       const struct dg_task_run_result *c, double ms);
+/* At the end of a job that fed its queue: the queue's acked count is the
+ * truth; what a lost replica applied but never reported is added to the
+ * ledger as one row without a step (and a "ledger_reconciled" event). */
+void train_feed_reconcile(struct master *m, struct job *j);
 /* Examples trained: from the ledger when queue-fed, else steps x batch. */
 int64_t train_examples_locked(const struct train *tr);
 /* The "input" object of the status: queue, feeder, counts; null without a queue. */

@@ -203,6 +203,44 @@ enum dg_status train_feed_release(struct master *m, struct job *j, int r, int64_
 
 /* ------------------------------------------------------------ the ledger */
 
+void train_feed_reconcile(struct master *m, struct job *j)
+{
+	struct train *tr = j->tr;
+	struct dg_client *c;
+	json_t *state = NULL;
+	int64_t acked, lost = -1, n_lost = 0;
+
+	if (!tr->plan.queue || !tr->feed_g)
+		return;         /* a queue fed from outside may hold other jobs' counts */
+	if (!(c = dg_client_new(m->cluster->tasks[tr->queue_task].address, m->token, NULL)))
+		return;
+	if (dg_queue_state(c, tr->plan.queue, &state, NULL) == DG_OK &&
+	    json_is_integer(json_object_get(state, "acked"))) {
+		acked = json_integer_value(json_object_get(state, "acked"));
+		pthread_mutex_lock(&m->mu);
+		for (int r = 0; r < tr->n_reps; r++)
+			if (tr->reps[r].lost) {
+				lost = r;
+				n_lost++;
+			}
+		if (acked > tr->applied) {
+			/* A replica lost for good applied (and acked) steps whose
+			 * chunk never came back: its leases say so. */
+			int64_t more = acked - tr->applied;
+			dg_buf_printf(&tr->ledger, NULL, ",%d,1,%" PRId64 ",0,\n",
+				      n_lost == 1 ? (int)lost : -1, more);
+			tr->applied = acked;
+			job_event_locked(m, j, json_pack("{s:s, s:I, s:i}", "event",
+							 "ledger_reconciled", "examples",
+							 (json_int_t)more, "replica",
+							 n_lost == 1 ? (int)lost : -1));
+		}
+		pthread_mutex_unlock(&m->mu);
+	}
+	json_decref(state);
+	dg_client_free(c);
+}
+
 void train_feed_account_locked(struct train *tr, int r, int64_t t0,
 			       const struct dg_task_run_result *c, double ms)
 {

@@ -600,8 +600,10 @@ static void *train_replica_main(void *arg)
 	rp->finished = true;
 	rp->st = st;
 	rp->err = err;
-	if (gone)
+	if (gone) {
 		tr->lost_replicas++;
+		rp->lost = true;
+	}
 	job_put_locked(j);
 	m->n_threads--;
 	pthread_cond_broadcast(&m->cv);
@@ -935,6 +937,8 @@ void *train_main(void *arg)
 	/* The queue is at its end (or the job stops): the feeder is done, or is
 	 * stopped here. */
 	train_feed_stop(m, j, tr->stop_reason);
+	if (st == DG_OK)
+		train_feed_reconcile(m, j);
 	if (st == DG_OK) {
 		pthread_mutex_lock(&m->mu);
 		train_event_locked(m, j, true);

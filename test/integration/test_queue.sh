@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# The queue-fed input pipeline (doc/training.md, "The input pipeline") end to
+# end on `dg up --workers 2` and Fashion-MNIST: examples/mlp_queue.json (a
+# shuffle queue on ps 0, its feeder there, 2 async replicas, 3 epochs)
+#   1. reaches a test accuracy >= 0.85, and every training example's id was
+#      applied exactly once per epoch: the queue's per-id counts (3 enqueues,
+#      3 acks each), cross-checked with the feeder's enqueues and the job's
+#      step ledger (GET /v1/jobs/ID/steps: 180000 examples);
+#   2. the same with worker 1 killed with -9 in epoch 2 and not restarted: the
+#      job finishes, the ids are still applied exactly once per epoch, the
+#      dead replica's leased batches were requeued (its replica_lost event,
+#      the queue's requeued count) and the ledger adds up to 180000;
+#   3. sync with 1 backup worker (1 epoch): every dropped example is requeued
+#      and applied later (ids exactly once), and the ledger says which steps
+#      of which replica counted.
+# HOME and XDG_RUNTIME_DIR point into a temp dir.
+# Usage: test_queue.sh PATH/TO/dg   (meson passes it)
+set -uo pipefail
+
+DG=${1:?usage: test_queue.sh PATH/TO/dg}
+SRC=${DG_SOURCE_DIR:-$(dirname "${BASH_SOURCE[0]}")/../..}
+EX=$SRC/examples
+TMP=$(mktemp -d)
+export HOME=$TMP/home XDG_RUNTIME_DIR=$TMP/run
+unset DG_CLUSTER TF_CONFIG
+mkdir -p "$HOME" "$XDG_RUNTIME_DIR"
+FMNIST=/usr/share/datasets/fashion-mnist
+PY=/usr/bin/python3
+
+cleanup() {
+	"$DG" down --dir "$TMP/c" >/dev/null 2>&1
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+SHOW_BYTES=1500
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+if [[ ! -e $FMNIST/train-images-idx3-ubyte.gz ]]; then
+	echo "ok - skipped: $FMNIST is absent (apt-get install dataset-fashion-mnist)"
+	summary
+	exit 0
+fi
+
+run up --dir "$TMP/c" --workers 2
+[[ $rc -eq 0 ]] && ok "dg up --workers 2" || not_ok "dg up --workers 2"
+PS=127.0.0.1:$(cat "$TMP/c/ps-0.port")
+MASTER=127.0.0.1:$(cat "$TMP/c/worker-0.port")
+
+# check_once JOB EPOCHS: the queue's ids, the feeder's enqueues and the job's
+# ledger agree that each of the 60000 examples was applied EPOCHS times.
+check_once() {
+	curl -sf "http://$PS/v1/queues/examples/ids" >"$TMP/ids" &&
+		curl -sf "http://$PS/v1/queues/examples" >"$TMP/queue" &&
+		curl -sf "http://$MASTER/v1/jobs/$1/steps" >"$TMP/steps" &&
+		curl -sf "http://$MASTER/v1/jobs/$1" >"$TMP/job" &&
+		curl -sf "http://$MASTER/v1/jobs/$1/events" >"$TMP/events" &&
+		$PY - "$TMP" "$2" <<'EOF' >"$TMP/why" 2>&1
+import csv, json, sys
+d, epochs = sys.argv[1], int(sys.argv[2])
+ids = json.load(open(d + "/ids"))
+q = json.load(open(d + "/queue"))
+job = json.load(open(d + "/job"))
+rows = list(csv.DictReader(open(d + "/steps")))
+events = [json.loads(l) for l in open(d + "/events") if l.strip()]
+fed = [e for e in events if e.get("event") == "feeder" and e.get("state") == "done"]
+enq, ack = ids["enqueued"], ids["acked"]
+applied = sum(int(r["examples_applied"]) for r in rows)
+problems = []
+if len(enq) != 60000 or any(n != epochs for n in enq):
+    problems.append("the feeder did not enqueue every id %d times" % epochs)
+if len(ack) != 60000 or any(n != epochs for n in ack):
+    bad = [i for i, n in enumerate(ack) if n != epochs][:5]
+    problems.append("ids not acked exactly %d times, e.g. %s" % (epochs, bad))
+if q["enqueued"] != 60000 * epochs or q["acked"] != 60000 * epochs or q["leased"]:
+    problems.append("queue counts %s" % {k: q[k] for k in ("enqueued", "acked", "leased")})
+if applied != 60000 * epochs or job["training"]["examples"] != applied:
+    problems.append("ledger %d examples, job %d" % (applied, job["training"]["examples"]))
+if not fed:
+    problems.append("no feeder done event")
+print("ids x%d, ledger %d rows / %d examples, requeued %d, ids_over %d" %
+      (epochs, len(rows), applied, q["requeued"], q["ids_over"]))
+print("; ".join(problems))
+sys.exit(1 if problems else 0)
+EOF
+}
+
+accuracy() {
+	sed -n 's/^test_accuracy: //p' "$TMP/out" | tail -n 1
+}
+
+# --- 1. the queue-fed MLP ----------------------------------------------------------
+run submit "$EX/mlp_queue.json"
+acc=$(accuracy)
+if [[ $rc -eq 0 ]] && awk -v x="${acc:-0}" 'BEGIN { exit !(x >= 0.85) }'; then
+	ok "mlp_queue.json: test_accuracy $acc (>= 0.85); $(grep -ho '[0-9.]* examples/s' \
+		"$TMP/err" | tail -n 1)"
+else
+	not_ok "mlp_queue.json reaches a test accuracy >= 0.85 (got ${acc:-none})"
+fi
+if check_once j1 3; then
+	ok "every example applied exactly once per epoch: $(head -n 1 "$TMP/why")"
+else
+	cat "$TMP/why"
+	not_ok "every example applied exactly once per epoch (ids, feeder, ledger)"
+fi
+
+# --- 2. a worker killed with -9 in epoch 2, not restarted ----------------------------
+"$DG" submit "$EX/mlp_queue.json" --retry-ms 1000 >"$TMP/kout" 2>"$TMP/kerr" &
+sub=$!
+killed=0
+for ((i = 0; i < 600; i++)); do
+	a=$(curl -sf "http://$MASTER/v1/jobs/j2" 2>/dev/null | $PY -c '
+import json, sys
+print(json.load(sys.stdin)["training"]["input"]["applied"])' 2>/dev/null)
+	if [[ -n $a && $a -ge 75000 ]]; then
+		kill -9 "$(cat "$TMP/c/worker-1.pid")" && killed=$a
+		break
+	fi
+	sleep 0.05
+done
+rc=0
+wait "$sub" || rc=$?
+cp "$TMP/kout" "$TMP/out"
+cp "$TMP/kerr" "$TMP/err"
+if [[ $rc -eq 0 && $killed -gt 60000 && $killed -lt 120000 ]]; then
+	ok "worker 1 killed with -9 at $killed examples (epoch 2): the job finished"
+else
+	not_ok "the job finishes with worker 1 killed in epoch 2 (killed at ${killed})"
+fi
+if check_once j2 3 && grep -q '"replica_lost"' "$TMP/events" && $PY - "$TMP" <<'EOF'
+import json, sys
+d = sys.argv[1]
+lost = [json.loads(l) for l in open(d + "/events") if '"replica_lost"' in l]
+q = json.load(open(d + "/queue"))
+sys.exit(0 if lost and lost[0]["requeued"] > 0 and q["requeued"] >= lost[0]["requeued"] else 1)
+EOF
+then
+	ok "after the kill, every example still applied exactly once per epoch, its leases \
+requeued: $(head -n 1 "$TMP/why")"
+else
+	cat "$TMP/why"
+	grep replica_lost "$TMP/events"
+	not_ok "after the kill: exactly once per epoch, the dead replica's leases requeued"
+fi
+
+# --- 3. sync with 1 backup worker ----------------------------------------------------
+run up --dir "$TMP/c" --restart worker/1
+[[ $rc -eq 0 ]] && ok "worker 1 restarted (dg up --restart)" || not_ok "dg up --restart worker/1"
+$PY - "$EX/mlp_queue.json" "$TMP/sync.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["training"].update({"mode": "sync", "backup": 1, "epochs": 1})
+d["training"].pop("lr_schedule", None)
+d["training"]["optimizer"] = {"rule": "sgd", "lr": 0.1}
+json.dump(d, open(sys.argv[2], "w"))
+EOF
+run submit "$TMP/sync.json"
+[[ $rc -eq 0 ]] && ok "sync with 1 backup: $(accuracy)" || not_ok "sync with 1 backup worker trains"
+if check_once j3 1 && $PY - "$TMP" <<'EOF' >>"$TMP/why" 2>&1
+import csv, json, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(d + "/steps")))
+q = json.load(open(d + "/queue"))
+share = {}
+for r in rows:
+    n, c = share.get(r["replica"], (0, 0))
+    share[r["replica"]] = (n + 1, c + int(r["counted"]))
+requeued = sum(int(r["examples_requeued"]) for r in rows)
+print("steps counted per replica %s; %d examples requeued by dropped steps, all applied "
+      "later" % ({k: "%d/%d" % (c, n) for k, (n, c) in sorted(share.items())}, requeued))
+# The ledger's dropped steps requeued their batches, and the queue saw them back.
+sys.exit(0 if requeued > 0 and q["requeued"] >= requeued else 1)
+EOF
+then
+	ok "sync with 1 backup: every dropped example requeued and applied later: \
+$(tail -n 1 "$TMP/why")"
+else
+	cat "$TMP/why"
+	not_ok "sync with 1 backup: dropped examples requeued, every id applied once"
+fi
+run down --dir "$TMP/c"
+
+summary
