@@ -18,6 +18,7 @@ int cmd_down(int argc, char **argv);
 int cmd_status(int argc, char **argv);   /* cmd_status.c */
 int cmd_job(int argc, char **argv);      /* cmd_job.c: dg job ls|show|cancel */
 int cmd_checkpoint(int argc, char **argv);   /* cmd_checkpoint.c: dg checkpoint save|restore */
+int cmd_feed(int argc, char **argv);     /* cmd_feed.c: dg feed QUEUE FILE... */
 /* The cluster a client command talks to: --cluster FILE when given, else
  * $DG_CLUSTER, else the cluster.json of the last `dg up` (later issue). Owned
  * (dg_cluster_free) or NULL with *err set, naming where it looked. */

@@ -19,13 +19,14 @@
 #define QUERY_TIMEOUT_MS 10000L         /* per request: the answers are small JSON */
 #define CANCEL_WAIT_MS 10000            /* how long cancel waits for the job to stop */
 
-enum { OPT_CLUSTER = 256, OPT_MASTER, OPT_TOKEN, OPT_TASK, OPT_JSON, OPT_METRICS };
+enum { OPT_CLUSTER = 256, OPT_MASTER, OPT_TOKEN, OPT_TASK, OPT_JSON, OPT_METRICS, OPT_STEPS };
 
 struct job_args {
 	const char *sub;                /* "ls", "show", "cancel" */
 	const char *cluster, *master, *token_file, *task;
 	bool json;
 	bool metrics;                   /* show --metrics: the training job's CSV */
+	bool steps;                     /* show --steps: a queue-fed job's step ledger */
 	char **pos;                     /* positional arguments, borrowed from argv */
 	int n_pos;
 };
@@ -37,6 +38,7 @@ static const struct option long_opts[] = {
 	{ "task", required_argument, NULL, OPT_TASK },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "metrics", no_argument, NULL, OPT_METRICS },
+	{ "steps", no_argument, NULL, OPT_STEPS },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -54,6 +56,10 @@ static const char job_help[] =
 	"                                a training job's summary and metrics table\n"
 	"  show ID --metrics             a training job's metrics as CSV (step, time_s,\n"
 	"                                epoch, loss, metrics, examples_per_s, evals)\n"
+	"  show ID --steps               a queue-fed training job's step ledger as CSV\n"
+	"                                (step, replica, counted, examples_applied,\n"
+	"                                examples_requeued, ms), then its totals on\n"
+	"                                stderr\n"
 	"  cancel ID [--task J/I]        cancel a job and wait (10 s at most) until it\n"
 	"                                stops\n"
 	"\n"
@@ -362,6 +368,48 @@ static void print_training(const json_t *tr, const char *csv)
 	}
 }
 
+/* --steps: the ledger as it is on stdout; on stderr, per replica, its steps,
+ * how many counted, and the examples applied and requeued. */
+static int show_steps(struct dg_http_client *c, const char *id)
+{
+	struct dg_err err = { 0 };
+	struct dg_buf csv = { 0 };
+	int64_t n[64] = { 0 }, counted[64] = { 0 }, applied = 0, requeued = 0;
+	int top = -1;
+
+	if (dg_job_steps(c, id, &csv, &err) != DG_OK) {
+		dg_buf_deinit(&csv);
+		return cli_fail(&err);
+	}
+	fwrite(csv.data ? csv.data : "", 1, csv.len, stdout);
+	for (char *line = csv.data, *nl; line && *line; line = nl + 1) {
+		long long step, a, q;
+		int r, k;
+		nl = strchr(line, '\n');
+		/* step,replica,counted,applied,requeued,ms; a reconciled row has no step */
+		if (sscanf(line, "%lld,%d,%d,%lld,%lld", &step, &r, &k, &a, &q) == 5 ||
+		    sscanf(line, ",%d,%d,%lld,%lld", &r, &k, &a, &q) == 4) {
+			applied += a;
+			requeued += q;
+			if (r >= 0 && r < 64 && line[0] != ',') {
+				n[r]++;
+				counted[r] += k;
+				top = r > top ? r : top;
+			}
+		}
+		if (!nl)
+			break;
+	}
+	for (int r = 0; r <= top; r++)
+		fprintf(stderr, "dg: replica %d: %lld steps, %lld counted (%.0f%%)\n", r,
+			(long long)n[r], (long long)counted[r],
+			n[r] ? 100.0 * (double)counted[r] / (double)n[r] : 0.0);
+	fprintf(stderr, "dg: %lld examples applied, %lld requeued by dropped steps\n",
+		(long long)applied, (long long)requeued);
+	dg_buf_deinit(&csv);
+	return 0;
+}
+
 static int job_show(const struct job_args *a, const struct cli_targets *ts)
 {
 	struct dg_err err = { 0 };
@@ -372,6 +420,10 @@ static int job_show(const struct job_args *a, const struct cli_targets *ts)
 
 	if (find_job(ts, a->pos[0], &which, &o, &err) != DG_OK)
 		return cli_fail(&err);
+	if (a->steps) {
+		json_decref(o);
+		return show_steps(ts->t[which].client, a->pos[0]);
+	}
 	tr = json_object_get(o, "training");
 	if ((a->metrics || (!a->json && tr)) &&
 	    dg_job_metrics(ts->t[which].client, a->pos[0], &csv, &err) != DG_OK) {
@@ -458,6 +510,7 @@ static int parse_args(int argc, char **argv, struct job_args *a)
 		case OPT_TASK: a->task = optarg; break;
 		case OPT_JSON: a->json = true; break;
 		case OPT_METRICS: a->metrics = true; break;
+		case OPT_STEPS: a->steps = true; break;
 		case ':': return cli_usage(cmd, "option '%s' needs a value", argv[optind - 1]);
 		default: return cli_usage(cmd, "unknown option '%s'", argv[optind - 1]);
 		}
@@ -477,6 +530,9 @@ static int parse_args(int argc, char **argv, struct job_args *a)
 		return cli_usage(cmd, "--metrics applies to 'dg job show' only");
 	if (a->metrics && a->json)
 		return cli_usage(cmd, "give --metrics or --json, not both");
+	if (a->steps && (strcmp(a->sub, "show") != 0 || a->metrics || a->json))
+		return cli_usage(cmd, "--steps applies to 'dg job show' alone (not with --metrics "
+				 "or --json)");
 	if (a->json && strcmp(a->sub, "cancel") == 0)
 		return cli_usage(cmd, "--json does not apply to 'dg job cancel'");
 	if (!ls && a->n_pos < 1)

@@ -139,7 +139,11 @@ static void print_markdown(const struct dg_op_def *const *ops, int n)
 	       "marks them \"CUDA kernel\") and run in any graph, `dg eval` included;\n"
 	       "**worker** ops appear in the fragments placement makes, and the worker's\n"
 	       "executor runs them (rendezvous, parameter servers); **master** ops are\n"
-	       "for `dg submit`, whose placement lowers them to worker ops.\n\n"
+	       "for `dg submit`, whose placement lowers them to worker ops. The queue\n"
+	       "ops are **worker (lowered by the master)**: a submitted graph names\n"
+	       "them, its Queue node in attr `queue`, and the master fills in the\n"
+	       "queue's components and its ps (`ps`) before the executor runs them\n"
+	       "([training.md](training.md#the-input-pipeline)).\n\n"
 	       "| op | layer | inputs | outputs | description |\n|---|---|---|---|---|\n");
 	for (int i = 0; i < n; i++) {
 		struct op_text t = op_text(ops[i], false);

@@ -398,6 +398,25 @@ static void eval_line(struct session *s, const json_t *ev, bool tty)
 	s->bar = false;
 }
 
+/* A warning, or a replica lost for good (queue-fed jobs go on without it),
+ * on its own line. */
+static void fault_line(struct session *s, const json_t *ev, const char *kind)
+{
+	if (s->bar) {
+		fputc('\n', stderr);
+		s->bar = false;
+	}
+	if (strcmp(kind, "warning") == 0) {
+		fprintf(stderr, "dg: warning: %s\n",
+			json_string_value(json_object_get(ev, "message")));
+		return;
+	}
+	fprintf(stderr, "dg: replica %lld lost (%s): %lld leased examples requeued; the others "
+		"go on\n", (long long)json_integer_value(json_object_get(ev, "replica")),
+		json_string_value(json_object_get(json_object_get(ev, "error"), "message")),
+		(long long)json_integer_value(json_object_get(ev, "requeued")));
+}
+
 /* A retry event: "dg: step 12: /job:worker/task:1 was lost (...); retry 1
  * once it answers again" ("replica 1, step 12" for a training replica). */
 static void retry_line(struct session *s, const json_t *ev, bool tty)
@@ -452,6 +471,9 @@ static enum dg_status follow(struct session *s, struct dg_err *err)
 				eval_line(s, ev, tty);
 			} else if (kind && strcmp(kind, "retry") == 0) {
 				retry_line(s, ev, tty);
+			} else if (kind && (strcmp(kind, "warning") == 0 ||
+					    strcmp(kind, "replica_lost") == 0)) {
+				fault_line(s, ev, kind);
 			} else if (kind && (strcmp(kind, "failed") == 0 ||
 					    strcmp(kind, "canceled") == 0)) {
 				json_t *e = json_object_get(ev, "error");

@@ -31,6 +31,7 @@ static const struct cli_cmd {
 	{ "down", cmd_down, "stop the cluster 'dg up' started" },
 	{ "status", cmd_status, "health of every task of the cluster" },
 	{ "job", cmd_job, "list, show and cancel jobs on the cluster's masters" },
+	{ "feed", cmd_feed, "fill a shared queue from .npy or IDX files, epoch by epoch" },
 	{ "checkpoint", cmd_checkpoint, "snapshot every ps now, or save/restore all variables "
 	  "to/from a directory" },
 	{ "help", cmd_help, "show this list; 'dg help CMD' shows a command's options" },

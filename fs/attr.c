@@ -235,8 +235,8 @@ int dgfs_readdir_jobs(struct dgfs *fs, const char *name, void *buf,
 		return dgfs_fail(name, "list jobs/", &err);
 	const char *const *names = dgfs_job_file_names(&n);
 	for (int i = 0; i < n; i++) {
-		/* metrics.csv only where the master serves it */
-		if (strcmp(names[i], "metrics.csv") == 0) {
+		/* metrics.csv and steps.csv only where the master serves them */
+		if (strcmp(names[i], "metrics.csv") == 0 || strcmp(names[i], "steps.csv") == 0) {
 			struct dg_err e = { 0 };
 			enum dg_status s = dgfs_job_file(fs, id, names[i], &b, &e);
 			dg_buf_deinit(&b);
@@ -388,6 +388,27 @@ enum dg_status dgfs_text_queue(struct dgfs *fs, const char *name, struct dg_buf 
 		}
 		if (st == DG_OK)
 			st = dg_buf_printf(out, err, "task %s\n", fs->tasks[t].label);
+		json_decref(j);
+		/* What comes next and who holds what: the first queued ids and the
+		 * leases (a file cannot also be a directory holding a peek file). */
+		j = NULL;
+		if (st == DG_OK && (c = dgfs_client_get(fs, t, err)) != NULL) {
+			enum dg_status ps = dg_queue_peek(c, name, 10, &j, err);
+			dgfs_client_put(fs, t, c, ps);
+			if (ps != DG_OK)
+				dg_err_clear(err);      /* an older server: the state alone */
+		}
+		if (st == DG_OK && j) {
+			char *ids = json_dumps(json_object_get(j, "ids"), JSON_ENCODE_ANY |
+					       JSON_COMPACT);
+			char *leases = json_dumps(json_object_get(j, "leases"), JSON_ENCODE_ANY |
+						  JSON_COMPACT);
+			if (ids && leases)
+				st = dg_buf_printf(out, err, "next_ids %s\nlease_list %s\n", ids,
+						   leases);
+			free(ids);
+			free(leases);
+		}
 		json_decref(j);
 	}
 	return st;

@@ -35,7 +35,8 @@ struct dgfs_jobcache {
 	int n;
 };
 
-static const char *const job_files[] = { "status", "log", "placement", "metrics.csv" };
+static const char *const job_files[] = { "status", "log", "placement", "metrics.csv",
+					 "steps.csv" };
 
 struct dgfs_jobcache *dgfs_jobcache_new(void)
 {
@@ -166,6 +167,8 @@ static enum dg_status fetch_file(struct dgfs *fs, const char *id, const char *fi
 		st = fetch_log(h, id, out, err);
 	else if (strcmp(file, "metrics.csv") == 0)
 		st = dg_job_metrics(h, id, out, err);
+	else if (strcmp(file, "steps.csv") == 0)
+		st = dg_job_steps(h, id, out, err);
 	else
 		st = fetch_status(h, id, file, out, err);
 	dg_http_client_free(h);

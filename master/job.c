@@ -390,7 +390,10 @@ enum dg_status master_job_steps(struct master *m, const char *id, struct dg_buf 
 	if (!j->tr || !j->tr->plan.queue) {
 		st = dg_err_set(err, DG_ENOTFOUND, "job %s has no step ledger: it is not a "
 				"queue-fed training job", id);
-		dg_err_hint(err, "its metrics are in GET /v1/jobs/%s/metrics", id);
+		if (j->tr)
+			dg_err_hint(err, "its metrics are in GET /v1/jobs/%s/metrics", id);
+		else
+			dg_err_hint(err, "its progress is in GET /v1/jobs/%s/events", id);
 	} else {
 		st = dg_buf_append(out, j->tr->ledger.data ? j->tr->ledger.data : "",
 				   j->tr->ledger.len, err);

@@ -756,6 +756,18 @@ enum dg_status train_setup(struct master *m, struct job *j, struct dg_err *err)
 	}
 	if ((st = train_feed_setup(m, j, err)) != DG_OK)
 		return st;
+	if (tr->spec.sync && tr->spec.backup > 0 && !tr->plan.queue) {
+		/* Backups drop the slowest replicas' gradients at every step: with
+		 * static shards that is the same shard's data, again and again. */
+		const char *w = "sync backups with static shards (ShardBatch) drop the slowest "
+				"replicas' shards systematically: their examples are learned "
+				"less; feed the replicas from a queue (doc/training.md, \"The "
+				"input pipeline\") to have dropped batches requeued";
+		dg_log(DG_LOG_WARN, "master", "job %s: %s", j->id, w);
+		pthread_mutex_lock(&m->mu);
+		job_event_locked(m, j, json_pack("{s:s, s:s}", "event", "warning", "message", w));
+		pthread_mutex_unlock(&m->mu);
+	}
 	for (int r = 0; st == DG_OK && r < tr->n_reps; r++) {
 		struct replica *rp = &tr->reps[r];
 		for (int f = 0; st == DG_OK && f < rp->part.n_frags; f++) {

@@ -9,6 +9,7 @@
 #include "internal.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -670,4 +671,39 @@ enum dg_status worker_queue_run(enum worker_opkind kind, const struct worker_que
 	default:
 		return dg_err_set(err, DG_EINTERNAL, "not a queue op");
 	}
+}
+
+/* ------------------------------------------------------------ dg feed */
+
+static enum dg_status feed_check(void *ud, struct dg_err *err)
+{
+	const atomic_bool *stop = ud;
+
+	if (stop && atomic_load(stop))
+		return dg_err_set(err, DG_ECANCELED, "feeding was interrupted");
+	return DG_OK;
+}
+
+enum dg_status worker_feed_queue(const struct worker_feed *f, int64_t *enqueued,
+				 struct dg_err *err)
+{
+	struct dg_tensor *out = NULL;
+	struct dg_client *c = dg_client_new(f->ps, f->token, err);
+	enum dg_status st;
+
+	*enqueued = 0;
+	if (!c)
+		return err ? err->code : DG_ENOMEM;
+	struct worker_queue_call q = {
+		.client = c, .ps = f->ps, .token = f->token, .queue = f->queue,
+		.attrs = dg_attrs_of_json(f->attrs), .ins = f->ins, .n_in = f->n_in, .outs = &out,
+		.n_out = 1, .deadline = dg_deadline_in_ms(-1), .check = feed_check,
+		.ud = (void *)f->stop, .lease_examples = -1,
+	};
+	st = run_enqueue(&q, err);
+	if (st == DG_OK)
+		*enqueued = *(const int64_t *)out->data;
+	dg_tensor_free(out);
+	dg_client_free(c);
+	return st;
 }

@@ -1421,6 +1421,24 @@ enum dg_status dg_queue_state(struct dg_client *c, const char *name, json_t **ou
 	return st;
 }
 
+enum dg_status dg_queue_peek(struct dg_client *c, const char *name, int64_t k, json_t **out,
+			     struct dg_err *err)
+{
+	struct dg_http_result *res;
+	enum dg_status st;
+
+	*out = NULL;
+	if ((st = path_set(c, "/v1/queues/", name, "/peek", err)) != DG_OK ||
+	    (st = query_int(c, "n", k, err)) != DG_OK)
+		return st;
+	res = res_begin(c);
+	st = send_req(c, "GET", NULL, 0, NULL, 0, res, err);
+	if (st == DG_OK)
+		st = reply_json(c, res, out, err);
+	res_end(c);
+	return st;
+}
+
 enum dg_status dg_queue_list(struct dg_client *c, json_t **out, struct dg_err *err)
 {
 	struct dg_http_result *res;

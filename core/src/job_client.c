@@ -172,12 +172,13 @@ enum dg_status dg_job_events(struct dg_http_client *c, const char *id, int64_t f
 	return st;
 }
 
-enum dg_status dg_job_metrics(struct dg_http_client *c, const char *id, struct dg_buf *out,
-			      struct dg_err *err)
+/* GET /v1/jobs/ID/TAIL's body appended to out. */
+static enum dg_status get_text(struct dg_http_client *c, const char *id, const char *tail,
+			       struct dg_buf *out, struct dg_err *err)
 {
 	struct dg_buf path = { 0 };
 	struct dg_http_result res;
-	enum dg_status st = job_path(&path, id, "/metrics", err);
+	enum dg_status st = job_path(&path, id, tail, err);
 
 	if (st == DG_OK) {
 		st = request(c, "GET", path.data, NULL, 0, NULL, 0, &res, err);
@@ -188,6 +189,18 @@ enum dg_status dg_job_metrics(struct dg_http_client *c, const char *id, struct d
 	}
 	dg_buf_deinit(&path);
 	return st;
+}
+
+enum dg_status dg_job_metrics(struct dg_http_client *c, const char *id, struct dg_buf *out,
+			      struct dg_err *err)
+{
+	return get_text(c, id, "/metrics", out, err);
+}
+
+enum dg_status dg_job_steps(struct dg_http_client *c, const char *id, struct dg_buf *out,
+			    struct dg_err *err)
+{
+	return get_text(c, id, "/steps", out, err);
 }
 
 enum dg_status dg_job_result(struct dg_http_client *c, const char *id, const char *name,

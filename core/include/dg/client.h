@@ -246,6 +246,10 @@ enum dg_status dg_queue_delete(struct dg_client *c, const char *name, struct dg_
 /* GET /v1/queues/NAME state (owned JSON). */
 enum dg_status dg_queue_state(struct dg_client *c, const char *name, json_t **out,
 			      struct dg_err *err);
+/* GET /v1/queues/NAME/peek?n=K: the first K queued ids and the leases
+ * (owned JSON, doc/http-api.md). */
+enum dg_status dg_queue_peek(struct dg_client *c, const char *name, int64_t k, json_t **out,
+			     struct dg_err *err);
 /* GET /v1/queues: {"queues": [{"name", ...}, ...]} (owned JSON). */
 enum dg_status dg_queue_list(struct dg_client *c, json_t **out, struct dg_err *err);
 

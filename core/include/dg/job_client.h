@@ -42,6 +42,9 @@ enum dg_status dg_job_events(struct dg_http_client *c, const char *id, int64_t f
 /* GET /v1/jobs/ID/metrics: the CSV appended to out. */
 enum dg_status dg_job_metrics(struct dg_http_client *c, const char *id, struct dg_buf *out,
 			      struct dg_err *err);
+/* GET /v1/jobs/ID/steps: a queue-fed training job's step ledger CSV, appended. */
+enum dg_status dg_job_steps(struct dg_http_client *c, const char *id, struct dg_buf *out,
+			    struct dg_err *err);
 /* GET /v1/jobs/ID/results/NAME: the fetched value (owned, sent as .npy). */
 enum dg_status dg_job_result(struct dg_http_client *c, const char *id, const char *name,
 			     struct dg_tensor **out, struct dg_err *err);

@@ -7,6 +7,7 @@
 #ifndef DG_EXECUTOR_H
 #define DG_EXECUTOR_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,6 +61,23 @@ typedef enum dg_status (*worker_local_enqueue_fn)(void *ud, const char *queue, i
 						   const void *body, size_t len,
 						   int64_t timeout_ms, struct dg_err *err);
 void worker_set_local_queues(struct worker *w, worker_local_enqueue_fn fn, void *ud);
+
+/* The feeder of a QueueEnqueueMany, outside any graph (dg feed): every
+ * example of ins[0..n_in) (each [N, ...], the queue's components but the id
+ * one) enqueued into queue on ps once per epoch, with its id, then the queue
+ * closed; attrs as the op's (components and ids as the queue's state says,
+ * epochs, shuffle, seed, chunk, threads, id_base, close). *stop (may be
+ * NULL), when it becomes true, ends it with DG_ECANCELED. *enqueued: the
+ * examples enqueued. */
+struct worker_feed {
+	const char *ps, *token, *queue;
+	const json_t *attrs;
+	const struct dg_tensor *const *ins;
+	int n_in;
+	const atomic_bool *stop;
+};
+enum dg_status worker_feed_queue(const struct worker_feed *f, int64_t *enqueued,
+				 struct dg_err *err);
 /* Abort every running step (waiters return at once) and refuse new runs.
  * Call before stopping the HTTP server serving the worker group, so that
  * handlers do not sit in waits; worker_free calls it too. Thread-safe. */
