@@ -657,7 +657,7 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 	enum dg_status st;
 
 	memset(out, 0, sizeof *out);
-	if ((st = check_refs(g, s, err)) != DG_OK)
+	if ((st = check_refs(g, s, err)) != DG_OK || (st = train_input_copies(g, s, err)) != DG_OK)
 		goto out;
 	if ((K > 1 || s->microbatches > 1) &&
 	    (st = copies(g, s, c, &mb, &tw, &gt, &ts, err)) != DG_OK)

@@ -67,6 +67,24 @@ static json_t *feed_doc(const struct dg_graph *g, int feeder, const struct train
 	return doc;
 }
 
+enum dg_status train_input_copies(const struct dg_graph *g, const struct train_spec *s,
+				  struct dg_err *err)
+{
+	if (s->towers <= 1 && s->microbatches <= 1)
+		return DG_OK;
+	for (int n = 0; n < g->n_nodes; n++) {
+		if (!op_is(&g->nodes[n], "QueueDequeueMany"))
+			continue;
+		dg_err_set(err, DG_EUNSUPPORTED, "training.%s with a queue-fed input ('%s') is "
+			   "not supported yet", s->towers > 1 ? "towers" : "microbatches",
+			   g->nodes[n].name);
+		dg_err_hint(err, "use replicas (between-graph) with the queue, or ShardBatch "
+			    "with towers or micro-batches");
+		return DG_EUNSUPPORTED;
+	}
+	return DG_OK;
+}
+
 enum dg_status train_input_plan(const struct dg_graph *g, const bool *need,
 				const struct train_spec *s, int R, struct train_plan *out,
 				struct dg_err *err)
@@ -98,13 +116,6 @@ enum dg_status train_input_plan(const struct dg_graph *g, const bool *need,
 			   "QueueDequeueMany '%s'", s->loss, g->nodes[shard].name, g->nodes[dq].name);
 		dg_err_hint(err, "batch the data one way: the queue, or static shards");
 		return DG_EINVAL;
-	}
-	if (s->towers > 1 || s->microbatches > 1) {
-		dg_err_set(err, DG_EUNSUPPORTED, "training.%s with a queue-fed input is not "
-			   "supported yet", s->towers > 1 ? "towers" : "microbatches");
-		dg_err_hint(err, "use replicas (between-graph) with the queue, or ShardBatch "
-			    "with towers or micro-batches");
-		return DG_EUNSUPPORTED;
 	}
 	if ((q = master_queue_of(g, dq)) < 0)
 		return dg_err_set(err, DG_EINVAL, "QueueDequeueMany '%s' names no Queue node",

@@ -82,6 +82,10 @@ void train_towers_deinit(struct train_towers *t);
  * train_input_replica: replica r's dequeue leased (holder "rR", the batch of
  * the spec) and a "_train/queue_ack" QueueAck after its applies, its two
  * outputs appended to rep->fetch (room for them is the caller's). */
+/* DG_EUNSUPPORTED when s asks for towers or micro-batches of a graph that
+ * reads a queue (checked before the copies are made). */
+enum dg_status train_input_copies(const struct dg_graph *g, const struct train_spec *s,
+				  struct dg_err *err);
 enum dg_status train_input_plan(const struct dg_graph *g, const bool *need,
 				const struct train_spec *s, int R, struct train_plan *out,
 				struct dg_err *err);

@@ -822,3 +822,209 @@ Test(train, targets_alone_run_their_inputs_and_fetches_go_to_the_master_unless_l
 	dg_graph_free(g);
 	dg_cluster_free(c);
 }
+
+/* ------------------------------------------------------------ queue-fed input */
+
+/* Linear regression fed from a queue: 10 examples [x0, x1] -> y, a feeder
+ * (pinned to the ps), a dequeue of 2 and the loss. */
+static const char queue_graph[] =
+	"{'version': 1, 'nodes': ["
+	"{'name':'q','op':'Queue','attrs':{'capacity':16,'components':["
+	" {'dtype':'float32','shape':[2]},{'dtype':'float32','shape':[]},"
+	" {'dtype':'int64','shape':[]}],'ids':2}},"
+	"{'name':'x','op':'Const','attrs':{'value':{'dtype':'float32','shape':[10,2],'value':1}}},"
+	"{'name':'y','op':'Const','attrs':{'value':{'dtype':'float32','shape':[10],'value':3}}},"
+	"{'name':'feed','op':'QueueEnqueueMany','inputs':['x','y'],'device':'/job:ps/task:0',"
+	" 'attrs':{'queue':'q','epochs':1}},"
+	"{'name':'b','op':'QueueDequeueMany','attrs':{'queue':'q','batch':2}},"
+	"{'name':'w','op':'Variable','attrs':{'shape':[2,1]}},"
+	"{'name':'p','op':'MatMul','inputs':['b:0','w']},"
+	"{'name':'p1','op':'Reshape','inputs':['p'],'attrs':{'shape':[-1]}},"
+	"{'name':'d','op':'Sub','inputs':['p1','b:1']},"
+	"{'name':'sq','op':'Square','inputs':['d']},"
+	"{'name':'loss','op':'Mean','inputs':['sq']}"
+	"]}";
+
+/* The graph text with the queue ops expanded (as the master does), parsed. */
+static struct dg_graph *queue_gr(const char *text, struct dg_err *err)
+{
+	char *s = dq(text);
+	json_error_t je;
+	json_t *doc = json_loads(s, 0, &je);
+	struct dg_graph *g = NULL;
+
+	free(s);
+	cr_assert_not_null(doc, "json: %s", je.text);
+	if (master_queue_expand(doc, err) == DG_OK)
+		g = dg_graph_from_json(doc, master_op_find, err);
+	json_decref(doc);
+	return g;
+}
+
+Test(train, a_queue_fed_plan_leases_each_replicas_batch_and_acks_after_its_applies)
+{
+	struct dg_cluster *c = cl(cluster_1ps2w);
+	struct dg_err err = { 0 };
+	struct dg_graph *g = queue_gr(queue_graph, &err);
+	struct train_spec s;
+	struct train_plan p;
+
+	cr_assert_not_null(g, "%s", err.msg);
+	spec("{'loss':'loss','optimizer':{'rule':'sgd','lr':0.1},'epochs':3,'batch':4}", &s);
+	cr_assert_eq(train_plan_build(g, &s, c, &p, &err), DG_OK, "%s", err.msg);
+	cr_assert_str_eq(p.queue, "q");
+	cr_assert_str_eq(p.dequeue, "b");
+	cr_assert_str_eq(p.feeder, "feed");
+	cr_assert_not_null(p.feed_doc);
+	cr_assert_eq(p.examples_per_epoch, 10);
+	cr_assert_eq(p.examples_per_step, 4);
+	cr_assert_eq(p.steps_per_epoch, 2);     /* ceil(10 / (4 x 2 replicas)) */
+	cr_assert_eq(p.n_extra, 2);
+	cr_assert_eq(attr_int(node_in(p.feed_doc, "feed"), "epochs"), 3);
+	for (int r = 0; r < 2; r++) {
+		const json_t *doc = p.rep[r].doc, *b = node_in(doc, "b");
+		const json_t *ack = node_in(doc, "_train/queue_ack");
+		char holder[8];
+		snprintf(holder, sizeof holder, "r%d", r);
+		cr_assert_eq(attr_int(b, "batch"), 4);
+		cr_assert_gt(attr_int(b, "lease_ms"), 0);
+		cr_assert_str_eq(json_string_value(json_object_get(json_object_get(b, "attrs"),
+								   "holder")), holder);
+		cr_assert_not_null(ack);
+		cr_assert_str_eq(json_string_value(json_array_get(json_object_get(ack, "inputs"),
+								  0)), "b:3");
+		cr_assert_str_eq(json_string_value(json_array_get(json_object_get(ack, "inputs"),
+								  1)), "_train/apply/w");
+		cr_assert_str_eq(json_string_value(json_object_get(ack, "device")),
+				 json_string_value(json_object_get(b, "device")));
+		cr_assert_eq(p.rep[r].n_fetch, 3);
+		cr_assert_str_eq(p.rep[r].fetch[1], "_train/queue_ack:0");
+		cr_assert_str_eq(p.rep[r].fetch[2], "_train/queue_ack:1");
+		cr_assert_null(json_object_get(node_in(doc, "q"), "device"));
+	}
+	/* Placed and cut: the Queue on the ps (why "queue"), the dequeue and
+	 * the ack lowered with its address. */
+	struct dg_graph *rg = gr_doc(p.rep[0].doc);
+	struct placement pl;
+	struct partition part;
+	struct partition_opts po = { .targets = (const char *const *)p.rep[0].targets,
+				     .n_targets = p.rep[0].n_targets,
+				     .fetch = (const char *const *)p.rep[0].fetch,
+				     .n_fetch = p.rep[0].n_fetch, .fetch_local = true };
+	cr_assert_eq(place_graph(rg, c, NULL, &pl, &err), DG_OK, "%s", err.msg);
+	int qn = dg_graph_find(rg, "q");
+	cr_assert_eq(pl.task[qn], 0);
+	cr_assert_str_eq(pl.why[qn], "queue");
+	cr_assert_eq(place_partition_ex(rg, c, &pl, &po, &part, &err), DG_OK, "%s", err.msg);
+	int lowered = 0;
+	for (int f = 0; f < part.n_frags; f++) {
+		const json_t *b = node_in(part.frags[f].doc, "b");
+		const json_t *ack = node_in(part.frags[f].doc, "_train/queue_ack");
+		for (int k = 0; k < 2; k++) {
+			const json_t *n = k ? ack : b;
+			if (!n)
+				continue;
+			cr_assert_str_eq(json_string_value(json_object_get(
+				json_object_get(n, "attrs"), "ps")), "127.0.0.1:7000");
+			lowered++;
+		}
+		cr_assert_null(node_in(part.frags[f].doc, "q"));
+	}
+	cr_assert_eq(lowered, 2);
+	partition_deinit(&part);
+	placement_deinit(&pl);
+	dg_graph_free(rg);
+	train_plan_deinit(&p);
+	train_spec_deinit(&s);
+	dg_graph_free(g);
+	dg_cluster_free(c);
+}
+
+Test(train, queue_inputs_the_plan_cannot_train_are_refused_naming_what)
+{
+	static const struct {
+		const char *graph_edit, *spec, *says;
+	} bad[] = {
+		/* a second dequeue on the loss's path */
+		{ "{'name':'b2','op':'QueueDequeueMany','attrs':{'queue':'q','batch':2}},"
+		  "{'name':'loss2','op':'Add','inputs':['loss','b2:1']}",
+		  "{'loss':'loss2','optimizer':{'rule':'sgd','lr':0.1},'steps':2}",
+		  "reads two queues" },
+		/* a ShardBatch beside it */
+		{ "{'name':'sb','op':'ShardBatch','inputs':['x','y'],'attrs':{'batch':2}},"
+		  "{'name':'loss2','op':'Add','inputs':['loss','sb:1']}",
+		  "{'loss':'loss2','optimizer':{'rule':'sgd','lr':0.1},'steps':2}",
+		  "both ShardBatch 'sb' and QueueDequeueMany 'b'" },
+		/* a second feeder */
+		{ "{'name':'feed2','op':'QueueEnqueueMany','inputs':['x','y'],"
+		  "'attrs':{'queue':'q'}}",
+		  "{'loss':'loss','optimizer':{'rule':'sgd','lr':0.1},'steps':2}",
+		  "two feeders" },
+		{ NULL, "{'loss':'loss','optimizer':{'rule':'sgd','lr':0.1},'steps':2,'towers':2}",
+		  "towers with a queue-fed input ('b') is not supported" },
+	};
+	struct dg_cluster *c = cl(cluster_1ps2w);
+
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		char text[4096];
+		struct dg_err err = { 0 };
+		struct train_spec s;
+		struct train_plan p;
+		size_t n = strlen(queue_graph);
+		/* the edit goes before the closing "]}" */
+		snprintf(text, sizeof text, "%.*s%s%s]}", (int)(n - 2), queue_graph,
+			 bad[i].graph_edit ? "," : "", bad[i].graph_edit ? bad[i].graph_edit : "");
+		struct dg_graph *g = queue_gr(text, &err);
+		cr_assert_not_null(g, "%s", err.msg);
+		spec(bad[i].spec, &s);
+		cr_assert_neq(train_plan_build(g, &s, c, &p, &err), DG_OK, "accepted case %zu", i);
+		cr_assert(strstr(err.msg, bad[i].says), "case %zu said: %s\n want: %s", i, err.msg,
+			  bad[i].says);
+		train_spec_deinit(&s);
+		dg_graph_free(g);
+	}
+	/* epochs without a feeder: the queue is fed from outside */
+	{
+		struct dg_err err = { 0 };
+		struct train_spec s;
+		struct train_plan p;
+		char text[4096];
+		snprintf(text, sizeof text, "%s", queue_graph);
+		char *f = strstr(text, "{'name':'feed'");
+		char *e = strstr(f, "}},") + 3;
+		memmove(f, e, strlen(e) + 1);
+		struct dg_graph *g = queue_gr(text, &err);
+		cr_assert_not_null(g, "%s", err.msg);
+		spec("{'loss':'loss','optimizer':{'rule':'sgd','lr':0.1},'epochs':1}", &s);
+		cr_assert_neq(train_plan_build(g, &s, c, &p, &err), DG_OK);
+		cr_assert(strstr(err.msg, "no QueueEnqueueMany"), "%s", err.msg);
+		train_spec_deinit(&s);
+		/* with steps it trains from whatever dg feed put there */
+		spec("{'loss':'loss','optimizer':{'rule':'sgd','lr':0.1},'steps':5}", &s);
+		cr_assert_eq(train_plan_build(g, &s, c, &p, &err), DG_OK, "%s", err.msg);
+		cr_assert_null(p.feeder);
+		cr_assert_eq(p.steps, 5);
+		train_plan_deinit(&p);
+		train_spec_deinit(&s);
+		dg_graph_free(g);
+	}
+	/* a queue op naming no Queue, and a feeder input of the wrong shape */
+	{
+		struct dg_err err = { 0 };
+		char text[4096];
+		snprintf(text, sizeof text, "%s", queue_graph);
+		char *q = strstr(text, "'queue':'q','batch'");
+		memcpy(q, "'queue':'x'", 11);
+		cr_assert_null(queue_gr(text, &err));
+		cr_assert(strstr(err.msg, "node 'b' (QueueDequeueMany): attr 'queue' is 'x', which "
+				 "is not a Queue node"), "%s", err.msg);
+		snprintf(text, sizeof text, "%s", queue_graph);
+		char *sh = strstr(text, "'shape':[10,2]");
+		memcpy(sh, "'shape':[10,3]", 14);
+		dg_err_clear(&err);
+		cr_assert_null(queue_gr(text, &err));
+		cr_assert(strstr(err.msg, "feed") && strstr(err.msg, "a batch of queue component 0"),
+			  "%s", err.msg);
+	}
+	dg_cluster_free(c);
+}
