@@ -1332,8 +1332,104 @@ static void run_sgd(struct conn *cd, struct conn *cs, struct result sgd[2])
 		verify_w(bs[s], applies[s], v0[s]);
 }
 
+/* ------------------------------------------------------------ queue batches */
+
+/* A training batch of the MLP: 64 examples of 784 float32 (200704 bytes). The
+ * same bytes come from the same dg server as a variable GET and as a
+ * QueueDequeueMany, plain and leased (dequeue with a lease, then its ack:
+ * what a queue-fed training step does), each run over QBATCHES batches that
+ * an untimed enqueue put there first. */
+#define QVAR "bench/batch"
+#define QNAME "bench/q"
+#define QBATCH 64
+#define QFEAT 784
+#define QBATCHES 400
+
+static int queue_setup(struct conn *c, struct dg_tensor **batch)
+{
+	struct dg_queue_spec spec = { .capacity = QBATCH * QBATCHES, .n_components = 1 };
+	struct dg_put_opts po = { .replace = true };
+	struct dg_shape sh = { .ndim = 2, .dim = { QBATCH, QFEAT } };
+	struct dg_err err = { 0 };
+
+	spec.dtype[0] = DG_F32;
+	spec.shape[0] = (struct dg_shape){ .ndim = 1, .dim = { QFEAT } };
+	if (!(*batch = dg_tensor_new(DG_F32, &sh, &err)))
+		return dg_fail("allocate a batch", &err);
+	for (int64_t i = 0; i < (*batch)->numel; i++)
+		((float *)(*batch)->data)[i] = pattern_at((size_t)i);
+	dg_queue_delete(c->dg, QNAME, &err);
+	dg_err_clear(&err);
+	if (dg_var_put(c->dg, QVAR, *batch, &po, NULL, &err) != DG_OK ||
+	    dg_queue_create(c->dg, QNAME, &spec, &err) != DG_OK)
+		return dg_fail("set up the queue case", &err);
+	return 0;
+}
+
+/* One timed run: QBATCHES GETs (what 0), plain dequeues (1) or leased dequeues
+ * and their acks (2); batches per second, or -1. */
+static double queue_run(struct conn *c, const struct dg_tensor *batch, int what)
+{
+	const struct dg_tensor *const comps[1] = { batch };
+	struct dg_queue_lease lease = { .lease_ms = 60000, .holder = "bench" };
+	struct dg_err err = { 0 };
+	double t0;
+
+	for (int i = 0; what > 0 && i < QBATCHES; i++)
+		if (dg_queue_enqueue(c->dg, QNAME, QBATCH, comps, 1, 10000, &err) != DG_OK)
+			return dg_fail("enqueue", &err), -1;
+	t0 = bench_now_s();
+	for (int i = 0; i < QBATCHES; i++) {
+		struct dg_tensor *t = NULL;
+		int64_t got, n;
+		uint64_t id = 0;
+		enum dg_status st = what == 0 ? dg_var_get(c->dg, QVAR, &t, NULL, &err) :
+				    dg_queue_dequeue_lease(c->dg, QNAME, QBATCH, 10000, false,
+							   what == 2 ? &lease : NULL, &t, 1, &got,
+							   &id, &err);
+		if (st == DG_OK && what == 2)
+			st = dg_queue_lease_end(c->dg, QNAME, id, DG_LEASE_ACK, &n, &err);
+		if (st == DG_OK && t->nbytes != batch->nbytes)
+			st = dg_err_set(&err, DG_EINTERNAL, "%zu bytes, not %zu", t->nbytes,
+					batch->nbytes);
+		dg_tensor_free(t);
+		if (st != DG_OK)
+			return dg_fail(what == 0 ? "get" : "dequeue", &err), -1;
+	}
+	return QBATCHES / (bench_now_s() - t0);
+}
+
+/* GET against dequeue of the same 64 x 784 float32 batch, runs alternating. */
+static void run_queue(struct conn *cd, struct result *qr)
+{
+	double rates[3][64];
+	struct dg_tensor *batch = NULL;
+
+	if (!wanted("queue 64x784") || queue_setup(cd, &batch) != 0) {
+		dg_tensor_free(batch);
+		return;
+	}
+	for (int i = 0; i < O.runs && i < 64; i++)
+		for (int w = 0; w < 3; w++)
+			rates[w][i] = queue_run(cd, batch, w);
+	dg_tensor_free(batch);
+	for (int w = 0; w < 3; w++)
+		for (int i = 0; i < O.runs; i++)
+			if (rates[w][i] < 0)
+				return;
+	qr->sock = bench_median(rates[0], O.runs);      /* the GET: the baseline */
+	qr->dg = bench_median(rates[1], O.runs);
+	qr->torch = bench_median(rates[2], O.runs);     /* leased + ack */
+	printf("%-16s %9.0f batches/s dequeue, %9.0f GET of the same bytes: %.2fx; leased "
+	       "dequeue + ack %9.0f/s: %.2fx (%d x 200704 B a run, median of %d)\n",
+	       "queue 64x784", qr->dg, qr->sock, qr->dg / qr->sock, qr->torch,
+	       qr->torch / qr->sock, QBATCHES, O.runs);
+	fflush(stdout);
+}
+
 /* The must-show targets of the issue; returns how many were missed. */
-static int print_targets(const struct result *get64, const struct result sgd[2])
+static int print_targets(const struct result *get64, const struct result sgd[2],
+			 const struct result *qr)
 {
 	int missed = 0;
 
@@ -1342,6 +1438,7 @@ static int print_targets(const struct result *get64, const struct result sgd[2])
 	missed += target("get 64MiB dg/torch-rpc >= 1.2", ratio(get64->dg, get64->torch), 1.2);
 	missed += target("sgd 4KiB x1 dg/torch-rpc >= 5", ratio(sgd[0].dg, sgd[0].torch), 5);
 	missed += target("sgd 4KiB dg x8/x1 > 1 (grows)", ratio(sgd[1].dg, sgd[0].dg), 1.0001);
+	missed += target("queue 64x784 dequeue/GET >= 0.8", ratio(qr->dg, qr->sock), 0.8);
 	return missed;
 }
 
@@ -1362,6 +1459,7 @@ int main(int argc, char **argv)
 	struct conn cd = { .fd = -1 }, cs = { .fd = -1 };
 	struct result get64 = { -1, -1, -1, { 0 }, { 0 } };
 	struct result sgd[2] = { { -1, -1, -1, { 0 }, { 0 } }, { -1, -1, -1, { 0 }, { 0 } } };
+	struct result qr = { -1, -1, -1, { 0 }, { 0 } };
 	int missed;
 
 	parse_args(argc, argv);
@@ -1398,12 +1496,13 @@ int main(int argc, char **argv)
 	dg_setup(&cd);
 	run_transfers(&cd, &cs, &get64);
 	run_sgd(&cd, &cs, sgd);
+	run_queue(&cd, &qr);
 	dg_close(&cd);
 	sock_close(&cs);
 	cleanup();
 	free_tensors();
 
-	missed = print_targets(&get64, sgd);
+	missed = print_targets(&get64, sgd, &qr);
 	if (failures) {
 		printf("%d verification failure(s): see the WARNING lines\n", failures);
 		return 3;

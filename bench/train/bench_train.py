@@ -309,6 +309,11 @@ def main():
                     "MODES (comma-separated: between_graph, model_parallel, in_graph; all), "
                     "alternating, and print examples/s and the bytes crossing tasks per step "
                     "against the minimum (modes.py)")
+    ap.add_argument("--input", metavar="INPUTS",
+                    help="instead of the torch comparison: train the MLP fed from static "
+                    "shards and from the shared queue (comma-separated: shards, queue), "
+                    "alternating, and print examples/s and CPU per example of each "
+                    "(modes.py)")
     ap.add_argument("--pipeline", action="store_true",
                     help="instead of the torch comparison: a 784-512-512-512-10 MLP split "
                     "over 2 workers with microbatches 1 and 4, alternating (modes.py)")
@@ -327,6 +332,20 @@ def main():
         print(f"bench_train: no dg binary at {args.dg} (build first, or give --dg)",
               file=sys.stderr)
         return 1
+    if args.input:
+        import modes
+        wanted = [i for i in args.input.split(",") if i]
+        bad = [i for i in wanted if i not in modes.INPUTS]
+        if bad or not wanted or args.runs < 1:
+            print(f"bench_train: --input {args.input}: inputs are "
+                  f"{', '.join(modes.INPUTS)}; --runs >= 1", file=sys.stderr)
+            return 1
+        try:
+            return modes.bench_inputs(args, wanted)
+        except (RuntimeError, OSError, subprocess.CalledProcessError, KeyError,
+                ValueError) as e:
+            print(f"bench_train: {e}", file=sys.stderr)
+            return 1
     if args.mode or args.pipeline:
         import modes
         wanted = list(modes.EXAMPLES) if args.mode == "all" else \

@@ -283,3 +283,62 @@ def bench_pipeline(args):
           f"{ratio:.2f}x (target >= {PIPELINE_TARGET}: {'met' if met else 'MISSED'}); load "
           f"average {os.getloadavg()[0]:.1f}")
     return 4 if args.strict and not met else 0
+
+
+INPUTS = {"shards": "mlp.json", "queue": "mlp_queue.json"}
+INPUT_TARGET = 0.9
+
+
+def epochs_only(graph, epochs, tag):
+    """graph trained for its epochs without evals, fresh variables under tag/."""
+    g = json.loads(json.dumps(graph))
+    t = g["training"]
+    t.pop("eval", None)
+    t["epochs"], t["reinit"] = epochs, True
+    for n in g["nodes"]:
+        if n["op"] == "Variable":
+            a = n.setdefault("attrs", {})
+            a["var"] = f"{tag}/{a.get('var', n['name'])}"
+    return g
+
+
+def bench_inputs(args, inputs):
+    """--input queue,shards: the demo MLP fed from static shards (examples/mlp.json) and
+    from the shared queue (examples/mlp_queue.json: its feeder on the ps, leased batches),
+    alternating, 1 ps + 2 workers, the same epochs; examples/s are the job's (examples
+    applied over its time), CPU is every task's."""
+    print(f"inputs: {', '.join(inputs)}; {args.epochs} epochs each, no evals, {args.runs} runs "
+          f"alternating; 1 ps + 2 workers; load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs", flush=True)
+    res = {i: {"xps": [], "cpu_us": [], "ms": []} for i in inputs}
+    for run in range(args.runs):
+        for i in inputs:
+            cl = Cluster(args.dg, 2, args.dg_blas_threads)
+            try:
+                g = epochs_only(load(INPUTS[i]), args.epochs, f"bench_{i}_{run}")
+                status, _, cpu = cl.train(g, args.timeout_s)
+            finally:
+                cl.close()
+            tr = status["training"]
+            r = res[i]
+            r["xps"].append(tr["examples_per_s"])
+            r["cpu_us"].append(cpu / max(tr["examples"], 1) * 1e6)
+            r["ms"].append(status["ms"]["mean_step"])
+            print(f"run {run + 1} {i:<7} {tr['examples_per_s']:8.0f} ex/s  "
+                  f"{r['cpu_us'][-1]:6.1f} CPU us/example  {tr['examples']} examples, "
+                  f"replica steps {tr['replica_steps']}", flush=True)
+    print(f"medians of {args.runs} runs; load average {os.getloadavg()[0]:.1f}")
+    for i in inputs:
+        r = res[i]
+        print(f"{i:<7} {med(r['xps']):8.0f} ex/s  {med(r['cpu_us']):6.1f} CPU us/example  "
+              f"mean step {med(r['ms']):.2f} ms")
+    status = 0
+    if "queue" in res and "shards" in res:
+        ratio = med(res["queue"]["xps"]) / med(res["shards"]["xps"])
+        met = ratio >= INPUT_TARGET
+        print(f"queue / shards examples/s {ratio:.2f}x (target >= {INPUT_TARGET}: "
+              f"{'met' if met else 'MISSED'}); CPU per example "
+              f"{med(res['queue']['cpu_us']) / med(res['shards']['cpu_us']):.2f}x")
+        if not met and args.strict:
+            status = 4
+    return status
