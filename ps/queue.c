@@ -34,6 +34,8 @@ struct lease {
 	char holder[PS_LEASE_HOLDER_MAX + 1];
 	int64_t n;
 	int64_t deadline_ms;      /* dg_mono_ms() at which it expires */
+	int applies_seen;         /* ps_queue_lease_apply: the step's applies so far */
+	bool any_dropped;         /*   and whether one of them was dropped */
 	char data[];              /* n * example_bytes */
 };
 
@@ -816,6 +818,8 @@ enum dg_status ps_queue_dequeue_lease(struct ps_queues *qs, const char *name, in
 			out->len += (size_t)k * q->example_bytes;
 			out->data[out->len] = '\0';   /* dg_buf's invariant */
 			if (l) {
+				l->applies_seen = 0;
+				l->any_dropped = false;
 				l->id = ++q->next_lease;
 				snprintf(l->holder, sizeof l->holder, "%s",
 					 lo->holder ? lo->holder : "");
@@ -911,6 +915,41 @@ enum dg_status ps_queue_lease_end(struct ps_queues *qs, const char *name, uint64
 	pthread_mutex_unlock(&q->mu);
 	queue_put(qs, q);
 	return st;
+}
+
+enum dg_status ps_queue_lease_apply(struct ps_queues *qs, const char *name, uint64_t lease,
+				    int count, bool dropped, bool requeue_dropped, bool *ended,
+				    struct dg_err *err)
+{
+	struct queue *q;
+	enum dg_status st = queue_get(qs, name, &q, err);
+	enum ps_lease_end how = PS_LEASE_ACK;
+	struct lease *l;
+	int64_t n;
+
+	*ended = false;
+	if (st != DG_OK)
+		return st;
+	pthread_mutex_lock(&q->mu);
+	expire_leases(q);
+	for (l = q->leases; l && l->id != lease; l = l->next)
+		;
+	if (!l) {
+		st = dg_err_set(err, DG_ENOTFOUND, "lease %llu of queue '%s' is not held",
+				(unsigned long long)lease, name);
+	} else {
+		l->applies_seen++;
+		l->any_dropped |= dropped;
+		*ended = l->applies_seen >= count;
+		if (l->any_dropped)
+			how = requeue_dropped ? PS_LEASE_RELEASE : PS_LEASE_DROP;
+	}
+	pthread_mutex_unlock(&q->mu);
+	queue_put(qs, q);
+	if (st != DG_OK || !*ended)
+		return st;
+	/* The step's last apply on this ps: its batch is consumed (or goes back). */
+	return ps_queue_lease_end(qs, name, lease, how, &n, err);
 }
 
 enum dg_status ps_queue_release_holder(struct ps_queues *qs, const char *name,

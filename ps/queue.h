@@ -58,6 +58,13 @@ enum dg_status ps_queue_dequeue_lease(struct ps_queues *qs, const char *name, in
 enum ps_lease_end { PS_LEASE_ACK, PS_LEASE_DROP, PS_LEASE_RELEASE };
 enum dg_status ps_queue_lease_end(struct ps_queues *qs, const char *name, uint64_t lease,
 				  enum ps_lease_end how, int64_t *n, struct dg_err *err);
+/* One of the count applies of a step that carries lease (POST .../apply with
+ * lease=...): when the count-th has come, the lease ends as an ACK, or, when
+ * one of them was dropped (a stale sync gradient), a RELEASE (requeue_dropped)
+ * or a DROP. *ended says whether it ended. DG_ENOTFOUND when not held. */
+enum dg_status ps_queue_lease_apply(struct ps_queues *qs, const char *name, uint64_t lease,
+				    int count, bool dropped, bool requeue_dropped, bool *ended,
+				    struct dg_err *err);
 /* Release every lease of holder; *leases and *n say how many and how many examples. */
 enum dg_status ps_queue_release_holder(struct ps_queues *qs, const char *name,
 				       const char *holder, int64_t *leases, int64_t *n,

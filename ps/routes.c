@@ -14,6 +14,7 @@
 
 #include "dg/clock.h"
 #include "dg/codec.h"
+#include "dg/log.h"
 #include "dg/wire.h"
 #include "dg_config.h"
 #include "routes.h"
@@ -748,13 +749,36 @@ static enum dg_status h_var_apply(void *vc, struct dg_http_req *r, struct dg_htt
 	const char *name;
 	enum dg_status st;
 
+	const char *lq = dg_http_query(r, "lease_queue");
+	int64_t lease = 0, count = 0;
+	bool drop = false;
+
 	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
 	    (st = apply_rule_args(r, &a, err)) != DG_OK ||
 	    (st = apply_sync_args(r, &a, err)) != DG_OK ||
-	    (st = body_tensor(c, r, name, true, &g, err)) != DG_OK)
+	    (st = query_range(r, "lease", 0, 0, INT64_MAX, &lease, err)) != DG_OK ||
+	    (st = query_range(r, "lease_count", 1, 1, 65536, &count, err)) != DG_OK ||
+	    (st = query_flag(r, "lease_drop", &drop, err)) != DG_OK)
+		return st;
+	if (!lq != !lease || (lq && dg_var_name_check(lq, err) != DG_OK)) {
+		dg_err_set(err, DG_EINVAL, "an apply that ends a queue lease needs lease=ID and "
+			   "lease_queue=NAME (a valid queue name)");
+		return DG_EINVAL;
+	}
+	if ((st = body_tensor(c, r, name, true, &g, err)) != DG_OK)
 		return st;
 	st = ps_store_apply(c->store, name, &a, g, &res, err);
 	dg_tensor_free(g);
+	if (lq && (st == DG_OK || st == DG_ESTALE)) {
+		/* The update landed (or was dropped): one of the step's applies that
+		 * end its batch's lease here, in the same request, so that no worker
+		 * can die between its update and its ack. */
+		struct dg_err lerr = { 0 };
+		bool ended;
+		if (ps_queue_lease_apply(c->queues, lq, (uint64_t)lease, (int)count,
+					 st == DG_ESTALE, !drop, &ended, &lerr) != DG_OK)
+			dg_log(DG_LOG_WARN, "ps", "apply of '%s': %s", name, lerr.msg);
+	}
 	if (st != DG_OK)
 		return st;
 	return apply_reply(c, name, r, w, &a, &res, err);

@@ -885,6 +885,15 @@ static enum dg_status apply_query(struct dg_client *c, const struct dg_apply *a,
 		st = query_double(c, "beta2", a->beta2, err);
 	if (st == DG_OK && adam && a->eps != 0)
 		st = query_double(c, "eps", a->eps, err);
+	if (st == DG_OK && a->lease && a->lease_queue) {
+		st = query_uint(c, "lease", a->lease, err);
+		if (st == DG_OK)
+			st = query_str(c, "lease_queue", a->lease_queue, err);
+		if (st == DG_OK)
+			st = query_int(c, "lease_count", a->lease_count, err);
+		if (st == DG_OK && a->lease_drop)
+			st = query_int(c, "lease_drop", 1, err);
+	}
 	if (st != DG_OK || a->step < 0)
 		return st;
 	/* Synchronous mode. */

@@ -183,6 +183,13 @@ struct dg_apply {
 	int replicas;                   /* sync mode */
 	int backup;                     /* sync mode: apply after replicas-backup arrivals */
 	int64_t replica;                /* sync mode: this replica's id, -1 = anonymous */
+	/* A queue-fed step's apply on the ps that holds its queue: this is one of
+	 * lease_count applies of the step, and the ps ends the batch's lease with
+	 * the last of them (doc/http-api.md, "Leases"). lease 0: none. */
+	const char *lease_queue;
+	uint64_t lease;
+	int lease_count;
+	bool lease_drop;                /* a dropped update drops the batch (else requeues) */
 };
 struct dg_apply_result {
 	bool applied;                   /* false: accepted, waiting for other replicas */
