@@ -26,25 +26,61 @@ static int compute_position(const struct train_layout *L, const struct dg_cluste
 	return -1;
 }
 
+/* feed[n]: node n is a queue's feeder (QueueEnqueueMany) or is read only by
+ * feeders: it runs once, on the feeder's own task, not in a replica, so its
+ * device says nothing of the replicas' layout. false when out of memory. */
+static bool feeder_nodes(const struct dg_graph *g, bool *feed)
+{
+	int *uses = calloc((size_t)g->n_nodes + 1, sizeof *uses);
+	int *fed = calloc((size_t)g->n_nodes + 1, sizeof *fed);
+
+	if (!uses || !fed) {
+		free(uses);
+		free(fed);
+		return false;
+	}
+	for (int m = 0; m < g->n_nodes; m++)
+		for (int i = 0; i < g->nodes[m].n_in; i++)
+			uses[g->nodes[m].in[i].node]++;
+	/* Consumers before producers: each node's readers are decided first. */
+	for (int k = g->n_nodes - 1; k >= 0; k--) {
+		int n = g->order[k];
+		feed[n] = strcmp(g->nodes[n].op->name, "QueueEnqueueMany") == 0 ||
+			  (uses[n] > 0 && fed[n] == uses[n]);
+		for (int i = 0; feed[n] && i < g->nodes[n].n_in; i++)
+			fed[g->nodes[n].in[i].node]++;
+	}
+	free(uses);
+	free(fed);
+	return true;
+}
+
 /* The highest compute position a node's device names (-1: none), with the
- * node that names it. A device that is not a device name, or names a task
- * the cluster lacks, is left to placement, which names the node. */
+ * node that names it; a feeder's nodes do not count. A device that is not a
+ * device name, or names a task the cluster lacks, is left to placement,
+ * which names the node. */
 static int highest_position(const struct dg_graph *g, const struct train_layout *L,
 			    const struct dg_cluster *c, int *node)
 {
+	bool *feed = calloc((size_t)g->n_nodes + 1, sizeof *feed);
 	int hi = -1;
 
+	if (feed && !feeder_nodes(g, feed)) {
+		free(feed);
+		feed = NULL;
+	}
 	for (int n = 0; n < g->n_nodes; n++) {
 		char buf[DEV_MAX];
 		const char *job;
 		int task, p;
-		if (!g->nodes[n].device ||
+		if ((feed && feed[n]) || !g->nodes[n].device ||
 		    !place_device_task(g->nodes[n].device, buf, sizeof buf, &job, &task) ||
 		    !job || task < 0 || (p = compute_position(L, c, job, task)) <= hi)
 			continue;
 		hi = p;
 		*node = n;
 	}
+	free(feed);
 	return hi;
 }
 

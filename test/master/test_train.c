@@ -1028,3 +1028,31 @@ Test(train, queue_inputs_the_plan_cannot_train_are_refused_naming_what)
 	}
 	dg_cluster_free(c);
 }
+
+/* A feeder pinned to a worker runs once there: it does not make the replicas
+ * span that worker (their group stays 1 task: 2 replicas on 2 workers). */
+Test(train, a_feeders_device_does_not_widen_the_replica_group)
+{
+	struct dg_cluster *c = cl(cluster_1ps2w);
+	struct dg_err err = { 0 };
+	char text[4096];
+	struct train_spec s;
+	struct train_plan p;
+
+	snprintf(text, sizeof text, "%s", queue_graph);
+	char *d = strstr(text, "'device':'/job:ps/task:0'");
+	memmove(d + 29, d + 25, strlen(d + 25) + 1);
+	memcpy(d, "'device':'/job:worker/task:1'", 29);
+	struct dg_graph *g = queue_gr(text, &err);
+	cr_assert_not_null(g, "%s", err.msg);
+	spec("{'loss':'loss','optimizer':{'rule':'sgd','lr':0.1},'epochs':1}", &s);
+	cr_assert_eq(train_plan_build(g, &s, c, &p, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(p.n_replicas, 2);
+	cr_assert_eq(p.group, 1);
+	cr_assert_str_eq(json_string_value(json_object_get(node_in(p.feed_doc, "feed"), "device")),
+			 "/job:worker/task:1");
+	train_plan_deinit(&p);
+	train_spec_deinit(&s);
+	dg_graph_free(g);
+	dg_cluster_free(c);
+}
