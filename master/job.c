@@ -356,51 +356,44 @@ enum dg_status master_job_result(struct master *m, const char *id, const char *n
 	return st;
 }
 
-enum dg_status master_job_metrics(struct master *m, const char *id, struct dg_buf *out,
-				  struct dg_err *err)
+/* A training job's CSV into out: its metrics, or (steps) its step ledger. */
+static enum dg_status job_csv(struct master *m, const char *id, bool steps, struct dg_buf *out,
+			      struct dg_err *err)
 {
 	struct job *j = job_get(m, id, err);
-	enum dg_status st;
+	const struct dg_buf *csv;
+	enum dg_status st = DG_OK;
 
 	if (!j)
 		return DG_ENOTFOUND;
 	pthread_mutex_lock(&m->mu);
 	if (!j->tr) {
-		st = dg_err_set(err, DG_ENOTFOUND, "job %s is not a training job: it has no "
-				"metrics", id);
+		st = dg_err_set(err, DG_ENOTFOUND, "job %s is not a training job: it has no %s", id,
+				steps ? "step ledger" : "metrics");
 		dg_err_hint(err, "its progress is in GET /v1/jobs/%s/events", id);
-	} else {
-		st = dg_buf_append(out, j->tr->csv.data ? j->tr->csv.data : "", j->tr->csv.len,
-				   err);
+	} else if (steps && !j->tr->plan.queue) {
+		st = dg_err_set(err, DG_ENOTFOUND, "job %s has no step ledger: it is not a "
+				"queue-fed training job", id);
+		dg_err_hint(err, "its metrics are in GET /v1/jobs/%s/metrics", id);
 	}
+	csv = j->tr ? (steps ? &j->tr->ledger : &j->tr->csv) : NULL;
+	if (st == DG_OK)
+		st = dg_buf_append(out, csv->data ? csv->data : "", csv->len, err);
 	job_put_locked(j);
 	pthread_mutex_unlock(&m->mu);
 	return st;
 }
 
+enum dg_status master_job_metrics(struct master *m, const char *id, struct dg_buf *out,
+				  struct dg_err *err)
+{
+	return job_csv(m, id, false, out, err);
+}
+
 enum dg_status master_job_steps(struct master *m, const char *id, struct dg_buf *out,
 				struct dg_err *err)
 {
-	struct job *j = job_get(m, id, err);
-	enum dg_status st;
-
-	if (!j)
-		return DG_ENOTFOUND;
-	pthread_mutex_lock(&m->mu);
-	if (!j->tr || !j->tr->plan.queue) {
-		st = dg_err_set(err, DG_ENOTFOUND, "job %s has no step ledger: it is not a "
-				"queue-fed training job", id);
-		if (j->tr)
-			dg_err_hint(err, "its metrics are in GET /v1/jobs/%s/metrics", id);
-		else
-			dg_err_hint(err, "its progress is in GET /v1/jobs/%s/events", id);
-	} else {
-		st = dg_buf_append(out, j->tr->ledger.data ? j->tr->ledger.data : "",
-				   j->tr->ledger.len, err);
-	}
-	job_put_locked(j);
-	pthread_mutex_unlock(&m->mu);
-	return st;
+	return job_csv(m, id, true, out, err);
 }
 
 enum dg_status master_job_cancel(struct master *m, const char *id, struct dg_err *err)

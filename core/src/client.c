@@ -1335,11 +1335,32 @@ enum dg_status dg_queue_dequeue_lease(struct dg_client *c, const char *name, int
 	return st;
 }
 
+/* The request on c->path (set) with no body, its 2xx reply's JSON into *out. */
+static enum dg_status req_json(struct dg_client *c, const char *method, json_t **out,
+			       struct dg_err *err)
+{
+	struct dg_http_result *res = res_begin(c);
+	enum dg_status st = send_req(c, method, NULL, 0, NULL, 0, res, err);
+
+	if (st == DG_OK)
+		st = reply_json(c, res, out, err);
+	res_end(c);
+	return st;
+}
+
+/* Integer member key of j, or 0. */
+static int64_t json_int_of(const json_t *j, const char *key)
+{
+	const json_t *v = json_object_get(j, key);
+
+	return json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
+}
+
 enum dg_status dg_queue_lease_end(struct dg_client *c, const char *name, uint64_t lease,
 				  enum dg_lease_end how, int64_t *n, struct dg_err *err)
 {
 	static const char *const suffix[] = { "/ack", "/ack", "/release" };
-	struct dg_http_result *res;
+	static const char *const count[] = { "acked", "dropped", "requeued" };
 	json_t *j = NULL;
 	enum dg_status st;
 
@@ -1347,43 +1368,29 @@ enum dg_status dg_queue_lease_end(struct dg_client *c, const char *name, uint64_
 	if ((unsigned)how > DG_LEASE_RELEASE || !lease)
 		return dg_err_set(err, DG_EINVAL, "queue '%s': no lease to end", name ? name : "");
 	if ((st = path_set(c, "/v1/queues/", name, suffix[how], err)) != DG_OK ||
-	    (st = query_int(c, "lease", (int64_t)lease, err)) != DG_OK ||
-	    (how == DG_LEASE_DROP && (st = query_int(c, "drop", 1, err)) != DG_OK))
+	    (st = query_uint(c, "lease", lease, err)) != DG_OK ||
+	    (how == DG_LEASE_DROP && (st = query_int(c, "drop", 1, err)) != DG_OK) ||
+	    (st = req_json(c, "POST", &j, err)) != DG_OK)
 		return st;
-	res = res_begin(c);
-	st = send_req(c, "POST", NULL, 0, NULL, 0, res, err);
-	if (st == DG_OK)
-		st = reply_json(c, res, &j, err);
-	res_end(c);
-	if (st == DG_OK) {
-		json_t *v = json_object_get(j, how == DG_LEASE_ACK ? "acked" : how == DG_LEASE_DROP ?
-					    "dropped" : "requeued");
-		*n = json_is_integer(v) ? (int64_t)json_integer_value(v) : 0;
-	}
+	*n = json_int_of(j, count[how]);
 	json_decref(j);
-	return st;
+	return DG_OK;
 }
 
 enum dg_status dg_queue_release_holder(struct dg_client *c, const char *name,
 				       const char *holder, int64_t *n, struct dg_err *err)
 {
-	struct dg_http_result *res;
 	json_t *j = NULL;
 	enum dg_status st;
 
 	*n = 0;
 	if ((st = path_set(c, "/v1/queues/", name, "/release", err)) != DG_OK ||
-	    (st = query_str(c, "holder", holder, err)) != DG_OK)
+	    (st = query_str(c, "holder", holder, err)) != DG_OK ||
+	    (st = req_json(c, "POST", &j, err)) != DG_OK)
 		return st;
-	res = res_begin(c);
-	st = send_req(c, "POST", NULL, 0, NULL, 0, res, err);
-	if (st == DG_OK)
-		st = reply_json(c, res, &j, err);
-	res_end(c);
-	if (st == DG_OK && json_is_integer(json_object_get(j, "requeued")))
-		*n = (int64_t)json_integer_value(json_object_get(j, "requeued"));
+	*n = json_int_of(j, "requeued");
 	json_decref(j);
-	return st;
+	return DG_OK;
 }
 
 enum dg_status dg_queue_close(struct dg_client *c, const char *name, struct dg_err *err)
@@ -1416,50 +1423,32 @@ enum dg_status dg_queue_delete(struct dg_client *c, const char *name, struct dg_
 enum dg_status dg_queue_state(struct dg_client *c, const char *name, json_t **out,
 			      struct dg_err *err)
 {
-	struct dg_http_result *res;
 	enum dg_status st;
 
 	*out = NULL;
 	if ((st = path_set(c, "/v1/queues/", name, "", err)) != DG_OK)
 		return st;
-	res = res_begin(c);
-	st = send_req(c, "GET", NULL, 0, NULL, 0, res, err);
-	if (st == DG_OK)
-		st = reply_json(c, res, out, err);
-	res_end(c);
-	return st;
+	return req_json(c, "GET", out, err);
 }
 
 enum dg_status dg_queue_peek(struct dg_client *c, const char *name, int64_t k, json_t **out,
 			     struct dg_err *err)
 {
-	struct dg_http_result *res;
 	enum dg_status st;
 
 	*out = NULL;
 	if ((st = path_set(c, "/v1/queues/", name, "/peek", err)) != DG_OK ||
 	    (st = query_int(c, "n", k, err)) != DG_OK)
 		return st;
-	res = res_begin(c);
-	st = send_req(c, "GET", NULL, 0, NULL, 0, res, err);
-	if (st == DG_OK)
-		st = reply_json(c, res, out, err);
-	res_end(c);
-	return st;
+	return req_json(c, "GET", out, err);
 }
 
 enum dg_status dg_queue_list(struct dg_client *c, json_t **out, struct dg_err *err)
 {
-	struct dg_http_result *res;
 	enum dg_status st;
 
 	*out = NULL;
 	if ((st = path_plain(c, "/v1/queues", err)) != DG_OK)
 		return st;
-	res = res_begin(c);
-	st = send_req(c, "GET", NULL, 0, NULL, 0, res, err);
-	if (st == DG_OK)
-		st = reply_json(c, res, out, err);
-	res_end(c);
-	return st;
+	return req_json(c, "GET", out, err);
 }
