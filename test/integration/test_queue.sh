@@ -8,8 +8,9 @@
 #      step ledger (GET /v1/jobs/ID/steps: 180000 examples);
 #   2. the same with worker 1 killed with -9 in epoch 2 and not restarted: the
 #      job finishes, the ids are still applied exactly once per epoch, the
-#      dead replica's leased batches were requeued (its replica_lost event,
-#      the queue's requeued count) and the ledger adds up to 180000;
+#      dead replica's leased batch was requeued (its replica_lost event and
+#      the queue's requeued count; none when it died between a step's last
+#      apply and its next dequeue) and the ledger adds up to 180000;
 #   3. sync with 1 backup worker (1 epoch): every dropped example is requeued
 #      and applied later (ids exactly once), and the ledger says which steps
 #      of which replica counted.
@@ -146,20 +147,26 @@ if [[ $rc -eq 0 && $killed -ge $KILL_AT && $killed -lt $KILL_MAX ]]; then
 else
 	not_ok "the job finishes with worker 1 killed at $KILL_AT examples (killed at ${killed})"
 fi
-if check_once j2 "$EPOCHS" && grep -q '"replica_lost"' "$TMP/events" && $PY - "$TMP" <<'EOF'
+# The dead replica's leases went back (none when it was killed between a
+# step's last apply, which ended its lease, and its next dequeue).
+if check_once j2 "$EPOCHS" && grep -q '"replica_lost"' "$TMP/events" && $PY - "$TMP" <<'EOF' \
+	>>"$TMP/why"
 import json, sys
 d = sys.argv[1]
 lost = [json.loads(l) for l in open(d + "/events") if '"replica_lost"' in l]
 q = json.load(open(d + "/queue"))
-sys.exit(0 if lost and lost[0]["requeued"] > 0 and q["requeued"] >= lost[0]["requeued"] else 1)
+n = lost[0]["requeued"] if lost else -1
+print("the lost replica's leases: %d examples requeued" % n if n > 0 else
+      "the lost replica held no lease when it died")
+sys.exit(0 if lost and n >= 0 and q["requeued"] >= n else 1)
 EOF
 then
-	ok "after the kill, every example still applied exactly once per epoch, its leases \
-requeued: $(head -n 1 "$TMP/why")"
+	ok "after the kill, every example still applied exactly once per epoch: \
+$(head -n 1 "$TMP/why"); $(tail -n 1 "$TMP/why")"
 else
 	cat "$TMP/why"
 	grep replica_lost "$TMP/events"
-	not_ok "after the kill: exactly once per epoch, the dead replica's leases requeued"
+	not_ok "after the kill: exactly once per epoch, the dead replica's leases back"
 fi
 
 # --- 3. sync with 1 backup worker ----------------------------------------------------
