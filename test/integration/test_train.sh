@@ -299,7 +299,18 @@ check "a long training job is canceled: dg submit fails, the job is canceled" \
 
 "$DG" submit "$TMP/long.json" "${C[@]}" --retry-ms 1000 >"$TMP/lout" 2>"$TMP/lerr" &
 spid=$!
-sleep 1
+# Kill once the replicas are stepping (a sanitizer build may still be
+# registering fragments after a second, and then fails for that instead).
+for ((i = 0; i < 300; i++)); do
+	kill -0 "$spid" 2>/dev/null || break
+	done_steps=$("$DG" job ls --json "${C[@]}" 2>/dev/null | $PY -c '
+import json, sys
+r = [sum(j.get("training", {}).get("replica_steps", [0])) for j in json.load(sys.stdin)["jobs"]
+     if j["state"] == "running"]
+print(r[-1] if r else 0)' 2>/dev/null)
+	[[ ${done_steps:-0} -gt 0 ]] && break
+	sleep 0.1
+done
 kill -KILL "${pid[w1]}"
 wait "${pid[w1]}" 2>/dev/null || true
 lrc=0
