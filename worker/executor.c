@@ -1037,12 +1037,12 @@ static enum dg_status var_apply(const struct run *r, struct dg_client *c, const 
 	return st;
 }
 
-/* A value an async apply returned is taken by the next step's VarRead only
- * while it is this young: a step that waited longer (for its queue batch)
- * reads the variable again, or it would compute on weights that other
- * replicas have moved on since (async staleness, measured on
- * examples/mlp_queue.json). A ShardBatch step's kept values are a compute
- * time old, well below it. */
+/* In a queue-fed fragment, a value an async apply returned is taken by the
+ * next step's VarRead only while it is this young: a step that waited longer
+ * (for its queue batch) reads the variable again, or it would compute on
+ * weights that other replicas have moved on since. Other fragments take it
+ * whatever its age (their steps wait for nothing but their own work; a slow
+ * build's steps are longer than this). */
 #define KEPT_MAX_AGE_US 5000
 
 /* VarRead; with min_step_base >= 0 it waits until the variable's sync step
@@ -1057,7 +1057,7 @@ static enum dg_status var_read(const struct run *r, struct dg_client *c, const s
 
 	dg_attrs_int(node_attrs(r, n), "min_step_base", &none, &base, NULL);
 	if (base < 0 && src >= 0 && r->kept[src] && r->kept_t[src] == r->t - 1 &&
-	    dg_mono_us() - r->kept_us[src] <= KEPT_MAX_AGE_US) {
+	    (r->f->batch_node < 0 || dg_mono_us() - r->kept_us[src] <= KEPT_MAX_AGE_US)) {
 		*out = r->kept[src];
 		r->kept[src] = NULL;
 		return DG_OK;
