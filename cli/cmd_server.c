@@ -51,9 +51,14 @@ static const char usage_text[] =
 	"  --checkpoint-secs N    snapshot applies at least every N s (default 5)\n"
 	"  --max-body BYTES       largest request body, suffix K, M or G (default 2G)\n"
 	"  --max-connections N    concurrent connections (default 256)\n"
+	"  --max-connections-per-client N\n"
+	"                         connections from one client address (default 128)\n"
 	"  --rendezvous-max-mb N  MiB of step tensors a task holds for receivers\n"
 	"                         (default: min(4096, memory/4); also $DG_RENDEZVOUS_MAX_MB)\n"
-	"  --request-timeout S    idle or request time limit, seconds (default 300)\n"
+	"  --read-timeout S       time to send a request's headers, and a body's base\n"
+	"                         time (+1 s per 64 KiB); a trickle cannot extend it\n"
+	"                         (default 20)\n"
+	"  --request-timeout S    idle time of a connection, seconds (default 300)\n"
 	"  --port-file F          write the bound port to F once serving (atomic)\n"
 	"  --soft-placement       run ops placed on a missing device (gpu) on the CPU\n"
 	"  --threads N            threads of each matrix product (OpenBLAS); default:\n"
@@ -68,6 +73,7 @@ struct server_args {
 	const char *cluster, *job, *data_dir, *token_file, *bind, *port_file;
 	int task;                       /* -1: not given */
 	unsigned checkpoint_secs, max_connections, request_timeout_s, threads;
+	unsigned read_timeout_s, per_client;
 	size_t max_body;
 	uint64_t rendezvous_max_mb;     /* 0: the default */
 	bool soft_placement;
@@ -76,7 +82,7 @@ struct server_args {
 enum {
 	OPT_CLUSTER = 256, OPT_JOB, OPT_TASK, OPT_DATA_DIR, OPT_TOKEN_FILE, OPT_BIND,
 	OPT_CHECKPOINT, OPT_MAX_BODY, OPT_MAX_CONN, OPT_REQ_TIMEOUT, OPT_PORT_FILE,
-	OPT_SOFT_PLACEMENT, OPT_THREADS, OPT_RV_MAX_MB,
+	OPT_SOFT_PLACEMENT, OPT_THREADS, OPT_RV_MAX_MB, OPT_READ_TIMEOUT, OPT_PER_CLIENT,
 };
 
 static const struct option long_opts[] = {
@@ -90,6 +96,8 @@ static const struct option long_opts[] = {
 	{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 	{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
 	{ "request-timeout", required_argument, NULL, OPT_REQ_TIMEOUT },
+	{ "read-timeout", required_argument, NULL, OPT_READ_TIMEOUT },
+	{ "max-connections-per-client", required_argument, NULL, OPT_PER_CLIENT },
 	{ "port-file", required_argument, NULL, OPT_PORT_FILE },
 	{ "soft-placement", no_argument, NULL, OPT_SOFT_PLACEMENT },
 	{ "threads", required_argument, NULL, OPT_THREADS },
@@ -174,6 +182,17 @@ static int parse_args(int argc, char **argv, struct server_args *a)
 			if ((rc = num_arg(cmd, "--request-timeout", false, 1, 86400, &v)) >= 0)
 				return rc;
 			a->request_timeout_s = (unsigned)v;
+			break;
+		case OPT_READ_TIMEOUT:
+			if ((rc = num_arg(cmd, "--read-timeout", false, 1, 86400, &v)) >= 0)
+				return rc;
+			a->read_timeout_s = (unsigned)v;
+			break;
+		case OPT_PER_CLIENT:
+			if ((rc = num_arg(cmd, "--max-connections-per-client", false, 1, 65536,
+					  &v)) >= 0)
+				return rc;
+			a->per_client = (unsigned)v;
 			break;
 		case OPT_THREADS:
 			if ((rc = num_arg(cmd, "--threads", false, 1, 1024, &v)) >= 0)
@@ -349,7 +368,8 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 		.job = t->job, .task = t->index, .bind = t->bind, .port = t->port,
 		.data_dir = a->data_dir, .token = token, .checkpoint_secs = a->checkpoint_secs,
 		.max_body = a->max_body, .max_connections = a->max_connections,
-		.request_timeout_s = a->request_timeout_s,
+		.request_timeout_s = a->request_timeout_s, .read_timeout_s = a->read_timeout_s,
+		.max_connections_per_client = a->per_client,
 	};
 	struct master_config mc = {
 		.cluster = t->cluster, .job = t->job, .task = t->index, .token = token,

@@ -86,6 +86,8 @@ struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_
 	hc.max_body = cfg->max_body;
 	hc.max_connections = cfg->max_connections;
 	hc.request_timeout_s = cfg->request_timeout_s;
+	hc.read_timeout_s = cfg->read_timeout_s;
+	hc.max_connections_per_client = cfg->max_connections_per_client;
 	hc.server_name = s->name;
 	hc.epoch = ps_store_epoch(s->store);
 	if (cfg->n_extra_groups < 0 || cfg->n_extra_groups > 15 ||

@@ -41,6 +41,8 @@ struct ps_server_config {
 	size_t max_body;                /* 0 = 2 GiB */
 	unsigned max_connections;       /* 0 = 256 */
 	unsigned request_timeout_s;     /* 0 = 300 */
+	unsigned read_timeout_s;        /* 0 = 20 */
+	unsigned max_connections_per_client;    /* 0 = 128 */
 	/* More route tables served by the same HTTP server after the ps routes
 	 * (the worker and master faces of `dg server`); borrowed, may be NULL. */
 	const struct dg_route_group *extra_groups;

@@ -24,6 +24,20 @@
  * answered from its headers alone, without reading the body, and its
  * connection is closed; the others keep their connection.
  *
+ * Slow clients. libmicrohttpd's timeout (request_timeout_s) is an idle time:
+ * every byte received restarts it, so a client that trickles one header byte
+ * a second holds its connection, and its thread, for as long as it likes.
+ * libmicrohttpd has no total read time, so this file keeps one: a reaper
+ * thread shuts down the socket of a connection whose request is not read in
+ * time: headers within read_timeout of the connection's start (or of the
+ * request line, on a kept-alive connection), a body within read_timeout plus
+ * one second per BODY_MIN_RATE bytes it brings. A handler's own time and the
+ * answer's are not limited (long polls); between requests the idle time
+ * applies, counted from the last answer. A client address may hold at most
+ * per_client connections, so one slow or greedy client cannot take every
+ * connection: past it, a few more are accepted to be answered 429 in JSON,
+ * and beyond those libmicrohttpd's accept policy refuses them at once.
+ *
  * Shutdown. dg_http_server_free stops the daemon, which waits for every
  * connection thread, so a handler blocked in a long poll or a queue wait delays
  * it: the owner (ps/server.c) closes its store and queues first, which wakes
@@ -65,6 +79,11 @@
 #define DEFAULT_MAX_CONNECTIONS 256
 #define DEFAULT_TIMEOUT_S 300u                  /* seconds a connection may sit idle */
 #define SPARE_CONNECTIONS 16            /* accepted past the limit to be told so in JSON */
+#define DEFAULT_PER_CLIENT 128          /* connections from one client address */
+#define SPARE_PER_CLIENT 4              /* accepted past it to be told so in JSON */
+#define DEFAULT_READ_TIMEOUT_S 20u      /* seconds to read a request's headers */
+#define BODY_MIN_RATE ((uint64_t)64 << 10)      /* bytes/s a body earns time at */
+#define REAPER_TICK_NS 1000000000LL     /* the reaper looks at least this often */
 /* A connection's memory pool is the header limit plus POOL_ROOM (40 KiB at the
  * default limit). libmicrohttpd 0.9.75 zeroes the whole pool after every request
  * (MHD_pool_reset, for a kept-alive connection) and, once a request is read,
@@ -117,6 +136,19 @@ struct route_stats {
 	int n_codes, cap_codes;
 };
 
+/* An open connection as the reaper sees it. Guarded by the server's conn_mu;
+ * it is MHD's socket context of the connection. */
+struct conn_track {
+	struct conn_track *prev, *next;
+	int fd;                         /* MHD's socket: shut down when the deadline passes */
+	struct sockaddr_storage addr;   /* the client's address (the port is ignored) */
+	int64_t deadline_ns;            /* the request must be read by then; 0: no deadline */
+	int64_t body_t0;                /* a chunked body's start: its time grows with its bytes */
+	uint64_t body_bytes;
+	bool over_client;               /* accepted past the per-client limit: answered 429 */
+	bool cut;                       /* shut down by the reaper */
+};
+
 struct dg_http_server {
 	struct MHD_Daemon *mhd;
 	int listen_fd;                  /* closed by MHD_stop_daemon */
@@ -133,11 +165,22 @@ struct dg_http_server {
 	size_t auth_len;
 	size_t max_body, max_header;    /* bytes */
 	unsigned max_conns;             /* open connections served; more get 429 */
+	unsigned per_client;            /* open connections from one address; more get 429 */
+	int64_t read_timeout_ns;        /* headers; a body's base time */
+	int64_t idle_timeout_ns;        /* between requests of a kept-alive connection */
 	char epoch[24];                 /* Dg-Epoch value */
 	pthread_mutex_t mu;
 	struct route_stats *stats;      /* n_routes + 1; the last: no route */
 	atomic_uint_fast64_t bytes_in, bytes_out, connections, aborted;
 	atomic_int open_conns;
+	/* The reaper (see "Slow clients" above): every open connection and the
+	 * time by which its request must be read, guarded by conn_mu. */
+	pthread_mutex_t conn_mu;
+	pthread_cond_t conn_cv;
+	struct conn_track *conns;       /* list of open connections */
+	pthread_t reaper;
+	bool reaper_started, reaper_stop;
+	uint64_t timed_out, refused_client;     /* guarded by conn_mu */
 };
 
 struct param {
@@ -173,6 +216,7 @@ struct dg_http_req {
 	int status;                     /* HTTP status queued */
 	uint64_t sent;                  /* body bytes queued */
 	int64_t t0;                     /* dg_mono_ns at the first call */
+	struct conn_track *track;       /* the connection's, or NULL */
 };
 
 struct hdr {
@@ -835,6 +879,123 @@ static bool ct_equal(const char *a, size_t na, const char *b, size_t nb)
 	return d == 0;
 }
 
+/* ------------------------------------------------------------ slow clients */
+
+/* The client's address as text, without the port. */
+static void addr_text(const struct sockaddr_storage *a, char *out, size_t cap)
+{
+	const void *p = a->ss_family == AF_INET6 ? (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr
+						  : (const void *)&((const struct sockaddr_in *)a)->sin_addr;
+
+	if (!inet_ntop(a->ss_family, p, out, (socklen_t)cap))
+		snprintf(out, cap, "?");
+}
+
+/* Two client addresses of one host (the ports may differ). */
+static bool same_host(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+	if (a->sa_family != b->ss_family)
+		return false;
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->sa_family == AF_INET6)
+		return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			      &((const struct sockaddr_in6 *)b)->sin6_addr, 16) == 0;
+	return false;
+}
+
+/* Connections open from a's host. Called with conn_mu held. */
+static unsigned host_conns(struct dg_http_server *s, const struct sockaddr *a)
+{
+	unsigned n = 0;
+
+	for (struct conn_track *t = s->conns; t; t = t->next)
+		n += same_host(a, &t->addr);
+	return n;
+}
+
+static struct conn_track *conn_track_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
+
+/* The time by which the connection's request must be read; 0 clears it. With
+ * sooner, only a deadline earlier than the current one is set. */
+static void conn_deadline(struct dg_http_server *s, struct conn_track *t, int64_t ns, bool sooner)
+{
+	if (!t)
+		return;
+	pthread_mutex_lock(&s->conn_mu);
+	if (!sooner || t->deadline_ns == 0 || ns < t->deadline_ns)
+		t->deadline_ns = ns;
+	pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* A chunked body earns read time as its bytes arrive. */
+static void conn_body_bytes(struct dg_http_server *s, struct conn_track *t, size_t n)
+{
+	if (!t)
+		return;
+	pthread_mutex_lock(&s->conn_mu);
+	t->body_bytes += n;
+	t->deadline_ns = t->body_t0 + s->read_timeout_ns +
+			 (int64_t)(t->body_bytes / BODY_MIN_RATE) * 1000000000LL;
+	pthread_mutex_unlock(&s->conn_mu);
+}
+
+/* libmicrohttpd's accept policy: refuse a host's connections past its limit
+ * and the spares that are answered 429. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *a, socklen_t len)
+{
+	struct dg_http_server *s = cls;
+	bool ok;
+
+	(void)len;
+	pthread_mutex_lock(&s->conn_mu);
+	ok = host_conns(s, a) < s->per_client + SPARE_PER_CLIENT;
+	if (!ok)
+		s->refused_client++;
+	pthread_mutex_unlock(&s->conn_mu);
+	return ok ? MHD_YES : MHD_NO;
+}
+
+/* Shut down the sockets whose request is late; libmicrohttpd then reads
+ * end-of-file and closes the connection in its own thread. The socket is
+ * still open: libmicrohttpd tells on_connection before it closes one, and
+ * that removes it from the list under conn_mu. */
+static void *reaper_main(void *arg)
+{
+	struct dg_http_server *s = arg;
+
+	pthread_mutex_lock(&s->conn_mu);
+	while (!s->reaper_stop) {
+		int64_t now = dg_mono_ns(), next = now + REAPER_TICK_NS;
+		for (struct conn_track *t = s->conns; t; t = t->next) {
+			if (t->cut || t->deadline_ns == 0)
+				continue;
+			if (now >= t->deadline_ns) {
+				char host[INET6_ADDRSTRLEN];
+				addr_text(&t->addr, host, sizeof host);
+				shutdown(t->fd, SHUT_RDWR);
+				t->cut = true;
+				s->timed_out++;
+				dg_log(DG_LOG_DEBUG, "http", "%s: closed a connection from %s: its "
+				       "request was not read in time", s->name, host);
+			} else if (t->deadline_ns < next) {
+				next = t->deadline_ns;
+			}
+		}
+		struct timespec ts = dg_deadline_timespec((struct dg_deadline){ next });
+		pthread_cond_timedwait(&s->conn_cv, &s->conn_mu, &ts);
+	}
+	pthread_mutex_unlock(&s->conn_mu);
+	return NULL;
+}
+
 static void refuse(struct dg_http_req *r, int http, const struct dg_err *e)
 {
 	r->refused = true;
@@ -872,6 +1033,17 @@ static void begin(struct dg_http_server *s, struct dg_http_req *r)
 			   s->addr, s->max_conns);
 		dg_err_hint(&e, "retry later, reuse connections, or raise the server's "
 			    "--max-connections");
+		refuse(r, 429, &e);
+		r->close = true;
+		return;
+	}
+	if (r->track && r->track->over_client) {
+		char host[INET6_ADDRSTRLEN] = "?";
+		addr_text(&r->track->addr, host, sizeof host);
+		dg_err_set(&e, DG_EUNAVAILABLE, "too many connections to %s from %s: the limit "
+			   "is %u per client address", s->addr, host, s->per_client);
+		dg_err_hint(&e, "retry later, reuse connections, or raise the server's "
+			    "--max-connections-per-client");
 		refuse(r, 429, &e);
 		r->close = true;
 		return;
@@ -945,6 +1117,28 @@ static bool has_body(struct dg_http_req *r)
 	return dg_http_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
 }
 
+/* The headers are read: the body, if any, must follow in its time (the
+ * read time plus a second per BODY_MIN_RATE bytes); without one, the
+ * handler runs next and the deadline goes. */
+static void body_deadline(struct dg_http_server *s, struct dg_http_req *r)
+{
+	struct conn_track *t = r->track;
+	int64_t now = dg_mono_ns();
+
+	if (!t)
+		return;
+	pthread_mutex_lock(&s->conn_mu);
+	if (!has_body(r))
+		t->deadline_ns = 0;
+	else if (r->sized)
+		t->deadline_ns = now + s->read_timeout_ns +
+				 (int64_t)(r->cap / BODY_MIN_RATE) * 1000000000LL;
+	else
+		t->deadline_ns = (t->body_t0 = now) + s->read_timeout_ns;
+	t->body_bytes = 0;
+	pthread_mutex_unlock(&s->conn_mu);
+}
+
 /* Append a chunk of the upload. A chunked upload grows its block geometrically
  * up to max_body. */
 static enum dg_status append_body(struct dg_http_server *s, struct dg_http_req *r,
@@ -1004,8 +1198,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		 * body (no upload from a client without the token is buffered); MHD
 		 * then closes the connection. Everything else answers on a later call:
 		 * queueing on this first call would close a kept-alive connection. */
-		if (r->refused && has_body(r))
+		if (r->refused && has_body(r)) {
+			conn_deadline(s, r->track, 0, false);
 			return queue_error(r, r->refuse_http, &r->refuse);
+		}
+		body_deadline(s, r);
 		return MHD_YES;
 	}
 	if (r->queued) {
@@ -1019,6 +1216,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 		*upload_data_size = 0;
 		atomic_fetch_add(&s->bytes_in, n);
+		if (!r->sized)
+			conn_body_bytes(s, r->track, n);
 		if (r->refused) {
 			/* Past the limit mid-upload (chunked): libmicrohttpd 0.9.75 cannot
 			 * queue a response while the body is being received, so the rest
@@ -1035,6 +1234,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 		}
 		return MHD_YES;
 	}
+	conn_deadline(s, r->track, 0, false);  /* read: the handler's time is its own */
 	return finish(s, r);
 }
 
@@ -1054,6 +1254,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	r->srv = cls;
 	r->route = -1;
 	r->t0 = dg_mono_ns();
+	/* The request line is in: the headers must follow within the read time
+	 * (a kept-alive connection's deadline was its idle time until now). */
+	r->track = conn_track_of(conn);
+	conn_deadline(r->srv, r->track, r->t0 + r->srv->read_timeout_ns, true);
 	return r;
 }
 
@@ -1100,6 +1304,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (!r)
 		return;
 	*con_cls = NULL;
+	/* Kept alive, the connection may now sit idle until its next request. */
+	conn_deadline(s, conn_track_of(conn), dg_mono_ns() + s->idle_timeout_ns, false);
 	double secs = (double)(dg_mono_ns() - r->t0) * 1e-9;
 	if (r->queued) {
 		struct route_stats *rs = &s->stats[r->route >= 0 ? r->route : s->n_routes];
@@ -1135,12 +1341,49 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 			  enum MHD_ConnectionNotificationCode toe)
 {
 	struct dg_http_server *s = cls;
+	struct conn_track *t = *socket_context;
 
 	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
 		atomic_fetch_add(&s->connections, 1);
 		atomic_fetch_add(&s->open_conns, 1);
+		const union MHD_ConnectionInfo *fd =
+			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		const union MHD_ConnectionInfo *ca =
+			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		t = fd && ca ? calloc(1, sizeof *t) : NULL;
+		if (!t) {
+			/* Served, but without a read deadline or a per-client count. */
+			dg_log(DG_LOG_WARN, "http", "%s: out of memory tracking a connection",
+			       s->name);
+			return;
+		}
+		t->fd = fd->connect_fd;
+		size_t alen = ca->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+								     : sizeof(struct sockaddr_in);
+		memcpy(&t->addr, ca->client_addr, alen);
+		pthread_mutex_lock(&s->conn_mu);
+		t->over_client = host_conns(s, ca->client_addr) >= s->per_client;
+		t->deadline_ns = dg_mono_ns() + s->read_timeout_ns;
+		t->next = s->conns;
+		if (s->conns)
+			s->conns->prev = t;
+		s->conns = t;
+		pthread_mutex_unlock(&s->conn_mu);
+		*socket_context = t;
 	} else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
 		atomic_fetch_sub(&s->open_conns, 1);
+		if (!t)
+			return;
+		pthread_mutex_lock(&s->conn_mu);
+		if (t->prev)
+			t->prev->next = t->next;
+		else
+			s->conns = t->next;
+		if (t->next)
+			t->next->prev = t->prev;
+		pthread_mutex_unlock(&s->conn_mu);
+		free(t);
+		*socket_context = NULL;
 	}
 }
 
@@ -1158,6 +1401,18 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* ------------------------------------------------------------- lifecycle */
+
+static void stop_reaper(struct dg_http_server *s)
+{
+	if (!s->reaper_started)
+		return;
+	pthread_mutex_lock(&s->conn_mu);
+	s->reaper_stop = true;
+	pthread_cond_signal(&s->conn_cv);
+	pthread_mutex_unlock(&s->conn_mu);
+	pthread_join(s->reaper, NULL);
+	s->reaper_started = false;
+}
 
 /* Resolve bind into a socket address: a numeric IPv4/IPv6 address (brackets
  * allowed) or a host name. */
@@ -1313,12 +1568,22 @@ struct dg_http_server *dg_http_server_new_groups(const struct dg_http_config *cf
 	s->listen_fd = -1;
 	s->listen_dup = -1;
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->conn_mu, NULL);
+	dg_cond_init_mono(&s->conn_cv);
 	if (merge_groups(s, groups, n_groups, err) != DG_OK)
 		goto fail;
 	n_routes = s->n_routes;
 	s->max_body = cfg->max_body ? cfg->max_body : DEFAULT_MAX_BODY;
 	s->max_header = cfg->max_header ? cfg->max_header : DEFAULT_MAX_HEADER;
 	s->max_conns = cfg->max_connections ? cfg->max_connections : DEFAULT_MAX_CONNECTIONS;
+	s->per_client = cfg->max_connections_per_client ? cfg->max_connections_per_client
+							 : DEFAULT_PER_CLIENT;
+	if (s->per_client > s->max_conns)
+		s->per_client = s->max_conns;
+	unsigned timeout_s = cfg->request_timeout_s ? cfg->request_timeout_s : DEFAULT_TIMEOUT_S;
+	s->idle_timeout_ns = (int64_t)timeout_s * 1000000000LL;
+	s->read_timeout_ns = (int64_t)(cfg->read_timeout_s ? cfg->read_timeout_s
+							    : DEFAULT_READ_TIMEOUT_S) * 1000000000LL;
 	snprintf(s->name, sizeof s->name, "%s", cfg->server_name ? cfg->server_name : "http");
 	snprintf(s->epoch, sizeof s->epoch, "%" PRIu64, cfg->epoch);
 	s->pats = calloc((size_t)n_routes + 1, sizeof *s->pats);
@@ -1348,14 +1613,20 @@ struct dg_http_server *dg_http_server_new_groups(const struct dg_http_config *cf
 	 * The connection's memory pool holds the request line and headers, the
 	 * upload read buffer and the response headers: see POOL_ROOM and
 	 * READ_INCREMENT for its size and how the read buffer grows in it. */
-	unsigned timeout_s = cfg->request_timeout_s ? cfg->request_timeout_s : DEFAULT_TIMEOUT_S;
 	size_t pool = s->max_header + POOL_ROOM;
 	unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 			 MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 	if (s->v6)
 		flags |= MHD_USE_IPv6;
+	int rc = pthread_create(&s->reaper, NULL, reaper_main, s);
+	if (rc != 0) {
+		dg_err_set(err, DG_ENOMEM, "cannot start the HTTP server's reaper thread: %s",
+			   strerror(rc));
+		goto fail;
+	}
+	s->reaper_started = true;
 	s->mhd = MHD_start_daemon(
-		flags, 0, NULL, NULL, on_request, s,
+		flags, 0, on_accept, s, on_request, s,
 		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,     /* first: it says so otherwise */
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
 		MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
@@ -1383,6 +1654,7 @@ struct dg_http_server *dg_http_server_new_groups(const struct dg_http_config *cf
 	       n_routes);
 	return s;
 fail:
+	stop_reaper(s);
 	if (s->listen_fd >= 0)
 		close(s->listen_fd);
 	if (s->listen_dup >= 0)
@@ -1393,6 +1665,8 @@ fail:
 	free(s->routes);
 	free(s->route_ctx);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->conn_mu);
+	pthread_cond_destroy(&s->conn_cv);
 	free(s);
 	return NULL;
 }
@@ -1518,6 +1792,19 @@ enum dg_status dg_http_server_metrics(struct dg_http_server *s, struct dg_buf *o
 			(uint64_t)atomic_load(&s->bytes_in), (uint64_t)atomic_load(&s->bytes_out),
 			(uint64_t)atomic_load(&s->connections), atomic_load(&s->open_conns),
 			(uint64_t)atomic_load(&s->aborted));
+	pthread_mutex_lock(&s->conn_mu);
+	uint64_t cut = s->timed_out, refused = s->refused_client;
+	pthread_mutex_unlock(&s->conn_mu);
+	if (st == DG_OK)
+		st = dg_buf_printf(out, err,
+			"# HELP dg_http_connections_cut_total Connections closed because their "
+			"request was not read in time (slow clients).\n"
+			"# TYPE dg_http_connections_cut_total counter\n"
+			"dg_http_connections_cut_total %" PRIu64 "\n"
+			"# HELP dg_http_connections_refused_total Connections refused at accept: "
+			"their client address had too many open.\n"
+			"# TYPE dg_http_connections_refused_total counter\n"
+			"dg_http_connections_refused_total %" PRIu64 "\n", cut, refused);
 	return st;
 }
 
@@ -1525,7 +1812,10 @@ void dg_http_server_free(struct dg_http_server *s)
 {
 	if (!s)
 		return;
-	/* Joins every connection thread: see "Shutdown" at the top of this file. */
+	/* The reaper first: it must not shut down a socket that the daemon's stop
+	 * has closed. Then join every connection thread: see "Shutdown" at the
+	 * top of this file. */
+	stop_reaper(s);
 	MHD_stop_daemon(s->mhd);
 	for (int i = 0; i <= s->n_routes; i++)
 		free(s->stats[i].codes);
@@ -1535,5 +1825,7 @@ void dg_http_server_free(struct dg_http_server *s)
 	free(s->routes);
 	free(s->route_ctx);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->conn_mu);
+	pthread_cond_destroy(&s->conn_cv);
 	free(s);
 }

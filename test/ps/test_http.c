@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dg/clock.h"
 #include "dg/http.h"
 #include "dg/log.h"
 #include "dg/tensor.h"
@@ -1277,6 +1279,167 @@ Test(http, connections_past_the_limit_get_429_naming_the_limit)
 		sleep_ms(10);
 	st = dg_http_request(c, "GET", "/v1/health", NULL, 0, NULL, 0, &res, &err);
 	cr_assert_eq(st, DG_OK, "%s", err.msg);
+	dg_http_result_deinit(&res);
+}
+
+/* A connection from source address src (any 127.x.y.z is loopback). */
+static int raw_connect_from(int p, const char *src)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)p) };
+	struct sockaddr_in me = { .sin_family = AF_INET };
+	struct timeval tv = { 5, 0 };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	cr_assert_geq(fd, 0);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	inet_pton(AF_INET, src, &me.sin_addr);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&me, sizeof me), 0, "%s", strerror(errno));
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "%s", strerror(errno));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	return fd;
+}
+
+/* Has the server closed fd? (end of file or a reset; false after 100 ms
+ * without either). */
+static bool peer_closed(int fd)
+{
+	struct pollfd pf = { .fd = fd, .events = POLLIN };
+	char c;
+
+	if (poll(&pf, 1, 100) <= 0)
+		return false;
+	return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+Test(http, a_request_trickled_a_byte_at_a_time_is_cut_at_the_read_timeout)
+{
+	struct dg_http_config cfg = { .read_timeout_s = 1, .epoch = 7 };
+	struct dg_http_server *s = start_extra(&cfg);
+	static const char req[] = "GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaa";
+	int fd = raw_connect(dg_http_server_port(s));
+	int64_t t0 = dg_mono_ms();
+	bool closed = false;
+
+	/* A byte every 100 ms keeps libmicrohttpd's idle timer (300 s) fresh; the
+	 * total read time of 1 s (checked every second) ends it anyway. */
+	for (size_t i = 0; i < sizeof req - 1 && !closed; i++) {
+		raw_send(fd, req + i, 1);
+		closed = peer_closed(fd);
+	}
+	while (!closed && dg_mono_ms() - t0 < 5000)
+		closed = peer_closed(fd);
+	int64_t took = dg_mono_ms() - t0;
+	close(fd);
+	cr_assert(closed, "a trickled request was not cut");
+	cr_assert_geq(took, 900, "cut after %" PRId64 " ms, before the read timeout", took);
+	cr_assert_lt(took, 3500, "cut after %" PRId64 " ms", took);
+	cr_assert_eq(metric(s, "dg_http_connections_cut_total "), 1);
+}
+
+Test(http, a_body_must_arrive_at_the_minimum_rate_but_a_handler_may_take_its_time)
+{
+	struct dg_http_config cfg = { .read_timeout_s = 1, .request_timeout_s = 30, .epoch = 7 };
+	struct dg_http_server *s = start_extra(&cfg);
+	static const char head[] = "PUT /blob HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n";
+	int p = dg_http_server_port(s);
+	int fd = raw_connect(p);
+	bool closed = false;
+
+	raw_send(fd, head, sizeof head - 1);
+	/* 100 bytes earn no time past the base second: 10 bytes a second is cut. */
+	for (int i = 0; i < 30 && !closed; i++) {
+		raw_send(fd, "0123456789", 1);
+		closed = peer_closed(fd);
+	}
+	close(fd);
+	cr_assert(closed, "a trickled body was not cut");
+	/* A handler slower than the read timeout is not cut: its time is its own. */
+	char a[64];
+	snprintf(a, sizeof a, "127.0.0.1:%d", p);
+	struct dg_http_client *c = client_for(a, NULL, 10000);
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	dg_http_result_init(&res);
+	cr_assert_eq(dg_http_request(c, "GET", "/v1/sleep?ms=2500", NULL, 0, NULL, 0, &res, &err),
+		     DG_OK, "%s", err.msg);
+	/* And the kept-alive connection serves the next request after it. */
+	cr_assert_eq(dg_http_request(c, "GET", "/v1/health", NULL, 0, NULL, 0, &res, &err),
+		     DG_OK, "%s", err.msg);
+	dg_http_result_deinit(&res);
+	cr_assert_eq(metric(s, "dg_http_connections_cut_total "), 1);
+}
+
+Test(http, a_client_past_its_connection_limit_gets_429_naming_the_limit)
+{
+	struct dg_http_config cfg = { .max_connections_per_client = 2, .epoch = 7 };
+	struct dg_http_server *s = start_extra(&cfg);
+	static const char req[] = "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n";
+	char buf[1024];
+	int p = dg_http_server_port(s), fd[3];
+
+	for (int i = 0; i < 2; i++)
+		fd[i] = raw_connect_from(p, "127.0.0.2");
+	/* The third from that address is answered 429 in JSON... */
+	fd[2] = raw_connect_from(p, "127.0.0.2");
+	raw_send(fd[2], req, sizeof req - 1);
+	ssize_t n = recv(fd[2], buf, sizeof buf - 1, 0);
+	cr_assert_gt(n, 12);
+	buf[n] = '\0';
+	cr_assert(strncmp(buf, "HTTP/1.1 429", 12) == 0, "%s", buf);
+	cr_assert(strstr(buf, "the limit is 2 per client address"), "%s", buf);
+	cr_assert(strstr(buf, "from 127.0.0.2"), "%s", buf);
+	/* ...while another address is served as usual. */
+	char a[64];
+	snprintf(a, sizeof a, "127.0.0.1:%d", p);
+	cr_assert(server_healthy(a));
+	for (int i = 0; i < 3; i++)
+		close(fd[i]);
+}
+
+Test(http, three_hundred_trickling_connections_do_not_lock_out_a_normal_client)
+{
+	enum { N_SLOW = 300 };
+	struct dg_http_config cfg = { .read_timeout_s = 2, .max_body = 1 << 20, .epoch = 7 };
+	struct dg_http_server *s = start_extra(&cfg);
+	int p = dg_http_server_port(s), fd[N_SLOW];
+	char a[64];
+
+	snprintf(a, sizeof a, "127.0.0.1:%d", p);
+	struct dg_http_client *c = client_for(a, NULL, 5000);
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	char *four_k = malloc(4096);
+	cr_assert_not_null(four_k);
+	memset(four_k, 'v', 4096);
+	dg_http_result_init(&res);
+	cr_assert_eq(dg_http_request(c, "PUT", "/blob", NULL, 0, four_k, 4096, &res, &err), DG_OK,
+		     "%s", err.msg);
+	/* 300 connections from another address, each with a request line begun. */
+	for (int i = 0; i < N_SLOW; i++) {
+		fd[i] = raw_connect_from(p, "127.0.0.3");
+		raw_send(fd[i], "GET /v1/heal", 12);
+	}
+	sleep_ms(300);
+	/* A new client (a new connection) from 127.0.0.1 gets its 4 KiB within a
+	 * second. */
+	c = client_for(a, NULL, 5000);
+	int64_t t0 = dg_mono_ms();
+	cr_assert_eq(dg_http_request(c, "GET", "/blob", NULL, 0, NULL, 0, &res, &err), DG_OK,
+		     "%s", err.msg);
+	int64_t took = dg_mono_ms() - t0;
+	cr_assert_eq(res.status, 200);
+	cr_assert_eq(res.body.len, 4096);
+	cr_assert_eq(memcmp(res.body.data, four_k, 4096), 0);
+	cr_assert_lt(took, 1000, "the GET took %" PRId64 " ms", took);
+	/* The slow address holds at most its limit (128) and the 4 spares; the
+	 * rest were refused at accept, and the reaper cuts the ones it held. */
+	cr_assert_geq(metric(s, "dg_http_connections_refused_total "), N_SLOW - 132);
+	for (int i = 0; i < 100 && metric(s, "dg_http_connections_cut_total ") < 132; i++)
+		sleep_ms(50);
+	cr_assert_eq(metric(s, "dg_http_connections_cut_total "), 132);
+	for (int i = 0; i < N_SLOW; i++)
+		close(fd[i]);
+	free(four_k);
 	dg_http_result_deinit(&res);
 }
 

@@ -85,7 +85,11 @@ struct dg_http_config {
 	size_t max_body;                /* bytes; 0 = 2 GiB */
 	size_t max_header;              /* bytes; 0 = 16 KiB */
 	unsigned max_connections;       /* 0 = 256 */
-	unsigned request_timeout_s;     /* idle/request time; 0 = 300 */
+	unsigned request_timeout_s;     /* idle time of a connection; 0 = 300 */
+	unsigned read_timeout_s;        /* total time to read headers (a body: + 1 s per
+					 * 64 KiB); a trickle cannot extend it; 0 = 20 */
+	unsigned max_connections_per_client;    /* from one address; 0 = 128 (at most
+						 * max_connections) */
 	const char *server_name;        /* for logs, e.g. "ps/0" */
 	uint64_t epoch;                 /* sent as Dg-Epoch on every response */
 };
