@@ -487,6 +487,13 @@ static enum dg_status store_recover(struct ps_store *s, struct dg_err *err)
 	atomic_store(&s->ceiling, base);
 	atomic_store(&s->next_version, base + 1);
 	st = version_reserve(s, base + 1, err);
+	/* A recovered value may be older than one served before a crash (applies
+	 * since the snapshot are not logged), so its old version could name a
+	 * value that readers saw replaced: every variable takes a new version,
+	 * above every one handed out before, and versions never go back. */
+	for (size_t i = 0; i < s->n_buckets && st == DG_OK; i++)
+		for (struct var *v = s->buckets[i]; v && st == DG_OK; v = v->next)
+			st = version_next(s, &v->val->v.version, err);
 	if (st != DG_OK)
 		return st;
 	/* A log to fold into a snapshot, or no snapshot yet: checkpoint soon. */

@@ -10,6 +10,13 @@ stream PORT COUNT NVARS LOG: PUT COUNT small tensors over one kept-alive
 check PORT LOG EPOCH_BEFORE: read every variable back from the restarted server
   and print one "PASS - ..." / "FAIL - ..." line per check, then "N M"
   (passed, failed) on the last line.
+applies PORT NCLIENTS NVARS LOG: NCLIENTS threads, each on its own kept-alive
+  connection, apply assign_add of 1.0 to float64 scalars a/v{i % NVARS} until a
+  request fails (the server was killed); "A var version epoch" per acknowledged
+  apply and "S var" before each one go to LOG.
+versions PORT LOG...: after a restart, every variable's version must be above
+  every version acknowledged in the LOGs (the runs before), and its value at
+  most the applies sent to it; prints PASS/FAIL lines and "N M".
 """
 import http.client
 import json
@@ -130,7 +137,86 @@ def check(port, log_path, epoch_before):
     return 0
 
 
+def applies(port, nclients, nvars, log_path):
+    import threading
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    one = struct.pack("<d", 1.0)
+
+    def client(k):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        i = k
+        while True:
+            name = "a/v%d" % (i % nvars)
+            i += nclients
+            os.write(fd, b"S %s\n" % name.encode())
+            try:
+                conn.request("POST", "/v1/vars/%s/apply?rule=assign_add" % name, body=one,
+                             headers={"Content-Type": "application/octet-stream",
+                                      "Prefer": "return=minimal"})
+                resp = conn.getresponse()
+                resp.read()
+            except (OSError, http.client.HTTPException):
+                return
+            if resp.status not in (200, 204):
+                return
+            os.write(fd, b"A %s %s %s\n" % (name.encode(),
+                                            resp.getheader("Dg-Version", "0").encode(),
+                                            resp.getheader("Dg-Epoch", "0").encode()))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(nclients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    os.close(fd)
+    return 3
+
+
+def versions(port, logs):
+    top, sent = {}, {}
+    for log_path in logs:
+        with open(log_path, "rb") as f:
+            for line in f:
+                parts = line.split()
+                if not line.endswith(b"\n") or not parts:
+                    continue
+                if parts[0] == b"S" and len(parts) == 2:
+                    sent[parts[1].decode()] = sent.get(parts[1].decode(), 0) + 1
+                elif parts[0] == b"A" and len(parts) == 4:
+                    var, v = parts[1].decode(), int(parts[2])
+                    top[var] = max(top.get(var, 0), v)
+    passed = failed = 0
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    back = over = 0
+    for var in sorted(top):
+        conn.request("GET", "/v1/vars/" + var, headers={"Accept": "application/octet-stream"})
+        resp = conn.getresponse()
+        body = resp.read()
+        version = int(resp.getheader("Dg-Version", "0"))
+        value = struct.unpack("<d", body)[0] if len(body) == 8 else -1
+        if version <= top[var]:
+            back += 1
+            print("  %s: version %d after the restart, %d acknowledged before" %
+                  (var, version, top[var]))
+        if value < 0 or value > sent.get(var, 0):
+            over += 1
+            print("  %s: value %g, %d applies sent" % (var, value, sent.get(var, 0)))
+    for ok, what in ((len(top) > 0, "applies were acknowledged before the kill"),
+                     (back == 0, "every version is above all acknowledged before the kill "
+                      "(%d not)" % back),
+                     (over == 0, "no value counts more applies than were sent (%d does)" % over)):
+        print(("PASS - " if ok else "FAIL - ") + what)
+        passed += ok
+        failed += not ok
+    print("%d %d" % (passed, failed))
+    return 0
+
+
 def main(argv):
+    if len(argv) == 6 and argv[1] == "applies":
+        return applies(int(argv[2]), int(argv[3]), int(argv[4]), argv[5])
+    if len(argv) >= 4 and argv[1] == "versions":
+        return versions(int(argv[2]), argv[3:])
     if len(argv) == 6 and argv[1] == "stream":
         return stream(int(argv[2]), int(argv[3]), int(argv[4]), argv[5])
     if len(argv) == 5 and argv[1] == "check":
