@@ -24,6 +24,9 @@ int cmd_feed(int argc, char **argv);     /* cmd_feed.c: dg feed QUEUE FILE... */
  * (dg_cluster_free) or NULL with *err set, naming where it looked. */
 struct dg_cluster;
 struct dg_cluster *cli_cluster_load(const char *flag_path, struct dg_err *err);
+/* The file cli_cluster_load(flag_path) would read, into out; false when the
+ * spec is $DG_CLUSTER's text or there is none. */
+bool cli_cluster_file(const char *flag_path, char *out, size_t cap);
 /* Read a token file (first line, trimmed); owned string or NULL with *err. */
 char *cli_token_load(const char *path, struct dg_err *err);
 

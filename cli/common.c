@@ -50,33 +50,64 @@ static bool file_exists(const char *path)
  *  3. $XDG_RUNTIME_DIR/dg/cluster.json, then ~/.dg/cluster.json: where `dg up`
  *     writes the spec of the cluster it started.
  * Errors name the file that failed, or every place looked at when none exists. */
-struct dg_cluster *cli_cluster_load(const char *flag_path, struct dg_err *err)
+/* Where the spec comes from, in the order of cli_cluster_load: the flag,
+ * $DG_CLUSTER (a path, or the spec's text: *text), the last dg up's link.
+ * out gets the path ("" for $DG_CLUSTER's text); false when there is none,
+ * with run_path/home_path the places looked at. */
+static bool cluster_source(const char *flag_path, char *out, size_t cap, bool *text,
+			   char *run_path, char *home_path)
 {
 	const char *env = getenv("DG_CLUSTER"), *run = getenv("XDG_RUNTIME_DIR");
 	const char *home = getenv("HOME");
-	char run_path[4096] = "", home_path[4096] = "";
-	struct dg_cluster *c;
 
-	if (flag_path)
-		return dg_cluster_load(flag_path, err);
+	*text = false;
+	if (flag_path) {
+		snprintf(out, cap, "%s", flag_path);
+		return true;
+	}
 	if (env && env[0]) {
-		size_t skip = strspn(env, " \t\r\n");
-		if (env[skip] == '{') {
-			if (!(c = dg_cluster_parse(env, strlen(env), err)))
-				dg_err_prefix(err, "$DG_CLUSTER");
-			return c;
-		}
-		return dg_cluster_load(env, err);
+		*text = env[strspn(env, " \t\r\n")] == '{';
+		snprintf(out, cap, "%s", *text ? "" : env);
+		return true;
 	}
 	if (run && run[0]) {
-		snprintf(run_path, sizeof run_path, "%s/dg/cluster.json", run);
-		if (file_exists(run_path))
-			return dg_cluster_load(run_path, err);
+		snprintf(run_path, 4096, "%s/dg/cluster.json", run);
+		if (file_exists(run_path)) {
+			snprintf(out, cap, "%s", run_path);
+			return true;
+		}
 	}
 	if (home && home[0]) {
-		snprintf(home_path, sizeof home_path, "%s/.dg/cluster.json", home);
-		if (file_exists(home_path))
-			return dg_cluster_load(home_path, err);
+		snprintf(home_path, 4096, "%s/.dg/cluster.json", home);
+		if (file_exists(home_path)) {
+			snprintf(out, cap, "%s", home_path);
+			return true;
+		}
+	}
+	return false;
+}
+
+bool cli_cluster_file(const char *flag_path, char *out, size_t cap)
+{
+	char run_path[4096] = "", home_path[4096] = "";
+	bool text;
+
+	return cluster_source(flag_path, out, cap, &text, run_path, home_path) && !text;
+}
+
+struct dg_cluster *cli_cluster_load(const char *flag_path, struct dg_err *err)
+{
+	char run_path[4096] = "", home_path[4096] = "", path[4096];
+	const char *env = getenv("DG_CLUSTER");
+	struct dg_cluster *c;
+	bool text;
+
+	if (cluster_source(flag_path, path, sizeof path, &text, run_path, home_path)) {
+		if (!text)
+			return dg_cluster_load(path, err);
+		if (!(c = dg_cluster_parse(env, strlen(env), err)))
+			dg_err_prefix(err, "$DG_CLUSTER");
+		return c;
 	}
 	dg_err_set(err, DG_ENOTFOUND, "no cluster spec: no --cluster, $DG_CLUSTER is unset, "
 		   "and no file at %s%s%s%s", run_path[0] ? run_path : "",
