@@ -2,16 +2,19 @@
  * jobs), as a table or JSON. */
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "dg/client.h"
+#include "dg/clock.h"
 #include "dg/cluster.h"
 #include "dg/http.h"
 #include "dg/job_client.h"
 #include "dg/task_client.h"
+#include "up.h"
 
 #define STATUS_TIMEOUT_MS 5000  /* per request: a hung task must not hang it */
 
@@ -24,6 +27,7 @@ struct task_status {
 	char why[256];          /* when !up */
 	json_t *health;         /* owned */
 	json_t *jobs;           /* owned, NULL when the task has no jobs API */
+	json_t *sup;            /* borrowed: dg up's supervisor's entry, or NULL */
 };
 
 static void probe(struct task_status *s, const char *token)
@@ -89,26 +93,51 @@ static void print_jobs(const struct task_status *s)
 	}
 }
 
+/* One line for a task that dg up's supervisor restarted or gave up on. */
+static void print_restarts(const struct task_status *s)
+{
+	const char *last = json_string_value(json_object_get(s->sup, "last_exit"));
+	double at = json_number_value(json_object_get(s->sup, "last_exit_at"));
+	json_int_t n = json_integer_value(json_object_get(s->sup, "restarts"));
+	char ago[32] = "";
+
+	if (!s->sup || !last || !last[0])
+		return;
+	fmt_uptime(ago, sizeof ago, dg_wall_s() - at);
+	printf("%s: restarted %lld time%s by dg up; last exit: %s, %s ago%s\n", s->name,
+	       (long long)n, n == 1 ? "" : "s", last, ago,
+	       json_is_true(json_object_get(s->sup, "given_up"))
+	       ? "; given up (too many exits): dg up --restart after a look at its log"
+	       : json_is_true(json_object_get(s->sup, "stopped")) ? "; exited cleanly, not restarted"
+	       : "");
+}
+
 static void print_table(const struct task_status *s, int n)
 {
-	printf("%-12s %-22s %-4s %6s %6s %10s %6s %8s\n", "TASK", "ADDRESS", "UP", "EPOCH",
-	       "VARS", "BYTES", "QUEUES", "UPTIME");
+	printf("%-12s %-22s %-4s %6s %6s %10s %6s %8s %8s\n", "TASK", "ADDRESS", "UP", "EPOCH",
+	       "VARS", "BYTES", "QUEUES", "UPTIME", "RESTARTS");
 	for (int i = 0; i < n; i++) {
-		char bytes[32] = "-", up[32] = "-";
+		char bytes[32] = "-", up[32] = "-", restarts[16] = "-";
+		if (s[i].sup)
+			snprintf(restarts, sizeof restarts, "%lld",
+				 json_integer_value(json_object_get(s[i].sup, "restarts")));
 		if (!s[i].up) {
-			printf("%-12s %-22s %-4s %6s %6s %10s %6s %8s\n", s[i].name, s[i].address,
-			       s[i].refused ? "401" : "no", "-", "-", "-", "-", "-");
+			printf("%-12s %-22s %-4s %6s %6s %10s %6s %8s %8s\n", s[i].name,
+			       s[i].address, s[i].refused ? "401" : "no", "-", "-", "-", "-", "-",
+			       restarts);
 			continue;
 		}
 		fmt_bytes(bytes, sizeof bytes,
 			  json_number_value(json_object_get(s[i].health, "bytes")));
 		fmt_uptime(up, sizeof up,
 			   json_number_value(json_object_get(s[i].health, "uptime_s")));
-		printf("%-12s %-22s %-4s %6lld %6lld %10s %6lld %8s\n", s[i].name, s[i].address,
-		       "yes", json_integer_value(json_object_get(s[i].health, "epoch")),
+		printf("%-12s %-22s %-4s %6lld %6lld %10s %6lld %8s %8s\n", s[i].name,
+		       s[i].address, "yes", json_integer_value(json_object_get(s[i].health, "epoch")),
 		       json_integer_value(json_object_get(s[i].health, "vars")), bytes,
-		       json_integer_value(json_object_get(s[i].health, "queues")), up);
+		       json_integer_value(json_object_get(s[i].health, "queues")), up, restarts);
 	}
+	for (int i = 0; i < n; i++)
+		print_restarts(&s[i]);
 	for (int i = 0; i < n; i++)
 		print_jobs(&s[i]);
 }
@@ -128,6 +157,8 @@ static int print_json(const struct task_status *s, int n, int n_up)
 			json_object_set_new(o, "error", json_string(s[i].why));
 		if (o && s[i].jobs)
 			json_object_set(o, "jobs", s[i].jobs);
+		if (o && s[i].sup)
+			json_object_set(o, "supervisor", s[i].sup);
 		json_array_append_new(arr, o);
 	}
 	root = json_pack("{s:o, s:i, s:i}", "tasks", arr, "reachable", n_up, "total", n);
@@ -142,12 +173,39 @@ static int print_json(const struct task_status *s, int n, int n_up)
 	return 0;
 }
 
+/* The state of dg up's supervisor when the spec is DIR/cluster.json of a
+ * dg up (owned), or NULL. */
+static json_t *supervisor_state(const char *cluster)
+{
+	char file[4096], real[PATH_MAX], *slash;
+
+	if (!cli_cluster_file(cluster, file, sizeof file) || !realpath(file, real) ||
+	    !(slash = strrchr(real, '/')) || strcmp(slash + 1, "cluster.json") != 0)
+		return NULL;
+	*slash = '\0';
+	return up_supervisor_state(real);
+}
+
+static json_t *supervisor_entry(json_t *state, const char *task)
+{
+	size_t i;
+	json_t *e;
+
+	json_array_foreach(json_object_get(state, "tasks"), i, e) {
+		const char *name = json_string_value(json_object_get(e, "task"));
+		if (name && strcmp(name, task) == 0)
+			return e;
+	}
+	return NULL;
+}
+
 static const char status_usage[] =
 	"usage: dg status [--cluster FILE] [--token-file F] [--json]\n"
 	"\n"
 	"Ask every task of the cluster (--cluster, else $DG_CLUSTER, else the last\n"
 	"`dg up`) for its health: address, reachable, epoch, variables, bytes,\n"
-	"queues, uptime, and the jobs of tasks that run a master. --json prints\n"
+	"queues, uptime, restarts by dg up's supervisor (one line per restarted\n"
+	"task: how it last exited), and the jobs of tasks that run a master. --json prints\n"
 	"{\"tasks\": [...], \"reachable\": N, \"total\": M}.\n"
 	"Exit status: 0 when every task answers, 10 when one is unreachable (named\n"
 	"on stderr), 9 when all run but some refuse without a token.\n";
@@ -166,6 +224,7 @@ int cmd_status(int argc, char **argv)
 	struct dg_cluster *cl;
 	struct task_status *s;
 	struct dg_buf down = { 0 };
+	json_t *sup = NULL;
 	char *token = NULL;
 	bool json = false;
 	int c, n_up = 0, n_refused = 0, rc = 0;
@@ -195,9 +254,11 @@ int cmd_status(int argc, char **argv)
 		rc = cli_fail(&err);
 		goto out;
 	}
+	sup = supervisor_state(cluster);
 	for (int i = 0; i < cl->n_tasks; i++) {
 		snprintf(s[i].name, sizeof s[i].name, "%s/%d", cl->tasks[i].job,
 			 cl->tasks[i].index);
+		s[i].sup = supervisor_entry(sup, s[i].name);
 		s[i].address = cl->tasks[i].address;
 		probe(&s[i], token);
 		if (s[i].up)
@@ -231,6 +292,7 @@ int cmd_status(int argc, char **argv)
 	}
 	free(s);
 out:
+	json_decref(sup);
 	dg_buf_deinit(&down);
 	dg_cluster_free(cl);
 	free(token);

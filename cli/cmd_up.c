@@ -21,29 +21,23 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "up.h"
 #include "dg/buf.h"
 #include "dg/client.h"
 #include "dg/clock.h"
 #include "dg/cluster.h"
 
-#define MAX_TASKS 64
 #define READY_WAIT_MS 20000     /* a server recovering a big data dir may take a while */
 #define STOP_WAIT_MS 15000      /* SIGTERM -> exit includes the final checkpoint */
 #define KILL_WAIT_MS 3000
 #define MOUNT_WAIT_MS 10000
 #define START_ATTEMPTS 3        /* a picked port taken before its server bound it: retry */
 
-struct task {
-	const char *job;        /* "ps" or "worker" (static strings) */
-	int index;
-	int port;
-	pid_t pid;              /* 0: not started */
-};
 
 /* ------------------------------------------------------------- small helpers */
 
 /* path = a/b with a bounds check (paths longer than PATH_MAX are refused). */
-static enum dg_status join(char *out, const char *a, const char *b, struct dg_err *err)
+enum dg_status up_join(char *out, const char *a, const char *b, struct dg_err *err)
 {
 	int n = snprintf(out, PATH_MAX, "%s/%s", a, b);
 
@@ -83,9 +77,9 @@ static enum dg_status pointer_path(char *out, struct dg_err *err)
 	const char *run = getenv("XDG_RUNTIME_DIR"), *home = getenv("HOME");
 
 	if (run && run[0])
-		return join(out, run, "dg/cluster.json", err);
+		return up_join(out, run, "dg/cluster.json", err);
 	if (home && home[0])
-		return join(out, home, ".dg/cluster.json", err);
+		return up_join(out, home, ".dg/cluster.json", err);
 	dg_err_set(err, DG_EINVAL, "neither $XDG_RUNTIME_DIR nor $HOME is set");
 	dg_err_hint(err, "set HOME, or pass --dir DIR");
 	return DG_EINVAL;
@@ -97,9 +91,9 @@ static enum dg_status default_dir(char *out, struct dg_err *err)
 	const char *run = getenv("XDG_RUNTIME_DIR"), *home = getenv("HOME");
 
 	if (run && run[0])
-		return join(out, run, "dg/cluster", err);
+		return up_join(out, run, "dg/cluster", err);
 	if (home && home[0])
-		return join(out, home, ".dg/cluster", err);
+		return up_join(out, home, ".dg/cluster", err);
 	dg_err_set(err, DG_EINVAL, "no --dir, and neither $XDG_RUNTIME_DIR nor $HOME is set");
 	dg_err_hint(err, "pass --dir DIR");
 	return DG_EINVAL;
@@ -107,7 +101,7 @@ static enum dg_status default_dir(char *out, struct dg_err *err)
 
 /* Read a small text file (pid, port, path): first line, trimmed, into out.
  * false when absent or empty. */
-static bool read_line(const char *path, char *out, size_t n)
+bool up_read_line(const char *path, char *out, size_t n)
 {
 	FILE *f = fopen(path, "r");
 	bool ok;
@@ -131,7 +125,7 @@ static enum dg_status write_text(const char *path, const char *text, struct dg_e
 /* Alive and not a zombie. Our detached servers are reparented when `dg up`
  * exits; a reaper that is slow (or absent, in some containers) leaves zombies
  * behind that kill(pid, 0) would still report. */
-static bool pid_alive(pid_t pid)
+bool up_pid_alive(pid_t pid)
 {
 	char path[64], buf[512], *rp;
 	FILE *f;
@@ -153,13 +147,13 @@ static bool pid_alive(pid_t pid)
 /* Whether pid is alive and its command line has the argument arg (the task's
  * data dir, or the mount point): a pid file outliving its process must not
  * make us signal whatever process got the number since. */
-static bool pid_runs_with(pid_t pid, const char *arg)
+bool up_pid_runs_with(pid_t pid, const char *arg)
 {
 	char path[64], buf[8192];
 	FILE *f;
 	size_t n;
 
-	if (!pid_alive(pid))
+	if (!up_pid_alive(pid))
 		return false;
 	snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
 	if (!(f = fopen(path, "r")))
@@ -175,7 +169,7 @@ static bool pid_runs_with(pid_t pid, const char *arg)
 
 /* Reap pid when it is our child (the failure paths of `dg up`); harmless
  * otherwise. Returns true when it was reaped. */
-static bool reap(pid_t pid, int *wstatus)
+bool up_reap(pid_t pid, int *wstatus)
 {
 	int ws = 0;
 
@@ -188,14 +182,14 @@ static bool reap(pid_t pid, int *wstatus)
 }
 
 /* SIGTERM, wait up to STOP_WAIT_MS, then SIGKILL with a warning. */
-static void stop_pid(pid_t pid, const char *label)
+void up_stop_pid(pid_t pid, const char *label)
 {
 	struct dg_deadline deadline = dg_deadline_in_ms(STOP_WAIT_MS);
 
 	if (kill(pid, SIGTERM) != 0)
 		return;
 	while (!dg_deadline_expired(deadline)) {
-		if (reap(pid, NULL) || !pid_alive(pid))
+		if (up_reap(pid, NULL) || !up_pid_alive(pid))
 			return;
 		dg_sleep_ms(20);
 	}
@@ -203,7 +197,7 @@ static void stop_pid(pid_t pid, const char *label)
 		"it (its last checkpoint may be older)\n", label, (int)pid, STOP_WAIT_MS / 1000);
 	kill(pid, SIGKILL);
 	deadline = dg_deadline_in_ms(KILL_WAIT_MS);
-	while (!dg_deadline_expired(deadline) && !reap(pid, NULL) && pid_alive(pid))
+	while (!dg_deadline_expired(deadline) && !up_reap(pid, NULL) && up_pid_alive(pid))
 		dg_sleep_ms(20);
 }
 
@@ -283,11 +277,11 @@ static int find_live(const char *dir, struct live *out, int max)
 		    strcmp(e->d_name, "mount.pid") == 0)
 			continue;
 		snprintf(out[n].name, sizeof out[n].name, "%.*s", (int)(len - 4), e->d_name);
-		if (join(path, dir, e->d_name, NULL) || join(data, dir, out[n].name, NULL) ||
-		    !read_line(path, line, sizeof line))
+		if (up_join(path, dir, e->d_name, NULL) || up_join(data, dir, out[n].name, NULL) ||
+		    !up_read_line(path, line, sizeof line))
 			continue;
 		pid = (pid_t)strtol(line, NULL, 10);
-		if (pid_runs_with(pid, data))
+		if (up_pid_runs_with(pid, data))
 			out[n++].pid = pid;
 	}
 	closedir(d);
@@ -380,11 +374,12 @@ struct up_args {
 	const char *dir, *mount, *token_file;
 	const char *restart;            /* --restart JOB/I: that task alone */
 	bool foreground, sized;         /* sized: --ps, --workers or --threads given */
+	bool no_supervise;              /* --no-supervise: nobody restarts a task */
 };
 
 static const char up_usage[] =
 	"usage: dg up [--ps N] [--workers M] [--dir DIR] [--mount DIR] [--token-file F]\n"
-	"             [--threads T] [--foreground]\n"
+	"             [--threads T] [--foreground] [--no-supervise]\n"
 	"       dg up --restart JOB/I [--dir DIR]\n"
 	"\n"
 	"Start a whole local cluster on free loopback ports: N parameter-server tasks\n"
@@ -395,6 +390,12 @@ static const char up_usage[] =
 	"to it) until `dg down`. Variables survive a `dg down` and the next `dg up`\n"
 	"of the same DIR.\n"
 	"\n"
+	"A supervisor (a background dg up, DIR/supervisor.pid and .log) restarts a\n"
+	"task that dies: 100 ms after the exit, then with a doubling back-off, at\n"
+	"most 5 times a minute; each exit and restart is logged with its status or\n"
+	"signal, in DIR/supervisor.log and the task's log, and `dg status` counts\n"
+	"them. A task that exits with status 0 (stopped on purpose) is not restarted.\n"
+	"\n"
 	"  --ps N            parameter-server tasks (default 1)\n"
 	"  --workers M       worker tasks (default 2)\n"
 	"  --dir DIR         state directory (default $XDG_RUNTIME_DIR/dg/cluster,\n"
@@ -404,12 +405,15 @@ static const char up_usage[] =
 	"  --threads T       threads of each task's matrix products (default: the\n"
 	"                    CPUs divided among the workers, at least 1), so that\n"
 	"                    workers training side by side do not oversubscribe them\n"
-	"  --foreground      stay in the foreground; ^C (or SIGTERM) takes the cluster\n"
-	"                    down, and so does a task that exits\n"
+	"  --foreground      stay in the foreground, supervising; ^C (or SIGTERM)\n"
+	"                    takes the cluster down\n"
+	"  --no-supervise    no supervisor: a task that dies stays down (with\n"
+	"                    --foreground: takes the cluster down)\n"
 	"  --restart JOB/I   start again the one task of DIR's cluster that died\n"
 	"                    (e.g. ps/0), at its address, with its data dir and the\n"
 	"                    settings of the dg up that started the cluster (without\n"
-	"                    --dir: the cluster of the last dg up, as dg down)\n"
+	"                    --dir: the cluster of the last dg up, as dg down); a\n"
+	"                    running supervisor starts it (and forgets its count)\n"
 	"  -h, --help        show this help\n"
 	"\n"
 	"Exit status: 0 when every task answers, 4 when DIR already has a running\n"
@@ -427,6 +431,7 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 		{ "token-file", required_argument, NULL, 'T' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "foreground", no_argument, NULL, 'f' },
+		{ "no-supervise", no_argument, NULL, 'S' },
 		{ "restart", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -464,6 +469,7 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 		case 'm': a->mount = optarg; break;
 		case 'T': a->token_file = optarg; break;
 		case 'f': a->foreground = true; break;
+		case 'S': a->no_supervise = true; break;
 		case 'r': a->restart = optarg; break;
 		case 'h': fputs(up_usage, stdout); return 0;
 		case ':': return cli_usage(argv[0], "%s needs a value", argv[optind - 1]);
@@ -472,28 +478,17 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 	}
 	if (optind < argc)
 		return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
-	if (a->restart && (a->sized || a->mount || a->token_file || a->foreground))
+	if (a->restart && (a->sized || a->mount || a->token_file || a->foreground ||
+			   a->no_supervise))
 		return cli_usage(argv[0], "--restart takes only --dir: the task gets the settings "
 				 "of the dg up that started the cluster");
 	return -1;
 }
 
 /* Everything `dg up` works with. */
-struct up_ctx {
-	char dir[PATH_MAX];             /* absolute */
-	char spec[PATH_MAX];            /* DIR/cluster.json */
-	char exe[PATH_MAX];
-	char token_file[PATH_MAX];      /* absolute, "" when none */
-	char *token;                    /* owned */
-	struct task t[MAX_TASKS];
-	int n;
-	pid_t mount_pid;
-	char mnt[PATH_MAX];             /* the mount point, "" without --mount */
-	char threads[16];               /* --threads of every task */
-};
 
 /* DIR/JOB-I plus suffix. up_run refuses a DIR too long for these. */
-static void task_file(const struct up_ctx *u, const struct task *t, const char *suffix,
+void up_task_file(const struct up_ctx *u, const struct task *t, const char *suffix,
 		      char *out)
 {
 	int n = snprintf(out, PATH_MAX, "%s/%s-%d%s", u->dir, t->job, t->index, suffix);
@@ -502,17 +497,17 @@ static void task_file(const struct up_ctx *u, const struct task *t, const char *
 		out[0] = '\0';
 }
 
-static enum dg_status start_task(struct up_ctx *u, struct task *t, struct dg_err *err)
+enum dg_status up_start_task(struct up_ctx *u, struct task *t, struct dg_err *err)
 {
 	char data[PATH_MAX], port[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], idx[16], line[32];
 	char *argv[18];
 	int k = 0;
 	enum dg_status st;
 
-	task_file(u, t, "", data);
-	task_file(u, t, ".port", port);
-	task_file(u, t, ".log", log);
-	task_file(u, t, ".pid", pidf);
+	up_task_file(u, t, "", data);
+	up_task_file(u, t, ".port", port);
+	up_task_file(u, t, ".log", log);
+	up_task_file(u, t, ".pid", pidf);
 	snprintf(idx, sizeof idx, "%d", t->index);
 	unlink(port);           /* a stale one would not say this start is serving */
 	argv[k++] = u->exe;
@@ -538,7 +533,7 @@ static enum dg_status start_task(struct up_ctx *u, struct task *t, struct dg_err
 		return st;
 	snprintf(line, sizeof line, "%d\n", (int)t->pid);
 	if ((st = write_text(pidf, line, err)) != DG_OK) {
-		stop_pid(t->pid, "a new server");
+		up_stop_pid(t->pid, "a new server");
 		t->pid = 0;
 	}
 	return st;
@@ -553,11 +548,11 @@ static void stop_started(struct up_ctx *u)
 	for (int i = 0; i < u->n; i++) {
 		snprintf(label, sizeof label, "%s/%d", u->t[i].job, u->t[i].index);
 		if (u->t[i].pid)
-			stop_pid(u->t[i].pid, label);
+			up_stop_pid(u->t[i].pid, label);
 		u->t[i].pid = 0;        /* the files also of a task that exited by itself */
-		task_file(u, &u->t[i], ".pid", path);
+		up_task_file(u, &u->t[i], ".pid", path);
 		unlink(path);
-		task_file(u, &u->t[i], ".port", path);
+		up_task_file(u, &u->t[i], ".port", path);
 		unlink(path);
 	}
 }
@@ -569,7 +564,7 @@ static bool log_says_port_taken(const struct up_ctx *u, const struct task *t)
 	struct dg_buf b = { 0 };
 	bool taken = false;
 
-	task_file(u, t, ".log", path);
+	up_task_file(u, t, ".log", path);
 	if (dg_buf_read_file(&b, path, 1 << 20, NULL) == DG_OK &&
 	    dg_buf_append(&b, "", 1, NULL) == DG_OK)
 		taken = strstr(b.data, "Address already in use") != NULL;
@@ -588,7 +583,7 @@ static enum dg_status wait_ready(struct up_ctx *u, struct task *t,
 	int ws;
 
 	snprintf(addr, sizeof addr, "127.0.0.1:%d", t->port);
-	task_file(u, t, ".log", log);
+	up_task_file(u, t, ".log", log);
 	if (!(c = dg_client_new(addr, u->token, err)))
 		return err->code;
 	for (;;) {
@@ -602,7 +597,7 @@ static enum dg_status wait_ready(struct up_ctx *u, struct task *t,
 			if (same)
 				break;
 		}
-		if (reap(t->pid, &ws)) {
+		if (up_reap(t->pid, &ws)) {
 			t->pid = 0;
 			*port_taken = log_says_port_taken(u, t);
 			st = dg_err_set(err, DG_EUNAVAILABLE, "%s/%d exited with %s %d before it "
@@ -641,7 +636,7 @@ static enum dg_status start_all(struct up_ctx *u, struct dg_err *err)
 		    (st = write_spec(u->spec, u->t, u->n, err)) != DG_OK)
 			return st;
 		for (int i = 0; i < u->n && st == DG_OK; i++)
-			st = start_task(u, &u->t[i], err);
+			st = up_start_task(u, &u->t[i], err);
 		deadline = dg_deadline_in_ms(READY_WAIT_MS);
 		for (int i = 0; i < u->n && st == DG_OK; i++)
 			st = wait_ready(u, &u->t[i], deadline, &port_taken, err);
@@ -701,9 +696,9 @@ static enum dg_status start_mount(struct up_ctx *u, const char *mnt_arg, struct 
 
 	if (!realpath(mnt_arg, mnt))
 		return dg_err_set(err, DG_ENOTFOUND, "--mount %s: %s", mnt_arg, strerror(errno));
-	if ((st = join(log, u->dir, "mount.log", err)) ||
-	    (st = join(pidf, u->dir, "mount.pid", err)) ||
-	    (st = join(pathf, u->dir, "mount.path", err)))
+	if ((st = up_join(log, u->dir, "mount.log", err)) ||
+	    (st = up_join(pidf, u->dir, "mount.pid", err)) ||
+	    (st = up_join(pathf, u->dir, "mount.path", err)))
 		return st;
 	argv[k++] = u->exe;
 	argv[k++] = (char *)"mount";
@@ -724,7 +719,7 @@ static enum dg_status start_mount(struct up_ctx *u, const char *mnt_arg, struct 
 	if ((st = write_text(pidf, line, err)) != DG_OK)
 		return st;
 	while (!is_mounted(mnt)) {
-		if (reap(u->mount_pid, &ws)) {
+		if (up_reap(u->mount_pid, &ws)) {
 			u->mount_pid = 0;
 			unlink(pidf);
 			if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0 && is_mounted(mnt))
@@ -770,8 +765,6 @@ static void print_up(const struct up_ctx *u)
 	fflush(stdout);
 }
 
-static int down_dir(const char *dir, bool quiet);
-
 /* --foreground: wait for ^C / SIGTERM, or a task exiting; then take it down. */
 static int foreground(struct up_ctx *u)
 {
@@ -793,7 +786,7 @@ static int foreground(struct up_ctx *u)
 			break;
 		for (int i = 0; i < u->n; i++) {
 			int ws;
-			if (u->t[i].pid && reap(u->t[i].pid, &ws)) {
+			if (u->t[i].pid && up_reap(u->t[i].pid, &ws)) {
 				fprintf(stderr, "dg: %s/%d exited (%s %d); stopping the cluster\n"
 					"dg: hint: see its log: %s/%s-%d.log\n", u->t[i].job,
 					u->t[i].index, WIFEXITED(ws) ? "code" : "signal",
@@ -803,7 +796,7 @@ static int foreground(struct up_ctx *u)
 				gone = true;
 			}
 		}
-		if (u->mount_pid && reap(u->mount_pid, NULL)) {
+		if (u->mount_pid && up_reap(u->mount_pid, NULL)) {
 			fprintf(stderr, "dg: the mount exited; stopping the cluster\n");
 			u->mount_pid = 0;
 			gone = true;
@@ -813,7 +806,7 @@ static int foreground(struct up_ctx *u)
 			break;
 		}
 	}
-	int drc = down_dir(u->dir, false);
+	int drc = up_down_dir(u->dir, false);
 	return rc ? rc : drc;
 }
 
@@ -846,7 +839,7 @@ static enum dg_status save_settings(const struct up_ctx *u, struct dg_err *err)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	}
 	json_decref(o);
-	if ((st = join(path, u->dir, "up.json", err)) == DG_OK)
+	if ((st = up_join(path, u->dir, "up.json", err)) == DG_OK)
 		st = dg_write_file_atomic_mode(path, text, strlen(text), 0600, err);
 	free(text);
 	return st;
@@ -858,7 +851,7 @@ static enum dg_status load_settings(struct up_ctx *u, struct dg_err *err)
 	json_t *o;
 	const char *threads, *token;
 
-	if (join(path, u->dir, "up.json", err) != DG_OK)
+	if (up_join(path, u->dir, "up.json", err) != DG_OK)
 		return err->code;
 	if (!(o = json_load_file(path, 0, NULL))) {
 		dg_err_set(err, DG_ENOTFOUND, "%s holds no settings of the dg up that started its "
@@ -906,6 +899,40 @@ static enum dg_status restart_target(struct up_ctx *u, const struct dg_cluster *
 	return DG_ENOTFOUND;
 }
 
+/* --restart with a live supervisor: it starts the task (its own child, which
+ * it goes on watching); we wait for the pid file to name it and for it to
+ * answer. */
+static int restart_by_supervisor(struct up_ctx *u, struct task *t, pid_t sup, const char *name)
+{
+	struct dg_deadline d = dg_deadline_in_ms(READY_WAIT_MS);
+	struct dg_err err = { 0 };
+	char pidf[PATH_MAX], data[PATH_MAX], line[32];
+	bool port_taken = false;
+
+	up_task_file(u, t, ".pid", pidf);
+	up_task_file(u, t, "", data);
+	if (kill(sup, SIGUSR1) != 0) {
+		dg_err_set(&err, DG_EIO, "cannot signal the supervisor (pid %d): %s", (int)sup,
+			   strerror(errno));
+		return cli_fail(&err);
+	}
+	while (!(up_read_line(pidf, line, sizeof line) &&
+		 up_pid_runs_with(t->pid = (pid_t)atoi(line), data))) {
+		if (dg_deadline_expired(d)) {
+			dg_err_set(&err, DG_EUNAVAILABLE, "the supervisor (pid %d) did not start %s "
+				   "within %d s", (int)sup, name, READY_WAIT_MS / 1000);
+			dg_err_hint(&err, "see %s/supervisor.log and %s.log", u->dir, data);
+			return cli_fail(&err);
+		}
+		dg_sleep_ms(20);
+	}
+	if (wait_ready(u, t, d, &port_taken, &err) != DG_OK)
+		return cli_fail(&err);
+	printf("restarted %s (pid %d) on 127.0.0.1:%d through the supervisor (pid %d), log "
+	       "%s.log\n", name, (int)t->pid, t->port, (int)sup, data);
+	return 0;
+}
+
 /* dg up --restart JOB/I: that task, if it is not running, started again as
  * dg up started it (same address, data dir, --threads, token). */
 static int up_restart(struct up_ctx *u, const char *name)
@@ -915,9 +942,10 @@ static int up_restart(struct up_ctx *u, const char *name)
 	struct task t = { 0 };
 	char pidf[PATH_MAX], data[PATH_MAX], line[32];
 	bool port_taken = false;
+	pid_t sup;
 	int rc = 0;
 
-	if (join(u->spec, u->dir, "cluster.json", &err) != DG_OK || self_exe(u->exe, &err) != DG_OK)
+	if (up_join(u->spec, u->dir, "cluster.json", &err) != DG_OK || self_exe(u->exe, &err) != DG_OK)
 		return cli_fail(&err);
 	if (!(c = dg_cluster_load(u->spec, &err))) {
 		dg_err_prefix(&err, "no cluster to restart a task of in %s", u->dir);
@@ -928,9 +956,9 @@ static int up_restart(struct up_ctx *u, const char *name)
 		rc = cli_fail(&err);
 		goto out;
 	}
-	task_file(u, &t, ".pid", pidf);
-	task_file(u, &t, "", data);
-	if (read_line(pidf, line, sizeof line) && pid_runs_with((pid_t)atoi(line), data)) {
+	up_task_file(u, &t, ".pid", pidf);
+	up_task_file(u, &t, "", data);
+	if (up_read_line(pidf, line, sizeof line) && up_pid_runs_with((pid_t)atoi(line), data)) {
 		dg_err_set(&err, DG_EEXIST, "%s is running (pid %d); nothing to restart", name,
 			   atoi(line));
 		dg_err_hint(&err, "dg status shows its health; dg down --dir %s stops the cluster",
@@ -938,12 +966,16 @@ static int up_restart(struct up_ctx *u, const char *name)
 		rc = cli_fail(&err);
 		goto out;
 	}
-	if (start_task(u, &t, &err) != DG_OK ||
+	if ((sup = up_supervisor_pid(u->dir)) > 0) {
+		rc = restart_by_supervisor(u, &t, sup, name);
+		goto out;
+	}
+	if (up_start_task(u, &t, &err) != DG_OK ||
 	    wait_ready(u, &t, dg_deadline_in_ms(READY_WAIT_MS), &port_taken, &err) != DG_OK) {
 		if (port_taken)
 			dg_err_hint(&err, "another process holds its port %d now", t.port);
 		if (t.pid)
-			stop_pid(t.pid, name);
+			up_stop_pid(t.pid, name);
 		rc = cli_fail(&err);
 		goto out;
 	}
@@ -954,6 +986,9 @@ out:
 	return rc;
 }
 
+static int up_start(struct up_ctx *u, const struct up_args *a);
+static int up_start_supervised(struct up_ctx *u, const struct up_args *a);
+
 static int up_run(struct up_ctx *u, const struct up_args *a)
 {
 	struct dg_err err = { 0 };
@@ -963,7 +998,7 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 	if (strlen(u->dir) > PATH_MAX - 64)
 		return cli_usage("up", "--dir %s: path too long", u->dir);
 	if (mkdir_p(u->dir, &err) != DG_OK || self_exe(u->exe, &err) != DG_OK ||
-	    join(u->spec, u->dir, "cluster.json", &err) != DG_OK)
+	    up_join(u->spec, u->dir, "cluster.json", &err) != DG_OK)
 		return cli_fail(&err);
 	if ((n_live = find_live(u->dir, live, MAX_TASKS)) > 0) {
 		dg_err_set(&err, DG_EEXIST, "a cluster is already running in %s (%s, pid %d%s)",
@@ -972,6 +1007,10 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 			    u->dir);
 		return cli_fail(&err);
 	}
+	/* The counts of an earlier cluster's supervisor are not this one's. */
+	char sup_state[PATH_MAX];
+	if (up_join(sup_state, u->dir, "supervisor.json", NULL) == DG_OK)
+		unlink(sup_state);
 	for (int i = 0; i < a->n_ps + a->n_workers; i++) {
 		u->t[i].job = i < a->n_ps ? "ps" : "worker";
 		u->t[i].index = i < a->n_ps ? i : i - a->n_ps;
@@ -984,21 +1023,110 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 		long per = a->n_workers > 0 && cpus > 0 ? cpus / a->n_workers : cpus;
 		snprintf(u->threads, sizeof u->threads, "%ld", per < 1 ? 1 : per > 1024 ? 1024 : per);
 	}
+	if (a->foreground) {
+		if ((rc = up_start(u, a)) != 0)
+			return rc;
+		return a->no_supervise ? foreground(u) : up_supervise(u, true);
+	}
+	return a->no_supervise ? up_start(u, a) : up_start_supervised(u, a);
+}
+
+/* Start the tasks, save the settings, link the spec, mount; print the cluster.
+ * On failure nothing is left running. Returns the exit status. */
+static int up_start(struct up_ctx *u, const struct up_args *a)
+{
+	struct dg_err err = { 0 };
+	int rc;
+
 	if (start_all(u, &err) != DG_OK)
 		return cli_fail(&err);
 	if (save_settings(u, &err) != DG_OK || link_pointer(u, &err) != DG_OK ||
 	    (a->mount && start_mount(u, a->mount, &err) != DG_OK)) {
 		rc = cli_fail(&err);
-		down_dir(u->dir, true);
+		up_down_dir(u->dir, true);
 		return rc;
 	}
 	if (check_interrupt(&err) != DG_OK) {     /* a ^C while linking or printing */
 		rc = cli_fail(&err);
-		down_dir(u->dir, true);
+		up_down_dir(u->dir, true);
 		return rc;
 	}
 	print_up(u);
-	return a->foreground ? foreground(u) : 0;
+	return 0;
+}
+
+/* dg up with a supervisor: a child process starts the cluster (so that the
+ * tasks are its children, which it alone can reap and restart), reports the
+ * outcome to us through a pipe, detaches (its own session, output to
+ * DIR/supervisor.log) and supervises; we exit with its outcome. Its output
+ * until the report is ours (the same terminal). */
+static int up_start_supervised(struct up_ctx *u, const struct up_args *a)
+{
+	struct dg_err err = { 0 };
+	char path[PATH_MAX], line[32];
+	unsigned char b;
+	int pfd[2], rc, ws;
+	ssize_t n;
+
+	if (pipe2(pfd, O_CLOEXEC) != 0) {
+		dg_err_set(&err, DG_EIO, "cannot start the supervisor: pipe: %s", strerror(errno));
+		return cli_fail(&err);
+	}
+	fflush(NULL);
+	pid_t sup = fork();
+	if (sup < 0) {
+		dg_err_set(&err, DG_EIO, "cannot start the supervisor: fork: %s", strerror(errno));
+		close(pfd[0]);
+		close(pfd[1]);
+		return cli_fail(&err);
+	}
+	if (sup > 0) {
+		close(pfd[1]);
+		do
+			n = read(pfd[0], &b, 1);
+		while (n < 0 && errno == EINTR);    /* a ^C reaches the child too: it reports */
+		close(pfd[0]);
+		if (n == 1)
+			return b;
+		waitpid(sup, &ws, 0);
+		dg_err_set(&err, DG_EIO, "the supervisor exited (%s %d) before the cluster was up",
+			   WIFEXITED(ws) ? "code" : "signal",
+			   WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws));
+		return cli_fail(&err);
+	}
+	close(pfd[0]);
+	rc = up_start(u, a);
+	snprintf(line, sizeof line, "%d\n", (int)getpid());
+	if (rc == 0 && (up_join(path, u->dir, "supervisor.pid", &err) != DG_OK ||
+			write_text(path, line, &err) != DG_OK)) {
+		rc = cli_fail(&err);
+		up_down_dir(u->dir, true);
+	}
+	fflush(NULL);
+	b = (unsigned char)rc;
+	if (write(pfd[1], &b, 1) != 1 || rc != 0)
+		_exit(rc ? rc : 1);
+	close(pfd[1]);
+	/* Detach: no terminal, output to DIR/supervisor.log. */
+	int null = open("/dev/null", O_RDWR);
+	int log = up_join(path, u->dir, "supervisor.log", NULL) == DG_OK
+		  ? open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600) : -1;
+	setsid();
+	if (null >= 0)
+		dup2(null, 0);
+	if (log >= 0) {
+		dup2(log, 1);
+		dup2(log, 2);
+	}
+	if (null > 2)
+		close(null);
+	if (log > 2)
+		close(log);
+	rc = up_supervise(u, false);
+	if (up_join(path, u->dir, "supervisor.pid", NULL) == DG_OK)
+		unlink(path);
+	fflush(NULL);
+	_exit(rc);
 }
 
 int cmd_up(int argc, char **argv)
@@ -1067,10 +1195,10 @@ static void down_mount(const char *dir)
 	char pathf[PATH_MAX], pidf[PATH_MAX], mnt[PATH_MAX], line[32];
 	pid_t pid = 0;
 
-	if (join(pathf, dir, "mount.path", NULL) || join(pidf, dir, "mount.pid", NULL) ||
-	    !read_line(pathf, mnt, sizeof mnt))
+	if (up_join(pathf, dir, "mount.path", NULL) || up_join(pidf, dir, "mount.pid", NULL) ||
+	    !up_read_line(pathf, mnt, sizeof mnt))
 		return;
-	if (read_line(pidf, line, sizeof line))
+	if (up_read_line(pidf, line, sizeof line))
 		pid = (pid_t)strtol(line, NULL, 10);
 	if (is_mounted(mnt)) {
 		char *argv[] = { (char *)"fusermount3", (char *)"-u", mnt, NULL };
@@ -1088,12 +1216,12 @@ static void down_mount(const char *dir)
 		else
 			printf("unmounted %s\n", mnt);
 	}
-	if (pid > 0 && pid_runs_with(pid, mnt)) {
+	if (pid > 0 && up_pid_runs_with(pid, mnt)) {
 		struct dg_deadline deadline = dg_deadline_in_ms(STOP_WAIT_MS);
-		while (!dg_deadline_expired(deadline) && pid_alive(pid))
+		while (!dg_deadline_expired(deadline) && up_pid_alive(pid))
 			dg_sleep_ms(20);
-		if (pid_alive(pid))
-			stop_pid(pid, "dg mount");
+		if (up_pid_alive(pid))
+			up_stop_pid(pid, "dg mount");
 	}
 	unlink(pidf);
 	unlink(pathf);
@@ -1105,7 +1233,7 @@ static void down_pointer(const char *dir)
 	char ptr[PATH_MAX], spec[PATH_MAX], target[PATH_MAX];
 	ssize_t n;
 
-	if (pointer_path(ptr, NULL) != DG_OK || join(spec, dir, "cluster.json", NULL))
+	if (pointer_path(ptr, NULL) != DG_OK || up_join(spec, dir, "cluster.json", NULL))
 		return;
 	n = readlink(ptr, target, sizeof target - 1);
 	if (n > 0) {
@@ -1116,12 +1244,13 @@ static void down_pointer(const char *dir)
 }
 
 /* Stop the cluster of dir. quiet: a failed `dg up` cleaning up after itself. */
-static int down_dir(const char *dir, bool quiet)
+int up_down_dir(const char *dir, bool quiet)
 {
 	struct live live[MAX_TASKS];
 	char path[PATH_MAX];
 	int n;
 
+	up_supervisor_stop(dir);        /* first: it would restart what we stop */
 	down_mount(dir);
 	n = find_live(dir, live, MAX_TASKS);
 	for (int i = 0; i < n; i++)
@@ -1129,7 +1258,7 @@ static int down_dir(const char *dir, bool quiet)
 	for (int i = 0; i < n; i++) {
 		char label[80];
 		snprintf(label, sizeof label, "task %.60s", live[i].name);
-		stop_pid(live[i].pid, label);
+		up_stop_pid(live[i].pid, label);
 	}
 	/* Every pid and port file, also those of tasks that died on their own. */
 	DIR *d = opendir(dir);
@@ -1137,7 +1266,7 @@ static int down_dir(const char *dir, bool quiet)
 		size_t len = strlen(e->d_name);
 		if ((len > 4 && !strcmp(e->d_name + len - 4, ".pid")) ||
 		    (len > 5 && !strcmp(e->d_name + len - 5, ".port")))
-			if (!join(path, dir, e->d_name, NULL))
+			if (!up_join(path, dir, e->d_name, NULL))
 				unlink(path);
 	}
 	if (d)
@@ -1199,5 +1328,5 @@ int cmd_down(int argc, char **argv)
 		printf("no cluster running in %s\n", ptr);
 		return 0;
 	}
-	return down_dir(dir, false);
+	return up_down_dir(dir, false);
 }

@@ -51,11 +51,12 @@ out_has() { grep -qF -- "$1" "$TMP/out"; }
 err_has() { grep -qF -- "$1" "$TMP/err"; }
 # A pid that runs and is not a zombie.
 alive() { [[ -r /proc/$1/stat ]] && ! awk '{ exit !($3 == "Z" || $3 == "X") }' "/proc/$1/stat" 2>/dev/null; }
-# Column COL of the status table row of task TASK.
+# Column COL of the status table row of task TASK (BYTES takes two: "0 B").
 col() { awk -v t="$1" -v c="$2" '$1 == t { print $c }' "$TMP/out"; }
 
 # --- up -------------------------------------------------------------------------
-run up --dir "$C"
+# Without the supervisor: the killed task below stays down for dg up --restart.
+run up --dir "$C" --no-supervise
 check "dg up starts 1 ps and 2 workers" test $rc = 0
 check "dg up lists every task with its address" \
 	bash -c "grep -qE '^  ps/0 +127\.0\.0\.1:[0-9]+' '$TMP/out' &&
@@ -248,6 +249,66 @@ check "dg status without the token exits 9 and says to pass it" \
 run down
 check "dg down stops the token cluster" \
 	bash -c "test $rc = 0 && grep -qF 'stopped 2 tasks of $TMP/t' '$TMP/out'"
+
+# --- the supervisor: a task that dies is started again --------------------------
+S=$TMP/s
+# wait_new FILE OLD: until FILE names a live pid other than OLD (5 s at most).
+wait_new() {
+	local p
+	for _ in $(seq 1 100); do
+		p=$(cat "$1" 2>/dev/null)
+		[[ -n $p && $p != "$2" ]] && alive "$p" && return 0
+		sleep 0.05
+	done
+	return 1
+}
+run up --dir "$S" --workers 1
+check "dg up starts a supervisor (DIR/supervisor.pid)" \
+	bash -c "test $rc = 0 && test -s '$S/supervisor.pid'"
+sup=$(cat "$S/supervisor.pid")
+old=$(cat "$S/ps-0.pid")
+kill -9 "$old"
+wait_new "$S/ps-0.pid" "$old"
+for _ in $(seq 1 100); do "$DG" status >/dev/null 2>&1 && break; sleep 0.05; done
+run status
+check "the supervisor restarted the killed ps/0: up, epoch 2, 1 restart" \
+	test "$rc $(col ps/0 3) $(col ps/0 4) $(col ps/0 10) $(col worker/0 10)" = "0 yes 2 1 0"
+check "dg status says how it last exited" \
+	out_has "ps/0: restarted 1 time by dg up; last exit: signal 9 (Killed)"
+check "the exit and the restart are logged by the supervisor and in the task's log" \
+	bash -c "grep -qF 'ps/0 (pid $old) exited with signal 9 (Killed); restarting it' \
+		 '$S/supervisor.log' && grep -qF 'restarted ps/0 (pid' '$S/ps-0.log'"
+# Five more deaths within the minute: the supervisor gives up on it.
+for _ in 1 2 3 4 5; do
+	old=$(cat "$S/ps-0.pid" 2>/dev/null)
+	[[ -n $old ]] && kill -9 "$old"
+	wait_new "$S/ps-0.pid" "$old"
+done
+sleep 0.3
+run status
+check "after 6 exits within a minute ps/0 stays down, said so, pid file gone" \
+	bash -c "test $rc = 10 && test '$(col ps/0 3)' = no && test ! -e '$S/ps-0.pid' &&
+		 grep -qF 'given up' '$TMP/out' &&
+		 grep -qF '6 times within a minute; not restarting it' '$S/supervisor.log'"
+run up --restart ps/0 --dir "$S"
+check "dg up --restart asks the supervisor, which starts it again" \
+	bash -c "test $rc = 0 && grep -qF 'through the supervisor (pid $sup)' '$TMP/out'"
+run status
+check "then ps/0 is up again" test "$rc $(col ps/0 3)" = "0 yes"
+w=$(cat "$S/worker-0.pid")
+kill -TERM "$w"
+for _ in $(seq 1 100); do alive "$w" || break; sleep 0.05; done
+sleep 0.3
+run status
+check "a task that exits cleanly (SIGTERM) is not restarted" \
+	bash -c "test $rc = 10 && test '$(col worker/0 3)' = no &&
+		 grep -qF 'exited cleanly, not restarted' '$TMP/out'"
+run down --dir "$S"
+sup_left=no
+alive "$sup" && sup_left=yes
+check "dg down stops the supervisor first, then the tasks" \
+	bash -c "test $rc = 0 && test $sup_left = no && test ! -e '$S/supervisor.pid' &&
+		 test -z '$(our_pids "$S/")'"
 
 # --- --foreground: ^C takes the cluster down ---------------------------------------
 "$DG" up --dir "$TMP/fg" --workers 1 --foreground >"$TMP/fg.out" 2>"$TMP/fg.err" &
