@@ -445,9 +445,10 @@ static void set_method(CURL *h, const char *method, const void *body, size_t len
 	}
 }
 
-/* A transport failure as a dg error naming the URL. */
-static enum dg_status transport_error(struct dg_http_client *c, CURLcode rc, const char *method,
-				      const char *url, struct dg_err *err)
+/* A transport failure as a dg error naming the URL (err->peer set by
+ * transport_error). */
+static enum dg_status transport_error_text(struct dg_http_client *c, CURLcode rc,
+					   const char *method, const char *url, struct dg_err *err)
 {
 	const char *why = c->errbuf[0] ? c->errbuf : curl_easy_strerror(rc);
 	long os_errno = 0;
@@ -494,6 +495,20 @@ static enum dg_status transport_error(struct dg_http_client *c, CURLcode rc, con
 	st = dg_err_set(err, DG_EUNAVAILABLE, "%s %s: %s", method, url, why);
 	dg_err_hint(err, "the connection to the server failed; retry, and check that the "
 		    "server is up (dg status)");
+	return st;
+}
+
+/* A transport failure: the error, and the server as its peer when there is
+ * no answer from it (refused, reset, no connection in time): it is down. A
+ * server that accepted the request and is slow to answer (DG_ETIMEOUT) is
+ * not named: it may be busy, and a retry would run the request twice. */
+static enum dg_status transport_error(struct dg_http_client *c, CURLcode rc, const char *method,
+				      const char *url, struct dg_err *err)
+{
+	enum dg_status st = transport_error_text(c, rc, method, url, err);
+
+	if (st == DG_EUNAVAILABLE)
+		dg_err_peer(err, c->base);
 	return st;
 }
 
@@ -548,6 +563,8 @@ static enum dg_status http_error(struct dg_http_result *res, const char *method,
 		j = json_loadb(res->body.data, res->body.len, 0, NULL);
 	if (j && json_unpack(json_object_get(j, "error"), "{s:s,s?s,s?s}", "code", &code,
 			     "message", &msg, "hint", &hint) == 0) {
+		const char *peer = json_string_value(json_object_get(json_object_get(j, "error"),
+								     "peer"));
 		st = dg_status_from_name(code);
 		if (st == DG_OK)
 			st = status_from_http(res->status);
@@ -555,6 +572,8 @@ static enum dg_status http_error(struct dg_http_result *res, const char *method,
 		dg_err_set(err, st, "%s", msg && *msg ? msg : code);
 		if (hint && *hint)
 			dg_err_hint(err, "%s", hint);
+		if (peer && *peer)
+			dg_err_peer(err, peer);     /* a server behind the one we asked */
 		json_decref(j);
 		return st;
 	}

@@ -736,6 +736,11 @@ static enum MHD_Result queue_error(struct dg_http_req *r, int http, const struct
 	dg_utf8_escape(e->hint, strnlen(e->hint, sizeof e->hint - 1), hint, sizeof hint);
 	json_t *j = json_pack("{s:{s:s,s:s,s:s}}", "error", "code", dg_status_name(code),
 			      "message", msg[0] ? msg : "request failed", "hint", hint);
+	if (j && e->peer[0]) {
+		char peer[sizeof e->peer];
+		dg_utf8_escape(e->peer, strnlen(e->peer, sizeof e->peer - 1), peer, sizeof peer);
+		json_object_set_new(json_object_get(j, "error"), "peer", json_string(peer));
+	}
 	char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
 	size_t n = txt ? strlen(txt) : 0;
 	char *body = txt ? realloc(txt, n + 2) : NULL;

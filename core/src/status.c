@@ -138,8 +138,19 @@ enum dg_status dg_err_setv(struct dg_err *err, enum dg_status code, const char *
 		vsnprintf(err->msg, sizeof err->msg, fmt, ap);
 		text_fix(err->msg, sizeof err->msg);
 		err->hint[0] = '\0';
+		err->peer[0] = '\0';
 	}
 	return code;
+}
+
+void dg_err_peer(struct dg_err *err, const char *addr)
+{
+	const char *p = addr ? strstr(addr, "://") : NULL;
+
+	if (!err)
+		return;
+	snprintf(err->peer, sizeof err->peer, "%s", p ? p + 3 : addr ? addr : "");
+	text_fix(err->peer, sizeof err->peer);
 }
 
 enum dg_status dg_err_set(struct dg_err *err, enum dg_status code, const char *fmt, ...)

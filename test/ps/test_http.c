@@ -117,6 +117,33 @@ static enum dg_status h_fail(void *ctx, struct dg_http_req *r, struct dg_http_re
 	return DG_ESHAPE;
 }
 
+/* A server that asks another one (?port=P on loopback) and fails with its
+ * error: what a worker's apply to a ps that is down does. */
+static enum dg_status h_relay(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
+			      struct dg_err *err)
+{
+	int64_t to = 0;
+	char a[64];
+	struct dg_http_result res;
+	enum dg_status st = dg_http_query_int(r, "port", 0, &to, err);
+
+	if (st != DG_OK)
+		return st;
+	snprintf(a, sizeof a, "127.0.0.1:%d", (int)to);
+	struct dg_http_client *c = dg_http_client_new(a, NULL, 2000, err);
+	if (!c)
+		return err->code;
+	dg_http_result_init(&res);
+	st = dg_http_request(c, "GET", "/v1/health", NULL, 0, NULL, 0, &res, err);
+	dg_http_result_deinit(&res);
+	dg_http_client_free(c);
+	if (st == DG_OK)
+		dg_http_set_json(w, 200, json_pack("{s:b}", "ok", 1));
+	else
+		dg_err_prefix(err, "relay");
+	return st;
+}
+
 static enum dg_status h_sleep(void *ctx, struct dg_http_req *r, struct dg_http_resp *w,
 			      struct dg_err *err)
 {
@@ -211,6 +238,7 @@ static const struct dg_route routes[] = {
 	{ "PUT", "/v1/steps/{id}/tensors/{name...}", h_step, "rendezvous" },
 	{ "GET", "/v1/query", h_query, "query helpers" },
 	{ "GET", "/v1/fail", h_fail, "always fails" },
+	{ "GET", "/v1/relay", h_relay, "asks another server" },
 	{ "GET", "/v1/sleep", h_sleep, "sleeps ?ms=" },
 	{ "GET", "/v1/ref", h_ref, "32 MiB by reference" },
 	{ "PUT", "/blob", h_blob_put, "store a body" },
@@ -1309,6 +1337,50 @@ static bool peer_closed(int fd)
 	if (poll(&pf, 1, 100) <= 0)
 		return false;
 	return recv(fd, &c, 1, MSG_DONTWAIT) <= 0;
+}
+
+/* A loopback port nothing listens on (bound, then closed). */
+static int dead_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof sa;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+Test(http, an_unreachable_server_is_named_as_the_peer_also_through_another)
+{
+	int p = dead_port();
+	char a[64], path[64], want[64];
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+
+	snprintf(a, sizeof a, "127.0.0.1:%d", p);
+	snprintf(want, sizeof want, "127.0.0.1:%d", p);
+	struct dg_http_client *dead = client_for(a, NULL, 2000);
+	dg_http_result_init(&res);
+	cr_assert_eq(dg_http_request(dead, "GET", "/v1/health", NULL, 0, NULL, 0, &res, &err),
+		     DG_EUNAVAILABLE);
+	cr_assert_str_eq(err.peer, want);
+	/* Through our server: its JSON error carries the peer, the client reads it. */
+	snprintf(path, sizeof path, "/v1/relay?port=%d", p);
+	memset(&err, 0, sizeof err);
+	cr_assert_eq(dg_http_request(client(), "GET", path, NULL, 0, NULL, 0, &res, &err),
+		     DG_EUNAVAILABLE);
+	cr_assert_eq(res.status, 503);
+	cr_assert_str_eq(err.peer, want, "peer '%s'", err.peer);
+	cr_assert(strstr(err.msg, "relay: cannot reach"), "%s", err.msg);
+	cr_assert(strstr(res.body.data, "\"peer\":\""), "%s", res.body.data);
+	/* A later error of another kind does not keep it. */
+	cr_assert_eq(dg_http_request(client(), "GET", "/v1/fail", NULL, 0, NULL, 0, &res, &err),
+		     DG_ESHAPE);
+	cr_assert_str_eq(err.peer, "");
+	dg_http_result_deinit(&res);
 }
 
 Test(http, a_request_trickled_a_byte_at_a_time_is_cut_at_the_read_timeout)

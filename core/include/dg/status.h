@@ -40,10 +40,14 @@ struct dg_err {
 	enum dg_status code;
 	char msg[256];
 	char hint[160];
+	/* host:port of the server that could not be reached when that is why it
+	 * failed (set by the HTTP client, carried across hops in the JSON error's
+	 * "peer"), else "": the master resumes a job once that server is back. */
+	char peer[64];
 };
 
 /* Fill *err (when not NULL) with code and a printf-style message; clears the
- * hint. Messages and hints are always valid UTF-8: bytes of the formatted text
+ * hint and the peer. Messages and hints are always valid UTF-8: bytes of the formatted text
  * that are not (a name or header value the user sent, a multi-byte character
  * cut by the size limit) are written as \xNN, so every error can travel as
  * JSON. Returns code, so callers can write `return dg_err_set(err, ...)`. */
@@ -54,6 +58,10 @@ enum dg_status dg_err_setv(struct dg_err *err, enum dg_status code, const char *
 
 /* Set the hint of an error already set (no-op when err is NULL). */
 void dg_err_hint(struct dg_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Name the unreachable server behind err (host:port, or a URL whose scheme
+ * is dropped); "" or NULL clears it. No-op when err is NULL. */
+void dg_err_peer(struct dg_err *err, const char *addr);
 
 /* Prefix err->msg with "context: " (e.g. the node or file name). No-op when NULL. */
 void dg_err_prefix(struct dg_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
