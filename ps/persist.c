@@ -813,7 +813,8 @@ static enum dg_status wr_put(struct writer *w, const void *p, size_t n, struct d
 }
 
 static enum dg_status snap_write_all(struct writer *w, uint64_t wal_seq, uint64_t ceiling,
-				     const struct ps_snap_item *items, size_t n, struct dg_err *err)
+				     double cut_at, const struct ps_snap_item *items, size_t n,
+				     struct dg_err *err)
 {
 	unsigned char head[REC_HEAD_MAX];
 	enum dg_status st = wr_put(w, snap_magic, FILE_MAGIC_LEN, err);
@@ -821,7 +822,7 @@ static enum dg_status snap_write_all(struct writer *w, uint64_t wal_seq, uint64_
 
 	if (st != DG_OK)
 		return st;
-	hl = rec_encode(head, REC_SNAP_HEAD, 0, NULL, ceiling, 0, wal_seq, NULL, 0, 0);
+	hl = rec_encode(head, REC_SNAP_HEAD, 0, NULL, ceiling, cut_at, wal_seq, NULL, 0, 0);
 	st = wr_put(w, head, hl, err);
 	for (size_t i = 0; i < n && st == DG_OK; i++) {
 		const struct ps_value *v = items[i].value;
@@ -843,8 +844,8 @@ static enum dg_status snap_write_all(struct writer *w, uint64_t wal_seq, uint64_
 }
 
 enum dg_status ps_snapshot_write(const char *dir, uint64_t wal_seq, uint64_t ceiling,
-				 const struct ps_snap_item *items, size_t n, uint64_t *bytes,
-				 struct dg_err *err)
+				 double cut_at, const struct ps_snap_item *items, size_t n,
+				 uint64_t *bytes, struct dg_err *err)
 {
 	char *tmp = path_join(dir, SNAP_TMP), *path = path_join(dir, SNAP_NAME);
 	struct writer w = { .fd = -1, .path = tmp, .cap = 1 << 20 };
@@ -860,7 +861,7 @@ enum dg_status ps_snapshot_write(const char *dir, uint64_t wal_seq, uint64_t cei
 		st = dg_err_set(err, DG_EIO, "cannot create '%s': %s", tmp, strerror(errno));
 		goto out;
 	}
-	st = snap_write_all(&w, wal_seq, ceiling, items, n, err);
+	st = snap_write_all(&w, wal_seq, ceiling, cut_at, items, n, err);
 	if (st == DG_OK && fsync(w.fd) != 0)
 		st = dg_err_set(err, DG_EIO, "flushing '%s': %s", tmp, strerror(errno));
 	if (close(w.fd) != 0 && st == DG_OK)
@@ -945,7 +946,8 @@ static enum dg_status read_block(int fd, uint64_t off, const struct rec *r, void
 }
 
 static enum dg_status snap_load(int fd, const char *path, const struct ps_recover_ops *ops,
-				uint64_t *wal_seq, uint64_t *ceiling, struct dg_err *err)
+				uint64_t *wal_seq, uint64_t *ceiling, double *cut_at,
+				struct dg_err *err)
 {
 	char magic[FILE_MAGIC_LEN];
 	uint64_t size = 0, off = FILE_MAGIC_LEN, n_vars = 0;
@@ -969,6 +971,7 @@ static enum dg_status snap_load(int fd, const char *path, const struct ps_recove
 		return corrupt(err, path, off, "bad snapshot header record");
 	*wal_seq = r.aux;
 	*ceiling = r.version;
+	*cut_at = r.mtime;
 	off += r.head_len + r.data_len;
 	for (;;) {
 		st = rec_read_head(fd, off, size, &r, &ok, path, err);
@@ -1213,7 +1216,7 @@ enum dg_status ps_persist_recover(const char *dir, const struct ps_recover_ops *
 	int fd = open(snap, O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		info->had_snapshot = true;
-		st = snap_load(fd, snap, ops, &first, &ceiling, err);
+		st = snap_load(fd, snap, ops, &first, &ceiling, &info->snapshot_at, err);
 		close(fd);
 		if (st != DG_OK)
 			goto out;

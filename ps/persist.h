@@ -92,11 +92,12 @@ struct ps_snap_item {
 };
 /* Write DIR/snapshot.dgs via snapshot.dgs.tmp (fsync, rename, directory
  * fsync). wal_seq: the first log segment that is not in this snapshot;
- * ceiling: the version ceiling at the cut. *bytes (may be NULL) gets the
- * file's size. */
+ * ceiling: the version ceiling at the cut; cut_at: the cut's wall time
+ * (seconds since the Unix epoch, kept in the head record's mtime). *bytes
+ * (may be NULL) gets the file's size. */
 enum dg_status ps_snapshot_write(const char *dir, uint64_t wal_seq, uint64_t ceiling,
-				 const struct ps_snap_item *items, size_t n, uint64_t *bytes,
-				 struct dg_err *err);
+				 double cut_at, const struct ps_snap_item *items, size_t n,
+				 uint64_t *bytes, struct dg_err *err);
 
 /* --- recovery -------------------------------------------------------------- */
 
@@ -123,6 +124,8 @@ struct ps_recover_ops {
 };
 struct ps_recover_info {
 	bool had_snapshot;
+	double snapshot_at;             /* wall time of the snapshot's cut; 0: none (or
+					 * written before dg kept it) */
 	uint64_t ceiling;               /* highest version ceiling seen (snapshot or log) */
 	uint64_t next_seq;              /* the segment number to start appending to */
 	uint64_t n_records;             /* log records replayed */

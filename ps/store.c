@@ -139,6 +139,7 @@ struct ps_store {
 	size_t n_buckets, n_vars;
 
 	atomic_int_fast64_t stat_vars, stat_bytes;
+	double snapshot_at;             /* the cut time of the snapshot recovered at open */
 	atomic_uint_fast64_t next_version;
 	atomic_uint_fast64_t ceiling;   /* versions <= ceiling may be handed out */
 	pthread_mutex_t ver_mu;         /* raising the ceiling */
@@ -496,6 +497,7 @@ static enum dg_status store_recover(struct ps_store *s, struct dg_err *err)
 			st = version_next(s, &v->val->v.version, err);
 	if (st != DG_OK)
 		return st;
+	s->snapshot_at = info.snapshot_at;
 	/* A log to fold into a snapshot, or no snapshot yet: checkpoint soon. */
 	atomic_store(&s->changes, info.n_records || !info.had_snapshot ? 1 : 0);
 	if (info.torn_bytes)
@@ -555,6 +557,11 @@ void ps_store_close(struct ps_store *s)
 uint64_t ps_store_epoch(const struct ps_store *s)
 {
 	return s->epoch;
+}
+
+double ps_store_snapshot_at(const struct ps_store *s)
+{
+	return s->snapshot_at;
 }
 
 /* --- checkpoints ------------------------------------------------------------------------------ */
@@ -619,14 +626,16 @@ static enum dg_status checkpoint_run(struct ps_store *s, int64_t *n_vars, uint64
 	seq = ps_wal_seq(s->wal) + 1;
 	/* the slow part of starting a segment happens before the cut */
 	st = ps_wal_segment_create(s->dir, seq, &fd, err);
+	double cut_at = 0;
 	if (st == DG_OK) {
 		pthread_rwlock_wrlock(&s->map);
+		cut_at = dg_wall_s();
 		st = ckpt_cut(s, fd, seq, &items, &vars, &n, &ceiling, &mark, err);
 		pthread_rwlock_unlock(&s->map);
 	}
 	if (st == DG_OK) {
 		qsort(items, n, sizeof *items, cmp_item);
-		st = ps_snapshot_write(s->dir, seq, ceiling, items, n, bytes, err);
+		st = ps_snapshot_write(s->dir, seq, ceiling, cut_at, items, n, bytes, err);
 	}
 	if (st == DG_OK) {
 		if (n_vars)

@@ -29,6 +29,11 @@ struct ps_store *ps_store_open(const struct ps_store_config *cfg, struct dg_err 
 void ps_store_close(struct ps_store *s);
 /* Restart counter: 1 on first start of a data dir, +1 each open (memory-only: 1). */
 uint64_t ps_store_epoch(const struct ps_store *s);
+/* The wall time (seconds since the Unix epoch) of the cut of the snapshot the
+ * store recovered at open: applies after it were lost if the last run ended
+ * without a final snapshot. 0: no snapshot (or one written before dg kept
+ * its time). */
+double ps_store_snapshot_at(const struct ps_store *s);
 /* Write a snapshot now and truncate the log (also run by the checkpoint
  * thread and on close). Memory only: does nothing, DG_OK. */
 enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err);

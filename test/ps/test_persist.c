@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dg/clock.h"
 #include "dg/buf.h"
 #include "dg/log.h"
 #include "persist.h"
@@ -326,9 +327,13 @@ Test(persist, put_patch_delete_and_assign_survive_close_and_reopen)
 	write_everything(s);
 	va = version_of(s, "a");
 	vi = version_of(s, "ints");
-	ps_store_close(s);
+	double t0 = dg_wall_s();
+	ps_store_close(s);              /* writes the final snapshot */
 	s = reopen();
 	check_everything(s);
+	/* It started from that snapshot and says when it was cut. */
+	cr_assert_geq(ps_store_snapshot_at(s), t0 - 0.001);
+	cr_assert_leq(ps_store_snapshot_at(s), dg_wall_s());
 	/* A restart gives every variable a new version above all before it. */
 	uint64_t top = va > vi ? va : vi;
 	cr_assert_gt(version_of(s, "a"), top, "a's version did not move above %" PRIu64, top);
