@@ -417,6 +417,56 @@ static void fault_line(struct session *s, const json_t *ev, const char *kind)
 		(long long)json_integer_value(json_object_get(ev, "requeued")));
 }
 
+/* A task back after a fault: "dg: /job:ps/task:0 is back (epoch 3) after
+ * 0.4 s, 4 variables as it recovered them: w1 version 2097153 step 0, ...";
+ * a replica going on: "dg: replica 1 resumes at step 655 after 0.4 s". */
+static void back_line(struct session *s, const json_t *ev, const char *kind, bool tty)
+{
+	const char *task = json_string_value(json_object_get(ev, "task"));
+
+	if (tty && s->bar)
+		fputs("\r\033[K", stderr);
+	s->bar = false;
+	if (strcmp(kind, "rewound") == 0) {
+		fprintf(stderr, "dg: replica %" PRId64 " goes back from step %" PRId64 " to %" PRId64
+			": %s lost the applies after its last snapshot\n",
+			(int64_t)json_integer_value(json_object_get(ev, "replica")),
+			(int64_t)json_integer_value(json_object_get(ev, "from")),
+			(int64_t)json_integer_value(json_object_get(ev, "to")), task ? task : "a ps");
+		return;
+	}
+	if (strcmp(kind, "resumed") == 0) {
+		const json_t *rep = json_object_get(ev, "replica");
+		char who[48] = "the job";
+		if (rep)
+			snprintf(who, sizeof who, "replica %" PRId64, (int64_t)json_integer_value(rep));
+		fprintf(stderr, "dg: %s resumes at step %" PRId64 " after %.2f s\n", who,
+			(int64_t)json_integer_value(json_object_get(ev, "step")),
+			json_number_value(json_object_get(ev, "paused_ms")) / 1e3);
+		return;
+	}
+	const json_t *vars = json_object_get(ev, "vars");
+	fprintf(stderr, "dg: %s is back (epoch %" PRId64 ")", task ? task : "a task",
+		(int64_t)json_integer_value(json_object_get(ev, "epoch")));
+	if (json_array_size(vars)) {
+		size_t i;
+		const json_t *v;
+		fprintf(stderr, "; %" PRId64 " variables as it recovered them:",
+			(int64_t)json_integer_value(json_object_get(ev, "n_vars")));
+		json_array_foreach(vars, i, v) {
+			if (i == 4) {
+				fputs(" ...", stderr);
+				break;
+			}
+			fprintf(stderr, "%s %s version %" PRId64 " step %" PRId64, i ? "," : "",
+				json_string_value(json_object_get(v, "name")),
+				(int64_t)json_integer_value(json_object_get(v, "version")),
+				(int64_t)json_integer_value(json_object_get(v, "step")));
+		}
+	}
+	fputc('\n', stderr);
+}
+
 /* A retry event: "dg: step 12: /job:worker/task:1 was lost (...); retry 1
  * once it answers again" ("replica 1, step 12" for a training replica). */
 static void retry_line(struct session *s, const json_t *ev, bool tty)
@@ -471,6 +521,10 @@ static enum dg_status follow(struct session *s, struct dg_err *err)
 				eval_line(s, ev, tty);
 			} else if (kind && strcmp(kind, "retry") == 0) {
 				retry_line(s, ev, tty);
+			} else if (kind && (strcmp(kind, "recovered") == 0 ||
+					    strcmp(kind, "resumed") == 0 ||
+					    strcmp(kind, "rewound") == 0)) {
+				back_line(s, ev, kind, tty);
 			} else if (kind && (strcmp(kind, "warning") == 0 ||
 					    strcmp(kind, "replica_lost") == 0)) {
 				fault_line(s, ev, kind);

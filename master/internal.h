@@ -42,6 +42,9 @@ struct master {
 
 /* This task's index in cluster->tasks, or -1. */
 int master_self(const struct master *m);
+/* The task at address peer (a struct dg_err's peer: the server a failed
+ * request could not reach), or -1. */
+int master_task_at(const struct master *m, const char *peer);
 
 /* Create a job from a POST /v1/jobs body (borrowed): parse, place and
  * partition; start it unless the body says "start": false. *id receives the
@@ -150,7 +153,13 @@ struct job {
 	struct mtask_conn **conns;     /* per part.frags: used only by that fragment's runner */
 	struct mpool *pool;            /* owned: runner threads of its steps; NULL until used */
 	double t_created, t_started, t_finished, step_ms_sum, step_ms_last;   /* ms */
+	uint64_t *task_epoch;          /* owned, per cluster task: its epoch at submit, then
+					* at its last recovery (a newer one: it restarted) */
+	json_t *recovered;             /* owned, may be NULL: "task@epoch" keys of the
+					* "recovered" events sent (one per restart) */
 };
+
+#define REP_MARKS 1024            /* chunk ends a replica remembers (~50 s of chunks) */
 
 /* One replica of a training job (doc/training.md, "Replication"): its graph
  * placed and cut into one step fragment on its compute task, run in chunks of
@@ -181,6 +190,17 @@ struct replica {
 	bool finished;                 /* its thread is over (st, err say how) */
 	bool lost;                     /* queue-fed: its task was lost for good, the others
 					* went on (st is DG_OK) */
+	/* (wall time, done) at the end of its recent chunks, a ring: every step
+	 * below done had applied by then. A restarted ps that lost the applies
+	 * after its snapshot's cut rewinds the replica to the last entry before
+	 * the cut (train_replica_main). */
+	struct rep_mark { double at; int64_t done; } marks[REP_MARKS];
+	int n_marks, next_mark;
+	bool idle;                     /* ran its steps; waits for the others (a ps restart
+					* may still send it back: replica_linger) */
+	bool rewind;                   /* a ps restarted: rewind to the mark before rewind_at */
+	double rewind_at;              /* its snapshot's cut (wall s; 0: it had none) */
+	char rewind_task[128];         /* the ps, for the event */
 	enum dg_status st;
 	struct dg_err err;
 };

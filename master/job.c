@@ -34,6 +34,14 @@ int master_self(const struct master *m)
 	return -1;
 }
 
+int master_task_at(const struct master *m, const char *peer)
+{
+	for (int i = 0; peer && peer[0] && i < m->cluster->n_tasks; i++)
+		if (strcmp(m->cluster->tasks[i].address, peer) == 0)
+			return i;
+	return -1;
+}
+
 void job_free(struct job *j)
 {
 	if (!j)
@@ -55,6 +63,8 @@ void job_free(struct job *j)
 	free(j->frag_id);
 	free(j->init_id);
 	free(j->explain);
+	json_decref(j->recovered);
+	free(j->task_epoch);
 	partition_deinit(&j->part);
 	placement_deinit(&j->pl);
 	dg_graph_free(j->g);

@@ -185,8 +185,8 @@ enum dg_status step_run_frags(struct master *m, struct job *j,
 		const struct runner *r = primary_failure(rs, n);
 		*err = r->err;
 		st = r->st;
-		if (r->unreachable)
-			lost = r->f->task;
+		/* The task did not answer, or it could not reach another (a ps). */
+		lost = r->unreachable ? r->f->task : master_task_at(m, err->peer);
 	}
 	for (int i = 0; st == DG_OK && !init && i < j->part.n_fetch; i++) {
 		struct dg_tensor *t = NULL;
@@ -228,6 +228,74 @@ void master_wait_locked(struct master *m, double ms)
 	struct timespec dl = dg_deadline_timespec(d);
 
 	pthread_cond_timedwait(&m->cv, &m->mu, &dl);
+}
+
+#define RECOVERED_VARS_MAX 64      /* variables listed in a "recovered" event */
+
+/* Task t (dev) answers again, with health h: the first replica to see it at
+ * this epoch tells the job what the task holds now in a "recovered" event:
+ * its epoch (a restart moved it on) and, for a task with variables, the
+ * version and sync step of each (what a restarted ps recovered from its data
+ * dir: applies after its last snapshot are gone; doc/persistence.md). */
+static void note_recovered(struct master *m, struct job *j, int t, const char *dev,
+			   const json_t *h, double down_ms)
+{
+	json_int_t epoch = json_integer_value(json_object_get(h, "epoch"));
+	json_int_t n_vars = json_integer_value(json_object_get(h, "vars"));
+	char key[160];
+	bool first;
+
+	snprintf(key, sizeof key, "%s@%" JSON_INTEGER_FORMAT, dev, epoch);
+	pthread_mutex_lock(&m->mu);
+	if (!j->recovered)
+		j->recovered = json_object();
+	first = j->recovered && !json_object_get(j->recovered, key);
+	if (first)
+		json_object_set_new(j->recovered, key, json_true());
+	pthread_mutex_unlock(&m->mu);
+	if (!first)
+		return;
+	json_t *ev = json_pack("{s:s, s:s, s:I, s:I, s:f}", "event", "recovered", "task", dev,
+			       "epoch", epoch, "n_vars", n_vars, "down_ms", down_ms);
+	json_t *vars = json_array();
+	struct dg_var_info *vi = NULL;
+	struct dg_err e = { 0 };
+	int n = 0;
+	struct dg_client *c = n_vars > 0 ? dg_client_new(m->cluster->tasks[t].address, m->token, &e)
+					 : NULL;
+	if (c && dg_var_list(c, NULL, &vi, &n, &e) == DG_OK)
+		for (int i = 0; i < n && i < RECOVERED_VARS_MAX; i++)
+			json_array_append_new(vars, json_pack("{s:s, s:I, s:I}", "name", vi[i].name,
+							      "version", (json_int_t)vi[i].version,
+							      "step", (json_int_t)vi[i].step));
+	else if (c)
+		dg_log(DG_LOG_WARN, "master", "job %s: listing the variables of %s: %s", j->id, dev,
+		       e.msg);
+	free(vi);
+	dg_client_free(c);
+	if (ev && vars)
+		json_object_set(ev, "vars", vars);
+	json_decref(vars);
+	pthread_mutex_lock(&m->mu);
+	/* A restart (a later epoch than the job saw) of a task whose applies
+	 * since its snapshot are gone: the replicas of an async job whose steps'
+	 * data follow from their step (ShardBatch, not a queue) re-run the steps
+	 * after the snapshot's cut. */
+	if (epoch > 0 && (uint64_t)epoch > j->task_epoch[t]) {
+		j->task_epoch[t] = (uint64_t)epoch;
+		double cut = json_number_value(json_object_get(h, "snapshot_at"));
+		if (ev)
+			json_object_set_new(ev, "snapshot_at", json_real(cut));
+		for (int r = 0; n_vars > 0 && j->tr && !j->tr->plan.queue && !j->tr->spec.sync &&
+		     r < j->tr->n_reps; r++) {
+			struct replica *rp = &j->tr->reps[r];
+			rp->rewind = true;
+			rp->rewind_at = cut;
+			snprintf(rp->rewind_task, sizeof rp->rewind_task, "%s", dev);
+		}
+	}
+	job_event_locked(m, j, ev);
+	pthread_mutex_unlock(&m->mu);
 }
 
 /* Step k of the job (a replica's training step when replica >= 0) failed with
@@ -277,10 +345,22 @@ enum dg_status step_retry_wait(struct master *m, struct job *j, int t, int64_t k
 	dg_log(DG_LOG_WARN, "master", "job %s: step %" PRId64 " failed because %s was lost (%s); "
 	       "waiting up to %" PRId64 " ms for it to come back", j->id, k, label, first,
 	       j->retry_ms);
+	double t0 = master_now_ms();
 	for (;;) {
-		if (m->tasks[t]->ops->health(m->tasks[t], JOB_HEALTH_TIMEOUT_MS, NULL, &e) ==
-		    DG_OK)
+		json_t *h = NULL;
+		if (m->tasks[t]->ops->health(m->tasks[t], JOB_HEALTH_TIMEOUT_MS, &h, &e) == DG_OK) {
+			double paused = master_now_ms() - t0;
+			note_recovered(m, j, t, dev, h, paused);
+			json_decref(h);
+			json_t *ev = json_pack("{s:s, s:s, s:I, s:f}", "event", "resumed", "task", dev,
+					       "step", (json_int_t)k, "paused_ms", paused);
+			pthread_mutex_lock(&m->mu);
+			if (ev && replica >= 0)
+				json_object_set_new(ev, "replica", json_integer(replica));
+			job_event_locked(m, j, ev);
+			pthread_mutex_unlock(&m->mu);
 			return DG_OK;
+		}
 		pthread_mutex_lock(&m->mu);
 		double left = deadline - master_now_ms();
 		if (!job_stopping_locked(m, j, replica) && left > 0)

@@ -20,14 +20,16 @@
 
 /* Probe every task's health: reach[t] gets whether it answered (errs[t] why
  * not), bytes[t] the bytes it holds, gpu[t] whether it reports a GPU (a
- * non-empty "gpus" array: what place.c needs for /gpu:K devices). */
+ * non-empty "gpus" array: what place.c needs for /gpu:K devices), epoch[t]
+ * its epoch (a later one means it restarted). */
 static void probe_tasks(struct master *m, int64_t *bytes, bool *gpu, enum dg_status *reach,
-			struct dg_err *errs)
+			struct dg_err *errs, uint64_t *epoch)
 {
 	for (int t = 0; t < m->cluster->n_tasks; t++) {
 		json_t *h = NULL;
 		reach[t] = m->tasks[t]->ops->health(m->tasks[t], 3000, &h, &errs[t]);
 		bytes[t] = json_integer_value(json_object_get(h, "bytes"));
+		epoch[t] = (uint64_t)json_integer_value(json_object_get(h, "epoch"));
 		gpu[t] = json_array_size(json_object_get(h, "gpus")) > 0;
 		json_decref(h);
 	}
@@ -270,7 +272,8 @@ static enum dg_status job_build(struct master *m, struct job *j, const json_t *b
 			json_object_get(json_object_get(body, "graph"), "training");
 	enum dg_status st;
 
-	if (!bytes || !gpu || !reach || !errs)
+	j->task_epoch = calloc((size_t)nt + 1, sizeof *j->task_epoch);
+	if (!bytes || !gpu || !reach || !errs || !j->task_epoch)
 		st = dg_err_set(err, DG_ENOMEM, "out of memory");
 	else
 		st = check_keys(body, err);
@@ -281,7 +284,7 @@ static enum dg_status job_build(struct master *m, struct job *j, const json_t *b
 		st = err ? err->code : DG_EINVAL;
 	if (st == DG_OK) {
 		/* The graph is valid: now ask every task what it holds and has. */
-		probe_tasks(m, bytes, gpu, reach, errs);
+		probe_tasks(m, bytes, gpu, reach, errs, j->task_epoch);
 		po.task_bytes = bytes;
 		po.task_gpu = gpu;
 		if (training && (st = train_build(m, j, body, &po, reach, errs, err)) == DG_OK)

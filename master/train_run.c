@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "dg/buf.h"
+#include "dg/clock.h"
 #include "dg/client.h"
 #include "dg/exec.h"
 #include "dg/log.h"
@@ -313,7 +314,7 @@ static enum dg_status run_chunk(struct master *m, struct job *j, struct replica 
 		st = one.st;
 		if (st != DG_OK) {
 			*err = one.err;
-			*lost_task = one.lost ? rp->part.frags[0].task : -1;
+			*lost_task = one.lost ? rp->part.frags[0].task : master_task_at(m, err->peer);
 		}
 		return st;
 	}
@@ -324,7 +325,8 @@ static enum dg_status run_chunk(struct master *m, struct job *j, struct replica 
 	if (bad) {
 		*err = bad->err;
 		st = bad->st;
-		*lost_task = bad->lost ? rp->part.frags[bad->f].task : -1;
+		/* The task did not answer, or it could not reach another (a ps). */
+		*lost_task = bad->lost ? rp->part.frags[bad->f].task : master_task_at(m, err->peer);
 	}
 	enum dg_status mst = merge_parts(tr, rp, ps, c, err);
 	for (int f = 0; f < n; f++)
@@ -430,6 +432,12 @@ static void account_chunk(struct master *m, struct job *j, struct replica *rp,
 	rp->cur_step = 0;
 	train_feed_account_locked(tr, (int)(rp - tr->reps), rp->done, c, ms);
 	rp->done += c->steps_done;
+	if (c->steps_done > 0) {
+		rp->marks[rp->next_mark] = (struct rep_mark){ dg_wall_s(), rp->done };
+		rp->next_mark = (rp->next_mark + 1) % REP_MARKS;
+		if (rp->n_marks < REP_MARKS)
+			rp->n_marks++;
+	}
 	for (int64_t i = 0; i < c->steps_done; i++) {
 		tr->sum_loss += c->values[i * tr->n_collect];
 		for (int v = 1; v <= tr->n_metrics; v++)
@@ -445,6 +453,78 @@ static void account_chunk(struct master *m, struct job *j, struct replica *rp,
 	train_event_locked(m, j, false);
 	pthread_cond_broadcast(&m->cv);         /* replica 0 may wait for this step */
 	pthread_mutex_unlock(&m->mu);
+}
+
+/* A ps the replica trains restarted from a snapshot cut at rewind_at (see
+ * note_recovered): the applies of its later steps are gone. Go back to the
+ * last chunk end before the cut (every step below it had applied by then;
+ * the steps up to the cut are re-run too, a few gradients twice), or to the
+ * start when no mark is that old. Returns the steps done from now on. */
+static int64_t replica_rewind(struct master *m, struct job *j, struct replica *rp, int64_t done)
+{
+	int64_t to = 0;
+	bool found = false;
+
+	pthread_mutex_lock(&m->mu);
+	if (!rp->rewind) {
+		pthread_mutex_unlock(&m->mu);
+		return done;
+	}
+	rp->rewind = false;
+	for (int i = 0; i < rp->n_marks && !found; i++) {
+		const struct rep_mark *k = &rp->marks[(rp->next_mark - 1 - i + 2 * REP_MARKS) %
+						      REP_MARKS];
+		if (k->at <= rp->rewind_at) {
+			to = k->done;
+			found = true;
+		}
+	}
+	if (!found && rp->n_marks == REP_MARKS)    /* older than we remember */
+		to = rp->marks[rp->next_mark].done;
+	if (to > done)
+		to = done;
+	/* The marks past the new position describe steps that will run again. */
+	while (rp->n_marks > 0 &&
+	       rp->marks[(rp->next_mark - 1 + REP_MARKS) % REP_MARKS].done > to) {
+		rp->next_mark = (rp->next_mark - 1 + REP_MARKS) % REP_MARKS;
+		rp->n_marks--;
+	}
+	rp->done = to;
+	job_event_locked(m, j, json_pack("{s:s, s:i, s:s, s:I, s:I, s:f}", "event", "rewound",
+					 "replica", (int)(rp - j->tr->reps), "task", rp->rewind_task,
+					 "from", (json_int_t)done, "to", (json_int_t)to,
+					 "snapshot_at", rp->rewind_at));
+	pthread_mutex_unlock(&m->mu);
+	dg_log(DG_LOG_WARN, "master", "job %s: replica %d goes back from step %" PRId64 " to %"
+	       PRId64 ": %s lost the applies after its snapshot", j->id, (int)(rp - j->tr->reps),
+	       done, to, rp->rewind_task);
+	return to;
+}
+
+/* Async replica rp ran its steps: it stays (idle) while another one runs
+ * (the job ends when all have anyway), since a ps that restarts meanwhile
+ * takes back its applies after its snapshot, this replica's too. True when that happened (rp->rewind: run
+ * again from there); false once every replica is idle or finished, or the
+ * job stops. */
+static bool replica_linger(struct master *m, struct job *j, struct replica *rp)
+{
+	struct train *tr = j->tr;
+	bool again = false;
+
+	pthread_mutex_lock(&m->mu);
+	rp->idle = true;
+	pthread_cond_broadcast(&m->cv);
+	for (;;) {
+		bool busy = false;
+		for (int q = 0; q < tr->n_reps; q++)
+			busy |= !tr->reps[q].idle && !tr->reps[q].finished;
+		if ((again = rp->rewind) || !busy || j->cancel || tr->stop)
+			break;
+		master_wait_locked(m, JOB_HEALTH_POLL_MS);
+	}
+	rp->idle = !again;
+	pthread_mutex_unlock(&m->mu);
+	return again;
 }
 
 /* The next chunk's steps after n steps took ms: aim at JOB_CHUNK_MS per
@@ -533,7 +613,8 @@ static void *train_replica_main(void *arg)
 	bool gone = false;
 
 	free(a);
-	while (st == DG_OK && (done < tr->steps || to_end)) {
+again:
+	while (st == DG_OK && (done = replica_rewind(m, j, rp, done), done < tr->steps || to_end)) {
 		int64_t n = tr->plan.queue ? (to_end || k < tr->steps - done ? k : tr->steps - done) :
 			    chunk_size(tr, r, done, k);
 		uint64_t step = m->step_base |
@@ -590,6 +671,9 @@ static void *train_replica_main(void *arg)
 				st = train_eval(m, j, train_epoch(tr, done), &err);
 		}
 	}
+	/* Done, but a ps restart may still take back steps it applied. */
+	if (st == DG_OK && !gone && !to_end && !tr->spec.sync && replica_linger(m, j, rp))
+		goto again;
 	if (st != DG_OK && strncmp(err.msg, "task ", 5) != 0) {
 		dg_err_prefix(&err, "replica %d on %s", r,
 			      task_label(m, lost >= 0 ? lost : rp->task).s);

@@ -103,7 +103,7 @@ graph("sync.json", mode="sync")
 graph("backup.json", mode="sync", replicas=3, backup=1, epochs=60,
       eval={"fetch": ["full_mse"], "every_steps": 1000})
 graph("long.json", epochs=100000)
-graph("retry.json", epochs=300, eval={"fetch": ["full_mse"]})
+graph("retry.json", epochs=900, eval={"fetch": ["full_mse"]})
 graph("bad.json", optimizer={"rule": "sgd", "lr": 0.1, "bogus": 1})
 graph("badloss.json", loss="nosuchnode")
 graph("ckpt.json", checkpoint_secs=1)
@@ -237,8 +237,9 @@ check "checkpoints on a ps without --data-dir fail the job naming the ps" \
 	'[[ $rc -ne 0 ]] && grep -q "checkpoint of ps 127.0.0.1:$p0" "$TMP/err"'
 
 # --- a worker killed and restarted: its replica runs on from its last step --------
-# retry.json trains 300 epochs (9600 steps per replica, 5-10 s): long enough that
-# the job is still running when the kill lands, also on a loaded machine.
+# retry.json trains 900 epochs (28800 steps per replica, 7-20 s): long enough
+# that the job is still running when the kill lands, also on a loaded machine
+# (300 epochs took 2.4 s on an idle one: a replica could be done before it).
 "$DG" submit "$TMP/retry.json" "${C[@]}" --json >"$TMP/rout" 2>"$TMP/rerr" &
 spid=$!
 for ((i = 0; i < 400; i++)); do
@@ -264,7 +265,7 @@ cp "$TMP/rout" "$TMP/out"
 cp "$TMP/rout" "$TMP/job.json"
 cp "$TMP/rerr" "$TMP/err"
 check "a worker killed and restarted: the training job completes with every step of both replicas" \
-	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [9600, 9600]" ]]'
+	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [28800, 28800]" ]]'
 check "dg submit says replica 1 was lost and retried" \
 	'grep -qE "^dg: replica 1, step [0-9]+: /job:worker/task:1 was lost \(.*\); retry 1 once" \
 		"$TMP/err"'
@@ -274,8 +275,65 @@ check "the job's events have a retry event of replica 1 on worker/1 at the step 
 ev = [json.loads(l) for l in open(sys.argv[1])]
 r = [e for e in ev if e[\"event\"] == \"retry\"]
 sys.exit(0 if r and r[0][\"task\"] == \"/job:worker/task:1\" and r[0][\"replica\"] == 1 and
-	 r[0][\"attempt\"] == 1 and 100 < r[0][\"step\"] < 9600 else 1)" "$TMP/events"'
+	 r[0][\"attempt\"] == 1 and 100 < r[0][\"step\"] < 28800 else 1)" "$TMP/events"'
 check "the retried job still reaches the optimum" weights_ok
+
+# --- a ps killed and restarted from its data dir: the job pauses, goes back, ends --
+# The ps is restarted with a data dir (snapshots every second) at its address;
+# killed with -9 mid-job, it comes back from its last snapshot (the applies
+# after it are gone): the replicas wait for it, re-run the steps after the
+# snapshot's cut, and the job still reaches the optimum.
+kill_wait "${pid[ps]}"
+rm -f "$TMP/ps.port"
+start_ps_dir() {
+	"$DG" server --cluster "$TMP/cluster.json" --job ps --task 0 --data-dir "$TMP/psdata" \
+		--checkpoint-secs 1 --port-file "$TMP/ps.port" 2>>"$TMP/ps.log" &
+	pid[ps]=$!
+	wait_port "$TMP/ps.port" >/dev/null || echo "# ps/0 did not start: $(tail -3 "$TMP/ps.log")"
+}
+start_ps_dir
+"$DG" submit "$TMP/retry.json" "${C[@]}" --json >"$TMP/rout" 2>"$TMP/rerr" &
+spid=$!
+for ((i = 0; i < 400; i++)); do
+	"$DG" job ls --json "${C[@]}" 2>/dev/null >"$TMP/ls.json" &&
+		$PY -c '
+import json, sys
+r = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["state"] == "running"]
+sys.exit(0 if r and min(r[0].get("training", {}).get("replica_steps", [0])) > 2500 else 1)' \
+		"$TMP/ls.json" && break
+	sleep 0.05
+done
+kill -KILL "${pid[ps]}"
+wait "${pid[ps]}" 2>/dev/null || true
+rm -f "$TMP/ps.port"
+sleep 0.3
+start_ps_dir
+rrc=0
+wait "$spid" || rrc=$?
+spid=
+rc=$rrc
+cp "$TMP/rout" "$TMP/out"
+cp "$TMP/rout" "$TMP/job.json"
+cp "$TMP/rerr" "$TMP/err"
+check "a ps killed and restarted: the training job completes every step of both replicas" \
+	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [28800, 28800]" ]]'
+check "dg submit says the ps was lost, is back at epoch 2 with its variables, replicas resume" \
+	'grep -qE "^dg: replica [01], step [0-9]+: /job:ps/task:0 was lost" "$TMP/err" &&
+	 grep -qE "^dg: /job:ps/task:0 is back \(epoch 2\); 2 variables as it recovered them: lr/b version [0-9]+ step 0, lr/w version" "$TMP/err" &&
+	 grep -qE "^dg: replica [01] resumes at step [0-9]+ after" "$TMP/err"'
+curl -s "http://$MASTER/v1/jobs/$(jq_py 'j["id"]')/events" >"$TMP/events"
+check "the events: one recovered (epoch 2, its snapshot's time), both replicas rewound to before it" \
+	'$PY -c "import json, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+rec = [e for e in ev if e[\"event\"] == \"recovered\"]
+rw = {e[\"replica\"]: e for e in ev if e[\"event\"] == \"rewound\"}
+ok = (len(rec) == 1 and rec[0][\"epoch\"] == 2 and rec[0][\"snapshot_at\"] > 0 and
+      len(rec[0][\"vars\"]) == 2 and sorted(rw) == [0, 1] and
+      all(0 <= e[\"to\"] < e[\"from\"] and e[\"task\"] == \"/job:ps/task:0\" for e in rw.values()))
+if not ok:
+    print(\"# recovered:\", rec, \"rewound:\", list(rw.values()))
+sys.exit(0 if ok else 1)" "$TMP/events"'
+check "the job that lost a ps's applies still reaches the optimum" weights_ok
 
 # --- cancel and a dead worker ---------------------------------------------------------
 "$DG" submit "$TMP/long.json" "${C[@]}" >"$TMP/lout" 2>"$TMP/lerr" &
