@@ -21,6 +21,11 @@ bool dg_cuda_available(void)
 	return false;
 }
 
+enum dg_status dg_cuda_blas_load(struct dg_err *err)
+{
+	return dg_err_set(err, DG_EUNSUPPORTED, "dg was built without CUDA");
+}
+
 enum dg_status dg_cuda_stream_new(int device, struct dg_cuda_stream **out, struct dg_err *err)
 {
 	(void)device;

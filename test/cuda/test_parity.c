@@ -37,6 +37,18 @@ static void teardown(void)
 
 TestSuite(cuda, .init = setup, .fini = teardown, .timeout = 240);
 
+/* cuBLAS is opened at its first use: it must load, with every function dg
+ * calls, also on a machine without a GPU (the toolkit was there to build). */
+Test(cuda, cublas_loads_on_first_use_with_every_function_dg_calls)
+{
+	struct dg_err err = { 0 };
+	enum dg_status st = dg_cuda_blas_load(&err);
+
+	if (st == DG_EUNSUPPORTED)
+		cr_skip_test("%s", err.msg);
+	cr_assert_eq(st, DG_OK, "%s", err.msg);
+}
+
 #define NEED_GPU()                                                                           \
 	do {                                                                                 \
 		if (!dg_cuda_available())                                                    \

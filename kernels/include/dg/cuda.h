@@ -17,6 +17,11 @@
  * (dg_gpu_count); thread-safe. */
 bool dg_cuda_available(void);
 
+/* Load cuBLAS now (it is opened at its first use, not at process start: see
+ * kernels/cuda/cublas_load.c). DG_OK when it loaded with every function dg
+ * calls, GPU or not; DG_EDEVICE saying why not; DG_EUNSUPPORTED without CUDA. */
+enum dg_status dg_cuda_blas_load(struct dg_err *err);
+
 /* A tensor in device memory: the same metadata as struct dg_tensor, data on GPU
  * `device`. Contents are C-order like host tensors. */
 struct dg_cuda_tensor {
