@@ -375,11 +375,12 @@ struct up_args {
 	const char *restart;            /* --restart JOB/I: that task alone */
 	bool foreground, sized;         /* sized: --ps, --workers or --threads given */
 	bool no_supervise;              /* --no-supervise: nobody restarts a task */
+	int max_restarts;               /* --max-restarts: per task and minute */
 };
 
 static const char up_usage[] =
 	"usage: dg up [--ps N] [--workers M] [--dir DIR] [--mount DIR] [--token-file F]\n"
-	"             [--threads T] [--foreground] [--no-supervise]\n"
+	"             [--threads T] [--foreground] [--no-supervise] [--max-restarts N]\n"
 	"       dg up --restart JOB/I [--dir DIR]\n"
 	"\n"
 	"Start a whole local cluster on free loopback ports: N parameter-server tasks\n"
@@ -391,8 +392,9 @@ static const char up_usage[] =
 	"of the same DIR.\n"
 	"\n"
 	"A supervisor (a background dg up, DIR/supervisor.pid and .log) restarts a\n"
-	"task that dies: 100 ms after the exit, then with a doubling back-off, at\n"
-	"most 5 times a minute; each exit and restart is logged with its status or\n"
+	"task that dies: 100 ms after the exit, doubling while it dies within 5 s of\n"
+	"its start (a crash loop, up to 5 s), at most --max-restarts times a minute\n"
+	"(default 5); each exit and restart is logged with its status or\n"
 	"signal, in DIR/supervisor.log and the task's log, and `dg status` counts\n"
 	"them. A task that exits with status 0 (stopped on purpose) is not restarted.\n"
 	"\n"
@@ -409,6 +411,8 @@ static const char up_usage[] =
 	"                    takes the cluster down\n"
 	"  --no-supervise    no supervisor: a task that dies stays down (with\n"
 	"                    --foreground: takes the cluster down)\n"
+	"  --max-restarts N  restarts of one task within a minute before the\n"
+	"                    supervisor gives up on it (1..1000, default 5)\n"
 	"  --restart JOB/I   start again the one task of DIR's cluster that died\n"
 	"                    (e.g. ps/0), at its address, with its data dir and the\n"
 	"                    settings of the dg up that started the cluster (without\n"
@@ -432,6 +436,7 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 		{ "threads", required_argument, NULL, 't' },
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "no-supervise", no_argument, NULL, 'S' },
+		{ "max-restarts", required_argument, NULL, 'R' },
 		{ "restart", required_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -470,6 +475,14 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 		case 'T': a->token_file = optarg; break;
 		case 'f': a->foreground = true; break;
 		case 'S': a->no_supervise = true; break;
+		case 'R':
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (errno || *end || optarg[0] < '0' || optarg[0] > '9' || v < 1 || v > 1000)
+				return cli_usage(argv[0], "--max-restarts '%s' is not a count in "
+						 "1..1000", optarg);
+			a->max_restarts = (int)v;
+			break;
 		case 'r': a->restart = optarg; break;
 		case 'h': fputs(up_usage, stdout); return 0;
 		case ':': return cli_usage(argv[0], "%s needs a value", argv[optind - 1]);
@@ -479,7 +492,7 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 	if (optind < argc)
 		return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
 	if (a->restart && (a->sized || a->mount || a->token_file || a->foreground ||
-			   a->no_supervise))
+			   a->no_supervise || a->max_restarts))
 		return cli_usage(argv[0], "--restart takes only --dir: the task gets the settings "
 				 "of the dg up that started the cluster");
 	return -1;
@@ -1016,6 +1029,7 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 		u->t[i].index = i < a->n_ps ? i : i - a->n_ps;
 	}
 	u->n = a->n_ps + a->n_workers;
+	u->max_restarts = a->max_restarts ? a->max_restarts : 5;
 	if (a->threads > 0) {
 		snprintf(u->threads, sizeof u->threads, "%d", a->threads);
 	} else {

@@ -31,6 +31,7 @@ struct up_ctx {
 	pid_t mount_pid;
 	char mnt[PATH_MAX];             /* the mount point, "" without --mount */
 	char threads[16];               /* --threads of every task */
+	int max_restarts;               /* the supervisor's restarts of a task per minute */
 };
 
 /* ---- cmd_up.c ---- */
@@ -59,8 +60,9 @@ int up_down_dir(const char *dir, bool quiet);
 /* ---- up_supervise.c ---- */
 
 /* Watch the tasks of u (children of this process) and start again one that
- * dies (not after a clean exit): first after 100 ms, then with a doubling
- * back-off, at most 5 times a minute; past that the task is left down (until
+ * dies (not after a clean exit): after 100 ms, doubling while it dies within
+ * 5 s of its start (up to 5 s), at most u->max_restarts times a minute; past
+ * that the task is left down (until
  * `dg up --restart`, which sends SIGUSR1). Each exit and restart is a line
  * on stderr and in the task's log; DIR/supervisor.json holds the counts for
  * `dg status`. Returns on SIGTERM or SIGINT (and SIGHUP in the foreground);

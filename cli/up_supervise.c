@@ -1,8 +1,9 @@
 /* The supervisor of a `dg up` cluster: the process that started the tasks
  * stays their parent, reaps one that dies and starts it again, at its
  * address with its data dir, as dg up started it. A restart is not a loop:
- * the first comes 100 ms after the exit, the next ones after a back-off that
- * doubles, and a task that died RESTARTS_PER_WINDOW times within a minute is
+ * the first comes 100 ms after the exit; a task that dies again within
+ * QUICK_DEATH_MS of its start waits twice as long as the last time (up to
+ * BACKOFF_MAX_MS), and one that died u->max_restarts times within a minute is
  * left down and said so (its log says why; `dg up --restart JOB/I` asks the
  * supervisor to try again). A clean exit (status 0: someone stopped it) is
  * not restarted. DIR/supervisor.pid names the supervisor (dg down stops it
@@ -24,7 +25,7 @@
 #include "up.h"
 
 #define RESTART_WINDOW_MS 60000
-#define RESTARTS_PER_WINDOW 5
+#define QUICK_DEATH_MS 5000     /* dead this soon after a start: a crash loop, back off */
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 5000
 #define SUPERVISOR_STOP_MS 5000
@@ -32,8 +33,11 @@
 /* What the supervisor knows of one task beyond struct task. */
 struct watch {
 	int restarts;                           /* since dg up */
-	int64_t recent[RESTARTS_PER_WINDOW];    /* dg_mono_ms of the last restarts, a ring */
+	int64_t *recent;                        /* u->max_restarts dg_mono_ms of the last
+						 * restarts, a ring (owned) */
 	int next;                               /* the ring's next slot */
+	int64_t started_ms;                     /* dg_mono_ms of its last (re)start */
+	int backoff;                            /* doublings of the next delay */
 	int64_t due_ms;                         /* restart at this dg_mono_ms; 0: none due */
 	bool given_up;
 	bool stopped;                           /* exited cleanly: not restarted */
@@ -41,11 +45,11 @@ struct watch {
 	double last_exit_at;                    /* wall seconds; 0: never */
 };
 
-static int recent_restarts(const struct watch *w, int64_t now)
+static int recent_restarts(const struct up_ctx *u, const struct watch *w, int64_t now)
 {
 	int n = 0;
 
-	for (int i = 0; i < RESTARTS_PER_WINDOW; i++)
+	for (int i = 0; i < u->max_restarts; i++)
 		n += w->recent[i] && now - w->recent[i] < RESTART_WINDOW_MS;
 	return n;
 }
@@ -116,7 +120,7 @@ static void on_exit_of(struct up_ctx *u, struct watch *w, struct task *t, int ws
 {
 	char name[80], pidf[PATH_MAX];
 	int64_t now = dg_mono_ms();
-	int recent = recent_restarts(w, now);
+	int recent = recent_restarts(u, w, now);
 
 	snprintf(name, sizeof name, "%s/%d", t->job, t->index);
 	describe_exit(ws, w->last_exit, sizeof w->last_exit);
@@ -127,14 +131,17 @@ static void on_exit_of(struct up_ctx *u, struct watch *w, struct task *t, int ws
 		unlink(pidf);
 		note(u, t, "%s (pid %d) exited cleanly; not restarting it (dg up --restart %s "
 		     "starts it)", name, (int)t->pid, name);
-	} else if (recent >= RESTARTS_PER_WINDOW) {
+	} else if (recent >= u->max_restarts) {
 		w->given_up = true;
 		unlink(pidf);
 		note(u, t, "%s (pid %d) exited with %s, %d times within a minute; not "
 		     "restarting it: see its log, then dg up --restart %s", name, (int)t->pid,
 		     w->last_exit, recent + 1, name);
 	} else {
-		int64_t delay = (int64_t)BACKOFF_FIRST_MS << recent;
+		/* A task that ran a while starts over quickly; a crash loop backs off. */
+		w->backoff = now - w->started_ms < QUICK_DEATH_MS && w->backoff < 16 ?
+			     w->backoff + 1 : 0;
+		int64_t delay = (int64_t)BACKOFF_FIRST_MS << (w->backoff ? w->backoff - 1 : 0);
 		if (delay > BACKOFF_MAX_MS)
 			delay = BACKOFF_MAX_MS;
 		w->due_ms = now + delay;
@@ -155,8 +162,9 @@ static void restart_due(struct up_ctx *u, struct watch *w)
 			continue;
 		w[i].due_ms = 0;
 		w[i].recent[w[i].next] = now;
-		w[i].next = (w[i].next + 1) % RESTARTS_PER_WINDOW;
+		w[i].next = (w[i].next + 1) % u->max_restarts;
 		w[i].restarts++;
+		w[i].started_ms = now;
 		if (up_start_task(u, t, &err) != DG_OK) {
 			/* Counts as a restart: a start that keeps failing ends in giving up. */
 			w[i].due_ms = now + BACKOFF_MAX_MS;
@@ -175,7 +183,8 @@ static void retry_down(struct up_ctx *u, struct watch *w)
 	for (int i = 0; i < u->n; i++) {
 		if (u->t[i].pid || w[i].due_ms)
 			continue;
-		memset(w[i].recent, 0, sizeof w[i].recent);
+		memset(w[i].recent, 0, (size_t)u->max_restarts * sizeof *w[i].recent);
+		w[i].backoff = 0;
 		w[i].given_up = w[i].stopped = false;
 		w[i].due_ms = dg_mono_ms();
 	}
@@ -187,7 +196,15 @@ int up_supervise(struct up_ctx *u, bool foreground)
 	sigset_t set;
 	int rc = 0;
 
-	if (!w) {
+	bool oom = !w;
+	for (int i = 0; !oom && i < u->n; i++) {
+		oom = !(w[i].recent = calloc((size_t)u->max_restarts, sizeof *w[i].recent));
+		w[i].started_ms = dg_mono_ms();
+	}
+	if (oom) {
+		for (int i = 0; w && i < u->n; i++)
+			free(w[i].recent);
+		free(w);
 		fprintf(stderr, "dg: out of memory supervising the cluster\n");
 		return dg_status_to_exit(DG_ENOMEM);
 	}
@@ -231,6 +248,8 @@ int up_supervise(struct up_ctx *u, bool foreground)
 		restart_due(u, w);
 		write_state(u, w);
 	}
+	for (int i = 0; i < u->n; i++)
+		free(w[i].recent);
 	free(w);
 	if (foreground)
 		rc = up_down_dir(u->dir, false);
