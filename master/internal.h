@@ -125,7 +125,7 @@ extern const char *const job_state_names[];
 #define JOB_RETRY_MS 30000         /* default "retry_ms": wait this long for a lost task */
 #define JOB_MAX_RETRY_MS 3600000
 #define JOB_MAX_RETRIES 3          /* re-runs of one step (or a replica's chunk) at most */
-#define JOB_HEALTH_POLL_MS 200     /* a lost task's health is asked this often */
+#define JOB_HEALTH_POLL_MS 50      /* a lost task's health is asked this often */
 #define JOB_HEALTH_TIMEOUT_MS 1000 /* per health request while waiting for it */
 
 struct job {

@@ -242,8 +242,9 @@ static void note_recovered(struct master *m, struct job *j, int t, const char *d
 {
 	json_int_t epoch = json_integer_value(json_object_get(h, "epoch"));
 	json_int_t n_vars = json_integer_value(json_object_get(h, "vars"));
+	double cut = json_number_value(json_object_get(h, "snapshot_at"));
+	bool first, restarted = false;
 	char key[160];
-	bool first;
 
 	snprintf(key, sizeof key, "%s@%" JSON_INTEGER_FORMAT, dev, epoch);
 	pthread_mutex_lock(&m->mu);
@@ -252,6 +253,22 @@ static void note_recovered(struct master *m, struct job *j, int t, const char *d
 	first = j->recovered && !json_object_get(j->recovered, key);
 	if (first)
 		json_object_set_new(j->recovered, key, json_true());
+	/* A restart (a later epoch than the job saw) of a task whose applies
+	 * since its snapshot are gone: the replicas of an async job whose steps'
+	 * data follow from their step (ShardBatch, not a queue) re-run the steps
+	 * after the snapshot's cut. Set before any replica that waited for the
+	 * task goes on, so that none runs a chunk first. */
+	if (first && epoch > 0 && (uint64_t)epoch > j->task_epoch[t]) {
+		j->task_epoch[t] = (uint64_t)epoch;
+		restarted = true;
+		for (int r = 0; n_vars > 0 && j->tr && !j->tr->plan.queue && !j->tr->spec.sync &&
+		     r < j->tr->n_reps; r++) {
+			struct replica *rp = &j->tr->reps[r];
+			rp->rewind = true;
+			rp->rewind_at = cut;
+			snprintf(rp->rewind_task, sizeof rp->rewind_task, "%s", dev);
+		}
+	}
 	pthread_mutex_unlock(&m->mu);
 	if (!first)
 		return;
@@ -276,24 +293,9 @@ static void note_recovered(struct master *m, struct job *j, int t, const char *d
 	if (ev && vars)
 		json_object_set(ev, "vars", vars);
 	json_decref(vars);
+	if (ev && restarted)
+		json_object_set_new(ev, "snapshot_at", json_real(cut));
 	pthread_mutex_lock(&m->mu);
-	/* A restart (a later epoch than the job saw) of a task whose applies
-	 * since its snapshot are gone: the replicas of an async job whose steps'
-	 * data follow from their step (ShardBatch, not a queue) re-run the steps
-	 * after the snapshot's cut. */
-	if (epoch > 0 && (uint64_t)epoch > j->task_epoch[t]) {
-		j->task_epoch[t] = (uint64_t)epoch;
-		double cut = json_number_value(json_object_get(h, "snapshot_at"));
-		if (ev)
-			json_object_set_new(ev, "snapshot_at", json_real(cut));
-		for (int r = 0; n_vars > 0 && j->tr && !j->tr->plan.queue && !j->tr->spec.sync &&
-		     r < j->tr->n_reps; r++) {
-			struct replica *rp = &j->tr->reps[r];
-			rp->rewind = true;
-			rp->rewind_at = cut;
-			snprintf(rp->rewind_task, sizeof rp->rewind_task, "%s", dev);
-		}
-	}
 	job_event_locked(m, j, ev);
 	pthread_mutex_unlock(&m->mu);
 }

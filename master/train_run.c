@@ -695,7 +695,8 @@ again:
 	return NULL;
 }
 
-/* POST /v1/checkpoint to every ps task; an event per snapshot. */
+/* POST /v1/checkpoint to every ps task; an event per snapshot. A ps that is
+ * down is waited for (retry_ms), as a replica waits for it. */
 static enum dg_status train_checkpoint(struct master *m, struct job *j, struct dg_err *err)
 {
 	enum dg_status st = DG_OK;
@@ -708,6 +709,16 @@ static enum dg_status train_checkpoint(struct master *m, struct job *j, struct d
 		if (!(c = dg_client_new(m->cluster->tasks[t].address, m->token, err)))
 			return err ? err->code : DG_ENOMEM;
 		st = dg_ps_checkpoint(c, &reply, err);
+		if (st != DG_OK && master_task_at(m, err->peer) == t) {
+			/* The ps is down: wait for it as the replicas do, then snapshot
+			 * what it has (the replicas go back to its own last snapshot). */
+			int64_t mean;
+			pthread_mutex_lock(&m->mu);
+			train_done_locked(j->tr, &mean);
+			pthread_mutex_unlock(&m->mu);
+			if ((st = step_retry_wait(m, j, t, mean, 0, -1, err)) == DG_OK)
+				st = dg_ps_checkpoint(c, &reply, err);
+		}
 		dg_client_free(c);
 		if (st != DG_OK) {
 			dg_err_prefix(err, "checkpoint of ps %s", m->cluster->tasks[t].address);
