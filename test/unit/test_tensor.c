@@ -581,6 +581,23 @@ Test(alloc, large_freed_blocks_are_reused_for_the_same_size)
 	cr_assert_eq(dg_alloc_cached_bytes(), 0);
 }
 
+Test(alloc, blocks_from_128_kib_are_cached_as_a_784_kib_variable_is)
+{
+	if (!ALLOC_CACHE_ON)
+		cr_skip_test("the block cache is off under AddressSanitizer");
+	dg_alloc_trim();
+	char *p = dg_alloc_aligned(784 * 256 * 4);      /* the MLP's w1 */
+	cr_assert_not_null(p);
+	dg_free_aligned(p);
+	cr_assert_eq(dg_alloc_cached_bytes(), (size_t)784 * 256 * 4);
+	cr_assert_eq(dg_alloc_aligned(784 * 256 * 4), p);
+	dg_free_aligned(p);
+	char *small = dg_alloc_aligned((128 << 10) - 64);       /* below: malloc's */
+	dg_free_aligned(small);
+	cr_assert_eq(dg_alloc_cached_bytes(), (size_t)784 * 256 * 4);
+	dg_alloc_trim();
+}
+
 /* The VmFlags line of the mapping of /proc/self/smaps that holds addr, or
  * "" when none is found. */
 static void vm_flags_of(uintptr_t addr, char *out, size_t n)
