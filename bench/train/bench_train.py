@@ -317,8 +317,15 @@ def main():
     ap.add_argument("--pipeline", action="store_true",
                     help="instead of the torch comparison: a 784-512-512-512-10 MLP split "
                     "over 2 workers with microbatches 1 and 4, alternating (modes.py)")
+    ap.add_argument("--faults", action="store_true",
+                    help="instead of the torch comparison: the MLP with its ps killed twice "
+                    "per run against undisturbed runs: restart -> next step, examples/s, "
+                    "accuracy (faults.py)")
+    ap.add_argument("--fault-epochs", type=int, default=8,
+                    help="with --faults: epochs of each job (default 8)")
     ap.add_argument("--runs", type=int, default=3,
-                    help="with --mode/--pipeline: runs of each side (default 3)")
+                    help="with --mode/--pipeline/--input/--faults: runs of each side "
+                    "(default 3)")
     ap.add_argument("--mode-steps", type=int, default=1500,
                     help="with --mode: training steps of each job (default 1500)")
     ap.add_argument("--pipeline-steps", type=int, default=150,
@@ -332,6 +339,18 @@ def main():
         print(f"bench_train: no dg binary at {args.dg} (build first, or give --dg)",
               file=sys.stderr)
         return 1
+    if args.faults:
+        import faults
+        if args.runs < 1 or args.fault_epochs < 1:
+            print("bench_train: --faults needs --runs >= 1 and --fault-epochs >= 1",
+                  file=sys.stderr)
+            return 1
+        try:
+            return faults.bench_faults(args)
+        except (RuntimeError, OSError, subprocess.CalledProcessError, KeyError,
+                ValueError) as e:
+            print(f"bench_train: {e}", file=sys.stderr)
+            return 1
     if args.input:
         import modes
         wanted = [i for i in args.input.split(",") if i]

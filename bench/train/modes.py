@@ -48,14 +48,14 @@ BYTES_TARGET = 1.1
 class Cluster:
     """dg up of 1 ps + N workers in a temp dir (the user's cluster is untouched)."""
 
-    def __init__(self, dg, workers, blas_threads):
+    def __init__(self, dg, workers, blas_threads, up_args=()):
         self.dg, self.tmp = dg, tempfile.mkdtemp(prefix="dg-bench-modes-")
         self.env = dict(os.environ, XDG_RUNTIME_DIR=self.tmp, HOME=self.tmp)
         if blas_threads > 0:
             self.env["OPENBLAS_NUM_THREADS"] = str(blas_threads)
         self.dir = os.path.join(self.tmp, "cluster")
-        subprocess.run([dg, "up", "--dir", self.dir, "--ps", "1", "--workers", str(workers)],
-                       env=self.env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([dg, "up", "--dir", self.dir, "--ps", "1", "--workers", str(workers),
+                        *up_args], env=self.env, check=True, stdout=subprocess.DEVNULL)
         with open(os.path.join(self.dir, "cluster.json")) as f:
             spec = json.load(f)
         self.addrs = spec["ps"] + spec["worker"]
