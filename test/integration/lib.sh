@@ -102,6 +102,17 @@ kill_wait() {
 }
 
 # ps_script_init: the set-up of scripts that start lone servers with
+# need_python3: PY = Debian's python3 (else the first on PATH); exits 77
+# (skipped) when there is none.
+need_python3() {
+	PY=/usr/bin/python3
+	[[ -x $PY ]] || PY=$(command -v python3 || true)
+	if [[ -z $PY ]]; then
+		echo "skipped: python3 not found"
+		exit 77
+	fi
+}
+
 # start_one_ps: a new temp dir in TMP, the PIDS array and the EXIT trap that
 # SIGKILLs them all and removes TMP (kept, its path printed, with KEEP_TMP=1).
 ps_script_init() {

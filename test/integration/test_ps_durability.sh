@@ -15,14 +15,8 @@ STREAM=$SRC/test/integration/ps_stream.py
 COUNT=10000
 NVARS=50
 
-PY=/usr/bin/python3
-[[ -x $PY ]] || PY=$(command -v python3 || true)
-if [[ -z $PY ]]; then
-	echo "skipped: python3 not found"
-	exit 77
-fi
-
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_python3
 ps_script_init          # TMP, PIDS and the EXIT trap that kills them
 
 # start_ps NAME: `dg ps` on a free port with the data dir; sets PID and PORT.

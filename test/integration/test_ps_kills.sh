@@ -15,14 +15,8 @@ KILLS=10
 NVARS=4
 CLIENTS=8
 
-PY=/usr/bin/python3
-[[ -x $PY ]] || PY=$(command -v python3 || true)
-if [[ -z $PY ]]; then
-	echo "skipped: python3 not found"
-	exit 77
-fi
-
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+need_python3
 ps_script_init          # TMP, PIDS and the EXIT trap that kills them
 
 start_ps() {

@@ -236,34 +236,46 @@ run submit "$TMP/ckpt.json" "${C[@]}"
 check "checkpoints on a ps without --data-dir fail the job naming the ps" \
 	'[[ $rc -ne 0 ]] && grep -q "checkpoint of ps 127.0.0.1:$p0" "$TMP/err"'
 
+# collect_job: wait for the dg submit in the background (spid); its status in
+# rc, its --json output in out and job.json, its stderr in err.
+collect_job() {
+	rc=0
+	wait "$spid" || rc=$?
+	spid=
+	cp "$TMP/rout" "$TMP/out"
+	cp "$TMP/rout" "$TMP/job.json"
+	cp "$TMP/rerr" "$TMP/err"
+}
+
+# wait_replica_steps N: until the running job's every replica ran more than N
+# steps (20 s at most).
+wait_replica_steps() {
+	for ((i = 0; i < 400; i++)); do
+		"$DG" job ls --json "${C[@]}" 2>/dev/null >"$TMP/ls.json" &&
+			$PY -c '
+import json, sys
+r = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["state"] == "running"]
+sys.exit(0 if r and min(r[0].get("training", {}).get("replica_steps", [0])) > int(sys.argv[2])
+	 else 1)' "$TMP/ls.json" "$1" && return 0
+		sleep 0.05
+	done
+	return 1
+}
+
 # --- a worker killed and restarted: its replica runs on from its last step --------
 # retry.json trains 900 epochs (28800 steps per replica, 7-20 s): long enough
 # that the job is still running when the kill lands, also on a loaded machine
 # (300 epochs took 2.4 s on an idle one: a replica could be done before it).
 "$DG" submit "$TMP/retry.json" "${C[@]}" --json >"$TMP/rout" 2>"$TMP/rerr" &
 spid=$!
-for ((i = 0; i < 400; i++)); do
-	"$DG" job ls --json "${C[@]}" 2>/dev/null >"$TMP/ls.json" &&
-		$PY -c '
-import json, sys
-r = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["state"] == "running"]
-sys.exit(0 if r and min(r[0].get("training", {}).get("replica_steps", [0])) > 100 else 1)' \
-		"$TMP/ls.json" && break
-	sleep 0.05
-done
+wait_replica_steps 100
 kill -KILL "${pid[w1]}"
 wait "${pid[w1]}" 2>/dev/null || true
 sleep 0.5
 rm -f "$TMP/w1.port"
 _start_server w1 worker 1
 wait_port "$TMP/w1.port" >/dev/null || echo "# worker/1 did not restart: $(cat "$TMP/w1.log")"
-rrc=0
-wait "$spid" || rrc=$?
-spid=
-rc=$rrc
-cp "$TMP/rout" "$TMP/out"
-cp "$TMP/rout" "$TMP/job.json"
-cp "$TMP/rerr" "$TMP/err"
+collect_job
 check "a worker killed and restarted: the training job completes with every step of both replicas" \
 	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [28800, 28800]" ]]'
 check "dg submit says replica 1 was lost and retried" \
@@ -294,27 +306,13 @@ start_ps_dir() {
 start_ps_dir
 "$DG" submit "$TMP/retry.json" "${C[@]}" --json >"$TMP/rout" 2>"$TMP/rerr" &
 spid=$!
-for ((i = 0; i < 400; i++)); do
-	"$DG" job ls --json "${C[@]}" 2>/dev/null >"$TMP/ls.json" &&
-		$PY -c '
-import json, sys
-r = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["state"] == "running"]
-sys.exit(0 if r and min(r[0].get("training", {}).get("replica_steps", [0])) > 2500 else 1)' \
-		"$TMP/ls.json" && break
-	sleep 0.05
-done
+wait_replica_steps 2500
 kill -KILL "${pid[ps]}"
 wait "${pid[ps]}" 2>/dev/null || true
 rm -f "$TMP/ps.port"
 sleep 0.3
 start_ps_dir
-rrc=0
-wait "$spid" || rrc=$?
-spid=
-rc=$rrc
-cp "$TMP/rout" "$TMP/out"
-cp "$TMP/rout" "$TMP/job.json"
-cp "$TMP/rerr" "$TMP/err"
+collect_job
 check "a ps killed and restarted: the training job completes every step of both replicas" \
 	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [28800, 28800]" ]]'
 check "dg submit says the ps was lost, is back at epoch 2 with its variables, replicas resume" \

@@ -378,17 +378,11 @@ static int expect_error(struct dg_http_client *c, const char *method, const char
 
 /* ---------------------------------------------------------- raw sockets */
 
+static int raw_connect_from(int p, const char *src);
+
 static int raw_connect(int p)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)p) };
-	struct timeval tv = { 5, 0 };
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	cr_assert_geq(fd, 0);
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "%s", strerror(errno));
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-	return fd;
+	return raw_connect_from(p, "127.0.0.1");
 }
 
 static void raw_send(int fd, const void *p, size_t n)
