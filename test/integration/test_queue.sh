@@ -72,7 +72,8 @@ if n < 60000:
 json.dump(d, open(sys.argv[2], "w"))
 EOF
 
-run up --dir "$TMP/c" --workers 2
+# No supervisor: worker 1, killed below, must stay down (a replica lost for good).
+run up --dir "$TMP/c" --workers 2 --no-supervise
 [[ $rc -eq 0 ]] && ok "dg up --workers 2" || not_ok "dg up --workers 2"
 PS=127.0.0.1:$(cat "$TMP/c/ps-0.port")
 MASTER=127.0.0.1:$(cat "$TMP/c/worker-0.port")
