@@ -57,9 +57,15 @@ check() {
 }
 
 # --- the data and the graphs -----------------------------------------------------
+# The kill tests train retry.json long enough that the job still runs when
+# the kill lands: 900 epochs (28800 steps per replica, 7-20 s; 300 epochs took
+# 2.4 s on an idle machine, and a replica could be done first); a sanitizer
+# build is ~10x slower, and 300 epochs keep the script in its time there.
+if [[ -n ${ASAN_OPTIONS:-} ]]; then RETRY_EPOCHS=300; else RETRY_EPOCHS=900; fi
+RETRY_STEPS=$((RETRY_EPOCHS * 32))
 # 1024 examples of 4 features; the optimum of the mean squared error is numpy's
 # least squares (with noise, not exactly w*, b*).
-$PY - "$TMP" <<'EOF'
+$PY - "$TMP" "$RETRY_EPOCHS" <<'EOF'
 import json, sys
 import numpy as np
 d = sys.argv[1]
@@ -103,7 +109,7 @@ graph("sync.json", mode="sync")
 graph("backup.json", mode="sync", replicas=3, backup=1, epochs=60,
       eval={"fetch": ["full_mse"], "every_steps": 1000})
 graph("long.json", epochs=100000)
-graph("retry.json", epochs=900, eval={"fetch": ["full_mse"]})
+graph("retry.json", epochs=int(sys.argv[2]), eval={"fetch": ["full_mse"]})
 graph("bad.json", optimizer={"rule": "sgd", "lr": 0.1, "bogus": 1})
 graph("badloss.json", loss="nosuchnode")
 graph("ckpt.json", checkpoint_secs=1)
@@ -263,9 +269,6 @@ sys.exit(0 if r and min(r[0].get("training", {}).get("replica_steps", [0])) > in
 }
 
 # --- a worker killed and restarted: its replica runs on from its last step --------
-# retry.json trains 900 epochs (28800 steps per replica, 7-20 s): long enough
-# that the job is still running when the kill lands, also on a loaded machine
-# (300 epochs took 2.4 s on an idle one: a replica could be done before it).
 "$DG" submit "$TMP/retry.json" "${C[@]}" --json >"$TMP/rout" 2>"$TMP/rerr" &
 spid=$!
 wait_replica_steps 100
@@ -277,7 +280,7 @@ _start_server w1 worker 1
 wait_port "$TMP/w1.port" >/dev/null || echo "# worker/1 did not restart: $(cat "$TMP/w1.log")"
 collect_job
 check "a worker killed and restarted: the training job completes with every step of both replicas" \
-	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [28800, 28800]" ]]'
+	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [$RETRY_STEPS, $RETRY_STEPS]" ]]'
 check "dg submit says replica 1 was lost and retried" \
 	'grep -qE "^dg: replica 1, step [0-9]+: /job:worker/task:1 was lost \(.*\); retry 1 once" \
 		"$TMP/err"'
@@ -287,7 +290,7 @@ check "the job's events have a retry event of replica 1 on worker/1 at the step 
 ev = [json.loads(l) for l in open(sys.argv[1])]
 r = [e for e in ev if e[\"event\"] == \"retry\"]
 sys.exit(0 if r and r[0][\"task\"] == \"/job:worker/task:1\" and r[0][\"replica\"] == 1 and
-	 r[0][\"attempt\"] == 1 and 100 < r[0][\"step\"] < 28800 else 1)" "$TMP/events"'
+	 r[0][\"attempt\"] == 1 and 100 < r[0][\"step\"] < $RETRY_STEPS else 1)" "$TMP/events"'
 check "the retried job still reaches the optimum" weights_ok
 
 # --- a ps killed and restarted from its data dir: the job pauses, goes back, ends --
@@ -314,7 +317,7 @@ sleep 0.3
 start_ps_dir
 collect_job
 check "a ps killed and restarted: the training job completes every step of both replicas" \
-	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [28800, 28800]" ]]'
+	'[[ $rc -eq 0 && "$(jq_py "j[\"state\"], t[\"replica_steps\"]")" == "done [$RETRY_STEPS, $RETRY_STEPS]" ]]'
 check "dg submit says the ps was lost, is back at epoch 2 with its variables, replicas resume" \
 	'grep -qE "^dg: replica [01], step [0-9]+: /job:ps/task:0 was lost" "$TMP/err" &&
 	 grep -qE "^dg: /job:ps/task:0 is back \(epoch 2\); 2 variables as it recovered them: lr/b version [0-9]+ step 0, lr/w version" "$TMP/err" &&
