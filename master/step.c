@@ -264,8 +264,9 @@ static void note_recovered(struct master *m, struct job *j, int t, const char *d
 		for (int r = 0; n_vars > 0 && j->tr && !j->tr->plan.queue && !j->tr->spec.sync &&
 		     r < j->tr->n_reps; r++) {
 			struct replica *rp = &j->tr->reps[r];
+			/* Restarted again before a replica went back: the older cut. */
+			rp->rewind_at = rp->rewind && rp->rewind_at < cut ? rp->rewind_at : cut;
 			rp->rewind = true;
-			rp->rewind_at = cut;
 			snprintf(rp->rewind_task, sizeof rp->rewind_task, "%s", dev);
 		}
 	}

@@ -479,8 +479,7 @@ static int64_t replica_rewind(struct master *m, struct job *j, struct replica *r
 			found = true;
 		}
 	}
-	if (!found && rp->n_marks == REP_MARKS)    /* older than we remember */
-		to = rp->marks[rp->next_mark].done;
+	/* No mark is that old (or the ps had no snapshot): from the start. */
 	if (to > done)
 		to = done;
 	/* The marks past the new position describe steps that will run again. */
@@ -695,6 +694,28 @@ again:
 	return NULL;
 }
 
+/* A ps restarted (note_recovered asked the replicas to go back) when a
+ * replica had already ended: its applies after the ps's snapshot are gone and
+ * nobody will make them again. DG_EUNAVAILABLE saying so, else DG_OK. */
+static enum dg_status train_lost_after_end(struct master *m, struct job *j, struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	pthread_mutex_lock(&m->mu);
+	for (int r = 0; r < j->tr->n_reps && st == DG_OK; r++) {
+		const struct replica *rp = &j->tr->reps[r];
+		if (rp->rewind && rp->finished) {
+			st = dg_err_set(err, DG_EUNAVAILABLE, "%s restarted after replica %d had "
+					"finished: the applies after its snapshot are lost",
+					rp->rewind_task, r);
+			dg_err_hint(err, "run the job again (its variables are as the ps recovered "
+				    "them), or give it a checkpoint_secs");
+		}
+	}
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
 /* POST /v1/checkpoint to every ps task; an event per snapshot. A ps that is
  * down is waited for (retry_ms), as a replica waits for it. */
 static enum dg_status train_checkpoint(struct master *m, struct job *j, struct dg_err *err)
@@ -717,6 +738,8 @@ static enum dg_status train_checkpoint(struct master *m, struct job *j, struct d
 			train_done_locked(j->tr, &mean);
 			pthread_mutex_unlock(&m->mu);
 			if ((st = step_retry_wait(m, j, t, mean, 0, -1, err)) == DG_OK)
+				st = train_lost_after_end(m, j, err);
+			if (st == DG_OK)
 				st = dg_ps_checkpoint(c, &reply, err);
 		}
 		dg_client_free(c);
