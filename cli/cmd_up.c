@@ -1020,7 +1020,9 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 			    u->dir);
 		return cli_fail(&err);
 	}
-	/* The counts of an earlier cluster's supervisor are not this one's. */
+	/* A supervisor left from an earlier cluster whose tasks are all gone
+	 * would restart them beside ours: stop it. Its counts are not ours. */
+	up_supervisor_stop(u->dir);
 	char sup_state[PATH_MAX];
 	if (up_join(sup_state, u->dir, "supervisor.json", NULL) == DG_OK)
 		unlink(sup_state);
@@ -1040,7 +1042,19 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 	if (a->foreground) {
 		if ((rc = up_start(u, a)) != 0)
 			return rc;
-		return a->no_supervise ? foreground(u) : up_supervise(u, true);
+		if (a->no_supervise)
+			return foreground(u);
+		/* The pid file, so that dg down and dg up --restart find us too; gone
+		 * before up_supervise's own down (which would stop its supervisor). */
+		char path[PATH_MAX], line[32];
+		snprintf(line, sizeof line, "%d\n", (int)getpid());
+		if (up_join(path, u->dir, "supervisor.pid", &err) != DG_OK ||
+		    write_text(path, line, &err) != DG_OK) {
+			rc = cli_fail(&err);
+			up_down_dir(u->dir, true);
+			return rc;
+		}
+		return up_supervise(u, true);
 	}
 	return a->no_supervise ? up_start(u, a) : up_start_supervised(u, a);
 }
@@ -1118,8 +1132,11 @@ static int up_start_supervised(struct up_ctx *u, const struct up_args *a)
 	}
 	fflush(NULL);
 	b = (unsigned char)rc;
-	if (write(pfd[1], &b, 1) != 1 || rc != 0)
-		_exit(rc ? rc : 1);
+	signal(SIGPIPE, SIG_IGN);       /* dg up gone (killed): supervise all the same */
+	if (write(pfd[1], &b, 1) != 1 && rc == 0)
+		fprintf(stderr, "dg: dg up exited before the supervisor's report; supervising\n");
+	if (rc != 0)
+		_exit(rc);
 	close(pfd[1]);
 	/* Detach: no terminal, output to DIR/supervisor.log. */
 	int null = open("/dev/null", O_RDWR);

@@ -139,8 +139,8 @@ static void on_exit_of(struct up_ctx *u, struct watch *w, struct task *t, int ws
 		     w->last_exit, recent + 1, name);
 	} else {
 		/* A task that ran a while starts over quickly; a crash loop backs off. */
-		w->backoff = now - w->started_ms < QUICK_DEATH_MS && w->backoff < 16 ?
-			     w->backoff + 1 : 0;
+		w->backoff = now - w->started_ms >= QUICK_DEATH_MS ? 0 :
+			     w->backoff < 16 ? w->backoff + 1 : 16;
 		int64_t delay = (int64_t)BACKOFF_FIRST_MS << (w->backoff ? w->backoff - 1 : 0);
 		if (delay > BACKOFF_MAX_MS)
 			delay = BACKOFF_MAX_MS;
@@ -167,8 +167,15 @@ static void restart_due(struct up_ctx *u, struct watch *w)
 		w[i].started_ms = now;
 		if (up_start_task(u, t, &err) != DG_OK) {
 			/* Counts as a restart: a start that keeps failing ends in giving up. */
-			w[i].due_ms = now + BACKOFF_MAX_MS;
-			note(u, t, "cannot restart %s/%d: %s", t->job, t->index, err.msg);
+			if (recent_restarts(u, &w[i], now) >= u->max_restarts) {
+				w[i].given_up = true;
+				note(u, t, "cannot restart %s/%d: %s; not trying again (%d tries "
+				     "within a minute): dg up --restart %s/%d when fixed", t->job,
+				     t->index, err.msg, u->max_restarts, t->job, t->index);
+			} else {
+				w[i].due_ms = now + BACKOFF_MAX_MS;
+				note(u, t, "cannot restart %s/%d: %s", t->job, t->index, err.msg);
+			}
 			continue;
 		}
 		note(u, t, "restarted %s/%d (pid %d; restart %d)", t->job, t->index, (int)t->pid,
@@ -251,8 +258,13 @@ int up_supervise(struct up_ctx *u, bool foreground)
 	for (int i = 0; i < u->n; i++)
 		free(w[i].recent);
 	free(w);
-	if (foreground)
+	if (foreground) {
+		char path[PATH_MAX];
+		/* Ours: gone first, or up_down_dir would stop its supervisor, us. */
+		if (up_join(path, u->dir, "supervisor.pid", NULL) == DG_OK)
+			unlink(path);
 		rc = up_down_dir(u->dir, false);
+	}
 	return rc;
 }
 
