@@ -979,20 +979,27 @@ static void *reaper_main(void *arg)
 	pthread_mutex_lock(&s->conn_mu);
 	while (!s->reaper_stop) {
 		int64_t now = dg_mono_ns(), next = now + REAPER_TICK_NS;
+		int cut = 0;
+		char host[INET6_ADDRSTRLEN] = "";
 		for (struct conn_track *t = s->conns; t; t = t->next) {
 			if (t->cut || t->deadline_ns == 0)
 				continue;
 			if (now >= t->deadline_ns) {
-				char host[INET6_ADDRSTRLEN];
-				addr_text(&t->addr, host, sizeof host);
+				if (!cut++)
+					addr_text(&t->addr, host, sizeof host);
 				shutdown(t->fd, SHUT_RDWR);
 				t->cut = true;
 				s->timed_out++;
-				dg_log(DG_LOG_DEBUG, "http", "%s: closed a connection from %s: its "
-				       "request was not read in time", s->name, host);
 			} else if (t->deadline_ns < next) {
 				next = t->deadline_ns;
 			}
+		}
+		if (cut) {      /* logged without the lock every accept takes */
+			pthread_mutex_unlock(&s->conn_mu);
+			dg_log(DG_LOG_DEBUG, "http", "%s: closed %d connection(s) (the first from "
+			       "%s): their request was not read in time", s->name, cut, host);
+			pthread_mutex_lock(&s->conn_mu);
+			continue;
 		}
 		struct timespec ts = dg_deadline_timespec((struct dg_deadline){ next });
 		pthread_cond_timedwait(&s->conn_cv, &s->conn_mu, &ts);

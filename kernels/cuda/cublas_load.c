@@ -55,7 +55,6 @@ static void *sym(void *lib, const char *name, bool *ok)
 static void *open_cublas(void)
 {
 	void *lib = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
-	__typeof__(cudaGetDeviceCount) *in_cudart = cudaGetDeviceCount;
 	char first[160], path[512];
 	void *addr;
 	Dl_info di;
@@ -63,8 +62,9 @@ static void *open_cublas(void)
 	if (lib)
 		return lib;
 	snprintf(first, sizeof first, "%s", dlerror());
-	memcpy(&addr, &in_cudart, sizeof addr);        /* POSIX: a code address as data */
-	if (dladdr(addr, &di) && di.dli_fname && strrchr(di.dli_fname, '/')) {
+	/* cudart's own definition (dlsym), not a PLT stub in the executable. */
+	addr = dlsym(RTLD_DEFAULT, "cudaGetDeviceCount");
+	if (addr && dladdr(addr, &di) && di.dli_fname && strrchr(di.dli_fname, '/')) {
 		int dir = (int)(strrchr(di.dli_fname, '/') - di.dli_fname);
 		snprintf(path, sizeof path, "%.*s/%s", dir, di.dli_fname, CUBLAS_SONAME);
 		if ((lib = dlopen(path, RTLD_NOW | RTLD_LOCAL)))
