@@ -39,6 +39,12 @@ for k in $(seq 1 "$KILLS"); do
 	"$PY" "$STREAM" applies "$PORT" "$CLIENTS" "$NVARS" "$log" &
 	SPID=$!
 	PIDS+=("$SPID")
+	# The kill comes after the first acknowledged apply (python's clients may
+	# take a while to start on a loaded machine), at most 10 s on.
+	for _ in $(seq 1 200); do
+		grep -q '^A ' "$log" 2>/dev/null && break
+		sleep 0.05
+	done
 	# Kill somewhere between 0.3 and 1.5 s into the applies: across snapshots
 	# (every second) and between them.
 	sleep "$(printf '0.%d' $((RANDOM % 9 + 3)))"
