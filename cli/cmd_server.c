@@ -49,6 +49,10 @@ static const char usage_text[] =
 	"  --bind ADDR            listen on ADDR (0.0.0.0: every interface); default:\n"
 	"                         the address of the spec's host (localhost: 127.0.0.1)\n"
 	"  --checkpoint-secs N    snapshot applies at least every N s (default 5)\n"
+	"  --durability MODE      what an acknowledged gradient apply survives:\n"
+	"                         snapshot (default: the next snapshot, so a kill -9\n"
+	"                         loses up to --checkpoint-secs of applies) or strict\n"
+	"                         (logged and fsync'ed before the reply; needs --data-dir)\n"
 	"  --max-body BYTES       largest request body, suffix K, M or G (default 2G)\n"
 	"  --max-connections N    concurrent connections (default 256)\n"
 	"  --max-connections-per-client N\n"
@@ -77,12 +81,14 @@ struct server_args {
 	size_t max_body;
 	uint64_t rendezvous_max_mb;     /* 0: the default */
 	bool soft_placement;
+	enum ps_durability durability;
 };
 
 enum {
 	OPT_CLUSTER = 256, OPT_JOB, OPT_TASK, OPT_DATA_DIR, OPT_TOKEN_FILE, OPT_BIND,
 	OPT_CHECKPOINT, OPT_MAX_BODY, OPT_MAX_CONN, OPT_REQ_TIMEOUT, OPT_PORT_FILE,
 	OPT_SOFT_PLACEMENT, OPT_THREADS, OPT_RV_MAX_MB, OPT_READ_TIMEOUT, OPT_PER_CLIENT,
+	OPT_DURABILITY,
 };
 
 static const struct option long_opts[] = {
@@ -93,6 +99,7 @@ static const struct option long_opts[] = {
 	{ "token-file", required_argument, NULL, OPT_TOKEN_FILE },
 	{ "bind", required_argument, NULL, OPT_BIND },
 	{ "checkpoint-secs", required_argument, NULL, OPT_CHECKPOINT },
+	{ "durability", required_argument, NULL, OPT_DURABILITY },
 	{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 	{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
 	{ "request-timeout", required_argument, NULL, OPT_REQ_TIMEOUT },
@@ -163,6 +170,12 @@ static int parse_args(int argc, char **argv, struct server_args *a)
 				return rc;
 			a->task = (int)v;
 			break;
+		case OPT_DURABILITY: {
+			struct dg_err e = { 0 };
+			if (ps_durability_parse(optarg, &a->durability, &e) != DG_OK)
+				return cli_usage(cmd, "--durability: %s (%s)", e.msg, e.hint);
+			break;
+		}
 		case OPT_CHECKPOINT:
 			if ((rc = num_arg(cmd, "--checkpoint-secs", false, 1, 86400, &v)) >= 0)
 				return rc;
@@ -216,6 +229,9 @@ static int parse_args(int argc, char **argv, struct server_args *a)
 	}
 	if (optind < argc)
 		return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+	if (a->durability == PS_DURABILITY_STRICT && !a->data_dir)
+		return cli_usage(cmd, "--durability strict needs --data-dir DIR (a memory-only "
+				 "server keeps nothing across a restart)");
 	return -1;
 }
 
@@ -367,6 +383,7 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 	struct ps_server_config cfg = {
 		.job = t->job, .task = t->index, .bind = t->bind, .port = t->port,
 		.data_dir = a->data_dir, .token = token, .checkpoint_secs = a->checkpoint_secs,
+		.durability = a->durability,
 		.max_body = a->max_body, .max_connections = a->max_connections,
 		.request_timeout_s = a->request_timeout_s, .read_timeout_s = a->read_timeout_s,
 		.max_connections_per_client = a->per_client,
@@ -415,10 +432,11 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 		return cli_fail(&err);
 	}
 	ps_server_stats(s, &n_vars, &bytes);
-	fprintf(stderr, "dg: %s/%d serving on %s%s%s:%d (epoch %llu, %s%s, %lld variables)\n",
+	fprintf(stderr, "dg: %s/%d serving on %s%s%s:%d (epoch %llu, %s%s%s, %lld variables)\n",
 		t->job, t->index, strchr(t->bind, ':') ? "[" : "", t->bind,
 		strchr(t->bind, ':') ? "]" : "", port, (unsigned long long)ps_server_epoch(s),
 		a->data_dir ? "data dir " : "memory only", a->data_dir ? a->data_dir : "",
+		a->durability == PS_DURABILITY_STRICT ? ", durability strict" : "",
 		(long long)n_vars);
 	fflush(stderr);
 	while (sigwait(stop_set, &sig) != 0)

@@ -26,6 +26,7 @@
 #include "dg/client.h"
 #include "dg/clock.h"
 #include "dg/cluster.h"
+#include "store.h"
 
 #define READY_WAIT_MS 20000     /* a server recovering a big data dir may take a while */
 #define STOP_WAIT_MS 15000      /* SIGTERM -> exit includes the final checkpoint */
@@ -373,6 +374,7 @@ struct up_args {
 	int threads;                    /* 0: CPUs / workers */
 	const char *dir, *mount, *token_file;
 	const char *restart;            /* --restart JOB/I: that task alone */
+	const char *durability;         /* --durability MODE of every task; NULL: snapshot */
 	bool foreground, sized;         /* sized: --ps, --workers or --threads given */
 	bool no_supervise;              /* --no-supervise: nobody restarts a task */
 	int max_restarts;               /* --max-restarts: per task and minute */
@@ -380,7 +382,8 @@ struct up_args {
 
 static const char up_usage[] =
 	"usage: dg up [--ps N] [--workers M] [--dir DIR] [--mount DIR] [--token-file F]\n"
-	"             [--threads T] [--foreground] [--no-supervise] [--max-restarts N]\n"
+	"             [--threads T] [--durability MODE] [--foreground] [--no-supervise]\n"
+	"             [--max-restarts N]\n"
 	"       dg up --restart JOB/I [--dir DIR]\n"
 	"\n"
 	"Start a whole local cluster on free loopback ports: N parameter-server tasks\n"
@@ -407,6 +410,8 @@ static const char up_usage[] =
 	"  --threads T       threads of each task's matrix products (default: the\n"
 	"                    CPUs divided among the workers, at least 1), so that\n"
 	"                    workers training side by side do not oversubscribe them\n"
+	"  --durability MODE what an acknowledged gradient apply survives on every\n"
+	"                    task: snapshot (default) or strict (see dg server --help)\n"
 	"  --foreground      stay in the foreground, supervising; ^C (or SIGTERM)\n"
 	"                    takes the cluster down\n"
 	"  --no-supervise    no supervisor: a task that dies stays down (with\n"
@@ -434,6 +439,7 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 		{ "mount", required_argument, NULL, 'm' },
 		{ "token-file", required_argument, NULL, 'T' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "durability", required_argument, NULL, 'D' },
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "no-supervise", no_argument, NULL, 'S' },
 		{ "max-restarts", required_argument, NULL, 'R' },
@@ -470,6 +476,14 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 			a->threads = (int)v;
 			a->sized = true;
 			break;
+		case 'D': {
+			struct dg_err e = { 0 };
+			enum ps_durability d;
+			if (ps_durability_parse(optarg, &d, &e) != DG_OK)
+				return cli_usage(argv[0], "--durability: %s (%s)", e.msg, e.hint);
+			a->durability = optarg;
+			break;
+		}
 		case 'd': a->dir = optarg; break;
 		case 'm': a->mount = optarg; break;
 		case 'T': a->token_file = optarg; break;
@@ -492,7 +506,7 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 	if (optind < argc)
 		return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
 	if (a->restart && (a->sized || a->mount || a->token_file || a->foreground ||
-			   a->no_supervise || a->max_restarts))
+			   a->durability || a->no_supervise || a->max_restarts))
 		return cli_usage(argv[0], "--restart takes only --dir: the task gets the settings "
 				 "of the dg up that started the cluster");
 	return -1;
@@ -513,7 +527,7 @@ void up_task_file(const struct up_ctx *u, const struct task *t, const char *suff
 enum dg_status up_start_task(struct up_ctx *u, struct task *t, struct dg_err *err)
 {
 	char data[PATH_MAX], port[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], idx[16], line[32];
-	char *argv[18];
+	char *argv[20];
 	int k = 0;
 	enum dg_status st;
 
@@ -537,6 +551,8 @@ enum dg_status up_start_task(struct up_ctx *u, struct task *t, struct dg_err *er
 	argv[k++] = port;
 	argv[k++] = (char *)"--threads";
 	argv[k++] = u->threads;
+	argv[k++] = (char *)"--durability";
+	argv[k++] = u->durability;
 	if (u->token_file[0]) {
 		argv[k++] = (char *)"--token-file";
 		argv[k++] = u->token_file;
@@ -840,11 +856,13 @@ static bool last_up_dir(char *out)
 }
 
 /* What a task's command line needs beyond the spec, kept in DIR/up.json for
- * `dg up --restart`: the --threads of every task and the token file. */
+ * `dg up --restart`: the --threads and --durability of every task and the
+ * token file. */
 static enum dg_status save_settings(const struct up_ctx *u, struct dg_err *err)
 {
 	char path[PATH_MAX], *text;
-	json_t *o = json_pack("{s:s, s:s}", "threads", u->threads, "token_file", u->token_file);
+	json_t *o = json_pack("{s:s, s:s, s:s}", "threads", u->threads, "token_file",
+			      u->token_file, "durability", u->durability);
 	enum dg_status st;
 
 	if (!o || !(text = json_dumps(o, 0))) {
@@ -862,7 +880,7 @@ static enum dg_status load_settings(struct up_ctx *u, struct dg_err *err)
 {
 	char path[PATH_MAX];
 	json_t *o;
-	const char *threads, *token;
+	const char *threads, *token, *durability;
 
 	if (up_join(path, u->dir, "up.json", err) != DG_OK)
 		return err->code;
@@ -875,8 +893,10 @@ static enum dg_status load_settings(struct up_ctx *u, struct dg_err *err)
 	}
 	threads = json_string_value(json_object_get(o, "threads"));
 	token = json_string_value(json_object_get(o, "token_file"));
+	durability = json_string_value(json_object_get(o, "durability"));
 	snprintf(u->threads, sizeof u->threads, "%s", threads ? threads : "1");
 	snprintf(u->token_file, sizeof u->token_file, "%s", token ? token : "");
+	snprintf(u->durability, sizeof u->durability, "%s", durability ? durability : "snapshot");
 	json_decref(o);
 	if (u->token_file[0] && !(u->token = cli_token_load(u->token_file, err)))
 		return err->code;
@@ -1032,6 +1052,8 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 	}
 	u->n = a->n_ps + a->n_workers;
 	u->max_restarts = a->max_restarts ? a->max_restarts : 5;
+	snprintf(u->durability, sizeof u->durability, "%s",
+		 a->durability ? a->durability : "snapshot");
 	if (a->threads > 0) {
 		snprintf(u->threads, sizeof u->threads, "%d", a->threads);
 	} else {

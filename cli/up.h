@@ -31,6 +31,7 @@ struct up_ctx {
 	pid_t mount_pid;
 	char mnt[PATH_MAX];             /* the mount point, "" without --mount */
 	char threads[16];               /* --threads of every task */
+	char durability[16];            /* --durability of every task */
 	int max_restarts;               /* the supervisor's restarts of a task per minute */
 };
 

@@ -25,6 +25,29 @@ const char *ps_rule_name(enum ps_rule r)
 	return (unsigned)r < PS_RULE_COUNT ? rule_names[r] : "invalid";
 }
 
+static const char *const durability_names[] = {
+	[PS_DURABILITY_SNAPSHOT] = "snapshot", [PS_DURABILITY_STRICT] = "strict",
+};
+
+enum dg_status ps_durability_parse(const char *s, enum ps_durability *out, struct dg_err *err)
+{
+	for (int i = 0; s && i < 2; i++) {
+		if (strcmp(s, durability_names[i]) == 0) {
+			*out = (enum ps_durability)i;
+			return DG_OK;
+		}
+	}
+	dg_err_set(err, DG_EINVAL, "unknown durability '%.64s'", s ? s : "(null)");
+	dg_err_hint(err, "use snapshot (applies survive in the next snapshot) or strict "
+		    "(every acknowledged apply is logged and synced)");
+	return DG_EINVAL;
+}
+
+const char *ps_durability_name(enum ps_durability d)
+{
+	return (unsigned)d < 2 ? durability_names[d] : "?";
+}
+
 enum dg_status ps_rule_parse(const char *s, enum ps_rule *out, struct dg_err *err)
 {
 	for (int i = 0; s && i < PS_RULE_COUNT; i++) {

@@ -4,6 +4,7 @@
  * what goes into them (ps/persist.h); the formats and the guarantees are
  * described in doc/persistence.md. */
 #include "persist.h"
+#include "store_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -118,6 +119,42 @@ static double bits_f64(uint64_t u)
 
 	memcpy(&d, &u, 8);
 	return d;
+}
+
+/* APPLY's argument block (PS_WAL_ARGS_LEN bytes, little-endian):
+ * 0 u8 rule, 1 u8 nesterov, 2..7 zero, 8 lr, 16 momentum, 24 beta1,
+ * 32 beta2, 40 eps (IEEE doubles), 48..63 zero. */
+static void args_encode(unsigned char *p, const struct ps_apply_args *a)
+{
+	memset(p, 0, PS_WAL_ARGS_LEN);
+	p[0] = (unsigned char)a->rule;
+	p[1] = a->nesterov ? 1 : 0;
+	put_u64(p + 8, f64_bits(a->lr));
+	put_u64(p + 16, f64_bits(a->momentum));
+	put_u64(p + 24, f64_bits(a->beta1));
+	put_u64(p + 32, f64_bits(a->beta2));
+	put_u64(p + 40, f64_bits(a->eps));
+}
+
+/* false when the block names no rule or its values are out of range */
+static bool args_decode(const unsigned char *p, struct ps_apply_args *a)
+{
+	*a = (struct ps_apply_args){
+		.rule = (enum ps_rule)p[0], .nesterov = p[1] != 0,
+		.lr = bits_f64(get_u64(p + 8)), .momentum = bits_f64(get_u64(p + 16)),
+		.beta1 = bits_f64(get_u64(p + 24)), .beta2 = bits_f64(get_u64(p + 32)),
+		.eps = bits_f64(get_u64(p + 40)), .step = -1, .replica = -1,
+	};
+	return p[0] < PS_RULE_COUNT && p[0] != PS_ASSIGN && p[1] <= 1 &&
+	       ps_apply_check_args(a, "", NULL) == DG_OK;
+}
+
+uint32_t ps_wal_apply_crc(const struct ps_apply_args *a, const void *g, size_t n)
+{
+	unsigned char b[PS_WAL_ARGS_LEN];
+
+	args_encode(b, a);
+	return ps_crc32(ps_crc32(0, b, sizeof b), g, n);
 }
 
 /* --- records ---------------------------------------------------------------------- */
@@ -449,6 +486,8 @@ struct ps_wal {
 	uint64_t fsyncs;
 };
 
+
+
 static char *seg_path(const char *dir, uint64_t seq)
 {
 	char name[48];
@@ -538,26 +577,35 @@ void ps_wal_close(struct ps_wal *w)
 enum dg_status ps_wal_append(struct ps_wal *w, const struct ps_wal_rec *r, uint64_t *lsn,
 			     struct dg_err *err)
 {
-	unsigned char head[REC_HEAD_MAX];
-	struct iovec iov[2];
+	unsigned char head[REC_HEAD_MAX], args[PS_WAL_ARGS_LEN];
+	struct iovec iov[3];
+	int n_iov = 0;
 	uint64_t aux = r->type == PS_WAL_PATCH ? r->offset : 0;
-	bool whole = r->type == PS_WAL_PUT || r->type == PS_WAL_ASSIGN;
+	bool apply = r->type == PS_WAL_APPLY;
+	bool whole = r->type == PS_WAL_PUT || r->type == PS_WAL_ASSIGN || apply;
 	bool shaped = whole || r->type == PS_WAL_CREATE;
 	bool has_data = whole || r->type == PS_WAL_PATCH;
-	size_t nbytes = has_data ? r->nbytes : 0;
+	size_t nbytes = has_data ? r->nbytes + (apply ? PS_WAL_ARGS_LEN : 0) : 0;
 	enum dg_status st = DG_OK;
 
 	if (r->type == PS_WAL_RESERVE)
 		aux = r->ceiling;
+	if (apply)
+		aux = (uint64_t)r->step;
 	size_t hl = rec_encode(head, (unsigned)r->type, shaped ? r->dtype : 0,
 			       shaped ? &r->shape : NULL, r->version, r->mtime, aux, r->name,
 			       nbytes, nbytes ? r->data_crc : 0);
-	iov[0] = (struct iovec){ head, hl };
-	iov[1] = (struct iovec){ (void *)r->data, nbytes };
+	iov[n_iov++] = (struct iovec){ head, hl };
+	if (apply) {
+		args_encode(args, r->args);
+		iov[n_iov++] = (struct iovec){ args, sizeof args };
+	}
+	if (has_data && r->nbytes)
+		iov[n_iov++] = (struct iovec){ (void *)r->data, r->nbytes };
 	pthread_mutex_lock(&w->mu);
 	if (w->failed) {
 		st = dg_err_set(err, DG_EIO, "%s", w->fail_msg);
-	} else if (pwritev_all(w->fd, iov, nbytes ? 2 : 1, w->seg_off) != 0) {
+	} else if (pwritev_all(w->fd, iov, n_iov, w->seg_off) != 0) {
 		int e = errno;
 		/* A partial record must not stay in front of later good ones. */
 		if (ftruncate(w->fd, (off_t)w->seg_off) != 0) {
@@ -1115,6 +1163,22 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			st = read_block(fd, off, &r, &data, &ok, path, err);
 			if (st != DG_OK)
 				goto out;
+		} else if (ok && r.type == PS_WAL_APPLY) {
+			/* the gradient is the value's size, after the argument block */
+			ok = r.data_len >= PS_WAL_ARGS_LEN;
+			if (ok) {
+				r.data_len -= PS_WAL_ARGS_LEN;
+				ok = rec_tensor_ok(&r, true, &nbytes);
+				r.data_len += PS_WAL_ARGS_LEN;
+			}
+			if (!ok || dg_var_name_check_stored(r.name, NULL) != DG_OK) {
+				st = corrupt(err, path, off, "bad apply record");
+				goto out;
+			}
+			/* a data CRC mismatch leaves ok false: torn tail or damage (below) */
+			st = read_block(fd, off, &r, &data, &ok, path, err);
+			if (st != DG_OK)
+				goto out;
 		} else if (ok && r.type == PS_WAL_PATCH) {
 			if (r.data_len > SIZE_MAX ||
 			    !(data = malloc(r.data_len ? (size_t)r.data_len : 1))) {
@@ -1160,6 +1224,7 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			}
 			goto out;
 		}
+		struct ps_apply_args args;
 		struct ps_wal_rec w = {
 			.type = (enum ps_wal_type)r.type, .name = r.name, .dtype = r.dtype,
 			.shape = r.shape, .version = r.version, .mtime = r.mtime,
@@ -1167,20 +1232,38 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			.ceiling = r.type == PS_WAL_RESERVE ? r.aux : 0,
 			.data = data, .data_crc = r.dcrc,
 			.nbytes = r.type == PS_WAL_CREATE ? nbytes : (size_t)r.data_len,
+			.step = -1,
 		};
+		bool borrowed = r.type == PS_WAL_PATCH || r.type == PS_WAL_APPLY;
+		if (r.type == PS_WAL_APPLY) {
+			if (!args_decode(data, &args) || (int64_t)r.aux < -1) {
+				dg_free_aligned(data);
+				st = corrupt(err, path, off, "bad arguments in an apply record");
+				goto out;
+			}
+			w.args = &args;
+			w.step = (int64_t)r.aux;
+			w.data = (const char *)data + PS_WAL_ARGS_LEN;
+			w.nbytes = nbytes;
+		}
 		if (r.type == PS_WAL_RESERVE) {
 			if (r.aux > info->ceiling)
 				info->ceiling = r.aux;
 		} else {
 			if (dg_var_name_check_stored(r.name, NULL) != DG_OK) {
-				free(data);
+				if (r.type == PS_WAL_PATCH)
+					free(data);
+				else
+					dg_free_aligned(data);
 				st = corrupt(err, path, off, "bad variable name in a record");
 				goto out;
 			}
 			/* PUT/ASSIGN blocks are adopted (or freed) by the callee */
-			st = ops->rec(ops->ud, &w, r.type == PS_WAL_PATCH ? NULL : data, err);
+			st = ops->rec(ops->ud, &w, borrowed ? NULL : data, err);
 			if (r.type == PS_WAL_PATCH)
 				free(data);
+			else if (r.type == PS_WAL_APPLY)
+				dg_free_aligned(data);
 			if (st != DG_OK) {
 				dg_err_prefix(err, "'%s' at offset %" PRIu64, path, off);
 				goto out;

@@ -33,7 +33,13 @@ enum ps_wal_type {
 	PS_WAL_ASSIGN = 4,              /* apply(assign): whole value, same dtype/shape */
 	PS_WAL_RESERVE = 5,             /* versions up to ceiling may be handed out */
 	PS_WAL_CREATE = 6,              /* a zero-filled value of dtype/shape (slots) */
+	PS_WAL_APPLY = 7,               /* --durability strict: an update rule and its
+					 * gradient, replayed onto the value and slots */
 };
+
+/* Bytes of an APPLY record's data before the gradient: the encoded rule and
+ * hyper-parameters (64, so the gradient stays aligned in a read block). */
+#define PS_WAL_ARGS_LEN 64
 
 /* One record, to append or as replayed. Pointers are borrowed. */
 struct ps_wal_rec {
@@ -45,10 +51,17 @@ struct ps_wal_rec {
 	double mtime;                   /* seconds since the Unix epoch */
 	uint64_t offset;                /* PATCH: byte offset */
 	uint64_t ceiling;               /* RESERVE */
-	const void *data;               /* PUT, ASSIGN, PATCH */
+	const void *data;               /* PUT, ASSIGN, PATCH; APPLY: the gradient */
 	size_t nbytes;                  /* of data; CREATE: of the value (nothing is stored) */
-	uint32_t data_crc;              /* ps_crc32 of data (by the caller, outside locks) */
+	uint32_t data_crc;              /* ps_crc32 of data (by the caller, outside locks);
+					 * APPLY: ps_wal_apply_crc */
+	const struct ps_apply_args *args;   /* APPLY: the rule (its step is not used) */
+	int64_t step;                   /* APPLY: the variable's sync step after it; -1 async */
 };
+
+/* The data CRC of an APPLY record of rule a and gradient g (n bytes): the
+ * CRC of the encoded arguments, then of g. */
+uint32_t ps_wal_apply_crc(const struct ps_apply_args *a, const void *g, size_t n);
 
 struct ps_wal;
 
@@ -117,8 +130,9 @@ struct ps_recover_ops {
 	enum dg_status (*var)(void *ud, const struct ps_snap_var *v, void *data,
 			      struct dg_err *err);
 	/* A log record; for PUT/ASSIGN data is an owned dg_alloc_aligned block
-	 * (r->data == data), for PATCH a borrowed buffer, else NULL. RESERVE
-	 * records are not passed on (they only raise info->ceiling). */
+	 * (r->data == data), for PATCH and APPLY a borrowed buffer (data NULL),
+	 * else NULL. RESERVE records are not passed on (they only raise
+	 * info->ceiling). */
 	enum dg_status (*rec)(void *ud, const struct ps_wal_rec *r, void *data,
 			      struct dg_err *err);
 };

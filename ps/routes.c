@@ -1105,7 +1105,7 @@ static enum dg_status h_health(void *vc, struct dg_http_req *r, struct dg_http_r
 	 * program did not describe. */
 	return reply_json(w, 200, json_pack(
 		"{s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:i, s:f, s:s*, s:s*, s:o, s:o*, s:[s,s*], "
-		"s:o*}",
+		"s:o*, s:s}",
 		"status", atomic_load(&c->stopping) ? "stopping" : "ok", "job", c->job,
 		"task", c->task, "epoch", (json_int_t)ps_store_epoch(c->store),
 		"version", DG_VERSION, "vars", (json_int_t)n_vars, "bytes", (json_int_t)bytes,
@@ -1115,7 +1115,8 @@ static enum dg_status h_health(void *vc, struct dg_http_req *r, struct dg_http_r
 		"cuda_built", c->has_devices ? json_boolean(d->cuda_built) : NULL,
 		"faces", "ps", c->worker_face ? "worker" : NULL,
 		"snapshot_at", ps_store_snapshot_at(c->store) > 0 ?
-			       json_real(ps_store_snapshot_at(c->store)) : NULL), err);
+			       json_real(ps_store_snapshot_at(c->store)) : NULL,
+		"durability", ps_durability_name(ps_store_durability(c->store))), err);
 }
 
 /* dg_gpus and dg_gpu_memory_bytes{gpu,name}; the name is a label value, so '\\', '"'

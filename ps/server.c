@@ -60,7 +60,8 @@ static enum dg_status copy_devices(struct ps_ctx *c, const struct ps_devices *d,
 struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_err *err)
 {
 	struct ps_store_config sc = { .data_dir = cfg->data_dir,
-				      .checkpoint_secs = cfg->checkpoint_secs };
+				      .checkpoint_secs = cfg->checkpoint_secs,
+				      .durability = cfg->durability };
 	struct dg_http_config hc = { 0 };
 	struct ps_server *s = calloc(1, sizeof *s);
 

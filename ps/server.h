@@ -9,6 +9,7 @@
 
 #include "dg/http.h"
 #include "dg/status.h"
+#include "store.h"
 
 /* One GPU of the process, as health's "gpus" and /v1/metrics show it. */
 struct ps_gpu {
@@ -38,6 +39,7 @@ struct ps_server_config {
 	const char *data_dir;           /* NULL = memory only */
 	const char *token;              /* NULL = no auth */
 	unsigned checkpoint_secs;       /* 0 = 5 */
+	enum ps_durability durability;  /* of applies; strict needs data_dir */
 	size_t max_body;                /* 0 = 2 GiB */
 	unsigned max_connections;       /* 0 = 256 */
 	unsigned request_timeout_s;     /* 0 = 300 */

@@ -127,6 +127,7 @@ struct var {
 struct ps_store {
 	char *dir;                      /* NULL: memory only */
 	unsigned ckpt_secs;
+	bool strict;                    /* PS_DURABILITY_STRICT: applies are logged */
 	int lock_fd;
 	uint64_t epoch;
 	pthread_condattr_t cattr;       /* CLOCK_MONOTONIC for every wait */
@@ -314,6 +315,7 @@ static enum dg_status version_next(struct ps_store *s, uint64_t *out, struct dg_
 /* --- open / close ----------------------------------------------------------------------------- */
 
 static void *ckpt_main(void *arg);
+static void slot_name_make(char *dst, const char *name, const char *suffix);
 
 /* Recovery callbacks: single-threaded (no request runs yet), so no locks. */
 struct recover_ctx {
@@ -362,6 +364,50 @@ static enum dg_status rc_var(void *ud, const struct ps_snap_var *sv, void *data,
 	return rc_add(c, sv->name, b, sv->sync_step, err);
 }
 
+/* Replay a logged apply (--durability strict) onto the recovered value and
+ * its slots, with the rule the live apply ran: the result is the same bytes.
+ * Its slots exist: the live apply logged CREATE for any slot it made. */
+static enum dg_status rc_apply(struct recover_ctx *c, struct var *v, const struct ps_wal_rec *r,
+			       struct dg_err *err)
+{
+	const char *const *suffix;
+	int n_slots = ps_rule_slots(r->args->rule, &suffix);
+	void *slots[PS_MAX_SLOTS] = { 0 };
+	struct var *sv[PS_MAX_SLOTS] = { 0 };
+
+	if (!v || v->val->v.dtype != r->dtype || !dg_shape_eq(&v->val->v.shape, &r->shape))
+		return dg_err_set(err, DG_EIO, "the log applies %s to '%s', which %s",
+				  ps_rule_name(r->args->rule), r->name,
+				  v ? "has another dtype or shape" : "does not exist");
+	for (int i = 0; i < n_slots; i++) {
+		char sname[DG_VAR_NAME_MAX + 16];
+		const struct ps_value *x;
+
+		slot_name_make(sname, r->name, suffix[i]);
+		sv[i] = map_find(c->s, sname);
+		x = sv[i] ? &sv[i]->val->v : NULL;
+		if (!x || (ps_rule_slot_is_counter(r->args->rule, i)
+			   ? x->dtype != DG_I64 || x->shape.ndim != 0
+			   : x->dtype != r->dtype || !dg_shape_eq(&x->shape, &r->shape)))
+			return dg_err_set(err, DG_EIO, "the log applies %s to '%s', whose slot "
+					  "'%s' %s", ps_rule_name(r->args->rule), r->name, sname,
+					  x ? "does not fit" : "does not exist");
+		slots[i] = sv[i]->val->mem;
+	}
+	ps_apply_rule(r->args, r->dtype, v->val->v.nbytes / dg_dtype_size(r->dtype),
+		      v->val->mem, r->data, slots);
+	for (int i = 0; i <= n_slots; i++) {
+		struct block *b = i ? sv[i - 1]->val : v->val;
+		b->v.version = r->version;
+		b->v.mtime = r->mtime;
+	}
+	if (r->step >= 0) {
+		v->sync_step = r->step;
+		v->val->v.step = r->step;
+	}
+	return DG_OK;
+}
+
 static enum dg_status rc_rec(void *ud, const struct ps_wal_rec *r, void *data, struct dg_err *err)
 {
 	struct recover_ctx *c = ud;
@@ -389,6 +435,8 @@ static enum dg_status rc_rec(void *ud, const struct ps_wal_rec *r, void *data, s
 		var_set_value(c->s, v, b);
 		return DG_OK;
 	}
+	if (r->type == PS_WAL_APPLY)
+		return rc_apply(c, v, r, err);
 	if (r->type == PS_WAL_PATCH) {
 		if (!v || r->offset > v->val->v.nbytes || r->nbytes > v->val->v.nbytes - r->offset)
 			return dg_err_set(err, DG_EIO, "the log patches bytes %" PRIu64
@@ -440,6 +488,7 @@ static struct ps_store *store_alloc(const struct ps_store_config *cfg, struct dg
 	}
 	s->lock_fd = -1;
 	s->ckpt_secs = cfg && cfg->checkpoint_secs ? cfg->checkpoint_secs : 5;
+	s->strict = cfg && cfg->durability == PS_DURABILITY_STRICT;
 	pthread_condattr_init(&s->cattr);
 	pthread_condattr_setclock(&s->cattr, CLOCK_MONOTONIC);
 	/* Writer preference: a checkpoint's cut is not starved by a stream of
@@ -515,6 +564,13 @@ struct ps_store *ps_store_open(const struct ps_store_config *cfg, struct dg_err 
 
 	if (!s)
 		return NULL;
+	if (s->strict && !s->dir) {
+		dg_err_set(err, DG_EINVAL, "durability strict needs a data directory: a "
+			   "memory-only store keeps nothing across a restart");
+		dg_err_hint(err, "give --data-dir DIR, or leave --durability at snapshot");
+		store_free(s);
+		return NULL;
+	}
 	if (!s->dir) {
 		s->epoch = 1;
 		atomic_store(&s->next_version, 1);
@@ -562,6 +618,11 @@ uint64_t ps_store_epoch(const struct ps_store *s)
 double ps_store_snapshot_at(const struct ps_store *s)
 {
 	return s->snapshot_at;
+}
+
+enum ps_durability ps_store_durability(const struct ps_store *s)
+{
+	return s->strict ? PS_DURABILITY_STRICT : PS_DURABILITY_SNAPSHOT;
 }
 
 /* --- checkpoints ------------------------------------------------------------------------------ */
@@ -1243,7 +1304,7 @@ struct apply_ctx {
 	const void *src;                         /* copy-on-write: out[0] is a fresh block
 						  * the rule computes from these bytes */
 	void *mean;                              /* sync: the mean gradient (var dtype) */
-	uint32_t crc;                            /* assign: CRC of the logged value */
+	uint32_t crc;                            /* assign, strict: CRC of the logged data */
 };
 
 static void lock_sorted(struct var **vs, int n)
@@ -1484,12 +1545,17 @@ static enum dg_status apply_commit(struct ps_store *s, struct apply_ctx *c, uint
 		c->out[i]->v.mtime = now;
 		st = log_create(s, c->slot[i - 1]->name, c->out[i], err);
 	}
-	if (st == DG_OK && c->a->rule == PS_ASSIGN && s->wal) {
+	if (st == DG_OK && s->wal && (c->a->rule == PS_ASSIGN || s->strict)) {
+		bool assign = c->a->rule == PS_ASSIGN;
 		struct ps_wal_rec r = {
-			.type = PS_WAL_ASSIGN, .name = c->name, .dtype = c->g->dtype,
-			.shape = c->g->shape, .version = ver[0], .mtime = now, .data = g,
-			.nbytes = c->g->nbytes,
-			.data_crc = c->mean ? ps_crc32(0, g, c->g->nbytes) : c->crc,
+			.type = assign ? PS_WAL_ASSIGN : PS_WAL_APPLY, .name = c->name,
+			.dtype = c->g->dtype, .shape = c->g->shape, .version = ver[0],
+			.mtime = now, .data = g, .nbytes = c->g->nbytes, .args = c->a,
+			/* the sync step this apply completes */
+			.step = c->a->step >= 0 ? c->v->sync_step + 1 : -1,
+			.data_crc = !c->mean ? c->crc
+				    : assign ? ps_crc32(0, g, c->g->nbytes)
+				    : ps_wal_apply_crc(c->a, g, c->g->nbytes),
 		};
 		st = ps_wal_append(s->wal, &r, lsn, err);
 	}
@@ -1578,6 +1644,8 @@ enum dg_status ps_store_apply(struct ps_store *s, const char *name,
 	}
 	if (s->wal && a->rule == PS_ASSIGN && a->step < 0)
 		c.crc = ps_crc32(0, g->data, g->nbytes);   /* outside every lock */
+	else if (s->strict && a->step < 0)
+		c.crc = ps_wal_apply_crc(a, g->data, g->nbytes);
 	pthread_rwlock_rdlock(&s->map);
 	for (;;) {
 		c.v = map_find(s, name);

@@ -15,9 +15,19 @@
 
 struct ps_store;
 
+/* What an acknowledged gradient apply survives (doc/persistence.md). */
+enum ps_durability {
+	PS_DURABILITY_SNAPSHOT,         /* in the next snapshot (checkpoint_secs) */
+	PS_DURABILITY_STRICT,           /* logged and fsync'ed (group commit) before the reply */
+};
+/* "snapshot" / "strict" -> the value; DG_EINVAL naming both otherwise. */
+enum dg_status ps_durability_parse(const char *s, enum ps_durability *out, struct dg_err *err);
+const char *ps_durability_name(enum ps_durability d);
+
 struct ps_store_config {
 	const char *data_dir;           /* NULL: memory only (nothing survives a restart) */
 	unsigned checkpoint_secs;       /* snapshot period for applies; 0 = 5 */
+	enum ps_durability durability;  /* strict needs data_dir */
 };
 
 /* Open the store: create data_dir if missing, recover snapshot + log, bump
@@ -34,6 +44,8 @@ uint64_t ps_store_epoch(const struct ps_store *s);
  * without a final snapshot. 0: no snapshot (or one written before dg kept
  * its time). */
 double ps_store_snapshot_at(const struct ps_store *s);
+/* The durability of applies: PS_DURABILITY_SNAPSHOT for a memory-only store. */
+enum ps_durability ps_store_durability(const struct ps_store *s);
 /* Write a snapshot now and truncate the log (also run by the checkpoint
  * thread and on close). Memory only: does nothing, DG_OK. */
 enum dg_status ps_store_checkpoint(struct ps_store *s, struct dg_err *err);
@@ -131,7 +143,8 @@ struct ps_apply_result {
 /* Apply a rule with g (borrowed; must match the variable's dtype and shape).
  * Atomic; bumps the version once when applied. Sync mode: DG_ESTALE for a
  * step other than the variable's current one or a replica that already
- * reported. assign is durable like a put; the others are checkpointed. */
+ * reported. assign is durable like a put; the others are checkpointed, or
+ * logged and synced before the return with PS_DURABILITY_STRICT. */
 enum dg_status ps_store_apply(struct ps_store *s, const char *name,
 			      const struct ps_apply_args *a, const struct dg_tensor *g,
 			      struct ps_apply_result *res, struct dg_err *err);

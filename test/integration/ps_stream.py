@@ -14,9 +14,11 @@ applies PORT NCLIENTS NVARS LOG: NCLIENTS threads, each on its own kept-alive
   connection, apply assign_add of 1.0 to float64 scalars a/v{i % NVARS} until a
   request fails (the server was killed); "A var version epoch" per acknowledged
   apply and "S var" before each one go to LOG.
-versions PORT LOG...: after a restart, every variable's version must be above
-  every version acknowledged in the LOGs (the runs before), and its value at
-  most the applies sent to it; prints PASS/FAIL lines and "N M".
+versions PORT [--strict] LOG...: after a restart, every variable's version
+  must be above every version acknowledged in the LOGs (the runs before), and
+  its value at most the applies sent to it; with --strict (the server ran with
+  --durability strict) also at least the applies acknowledged: none was lost.
+  Prints PASS/FAIL lines and "N M".
 """
 import http.client
 import json
@@ -172,8 +174,8 @@ def applies(port, nclients, nvars, log_path):
     return 3
 
 
-def versions(port, logs):
-    top, sent = {}, {}
+def versions(port, logs, strict=False):
+    top, sent, acked = {}, {}, {}
     for log_path in logs:
         with open(log_path, "rb") as f:
             for line in f:
@@ -185,9 +187,10 @@ def versions(port, logs):
                 elif parts[0] == b"A" and len(parts) == 4:
                     var, v = parts[1].decode(), int(parts[2])
                     top[var] = max(top.get(var, 0), v)
+                    acked[var] = acked.get(var, 0) + 1
     passed = failed = 0
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    back = over = 0
+    back = over = lost = 0
     for var in sorted(top):
         conn.request("GET", "/v1/vars/" + var, headers={"Accept": "application/octet-stream"})
         resp = conn.getresponse()
@@ -201,10 +204,17 @@ def versions(port, logs):
         if value < 0 or value > sent.get(var, 0):
             over += 1
             print("  %s: value %g, %d applies sent" % (var, value, sent.get(var, 0)))
-    for ok, what in ((len(top) > 0, "applies were acknowledged before the kill"),
-                     (back == 0, "every version is above all acknowledged before the kill "
-                      "(%d not)" % back),
-                     (over == 0, "no value counts more applies than were sent (%d does)" % over)):
+        if strict and value < acked[var]:
+            lost += 1
+            print("  %s: value %g, %d applies acknowledged" % (var, value, acked[var]))
+    checks = [(len(top) > 0, "applies were acknowledged before the kill"),
+              (back == 0, "every version is above all acknowledged before the kill "
+               "(%d not)" % back),
+              (over == 0, "no value counts more applies than were sent (%d does)" % over)]
+    if strict:
+        checks.append((lost == 0, "every acknowledged apply is in the value (%d variables "
+                       "lost some; %d applies acknowledged)" % (lost, sum(acked.values()))))
+    for ok, what in checks:
         print(("PASS - " if ok else "FAIL - ") + what)
         passed += ok
         failed += not ok
@@ -215,6 +225,8 @@ def versions(port, logs):
 def main(argv):
     if len(argv) == 6 and argv[1] == "applies":
         return applies(int(argv[2]), int(argv[3]), int(argv[4]), argv[5])
+    if len(argv) >= 5 and argv[1] == "versions" and argv[3] == "--strict":
+        return versions(int(argv[2]), argv[4:], strict=True)
     if len(argv) >= 4 and argv[1] == "versions":
         return versions(int(argv[2]), argv[3:])
     if len(argv) == 6 and argv[1] == "stream":

@@ -228,6 +228,12 @@ run var ls --server 127.0.0.1:1
 check_err "an unreachable server exits 10" 10 "127.0.0.1:1"
 
 # --- usage errors -----------------------------------------------------------------
+run ps --durability strict
+check_err "dg ps --durability strict without --data-dir is a usage error" 1 \
+	"--durability strict needs --data-dir DIR"
+run ps --durability always
+check_err "an unknown durability is a usage error naming both" 1 \
+	"unknown durability 'always' (use snapshot"
 run var
 check_err "dg var without a subcommand is a usage error" 1 "missing subcommand"
 run var frob

@@ -56,7 +56,8 @@ col() { awk -v t="$1" -v c="$2" '$1 == t { print $c }' "$TMP/out"; }
 
 # --- up -------------------------------------------------------------------------
 # Without the supervisor: the killed task below stays down for dg up --restart.
-run up --dir "$C" --no-supervise
+# Strict durability: every task gets it, a restarted one too.
+run up --dir "$C" --no-supervise --durability strict
 check "dg up starts 1 ps and 2 workers" test $rc = 0
 check "dg up lists every task with its address" \
 	bash -c "grep -qE '^  ps/0 +127\.0\.0\.1:[0-9]+' '$TMP/out' &&
@@ -98,7 +99,8 @@ import json, sys
 s = json.load(open('$TMP/out'))
 t = {x['task']: x for x in s['tasks']}
 sys.exit(not (s['reachable'] == 3 and s['total'] == 3 and t['ps/0']['health']['vars'] == 1
-              and t['ps/0']['health']['bytes'] == 24 and t['worker/1']['reachable']))"
+              and t['ps/0']['health']['bytes'] == 24 and t['worker/1']['reachable']
+              and all(x['health']['durability'] == 'strict' for x in s['tasks'])))"
 
 # --- a graph through the recorded cluster, when this dg has `submit` ------------------
 SRC=${DG_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
@@ -122,6 +124,10 @@ check "the refused up left the running servers alone" \
 # --- bad arguments ----------------------------------------------------------------
 run up --ps 0 --dir "$TMP/other"
 check "dg up --ps 0 is a usage error" bash -c "test $rc = 1 && grep -qF -- '--ps' '$TMP/err'"
+run up --durability always --dir "$TMP/other"
+check "dg up --durability always is a usage error naming both modes" \
+	bash -c "test $rc = 1 && grep -qF \"unknown durability 'always'\" '$TMP/err' &&
+		 grep -qF strict '$TMP/err'"
 # Every dg has the mount (fuse3 is a required dependency of the build).
 "$DG" help mount >/dev/null 2>&1 && test_mount=1
 
@@ -145,6 +151,9 @@ pids+=("$(cut -d' ' -f1 "$C/worker-1.pid")")
 run status
 check "dg status then shows every task up again, worker/1 in epoch 2" \
 	bash -c "test $rc = 0 && test '$(col worker/1 3)' = yes && test '$(col worker/1 4)' = 2"
+check "the restarted worker/1 has the cluster's durability (strict)" \
+	bash -c "tr '\\0' ' ' <'/proc/$(cut -d' ' -f1 "$C/worker-1.pid")/cmdline' |
+		 grep -qF -- '--durability strict'"
 run up --restart worker/1
 check "dg up --restart of a running task exits 4 and says so" \
 	bash -c "test $rc = 4 && grep -qF 'worker/1 is running (pid' '$TMP/err'"

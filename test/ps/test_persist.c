@@ -852,6 +852,142 @@ Test(persist, a_checkpoint_folds_the_log_into_the_snapshot)
 	ps_store_close(s);
 }
 
+/* --- durability strict ----------------------------------------------------------------------- */
+
+static struct ps_store *open_strict(unsigned secs, struct dg_err *err)
+{
+	struct ps_store_config cfg = { .data_dir = dir, .checkpoint_secs = secs,
+				       .durability = PS_DURABILITY_STRICT };
+
+	return ps_store_open(&cfg, err);
+}
+
+/* The variables the strict child leaves, in the order it reports them. */
+static const char *const strict_vars[] = {
+	"s", "m", "m.momentum", "a", "a.adam_m", "a.adam_v", "a.adam_t", "c", "y",
+};
+#define N_STRICT_VARS (sizeof strict_vars / sizeof *strict_vars)
+
+/* Every rule, sync steps, a slot reset by a new shape and a checkpoint in the
+ * middle, all acknowledged under strict durability; then the bytes and sync
+ * step of each variable go to fd (as u64 length, bytes, i64 step) and the
+ * child "crashes" without a final snapshot. */
+static void child_strict_applies(int fd)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_strict(3600, &err);
+	struct ps_put_opts rep = { .replace = true };
+
+	if (!s)
+		_exit(2);
+	put(s, "s", vec(DG_F32, 5, 1));
+	put(s, "m", vec(DG_F64, 3, 0));
+	put(s, "a", vec(DG_F32, 4, 2));
+	put(s, "c", vec(DG_I64, 2, 10));
+	put(s, "y", vec(DG_F64, 2, 0));
+	for (int i = 0; i < 7; i++) {
+		struct ps_apply_args m = rule(PS_MOMENTUM);
+		m.nesterov = i % 2;
+		apply(s, "s", rule(PS_SGD), vec(DG_F32, 5, 0.25 * i - 1));
+		apply(s, "m", m, vec(DG_F64, 3, 1.0 / (i + 1)));
+		apply(s, "a", rule(PS_ADAM), vec(DG_F32, 4, 0.1 * i - 0.3));
+		apply(s, "c", rule(PS_ASSIGN_ADD), vec(DG_I64, 2, i));
+		if (i == 3 && ps_store_checkpoint(s, &err) != DG_OK)
+			_exit(3);
+	}
+	/* "a" gets a new shape: its adam slots are reset (CREATE) and used again */
+	if (ps_store_put(s, "a", vec(DG_F32, 6, -1), &rep, NULL, NULL, &err) != DG_OK)
+		_exit(4);
+	apply(s, "a", rule(PS_ADAM), vec(DG_F32, 6, 0.5));
+	/* two sync steps of two replicas: the mean is logged with the step */
+	struct ps_apply_args sy = rule(PS_SGD);
+	sy.replicas = 2;
+	for (sy.step = 0; sy.step < 2; sy.step++)
+		for (sy.replica = 0; sy.replica < 2; sy.replica++)
+			apply(s, "y", sy, vec(DG_F64, 2, 1 + sy.replica + 3 * sy.step));
+	for (size_t i = 0; i < N_STRICT_VARS; i++) {
+		struct ps_value *v;
+		if (ps_store_get(s, strict_vars[i], &v, &err) != DG_OK)
+			_exit(5);
+		uint64_t n = v->nbytes;
+		int64_t step = v->step;
+		if (write(fd, &n, 8) != 8 || write(fd, v->data, n) != (ssize_t)n ||
+		    write(fd, &step, 8) != 8)
+			_exit(6);
+		ps_value_release(v);
+	}
+}
+
+Test(persist, durability_strict_replays_every_acknowledged_apply_after_a_crash)
+{
+	int rfd;
+
+	in_crashing_child(child_strict_applies, &rfd);
+	FILE *f = fdopen(rfd, "rb");
+	cr_assert_not_null(f);
+	struct ps_store *s = NULL;
+	for (size_t i = 0; i < N_STRICT_VARS; i++) {
+		uint64_t n;
+		int64_t step;
+		char want[64];
+		cr_assert_eq(fread(&n, 8, 1, f), 1, "the child reported %zu variables", i);
+		cr_assert_leq(n, sizeof want);
+		cr_assert_eq(fread(want, 1, n, f), n);
+		cr_assert_eq(fread(&step, 8, 1, f), 1);
+		if (!s) {
+			cr_assert_eq(WEXITSTATUS(wait_child()), 0);
+			s = reopen();
+		}
+		struct ps_value *v;
+		cr_assert_eq(ps_store_get(s, strict_vars[i], &v, NULL), DG_OK, "%s is missing",
+			     strict_vars[i]);
+		cr_assert_eq(v->nbytes, n, "%s: %zu bytes, %llu before the crash", strict_vars[i],
+			     v->nbytes, (unsigned long long)n);
+		cr_assert_eq(memcmp(v->data, want, n), 0, "%s differs from its value before the "
+			     "crash", strict_vars[i]);
+		cr_assert_eq(v->step, step, "%s: sync step %lld, %lld before the crash",
+			     strict_vars[i], (long long)v->step, (long long)step);
+		ps_value_release(v);
+	}
+	fclose(f);
+	cr_assert_eq(at(s, "c", 1), 11.0 + 28);   /* [10 11] + 7 applies of [i, i+1] */
+	cr_assert_eq(at(s, "y", 0), -0.5 * (1.5 + 4.5));
+	ps_store_close(s);
+}
+
+Test(persist, durability_strict_needs_a_data_directory)
+{
+	struct ps_store_config cfg = { .durability = PS_DURABILITY_STRICT };
+	struct dg_err err = { 0 };
+	enum ps_durability d;
+
+	cr_assert_null(ps_store_open(&cfg, &err));
+	cr_assert_eq(err.code, DG_EINVAL);
+	cr_assert_not_null(strstr(err.msg, "data directory"), "%s", err.msg);
+	cr_assert_eq(ps_durability_parse("strict", &d, NULL), DG_OK);
+	cr_assert_eq(d, PS_DURABILITY_STRICT);
+	cr_assert_eq(ps_durability_parse("always", &d, &err), DG_EINVAL);
+	cr_assert_not_null(strstr(err.hint, "snapshot"), "%s", err.hint);
+}
+
+Test(persist, durability_strict_syncs_every_acknowledged_apply)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_strict(60, &err);
+
+	cr_assert_not_null(s, "%s", err.msg);
+	put(s, "w", vec(DG_F64, 512, 0));
+	uint64_t f0 = metric(s, "dg_ps_wal_fsyncs_total");
+	for (int i = 0; i < 10; i++)
+		apply(s, "w", rule(PS_ASSIGN_ADD), vec(DG_F64, 512, 1));
+	/* one fsync per acknowledged apply when alone */
+	cr_assert_geq(metric(s, "dg_ps_wal_fsyncs_total") - f0, 10);
+	ps_store_close(s);
+	s = reopen();
+	cr_assert_eq(at(s, "w", 511), 511 + 10.0 * 512);   /* 511 + 10 applies of 512 */
+	ps_store_close(s);
+}
+
 /* --- group commit ---------------------------------------------------------------------------- */
 
 struct writer {
