@@ -478,6 +478,7 @@ struct ps_wal {
 	int fd;                         /* current segment */
 	uint64_t seq;
 	uint64_t seg_off;               /* bytes in the current segment: next record's offset */
+	uint64_t alloc_end;             /* the segment has zeros written up to here */
 	uint64_t end;                   /* log position: bytes appended over the log's life */
 	uint64_t synced;                /* log position known to be on disk */
 	bool syncing;                   /* a leader is in fdatasync */
@@ -486,6 +487,48 @@ struct ps_wal {
 	uint64_t fsyncs;
 };
 
+/* Preallocation of log segments. An fdatasync after an append that grew the
+ * file also commits the new size and blocks (a journal commit on ext4); one
+ * after an overwrite of blocks already on disk flushes only the data, which
+ * measured 149 against 248 us for 4 KiB on the disk where dg is developed
+ * (fallocate's unwritten extents: 219 us, as their conversion is journalled
+ * too). So small records go into zeros written ahead in PREALLOC steps. A
+ * zero tail is never a record (a record starts with its magic): recovery
+ * skips it, and a rotation or close cuts it off. Records of PREALLOC_MAX
+ * bytes or more are written as they come: zeros ahead would double their
+ * writes. */
+#define PREALLOC ((uint64_t)1 << 20)
+#define PREALLOC_MAX ((uint64_t)64 << 10)
+
+/* Write zeros from alloc_end so that need bytes fit after seg_off. With
+ * w->mu held. Best effort: on an error the record is written as it comes
+ * (its own write reports a full disk). */
+static void prealloc(struct ps_wal *w, uint64_t need)
+{
+	static const unsigned char zeros[64 << 10];
+	uint64_t to = w->seg_off + need + PREALLOC;
+
+	to -= to % PREALLOC;
+	if (w->alloc_end < w->seg_off)
+		w->alloc_end = w->seg_off;
+	while (w->alloc_end < to) {
+		size_t n = to - w->alloc_end < sizeof zeros ? (size_t)(to - w->alloc_end)
+							    : sizeof zeros;
+		ssize_t k = pwrite(w->fd, zeros, n, (off_t)w->alloc_end);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return;
+		w->alloc_end += (uint64_t)k;
+	}
+}
+
+/* Cut a segment's zeros after its last record (rotation, close). */
+static void prealloc_cut(struct ps_wal *w)
+{
+	if (w->alloc_end > w->seg_off && ftruncate(w->fd, (off_t)w->seg_off) == 0)
+		w->alloc_end = w->seg_off;
+}
 
 
 static char *seg_path(const char *dir, uint64_t seq)
@@ -564,7 +607,8 @@ void ps_wal_close(struct ps_wal *w)
 	pthread_mutex_lock(&w->mu);
 	while (w->syncing)
 		pthread_cond_wait(&w->cv, &w->mu);
-	if (!w->failed && w->synced < w->end && fdatasync(w->fd) == 0)
+	prealloc_cut(w);
+	if (!w->failed && fdatasync(w->fd) == 0)
 		w->synced = w->end;
 	pthread_mutex_unlock(&w->mu);
 	close(w->fd);
@@ -603,11 +647,14 @@ enum dg_status ps_wal_append(struct ps_wal *w, const struct ps_wal_rec *r, uint6
 	if (has_data && r->nbytes)
 		iov[n_iov++] = (struct iovec){ (void *)r->data, r->nbytes };
 	pthread_mutex_lock(&w->mu);
+	if (!w->failed && hl + nbytes < PREALLOC_MAX && w->seg_off + hl + nbytes > w->alloc_end)
+		prealloc(w, hl + nbytes);
 	if (w->failed) {
 		st = dg_err_set(err, DG_EIO, "%s", w->fail_msg);
 	} else if (pwritev_all(w->fd, iov, n_iov, w->seg_off) != 0) {
 		int e = errno;
 		/* A partial record must not stay in front of later good ones. */
+		w->alloc_end = w->seg_off;
 		if (ftruncate(w->fd, (off_t)w->seg_off) != 0) {
 			w->failed = true;
 			snprintf(w->fail_msg, sizeof w->fail_msg,
@@ -675,7 +722,9 @@ enum dg_status ps_wal_switch(struct ps_wal *w, int fd, uint64_t seq, struct dg_e
 		pthread_cond_wait(&w->cv, &w->mu);
 	/* The old segment must be whole on disk before records go to the new
 	 * one: recovery accepts a torn tail only in the last segment. */
-	if (!w->failed && w->synced < w->end) {
+	bool cut = w->alloc_end > w->seg_off;
+	prealloc_cut(w);
+	if (!w->failed && (w->synced < w->end || cut)) {
 		w->fsyncs++;
 		if (fdatasync(w->fd) != 0) {
 			w->failed = true;
@@ -1062,6 +1111,25 @@ static enum dg_status snap_load(int fd, const char *path, const struct ps_recove
 
 /* Is there a whole record anywhere in (from, size)? Decides whether a bad
  * record is a torn tail (nothing good after it) or damage in the middle. */
+/* *zero: every byte of [from, size) is zero (a segment's preallocated tail). */
+static enum dg_status zero_tail(int fd, uint64_t from, uint64_t size, const char *path,
+				bool *zero, struct dg_err *err)
+{
+	unsigned char chunk[1 << 16];
+
+	*zero = true;
+	for (uint64_t pos = from; pos < size && *zero;) {
+		size_t n = size - pos < sizeof chunk ? (size_t)(size - pos) : sizeof chunk;
+		enum dg_status st = pread_all(fd, chunk, n, pos, path, err);
+		if (st != DG_OK)
+			return st;
+		for (size_t i = 0; i < n && *zero; i++)
+			*zero = chunk[i] == 0;
+		pos += n;
+	}
+	return DG_OK;
+}
+
 static enum dg_status find_good_after(int fd, uint64_t from, uint64_t size, const char *path,
 				      uint64_t *found, struct dg_err *err)
 {
@@ -1204,6 +1272,19 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 		if (!ok) {
 			free(data);     /* only a PATCH buffer can be left here */
 			uint64_t good;
+			bool zero;
+			st = zero_tail(fd, off, size, path, &zero, err);
+			if (st != DG_OK)
+				goto out;
+			if (zero) {
+				/* preallocated space after the last record: cut in the
+				 * last segment, which is appended to no more */
+				if (last && ftruncate(fd, (off_t)off) != 0)
+					st = dg_err_set(err, DG_EIO, "cannot cut the preallocated "
+							"tail of '%s' at offset %" PRIu64 ": %s",
+							path, off, strerror(errno));
+				goto out;
+			}
 			st = find_good_after(fd, off, size, path, &good, err);
 			if (st != DG_OK)
 				goto out;

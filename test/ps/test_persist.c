@@ -628,9 +628,11 @@ Test(persist, a_torn_record_at_the_end_of_the_log_is_ignored)
 {
 	crash_after_five_puts();
 	const char *seg = newest_segment();
-	off_t size = file_size(seg);
+	float mark = 1234.5f + 4000;
+	off_t data = find_in_file(seg, &mark, sizeof mark);
+	cr_assert_gt(data, 0, "t4's data is not in %s", seg);
 	/* tear the last record (a crash inside its write), then add junk */
-	cr_assert_eq(truncate(seg, size - 7), 0);
+	cr_assert_eq(truncate(seg, data + 8), 0);
 	int fd = open(seg, O_WRONLY | O_APPEND);
 	cr_assert_eq(write(fd, "\0\0\0\0junk", 8), 8);
 	close(fd);
@@ -650,6 +652,49 @@ Test(persist, a_torn_record_at_the_end_of_the_log_is_ignored)
 	s = reopen();
 	cr_assert_eq(at(s, "after", 0), 3.0);
 	cr_assert_eq(at(s, "t3", 15), 1234.5 + 3000 + 15);
+	ps_store_close(s);
+}
+
+Test(persist, a_record_torn_in_preallocated_space_is_cut_with_the_zeros_after_it)
+{
+	crash_after_five_puts();
+	const char *seg = newest_segment();
+	float mark = 1234.5f + 4000;
+	off_t data = find_in_file(seg, &mark, sizeof mark);
+	/* the record's last 56 bytes never reached the disk: zeros, as the
+	 * preallocated space after it */
+	cr_assert_gt(file_size(seg), data + 64 + 4096, "no preallocated tail in %s", seg);
+	int fd = open(seg, O_WRONLY);
+	cr_assert_eq(pwrite(fd, (char[56]){ 0 }, 56, data + 8), 56);
+	close(fd);
+	char path[128];
+	snprintf(path, sizeof path, "%s", seg);
+	struct ps_store *s = reopen();
+	cr_assert_lt(file_size(path), data, "the torn record and the zeros were cut");
+	cr_assert_eq(at(s, "t3", 0), 1234.5 + 3000);
+	cr_assert(isnan(at(s, "t4", 0)), "the torn record was never acknowledged");
+	ps_store_close(s);
+}
+
+Test(persist, zeros_after_the_records_of_an_older_segment_are_not_damage)
+{
+	struct dg_err err = { 0 };
+	unsigned long n;
+	int fd;
+
+	/* a crash after the next segment was made, before the rotation cut the
+	 * old one's preallocated tail */
+	crash_after_five_puts();
+	const char *seg = newest_segment();
+	cr_assert_eq(sscanf(strrchr(seg, '/'), "/wal.%lu.log", &n), 1);
+	cr_assert_eq(ps_wal_segment_create(dir, n + 1, &fd, &err), DG_OK, "%s", err.msg);
+	close(fd);
+	struct ps_store *s = reopen();
+	for (int i = 0; i < 5; i++) {
+		char name[8];
+		snprintf(name, sizeof name, "t%d", i);
+		cr_assert_eq(at(s, name, 0), 1234.5 + i * 1000);
+	}
 	ps_store_close(s);
 }
 
