@@ -315,6 +315,7 @@ static enum dg_status version_next(struct ps_store *s, uint64_t *out, struct dg_
 /* --- open / close ----------------------------------------------------------------------------- */
 
 static void *ckpt_main(void *arg);
+#define LOG_SNAPSHOT_MIN ((uint64_t)256 << 20)   /* log bytes that never force a snapshot */
 static void slot_name_make(char *dst, const char *name, const char *suffix);
 
 /* Recovery callbacks: single-threaded (no request runs yet), so no locks. */
@@ -751,10 +752,22 @@ static void *ckpt_main(void *arg)
 
 	pthread_mutex_lock(&s->thr_mu);
 	while (!s->stopping) {
-		struct timespec dl = dg_deadline_timespec(dg_deadline_in_ms(s->ckpt_secs * 1000LL));
-		while (!s->stopping &&
-		       pthread_cond_timedwait(&s->thr_cv, &s->thr_mu, &dl) != ETIMEDOUT)
-			;
+		double due = dg_mono_s() + s->ckpt_secs;
+		/* Every checkpoint_secs, or sooner once the log outgrows a fresh
+		 * snapshot: past twice the store's bytes (and 256 MiB), writing a
+		 * snapshot costs less disk than keeping the log (strict durability
+		 * logs every gradient). Checked four times a second. */
+		for (;;) {
+			struct timespec dl = dg_deadline_timespec(dg_deadline_in_ms(250));
+			while (!s->stopping &&
+			       pthread_cond_timedwait(&s->thr_cv, &s->thr_mu, &dl) != ETIMEDOUT)
+				;
+			uint64_t limit = 2 * (uint64_t)atomic_load(&s->stat_bytes);
+			if (limit < LOG_SNAPSHOT_MIN)
+				limit = LOG_SNAPSHOT_MIN;
+			if (s->stopping || dg_mono_s() >= due || ps_wal_bytes(s->wal) > limit)
+				break;
+		}
 		if (s->stopping)
 			break;
 		pthread_mutex_unlock(&s->thr_mu);

@@ -1033,6 +1033,31 @@ Test(persist, durability_strict_syncs_every_acknowledged_apply)
 	ps_store_close(s);
 }
 
+Test(persist, a_log_past_twice_the_store_and_256_mib_is_folded_before_checkpoint_secs)
+{
+	struct dg_err err = { 0 };
+	struct ps_store *s = open_dir(3600, &err);
+
+	cr_assert_not_null(s, "%s", err.msg);
+	/* 17 PUTs of one 16 MiB variable: 272 MiB of log for a 16 MiB store */
+	struct dg_shape sh = dg_shape_make(1, (int64_t[]){ 4 << 20 });
+	for (int i = 0; i < 17; i++) {
+		struct dg_tensor *t = dg_tensor_new(DG_F32, &sh, NULL);   /* the put adopts it */
+		cr_assert_not_null(t);
+		memset(t->data, i, t->nbytes);
+		cr_assert_eq(ps_store_put(s, "big", t, NULL, NULL, NULL, &err), DG_OK, "%s",
+			     err.msg);
+	}
+	double t0 = dg_mono_s();
+	while (metric(s, "dg_ps_checkpoints_total") == 0 && dg_mono_s() - t0 < 10)
+		usleep(20 * 1000);
+	cr_assert_eq(metric(s, "dg_ps_checkpoints_total"), 1, "no snapshot %.1f s after the "
+		     "log passed 256 MiB", dg_mono_s() - t0);
+	cr_assert_eq(count_segments(), 1);
+	cr_assert_lt(file_size(newest_segment()), 1 << 20);
+	ps_store_close(s);
+}
+
 /* --- group commit ---------------------------------------------------------------------------- */
 
 struct writer {
