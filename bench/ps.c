@@ -4,9 +4,12 @@
  * loopback TCP server (child process, 1 MiB writes, the same request/response
  * exchanges) and, when python3-torch is installed, bench/ps_torch.py (a PyTorch
  * parameter server over torch.distributed.rpc), their runs interleaved with dg's.
+ * Also: sgd applies against a server with --durability strict, both on a data dir.
  * Prints medians, ratios and CPU time per operation (bench/README.md has figures). */
+#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -23,6 +26,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -30,6 +34,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "dg/buf.h"
 #include "dg/client.h"
 #include "dg/tensor.h"
 
@@ -322,7 +327,7 @@ static pid_t start_sock_server(int *port)
 /* exec `dg server --cluster DIR/cluster.json --job ps --task 0 --port-file DIR/port`,
  * pinned, its output in DIR/server.log. Port 0 in the spec: the server picks a
  * free port and writes it to DIR/port once it serves. */
-static void spawn_dg(struct servers *sv)
+static void spawn_dg(struct servers *sv, const char *data_dir, const char *durability)
 {
 	char cluster[128], logp[128], portp[128];
 	FILE *f;
@@ -347,9 +352,13 @@ static void spawn_dg(struct servers *sv)
 			dup2(fd, 1);
 			dup2(fd, 2);
 		}
-		if (O.data_dir) {
+		if (data_dir) {
 			argv[n++] = "--data-dir";
-			argv[n++] = O.data_dir;
+			argv[n++] = data_dir;
+		}
+		if (durability) {
+			argv[n++] = "--durability";
+			argv[n++] = durability;
 		}
 		argv[n] = NULL;
 		execv(O.dg_path, (char *const *)argv);
@@ -460,6 +469,7 @@ struct backend {
 };
 
 static struct servers SV;
+static struct servers *DG = &SV;        /* the dg server the dg backend talks to */
 
 static int dg_fail(const char *what, const struct dg_err *err)
 {
@@ -472,7 +482,7 @@ static int dg_open(struct conn *c)
 {
 	struct dg_err err = { 0 };
 
-	c->dg = dg_client_new(SV.dg_addr, NULL, &err);
+	c->dg = dg_client_new(DG->dg_addr, NULL, &err);
 	return c->dg ? 0 : dg_fail("client", &err);
 }
 
@@ -865,7 +875,7 @@ static double cpu_clock_s(clockid_t id)
 static struct meter meter_now(const struct backend *b)
 {
 	struct meter m = { cpu_clock_s(CLOCK_PROCESS_CPUTIME_ID), 0 };
-	pid_t pid = b == &dg_backend ? SV.dg_pid : SV.sock_pid;
+	pid_t pid = b == &dg_backend ? DG->dg_pid : SV.sock_pid;
 	clockid_t id;
 
 	if (clock_getcpuclockid(pid, &id) == 0)
@@ -1107,9 +1117,12 @@ static void usage(FILE *f)
 		"                [--seconds S] [--dg PATH] [--torch-script PATH] [--no-torch]\n"
 		"                [--data-dir DIR] [--only CASE] [--verbose] [--strict]\n"
 		"GET/PUT of 4 KiB, 4 MiB, 64 MiB float32 variables and 4 KiB sgd applies from 1\n"
-		"and 8 clients: dg vs a plain loopback socket and a PyTorch rpc parameter server.\n"
+		"and 8 clients: dg vs a plain loopback socket and a PyTorch rpc parameter server;\n"
+		"sgd from 8 clients with --durability strict vs snapshot, data dirs under\n"
+		"--data-dir (default /var/tmp).\n"
 		"Default placement: server on cpu 0, clients on cpu 1 (-1: no pinning).\n"
-		"--only 'get 64MiB' (or 'sgd', 'put'...): only the cases whose label starts so.\n"
+		"--only 'get 64MiB' (or 'sgd', 'put', 'durability'...): only the cases whose label\n"
+		"starts so.\n"
 		"Exit: 0, 2 setup failed, 3 a result was wrong, 4 --strict and a target missed.\n");
 }
 
@@ -1427,9 +1440,121 @@ static void run_queue(struct conn *cd, struct result *qr)
 	fflush(stdout);
 }
 
+/* ----------------------------------------------------------- durability strict */
+
+static size_t to_buf(char *p, size_t size, size_t n, void *ud)
+{
+	return dg_buf_append(ud, p, size * n, NULL) == DG_OK ? size * n : 0;
+}
+
+/* One counter of a dg server's /v1/metrics (a family without labels); -1 when
+ * it cannot be read. The typed client has no call for the text format. */
+static double dg_metric(const struct servers *sv, const char *family)
+{
+	char url[96], key[96];
+	struct dg_buf b = { 0 };
+	double v = -1;
+	CURL *h = curl_easy_init();
+
+	snprintf(url, sizeof url, "http://%s/v1/metrics", sv->dg_addr);
+	snprintf(key, sizeof key, "\n%s ", family);
+	if (h && curl_easy_setopt(h, CURLOPT_URL, url) == CURLE_OK &&
+	    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, to_buf) == CURLE_OK &&
+	    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b) == CURLE_OK &&
+	    curl_easy_perform(h) == CURLE_OK && b.data) {
+		const char *p = strstr(b.data, key);
+		if (p)
+			v = strtod(p + strlen(key), NULL);
+	}
+	if (h)
+		curl_easy_cleanup(h);
+	dg_buf_deinit(&b);
+	return v;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/* sgd applies of 8 clients on two dg servers whose data dirs are on the same
+ * disk (under --data-dir, else /var/tmp): one with the default durability
+ * (snapshot), one with --durability strict; runs alternate. The ratio is what
+ * logging and fsyncing every acknowledged apply costs. */
+static void run_durability(struct result *dr)
+{
+	static const char *const mode[2] = { "snapshot", "strict" };
+	struct servers ds[2] = { 0 };
+	char data[2][96];
+	const char *base = O.data_dir ? O.data_dir : "/var/tmp";
+	double rates[2][64], fsyncs[2] = { 0, 0 };
+	long applies[2] = { 0, 0 };
+	uint64_t v0[2] = { 0, 0 };
+	int n = O.clients[1];
+
+	if (!wanted("durability"))
+		return;
+	for (int k = 0; k < 2; k++) {
+		struct conn c = { .fd = -1 };
+		struct dg_err err = { 0 };
+		struct dg_put_opts po = { .replace = true };
+
+		snprintf(ds[k].dir, sizeof ds[k].dir, "/tmp/bench_ps.%s.XXXXXX", mode[k]);
+		snprintf(data[k], sizeof data[k], "%s/bench_ps.data.XXXXXX", base);
+		if (!mkdtemp(ds[k].dir) || !mkdtemp(data[k])) {
+			fprintf(stderr, "bench_ps: mkdtemp under /tmp and %s: %s\n", base,
+				strerror(errno));
+			exit(2);
+		}
+		spawn_dg(&ds[k], data[k], mode[k]);
+		wait_dg_ready(&ds[k]);
+		DG = &ds[k];
+		if (dg_open(&c) != 0)
+			exit(2);
+		if (dg_var_put(c.dg, SGD_VAR, zeros_w, &po, NULL, &err) != DG_OK) {
+			dg_fail("create " SGD_VAR, &err);
+			exit(2);
+		}
+		/* versions are store-wide: count from the version of a first apply */
+		if (dg_sgd(&c, grad) != 0 || dg_read_w(&c, (float[SGD_NUMEL]){ 0 }, &v0[k]) != 0)
+			exit(2);
+		v0[k]--;
+		applies[k] = 1;
+		dg_close(&c);
+	}
+	for (int i = 0; i < O.runs && i < 64; i++) {
+		for (int k = 0; k < 2; k++) {
+			struct result scratch = { 0 };
+			double f0 = dg_metric(&ds[k], "dg_ps_wal_fsyncs_total");
+			long a0 = applies[k];
+
+			DG = &ds[k];
+			rates[k][i] = sgd_run(&dg_backend, n, &applies[k], &scratch, 0);
+			fsyncs[k] += (dg_metric(&ds[k], "dg_ps_wal_fsyncs_total") - f0) /
+				     (double)(applies[k] - a0);
+		}
+	}
+	for (int k = 0; k < 2; k++) {
+		DG = &ds[k];
+		verify_w(&dg_backend, applies[k], v0[k]);
+		stop_servers(&ds[k]);
+		nftw(data[k], rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+	}
+	DG = &SV;
+	dr->sock = bench_median(rates[0], O.runs);      /* snapshot: the baseline */
+	dr->dg = bench_median(rates[1], O.runs);
+	printf("%-16s strict %.1fk/s, snapshot %.1fk/s: %.2fx; %.2f fsyncs per strict apply "
+	       "(group commit), data dirs under %s, median of %d\n", "durability 4KiB x8",
+	       dr->dg / 1e3, dr->sock / 1e3, dr->dg / dr->sock, fsyncs[1] / O.runs, base, O.runs);
+	fflush(stdout);
+}
+
 /* The must-show targets of the issue; returns how many were missed. */
 static int print_targets(const struct result *get64, const struct result sgd[2],
-			 const struct result *qr)
+			 const struct result *qr, const struct result *dr)
 {
 	int missed = 0;
 
@@ -1439,6 +1564,8 @@ static int print_targets(const struct result *get64, const struct result sgd[2],
 	missed += target("sgd 4KiB x1 dg/torch-rpc >= 5", ratio(sgd[0].dg, sgd[0].torch), 5);
 	missed += target("sgd 4KiB dg x8/x1 > 1 (grows)", ratio(sgd[1].dg, sgd[0].dg), 1.0001);
 	missed += target("queue 64x784 dequeue/GET >= 0.8", ratio(qr->dg, qr->sock), 0.8);
+	missed += target("durability 4KiB x8 strict/snapshot >= 0.5", ratio(dr->dg, dr->sock),
+			 0.5);
 	return missed;
 }
 
@@ -1460,6 +1587,7 @@ int main(int argc, char **argv)
 	struct result get64 = { -1, -1, -1, { 0 }, { 0 } };
 	struct result sgd[2] = { { -1, -1, -1, { 0 }, { 0 } }, { -1, -1, -1, { 0 }, { 0 } } };
 	struct result qr = { -1, -1, -1, { 0 }, { 0 } };
+	struct result dr = { -1, -1, -1, { 0 }, { 0 } };
 	int missed;
 
 	parse_args(argc, argv);
@@ -1487,7 +1615,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	SV.sock_pid = start_sock_server(&SV.sock_port);
-	spawn_dg(&SV);
+	spawn_dg(&SV, O.data_dir, NULL);
 	pin_cpu(O.client_cpu, "client");
 	wait_dg_ready(&SV);
 	make_tensors();
@@ -1499,10 +1627,11 @@ int main(int argc, char **argv)
 	run_queue(&cd, &qr);
 	dg_close(&cd);
 	sock_close(&cs);
+	run_durability(&dr);
 	cleanup();
 	free_tensors();
 
-	missed = print_targets(&get64, sgd, &qr);
+	missed = print_targets(&get64, sgd, &qr, &dr);
 	if (failures) {
 		printf("%d verification failure(s): see the WARNING lines\n", failures);
 		return 3;
