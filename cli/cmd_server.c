@@ -34,7 +34,8 @@ static const char usage_text[] =
 	"own address from the cluster spec (port 0 there picks a free port): a\n"
 	"parameter server holding variables and queues (doc/http-api.md), and a\n"
 	"worker that runs graph fragments (POST /v1/fragments, /v1/steps/...).\n"
-	"Stops cleanly (checkpoint, exit 0) on SIGTERM or SIGINT.\n"
+	"Stops cleanly (checkpoint, exit 0) on SIGTERM or SIGINT; when that final\n"
+	"snapshot fails (a full disk: exit 20), the exit status says so.\n"
 	"\n"
 	"  --cluster FILE         TensorFlow cluster spec {\"ps\": [\"host:port\"], ...};\n"
 	"                         default: TF_CONFIG (cluster and task), else\n"
@@ -338,13 +339,21 @@ static enum dg_status write_port_file(const char *path, int port, struct dg_err 
 
 /* Stop in order: running jobs and steps first (so that no handler sits in a
  * wait), then the HTTP server and the store, then the master and worker state. */
-static void stop_all(struct ps_server *s, struct master *ms, struct worker *wk)
+/* Stop every face; 0, or the exit code of a failed final snapshot (said on
+ * stderr: a supervisor or script must not take the stop for a clean one). */
+static int stop_all(struct ps_server *s, struct master *ms, struct worker *wk)
 {
+	struct dg_err err = { 0 };
+
 	master_cancel_all(ms);
 	worker_stop(wk);
-	ps_server_stop(s);
+	enum dg_status st = ps_server_stop_final(s, &err);
 	master_free(ms);
 	worker_free(wk);
+	if (st == DG_OK)
+		return 0;
+	dg_err_prefix(&err, "stopping: final snapshot");
+	return cli_fail(&err);
 }
 
 /* What this process computes on, for the ps face's health and metrics (ps/
@@ -442,8 +451,7 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 	while (sigwait(stop_set, &sig) != 0)
 		;
 	dg_log(DG_LOG_INFO, "server", "%s/%d: signal %d, stopping", t->job, t->index, sig);
-	stop_all(s, ms, wk);
-	return 0;
+	return stop_all(s, ms, wk);
 }
 
 int cmd_server(int argc, char **argv)

@@ -157,6 +157,20 @@ uint32_t ps_wal_apply_crc(const struct ps_apply_args *a, const void *g, size_t n
 	return ps_crc32(ps_crc32(0, b, sizeof b), g, n);
 }
 
+/* DG_ENOSPC when errno e says the disk is full (or the quota used up), else
+ * DG_EIO: a full disk is a state the server recovers from once there is room. */
+static enum dg_status io_code(int e)
+{
+	return e == ENOSPC || e == EDQUOT ? DG_ENOSPC : DG_EIO;
+}
+
+static void full_hint(struct dg_err *err, const char *dir)
+{
+	if (err && err->code == DG_ENOSPC)
+		dg_err_hint(err, "free space on the disk of '%s'; the server takes writes again "
+			    "once there is room", dir);
+}
+
 /* --- records ---------------------------------------------------------------------- */
 
 /* The decoded head of one record (frame + header). */
@@ -559,8 +573,10 @@ enum dg_status ps_wal_segment_create(const char *dir, uint64_t seq, int *fd, str
 	rec_encode(head + FILE_MAGIC_LEN, REC_SEG, 0, NULL, 0, 0, seq, NULL, 0, 0);
 	iov = (struct iovec){ head, sizeof head };
 	if (pwritev_all(f, &iov, 1, 0) != 0 || fsync(f) != 0) {
-		st = dg_err_set(err, DG_EIO, "cannot write log segment '%s': %s", path,
-				strerror(errno));
+		int e = errno;
+		st = dg_err_set(err, io_code(e), "cannot write log segment '%s': %s", path,
+				strerror(e));
+		full_hint(err, dir);
 		close(f);
 		unlink(path);
 		goto out;
@@ -661,9 +677,17 @@ enum dg_status ps_wal_append(struct ps_wal *w, const struct ps_wal_rec *r, uint6
 				 "write-ahead log segment %" PRIu64 " in '%s' failed: %s", w->seq,
 				 w->dir, strerror(e));
 		}
-		st = dg_err_set(err, DG_EIO, "appending to the write-ahead log in '%s': %s", w->dir,
-				strerror(e));
-		dg_err_hint(err, "check free space and the disk of the data directory");
+		if (io_code(e) == DG_ENOSPC)
+			st = dg_err_set(err, DG_ENOSPC, "the disk of '%s' is full: the change was "
+					"not made (appending to its write-ahead log: %s)", w->dir,
+					strerror(e));
+		else
+			st = dg_err_set(err, DG_EIO, "appending to the write-ahead log in '%s': %s",
+					w->dir, strerror(e));
+		if (st == DG_ENOSPC)
+			full_hint(err, w->dir);
+		else
+			dg_err_hint(err, "check free space and the disk of the data directory");
 	} else {
 		w->seg_off += hl + nbytes;
 		w->end += hl + nbytes;
@@ -854,6 +878,16 @@ uint64_t ps_wal_fsyncs(struct ps_wal *w)
 	return s;
 }
 
+bool ps_wal_failed(struct ps_wal *w, char *msg, size_t n)
+{
+	pthread_mutex_lock(&w->mu);
+	bool failed = w->failed;
+	if (failed)
+		snprintf(msg, n, "%s", w->fail_msg);
+	pthread_mutex_unlock(&w->mu);
+	return failed;
+}
+
 uint64_t ps_wal_bytes(struct ps_wal *w)
 {
 	pthread_mutex_lock(&w->mu);
@@ -879,7 +913,7 @@ static enum dg_status wr_flush(struct writer *w, struct dg_err *err)
 	struct iovec iov = { w->buf, w->len };
 
 	if (w->len && pwritev_all(w->fd, &iov, 1, w->off) != 0)
-		return dg_err_set(err, DG_EIO, "writing '%s': %s", w->path, strerror(errno));
+		return dg_err_set(err, io_code(errno), "writing '%s': %s", w->path, strerror(errno));
 	w->off += w->len;
 	w->len = 0;
 	return DG_OK;
@@ -904,7 +938,7 @@ static enum dg_status wr_put(struct writer *w, const void *p, size_t n, struct d
 	}
 	struct iovec iov = { (void *)p, n };
 	if (pwritev_all(w->fd, &iov, 1, w->off) != 0)
-		return dg_err_set(err, DG_EIO, "writing '%s': %s", w->path, strerror(errno));
+		return dg_err_set(err, io_code(errno), "writing '%s': %s", w->path, strerror(errno));
 	w->off += n;
 	return DG_OK;
 }
@@ -960,9 +994,9 @@ enum dg_status ps_snapshot_write(const char *dir, uint64_t wal_seq, uint64_t cei
 	}
 	st = snap_write_all(&w, wal_seq, ceiling, cut_at, items, n, err);
 	if (st == DG_OK && fsync(w.fd) != 0)
-		st = dg_err_set(err, DG_EIO, "flushing '%s': %s", tmp, strerror(errno));
+		st = dg_err_set(err, io_code(errno), "flushing '%s': %s", tmp, strerror(errno));
 	if (close(w.fd) != 0 && st == DG_OK)
-		st = dg_err_set(err, DG_EIO, "closing '%s': %s", tmp, strerror(errno));
+		st = dg_err_set(err, io_code(errno), "closing '%s': %s", tmp, strerror(errno));
 	w.fd = -1;
 	if (st == DG_OK && rename(tmp, path) != 0)
 		st = dg_err_set(err, DG_EIO, "renaming '%s' to '%s': %s", tmp, path,
@@ -974,8 +1008,10 @@ enum dg_status ps_snapshot_write(const char *dir, uint64_t wal_seq, uint64_t cei
 	if (st == DG_OK && bytes)
 		*bytes = w.off;         /* every byte went through the writer */
 	if (st != DG_OK && err && !err->hint[0])
-		dg_err_hint(err, "the previous snapshot and the log still hold the data; check "
-			    "free space in the data directory");
+		dg_err_hint(err, "the previous snapshot and the log still hold the data; %s",
+			    st == DG_ENOSPC ? "a snapshot needs room for a whole copy of the "
+			    "variables: free space on that disk" : "check free space in the data "
+			    "directory");
 out:
 	free(w.buf);
 	free(tmp);

@@ -94,6 +94,9 @@ enum dg_status ps_wal_switch(struct ps_wal *w, int fd, uint64_t seq, struct dg_e
 void ps_wal_remove_before(const char *dir, uint64_t seq);
 uint64_t ps_wal_seq(struct ps_wal *w);
 uint64_t ps_wal_fsyncs(struct ps_wal *w);
+/* true once an fdatasync failed (nothing is acknowledged any more); msg (n
+ * bytes) gets why. */
+bool ps_wal_failed(struct ps_wal *w, char *msg, size_t n);
 uint64_t ps_wal_bytes(struct ps_wal *w);      /* bytes in the current segment */
 
 /* --- snapshot -------------------------------------------------------------- */

@@ -1097,6 +1097,8 @@ static enum dg_status h_health(void *vc, struct dg_http_req *r, struct dg_http_r
 	int64_t n_vars = 0, bytes = 0;
 	const struct ps_devices *d = &c->devices;
 	json_t *gpus = gpus_json(d);
+	char why[600];
+	bool degraded = ps_store_degraded(c->store, why, sizeof why);
 
 	if (!gpus)
 		return dg_err_set(err, DG_ENOMEM, "out of memory listing the GPUs for health");
@@ -1105,8 +1107,9 @@ static enum dg_status h_health(void *vc, struct dg_http_req *r, struct dg_http_r
 	 * program did not describe. */
 	return reply_json(w, 200, json_pack(
 		"{s:s, s:s, s:i, s:I, s:s, s:I, s:I, s:i, s:f, s:s*, s:s*, s:o, s:o*, s:[s,s*], "
-		"s:o*, s:s}",
-		"status", atomic_load(&c->stopping) ? "stopping" : "ok", "job", c->job,
+		"s:o*, s:s, s:s*}",
+		"status", atomic_load(&c->stopping) ? "stopping" : degraded ? "degraded" : "ok",
+		"job", c->job,
 		"task", c->task, "epoch", (json_int_t)ps_store_epoch(c->store),
 		"version", DG_VERSION, "vars", (json_int_t)n_vars, "bytes", (json_int_t)bytes,
 		"queues", ps_queue_count(c->queues),
@@ -1116,7 +1119,8 @@ static enum dg_status h_health(void *vc, struct dg_http_req *r, struct dg_http_r
 		"faces", "ps", c->worker_face ? "worker" : NULL,
 		"snapshot_at", ps_store_snapshot_at(c->store) > 0 ?
 			       json_real(ps_store_snapshot_at(c->store)) : NULL,
-		"durability", ps_durability_name(ps_store_durability(c->store))), err);
+		"durability", ps_durability_name(ps_store_durability(c->store)),
+		"degraded", degraded ? why : NULL), err);
 }
 
 /* dg_gpus and dg_gpu_memory_bytes{gpu,name}; the name is a label value, so '\\', '"'

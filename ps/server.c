@@ -18,20 +18,24 @@ struct ps_server {
 	char name[96];                  /* "ps/0", for logs */
 };
 
-/* Free what start built, in the stop order. NULL members are fine. */
-static void server_free(struct ps_server *s)
+/* Free what start built, in the stop order. NULL members are fine. Returns
+ * the final checkpoint's failure. */
+static enum dg_status server_free(struct ps_server *s, struct dg_err *err)
 {
+	enum dg_status st;
+
 	if (!s)
-		return;
+		return DG_OK;
 	atomic_store(&s->ctx.stopping, true);
 	dg_http_server_free(s->http);
 	ps_queues_free(s->queues);
-	ps_store_close(s->store);
+	st = ps_store_close_final(s->store, err);
 	free((char *)s->ctx.devices.blas);
 	free((char *)s->ctx.devices.gpu);
 	free((struct ps_gpu *)s->ctx.devices.gpus);
 	free(s->job);
 	free(s);
+	return st;
 }
 
 /* c->devices := a copy of d (NULL: none known). */
@@ -108,7 +112,7 @@ struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_
 	return s;
 fail:
 	dg_err_prefix(err, "%s", s->name);
-	server_free(s);
+	server_free(s, NULL);
 	return NULL;
 }
 
@@ -129,7 +133,12 @@ void ps_server_stats(const struct ps_server *s, int64_t *n_vars, int64_t *bytes)
 
 void ps_server_stop(struct ps_server *s)
 {
-	server_free(s);
+	server_free(s, NULL);
+}
+
+enum dg_status ps_server_stop_final(struct ps_server *s, struct dg_err *err)
+{
+	return server_free(s, err);
 }
 
 enum dg_status ps_server_enqueue(void *server, const char *queue, int64_t n, const void *body,

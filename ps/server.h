@@ -69,6 +69,8 @@ uint64_t ps_server_epoch(const struct ps_server *s);
 void ps_server_stats(const struct ps_server *s, int64_t *n_vars, int64_t *bytes);
 /* Stop serving, checkpoint, free. NULL is fine. */
 void ps_server_stop(struct ps_server *s);
+/* The same, returning the failure of the store's final checkpoint. */
+enum dg_status ps_server_stop_final(struct ps_server *s, struct dg_err *err);
 /* Enqueue n examples (a component-major body) into queue of server s (a
  * struct ps_server *), in-process: the worker's local enqueue
  * (worker_set_local_queues), for a feeder on the task that holds its queue. */

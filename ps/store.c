@@ -150,6 +150,10 @@ struct ps_store {
 	atomic_uint_fast64_t changes;   /* bumped by every change */
 	atomic_uint_fast64_t ckpt_changes;   /* value of changes at the last snapshot's cut */
 	atomic_uint_fast64_t checkpoints;
+	atomic_uint_fast64_t ckpt_failures;
+	char ckpt_error[256];   /* the last checkpoint's failure; "" after a success
+					     * (under ckpt_mu) */
+	atomic_bool disk_full;          /* the last write to the data dir found it full */
 
 	pthread_mutex_t thr_mu;
 	pthread_cond_t thr_cv;
@@ -274,6 +278,24 @@ static void var_set_value(struct ps_store *s, struct var *v, struct block *b)
 
 /* --- versions ------------------------------------------------------------------------------ */
 
+/* A write to the data dir ended with st: a full disk is noted (health says
+ * degraded) until a later write or snapshot succeeds. */
+static enum dg_status note_write(struct ps_store *s, enum dg_status st)
+{
+	if (st == DG_ENOSPC)
+		atomic_store(&s->disk_full, true);
+	else if (st == DG_OK && atomic_load(&s->disk_full))
+		atomic_store(&s->disk_full, false);
+	return st;
+}
+
+/* Append to the log, noting a full disk (or its end). */
+static enum dg_status store_append(struct ps_store *s, const struct ps_wal_rec *r, uint64_t *lsn,
+				   struct dg_err *err)
+{
+	return note_write(s, ps_wal_append(s->wal, r, lsn, err));
+}
+
 /* Raise the ceiling above x with a durable RESERVE record. */
 static enum dg_status version_reserve(struct ps_store *s, uint64_t x, struct dg_err *err)
 {
@@ -286,7 +308,7 @@ static enum dg_status version_reserve(struct ps_store *s, uint64_t x, struct dg_
 			c = x + VERSION_BLOCK - 1;
 		struct ps_wal_rec r = { .type = PS_WAL_RESERVE, .ceiling = c, .mtime = dg_wall_s() };
 		uint64_t lsn;
-		st = ps_wal_append(s->wal, &r, &lsn, err);
+		st = store_append(s, &r, &lsn, err);
 		if (st == DG_OK)
 			st = ps_wal_sync(s->wal, lsn, err);
 		if (st == DG_OK)
@@ -593,10 +615,16 @@ struct ps_store *ps_store_open(const struct ps_store_config *cfg, struct dg_err 
 
 void ps_store_close(struct ps_store *s)
 {
+	ps_store_close_final(s, NULL);
+}
+
+enum dg_status ps_store_close_final(struct ps_store *s, struct dg_err *out)
+{
 	struct dg_err err = { 0 };
+	enum dg_status st = DG_OK;
 
 	if (!s)
-		return;
+		return DG_OK;
 	if (s->thr_started) {
 		pthread_mutex_lock(&s->thr_mu);
 		s->stopping = true;
@@ -605,10 +633,15 @@ void ps_store_close(struct ps_store *s)
 		pthread_join(s->thr, NULL);
 	}
 	if (s->wal && atomic_load(&s->changes) != atomic_load(&s->ckpt_changes) &&
-	    ps_store_checkpoint(s, &err) != DG_OK)
+	    (st = ps_store_checkpoint(s, &err)) != DG_OK) {
 		dg_log(DG_LOG_ERROR, "ps", "final checkpoint failed: %s (the log still holds "
-		       "acknowledged writes; applies since the last snapshot are lost)", err.msg);
+		       "acknowledged writes; %s)", err.msg, s->strict ? "strict durability: "
+		       "nothing acknowledged is lost" : "applies since the last snapshot are lost");
+		if (out)
+			*out = err;
+	}
 	store_free(s);
+	return st;
 }
 
 uint64_t ps_store_epoch(const struct ps_store *s)
@@ -619,6 +652,24 @@ uint64_t ps_store_epoch(const struct ps_store *s)
 double ps_store_snapshot_at(const struct ps_store *s)
 {
 	return s->snapshot_at;
+}
+
+bool ps_store_degraded(struct ps_store *s, char *why, size_t n)
+{
+	char wal[200] = "";
+	bool failed = s->wal && ps_wal_failed(s->wal, wal, sizeof wal);
+	bool full = atomic_load(&s->disk_full);
+	char ckpt[256];
+
+	pthread_mutex_lock(&s->ckpt_mu);
+	snprintf(ckpt, sizeof ckpt, "%s", s->ckpt_error);
+	pthread_mutex_unlock(&s->ckpt_mu);
+	snprintf(why, n, "%s%s%s%s%s%s%s", failed ? wal : "",
+		 failed && (full || ckpt[0]) ? "; " : "",
+		 full ? "the disk of the data directory is full: writes are refused until "
+		 "there is room" : "", full && ckpt[0] ? "; " : "",
+		 ckpt[0] ? "the last snapshot failed: " : "", ckpt, "");
+	return failed || full || ckpt[0];
 }
 
 enum ps_durability ps_store_durability(const struct ps_store *s)
@@ -712,9 +763,15 @@ static enum dg_status checkpoint_run(struct ps_store *s, int64_t *n_vars, uint64
 		var_unref(vars[i]);
 	free(items);
 	free(vars);
-	pthread_mutex_unlock(&s->ckpt_mu);
-	if (st != DG_OK)
+	if (st != DG_OK) {
 		dg_err_prefix(err, "checkpoint of '%s'", s->dir);
+		atomic_fetch_add(&s->ckpt_failures, 1);
+		snprintf(s->ckpt_error, sizeof s->ckpt_error, "%s", err ? err->msg : "failed");
+	} else {
+		s->ckpt_error[0] = '\0';
+	}
+	note_write(s, st);
+	pthread_mutex_unlock(&s->ckpt_mu);
 	return st;
 }
 
@@ -994,7 +1051,7 @@ static enum dg_status log_create(struct ps_store *s, const char *name, const str
 				.nbytes = b->v.nbytes };
 	uint64_t lsn;
 
-	return s->wal ? ps_wal_append(s->wal, &r, &lsn, err) : DG_OK;
+	return s->wal ? store_append(s, &r, &lsn, err) : DG_OK;
 }
 
 /* Log a whole value (PUT or ASSIGN) of b under version/mtime. */
@@ -1008,7 +1065,7 @@ static enum dg_status log_value(struct ps_store *s, enum ps_wal_type type, const
 		.nbytes = b->v.nbytes, .data_crc = crc,
 	};
 
-	return s->wal ? ps_wal_append(s->wal, &r, lsn, err) : DG_OK;
+	return s->wal ? store_append(s, &r, lsn, err) : DG_OK;
 }
 
 /* Put nb into the existing v (caller holds the map lock). */
@@ -1200,7 +1257,7 @@ enum dg_status ps_store_patch(struct ps_store *s, const char *name, uint64_t off
 		struct ps_wal_rec r = { .type = PS_WAL_PATCH, .name = name, .version = ver,
 					.mtime = now, .offset = offset, .data = p, .nbytes = n,
 					.data_crc = crc };
-		st = ps_wal_append(s->wal, &r, &lsn, err);
+		st = store_append(s, &r, &lsn, err);
 	}
 	if (st == DG_OK) {
 		memcpy((char *)b->mem + offset, p, n);
@@ -1245,7 +1302,7 @@ static enum dg_status delete_one(struct ps_store *s, struct var *v, uint64_t *ls
 					.mtime = dg_wall_s() };
 		st = version_next(s, &r.version, err);
 		if (st == DG_OK)
-			st = ps_wal_append(s->wal, &r, lsn, err);
+			st = store_append(s, &r, lsn, err);
 	}
 	if (st == DG_OK) {
 		map_remove(s, v);
@@ -1570,7 +1627,7 @@ static enum dg_status apply_commit(struct ps_store *s, struct apply_ctx *c, uint
 				    : assign ? ps_crc32(0, g, c->g->nbytes)
 				    : ps_wal_apply_crc(c->a, g, c->g->nbytes),
 		};
-		st = ps_wal_append(s->wal, &r, lsn, err);
+		st = store_append(s, &r, lsn, err);
 	}
 	if (st != DG_OK)
 		return st;
@@ -1749,8 +1806,15 @@ enum dg_status ps_store_metrics(struct ps_store *s, struct dg_buf *out, struct d
 			   "# TYPE dg_ps_epoch gauge\ndg_ps_epoch %" PRIu64 "\n"
 			   "# HELP dg_ps_wal_fsyncs_total fdatasync calls on the write-ahead log.\n"
 			   "# TYPE dg_ps_wal_fsyncs_total counter\ndg_ps_wal_fsyncs_total %" PRIu64
-			   "\n", n, bytes, (uint64_t)atomic_load(&s->checkpoints), s->epoch,
-			   s->wal ? ps_wal_fsyncs(s->wal) : 0);
+			   "\n# HELP dg_ps_checkpoint_failures_total Snapshots that failed (the "
+			   "previous snapshot and the log still hold the data).\n"
+			   "# TYPE dg_ps_checkpoint_failures_total counter\n"
+			   "dg_ps_checkpoint_failures_total %" PRIu64 "\n"
+			   "# HELP dg_ps_disk_full 1 while the last write to the data directory found "
+			   "its disk full.\n# TYPE dg_ps_disk_full gauge\ndg_ps_disk_full %d\n",
+			   n, bytes, (uint64_t)atomic_load(&s->checkpoints), s->epoch,
+			   s->wal ? ps_wal_fsyncs(s->wal) : 0,
+			   (uint64_t)atomic_load(&s->ckpt_failures), (int)atomic_load(&s->disk_full));
 	if (st == DG_OK)
 		st = metrics_applies(s, out, err);
 	return st;

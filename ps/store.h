@@ -37,6 +37,9 @@ struct ps_store_config {
 struct ps_store *ps_store_open(const struct ps_store_config *cfg, struct dg_err *err);
 /* Final checkpoint, stop threads, free. NULL is fine. */
 void ps_store_close(struct ps_store *s);
+/* The same, returning the final checkpoint's failure (logged too): a server
+ * stopped on SIGTERM then exits non-zero. The store is freed either way. */
+enum dg_status ps_store_close_final(struct ps_store *s, struct dg_err *err);
 /* Restart counter: 1 on first start of a data dir, +1 each open (memory-only: 1). */
 uint64_t ps_store_epoch(const struct ps_store *s);
 /* The wall time (seconds since the Unix epoch) of the cut of the snapshot the
@@ -44,6 +47,10 @@ uint64_t ps_store_epoch(const struct ps_store *s);
  * without a final snapshot. 0: no snapshot (or one written before dg kept
  * its time). */
 double ps_store_snapshot_at(const struct ps_store *s);
+/* true when the store cannot promise what it should: its log failed (an
+ * fdatasync error: restart needed), its disk was full at the last write, or
+ * its last snapshot failed; why (n bytes) says which, for /v1/health. */
+bool ps_store_degraded(struct ps_store *s, char *why, size_t n);
 /* The durability of applies: PS_DURABILITY_SNAPSHOT for a memory-only store. */
 enum ps_durability ps_store_durability(const struct ps_store *s);
 /* Write a snapshot now and truncate the log (also run by the checkpoint
@@ -152,7 +159,8 @@ enum dg_status ps_store_apply(struct ps_store *s, const char *name,
 /* Number of variables and their total bytes (slots included). */
 void ps_store_stats(struct ps_store *s, int64_t *n_vars, int64_t *bytes);
 /* Append Prometheus lines: dg_ps_vars, dg_ps_bytes, dg_ps_applies_total{var,rule},
- * dg_ps_checkpoints_total, dg_ps_epoch, dg_ps_wal_fsyncs_total. */
+ * dg_ps_checkpoints_total, dg_ps_epoch, dg_ps_wal_fsyncs_total,
+ * dg_ps_checkpoint_failures_total, dg_ps_disk_full. */
 enum dg_status ps_store_metrics(struct ps_store *s, struct dg_buf *out, struct dg_err *err);
 
 #endif

@@ -33,6 +33,7 @@ static const struct {
 	[DG_ECANCELED] = { "canceled", 409, ECANCELED, 17 },
 	[DG_ESTALE] = { "stale", 409, ESTALE, 18 },
 	[DG_ECLOSED] = { "closed", 410, EPIPE, 19 },
+	[DG_ENOSPC] = { "disk_full", 507, ENOSPC, 20 },
 };
 
 /* Length of the valid UTF-8 sequence at s[0..n) (n >= 1), or 0 when s[0]

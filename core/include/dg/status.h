@@ -30,6 +30,7 @@ enum dg_status {
 	DG_ECANCELED = 16,     /* aborted step or cancelled job */
 	DG_ESTALE = 17,        /* a sync gradient for a step already applied: dropped */
 	DG_ECLOSED = 18,       /* queue closed (and, for dequeue, too few examples left) */
+	DG_ENOSPC = 19,        /* the disk (of a data directory) is full */
 	DG_STATUS_COUNT
 };
 
