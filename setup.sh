@@ -15,7 +15,8 @@ cd "$(dirname "$0")"
 # (sudo apt-get install python3-torch).
 PACKAGES="gcc pkg-config meson ninja-build python3 libjansson-dev libopenblas-dev
 libopenblas0-pthread libmicrohttpd-dev libcurl4-openssl-dev libfuse3-dev fuse3 zlib1g-dev
-libcriterion-dev dataset-fashion-mnist python3-numpy attr curl clang libclang-rt-14-dev"
+libcriterion-dev dataset-fashion-mnist python3-numpy attr curl clang libclang-rt-14-dev
+openssl"
 
 say() { printf '==> %s\n' "$*"; }
 

@@ -27,6 +27,10 @@ struct dg_cluster *cli_cluster_load(const char *flag_path, struct dg_err *err);
 /* The file cli_cluster_load(flag_path) would read, into out; false when the
  * spec is $DG_CLUSTER's text or there is none. */
 bool cli_cluster_file(const char *flag_path, char *out, size_t cap);
+/* Read a PEM file (a TLS certificate chain, or a private key: then refused
+ * when its group or others may read it, like a token file); the owned,
+ * NUL-terminated text or NULL with *err. */
+char *cli_pem_load(const char *path, bool private_key, struct dg_err *err);
 /* Read a token file (first line, trimmed); owned string or NULL with *err. */
 char *cli_token_load(const char *path, struct dg_err *err);
 

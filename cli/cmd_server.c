@@ -47,6 +47,11 @@ static const char usage_text[] =
 	"                         without it they live in memory only\n"
 	"  --token-file F         refuse requests without 'Authorization: Bearer TOKEN'\n"
 	"                         (TOKEN: F's first line)\n"
+	"  --tls-cert F           serve HTTPS with the certificate (chain) in PEM file F\n"
+	"  --tls-key F            ... and its private key (PEM, mode 0600); this task's\n"
+	"                         own requests to the others then go over https too,\n"
+	"                         verified against --ca (default: F of --tls-cert, for\n"
+	"                         a cluster sharing one self-signed certificate)\n"
 	"  --bind ADDR            listen on ADDR (0.0.0.0: every interface); default:\n"
 	"                         the address of the spec's host (localhost: 127.0.0.1)\n"
 	"  --checkpoint-secs N    snapshot applies at least every N s (default 5)\n"
@@ -76,6 +81,7 @@ static const char usage_text[] =
 
 struct server_args {
 	const char *cluster, *job, *data_dir, *token_file, *bind, *port_file;
+	const char *tls_cert, *tls_key;
 	int task;                       /* -1: not given */
 	unsigned checkpoint_secs, max_connections, request_timeout_s, threads;
 	unsigned read_timeout_s, per_client;
@@ -89,7 +95,7 @@ enum {
 	OPT_CLUSTER = 256, OPT_JOB, OPT_TASK, OPT_DATA_DIR, OPT_TOKEN_FILE, OPT_BIND,
 	OPT_CHECKPOINT, OPT_MAX_BODY, OPT_MAX_CONN, OPT_REQ_TIMEOUT, OPT_PORT_FILE,
 	OPT_SOFT_PLACEMENT, OPT_THREADS, OPT_RV_MAX_MB, OPT_READ_TIMEOUT, OPT_PER_CLIENT,
-	OPT_DURABILITY,
+	OPT_DURABILITY, OPT_TLS_CERT, OPT_TLS_KEY,
 };
 
 static const struct option long_opts[] = {
@@ -101,6 +107,8 @@ static const struct option long_opts[] = {
 	{ "bind", required_argument, NULL, OPT_BIND },
 	{ "checkpoint-secs", required_argument, NULL, OPT_CHECKPOINT },
 	{ "durability", required_argument, NULL, OPT_DURABILITY },
+	{ "tls-cert", required_argument, NULL, OPT_TLS_CERT },
+	{ "tls-key", required_argument, NULL, OPT_TLS_KEY },
 	{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 	{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
 	{ "request-timeout", required_argument, NULL, OPT_REQ_TIMEOUT },
@@ -164,6 +172,8 @@ static int parse_args(int argc, char **argv, struct server_args *a)
 		case OPT_DATA_DIR: a->data_dir = optarg; break;
 		case OPT_TOKEN_FILE: a->token_file = optarg; break;
 		case OPT_BIND: a->bind = optarg; break;
+		case OPT_TLS_CERT: a->tls_cert = optarg; break;
+		case OPT_TLS_KEY: a->tls_key = optarg; break;
 		case OPT_PORT_FILE: a->port_file = optarg; break;
 		case OPT_SOFT_PLACEMENT: a->soft_placement = true; break;
 		case OPT_TASK:
@@ -230,6 +240,8 @@ static int parse_args(int argc, char **argv, struct server_args *a)
 	}
 	if (optind < argc)
 		return cli_usage(cmd, "unexpected argument '%s'", argv[optind]);
+	if (!a->tls_cert != !a->tls_key)
+		return cli_usage(cmd, "--tls-cert and --tls-key go together");
 	if (a->durability == PS_DURABILITY_STRICT && !a->data_dir)
 		return cli_usage(cmd, "--durability strict needs --data-dir DIR (a memory-only "
 				 "server keeps nothing across a restart)");
@@ -381,6 +393,7 @@ static void describe_devices(struct ps_devices *d, struct ps_gpu *gpus, int n_ma
 
 /* Start, announce, wait for a stop signal, stop. Returns the exit code. */
 static int serve(const struct server_args *a, const struct task_place *t, const char *token,
+		 const char *cert, const char *key,
 		 const sigset_t *stop_set)
 {
 	struct worker_config wc = {
@@ -392,7 +405,7 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 	struct ps_server_config cfg = {
 		.job = t->job, .task = t->index, .bind = t->bind, .port = t->port,
 		.data_dir = a->data_dir, .token = token, .checkpoint_secs = a->checkpoint_secs,
-		.durability = a->durability,
+		.durability = a->durability, .tls_cert_pem = cert, .tls_key_pem = key,
 		.max_body = a->max_body, .max_connections = a->max_connections,
 		.request_timeout_s = a->request_timeout_s, .read_timeout_s = a->read_timeout_s,
 		.max_connections_per_client = a->per_client,
@@ -460,14 +473,23 @@ int cmd_server(int argc, char **argv)
 	struct task_place t = { 0 };
 	struct dg_err err = { 0 };
 	sigset_t stop_set;
-	char *token = NULL;
+	char *token = NULL, *cert = NULL, *key = NULL;
 	int rc;
 
 	if ((rc = parse_args(argc, argv, &a)) >= 0)
 		return rc;
 	if (find_task(&a, strcmp(argv[0], "ps") == 0, &t, &err) != DG_OK)
 		return cli_fail(&err);
-	if (a.token_file && !(token = cli_token_load(a.token_file, &err))) {
+	if ((a.token_file && !(token = cli_token_load(a.token_file, &err))) ||
+	    (a.tls_cert && (!(cert = cli_pem_load(a.tls_cert, false, &err)) ||
+			    !(key = cli_pem_load(a.tls_key, true, &err)))) ||
+	    /* this task's own requests (to the ps, the workers) go over https too;
+	     * a --ca given to dg (or $DG_CA) was applied before */
+	    (a.tls_cert && !dg_http_tls_enabled() &&
+	     dg_http_tls_ca(a.tls_cert, &err) != DG_OK)) {
+		free(token);
+		free(cert);
+		free(key);
 		dg_cluster_free(t.cluster);
 		return cli_fail(&err);
 	}
@@ -482,8 +504,10 @@ int cmd_server(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	dg_log_set_timestamps(1);
-	rc = serve(&a, &t, token, &stop_set);
+	rc = serve(&a, &t, token, cert, key, &stop_set);
 	free(token);
+	free(cert);
+	free(key);
 	dg_cluster_free(t.cluster);
 	return rc;
 }

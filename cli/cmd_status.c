@@ -25,6 +25,7 @@ struct task_status {
 	bool up;
 	bool refused;           /* answered 401: up, but we lack the token */
 	char why[256];          /* when !up */
+	char hint[160];         /* the error's hint, when it had one */
 	json_t *health;         /* owned */
 	json_t *jobs;           /* owned, NULL when the task has no jobs API */
 	json_t *sup;            /* borrowed: dg up's supervisor's entry, or NULL */
@@ -40,6 +41,7 @@ static void probe(struct task_status *s, const char *token)
 	} else {
 		s->refused = err.code == DG_EUNAUTHORIZED;
 		snprintf(s->why, sizeof s->why, "%s", err.msg);
+		snprintf(s->hint, sizeof s->hint, "%s", err.hint);
 	}
 	/* The master's job list; a task without it (404 until the master lands,
 	 * 401/403 stay errors of health) is simply not listed. */
@@ -275,7 +277,10 @@ int cmd_status(int argc, char **argv)
 			   cl->n_tasks - n_up - n_refused, cl->n_tasks, down.data ? down.data : "");
 		for (int i = 0; i < cl->n_tasks; i++)
 			if (!s[i].up && !s[i].refused) {
-				dg_err_hint(&err, "%s: %s", s[i].name, s[i].why);
+				/* the first one's hint says what to do (e.g. give --ca),
+				 * else its message says what happened */
+				dg_err_hint(&err, "%s: %s", s[i].name,
+					    s[i].hint[0] ? s[i].hint : s[i].why);
 				break;
 			}
 		rc = cli_fail(&err);

@@ -26,6 +26,7 @@
 #include "dg/client.h"
 #include "dg/clock.h"
 #include "dg/cluster.h"
+#include "dg/http.h"
 #include "store.h"
 
 #define READY_WAIT_MS 20000     /* a server recovering a big data dir may take a while */
@@ -375,6 +376,7 @@ struct up_args {
 	const char *dir, *mount, *token_file;
 	const char *restart;            /* --restart JOB/I: that task alone */
 	const char *durability;         /* --durability MODE of every task; NULL: snapshot */
+	const char *tls_cert, *tls_key; /* --tls-cert/--tls-key of every task */
 	bool foreground, sized;         /* sized: --ps, --workers or --threads given */
 	bool no_supervise;              /* --no-supervise: nobody restarts a task */
 	int max_restarts;               /* --max-restarts: per task and minute */
@@ -382,8 +384,8 @@ struct up_args {
 
 static const char up_usage[] =
 	"usage: dg up [--ps N] [--workers M] [--dir DIR] [--mount DIR] [--token-file F]\n"
-	"             [--threads T] [--durability MODE] [--foreground] [--no-supervise]\n"
-	"             [--max-restarts N]\n"
+	"             [--threads T] [--durability MODE] [--tls-cert F --tls-key K]\n"
+	"             [--foreground] [--no-supervise] [--max-restarts N]\n"
 	"       dg up --restart JOB/I [--dir DIR]\n"
 	"\n"
 	"Start a whole local cluster on free loopback ports: N parameter-server tasks\n"
@@ -412,6 +414,9 @@ static const char up_usage[] =
 	"                    workers training side by side do not oversubscribe them\n"
 	"  --durability MODE what an acknowledged gradient apply survives on every\n"
 	"                    task: snapshot (default) or strict (see dg server --help)\n"
+	"  --tls-cert F, --tls-key K\n"
+	"                    every task serves HTTPS with this certificate and key\n"
+	"                    (PEM); other dg commands then need --ca F (or DG_CA=F)\n"
 	"  --foreground      stay in the foreground, supervising; ^C (or SIGTERM)\n"
 	"                    takes the cluster down\n"
 	"  --no-supervise    no supervisor: a task that dies stays down (with\n"
@@ -440,6 +445,8 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 		{ "token-file", required_argument, NULL, 'T' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "durability", required_argument, NULL, 'D' },
+		{ "tls-cert", required_argument, NULL, 'C' },
+		{ "tls-key", required_argument, NULL, 'K' },
 		{ "foreground", no_argument, NULL, 'f' },
 		{ "no-supervise", no_argument, NULL, 'S' },
 		{ "max-restarts", required_argument, NULL, 'R' },
@@ -484,6 +491,8 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 			a->durability = optarg;
 			break;
 		}
+		case 'C': a->tls_cert = optarg; break;
+		case 'K': a->tls_key = optarg; break;
 		case 'd': a->dir = optarg; break;
 		case 'm': a->mount = optarg; break;
 		case 'T': a->token_file = optarg; break;
@@ -505,8 +514,10 @@ static int up_parse(int argc, char **argv, struct up_args *a)
 	}
 	if (optind < argc)
 		return cli_usage(argv[0], "unexpected argument '%s'", argv[optind]);
+	if (!a->tls_cert != !a->tls_key)
+		return cli_usage(argv[0], "--tls-cert and --tls-key go together");
 	if (a->restart && (a->sized || a->mount || a->token_file || a->foreground ||
-			   a->durability || a->no_supervise || a->max_restarts))
+			   a->durability || a->tls_cert || a->no_supervise || a->max_restarts))
 		return cli_usage(argv[0], "--restart takes only --dir: the task gets the settings "
 				 "of the dg up that started the cluster");
 	return -1;
@@ -527,7 +538,7 @@ void up_task_file(const struct up_ctx *u, const struct task *t, const char *suff
 enum dg_status up_start_task(struct up_ctx *u, struct task *t, struct dg_err *err)
 {
 	char data[PATH_MAX], port[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], idx[16], line[32];
-	char *argv[20];
+	char *argv[24];
 	int k = 0;
 	enum dg_status st;
 
@@ -553,6 +564,12 @@ enum dg_status up_start_task(struct up_ctx *u, struct task *t, struct dg_err *er
 	argv[k++] = u->threads;
 	argv[k++] = (char *)"--durability";
 	argv[k++] = u->durability;
+	if (u->tls_cert[0]) {
+		argv[k++] = (char *)"--tls-cert";
+		argv[k++] = u->tls_cert;
+		argv[k++] = (char *)"--tls-key";
+		argv[k++] = u->tls_key;
+	}
 	if (u->token_file[0]) {
 		argv[k++] = (char *)"--token-file";
 		argv[k++] = u->token_file;
@@ -718,7 +735,7 @@ static bool is_mounted(const char *path)
 static enum dg_status start_mount(struct up_ctx *u, const char *mnt_arg, struct dg_err *err)
 {
 	char mnt[PATH_MAX], log[PATH_MAX], pidf[PATH_MAX], pathf[PATH_MAX], line[32];
-	char *argv[10];
+	char *argv[12];
 	int k = 0, ws;
 	struct dg_deadline deadline = dg_deadline_in_ms(MOUNT_WAIT_MS);
 	enum dg_status st;
@@ -738,6 +755,10 @@ static enum dg_status start_mount(struct up_ctx *u, const char *mnt_arg, struct 
 	if (u->token_file[0]) {
 		argv[k++] = (char *)"--token-file";
 		argv[k++] = u->token_file;
+	}
+	if (u->tls_cert[0]) {
+		argv[k++] = (char *)"--ca";
+		argv[k++] = u->tls_cert;
 	}
 	argv[k] = NULL;
 	/* The path first: `dg down` unmounts it even if we die right after. */
@@ -861,8 +882,9 @@ static bool last_up_dir(char *out)
 static enum dg_status save_settings(const struct up_ctx *u, struct dg_err *err)
 {
 	char path[PATH_MAX], *text;
-	json_t *o = json_pack("{s:s, s:s, s:s}", "threads", u->threads, "token_file",
-			      u->token_file, "durability", u->durability);
+	json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "threads", u->threads, "token_file",
+			      u->token_file, "durability", u->durability, "tls_cert", u->tls_cert,
+			      "tls_key", u->tls_key);
 	enum dg_status st;
 
 	if (!o || !(text = json_dumps(o, 0))) {
@@ -880,7 +902,7 @@ static enum dg_status load_settings(struct up_ctx *u, struct dg_err *err)
 {
 	char path[PATH_MAX];
 	json_t *o;
-	const char *threads, *token, *durability;
+	const char *threads, *token, *durability, *cert, *key;
 
 	if (up_join(path, u->dir, "up.json", err) != DG_OK)
 		return err->code;
@@ -894,11 +916,18 @@ static enum dg_status load_settings(struct up_ctx *u, struct dg_err *err)
 	threads = json_string_value(json_object_get(o, "threads"));
 	token = json_string_value(json_object_get(o, "token_file"));
 	durability = json_string_value(json_object_get(o, "durability"));
+	cert = json_string_value(json_object_get(o, "tls_cert"));
+	key = json_string_value(json_object_get(o, "tls_key"));
 	snprintf(u->threads, sizeof u->threads, "%s", threads ? threads : "1");
 	snprintf(u->token_file, sizeof u->token_file, "%s", token ? token : "");
 	snprintf(u->durability, sizeof u->durability, "%s", durability ? durability : "snapshot");
+	snprintf(u->tls_cert, sizeof u->tls_cert, "%s", cert && key ? cert : "");
+	snprintf(u->tls_key, sizeof u->tls_key, "%s", cert && key ? key : "");
 	json_decref(o);
 	if (u->token_file[0] && !(u->token = cli_token_load(u->token_file, err)))
+		return err->code;
+	/* this dg up's own requests (is the restarted task up?) go over https */
+	if (u->tls_cert[0] && !dg_http_tls_enabled() && dg_http_tls_ca(u->tls_cert, err) != DG_OK)
 		return err->code;
 	return DG_OK;
 }
@@ -1213,6 +1242,20 @@ int cmd_up(int argc, char **argv)
 		free(u->token);
 		free(u);
 		return rc;
+	}
+	if (rc < 0 && a.tls_cert) {
+		char *key = NULL, *cert = NULL;
+		if (!realpath(a.tls_cert, u->tls_cert) || !realpath(a.tls_key, u->tls_key))
+			rc = cli_usage(argv[0], "--tls-cert %s / --tls-key %s: %s", a.tls_cert,
+				       a.tls_key, strerror(errno));
+		/* refused here, as each task would refuse them, before anything starts;
+		 * then this dg up's own requests (is each task up?) go over https */
+		else if (!(key = cli_pem_load(u->tls_key, true, &err)) ||
+			 !(cert = cli_pem_load(u->tls_cert, false, &err)) ||
+			 (!dg_http_tls_enabled() && dg_http_tls_ca(u->tls_cert, &err) != DG_OK))
+			rc = cli_fail(&err);
+		free(key);
+		free(cert);
 	}
 	if (rc < 0 && a.token_file) {
 		if (!realpath(a.token_file, u->token_file))

@@ -122,6 +122,36 @@ struct dg_cluster *cli_cluster_load(const char *flag_path, struct dg_err *err)
  * printable ASCII without spaces (it travels in a header). A file that its
  * group or others may read is refused, as ssh refuses such a private key: the
  * token is the only secret between a client and the cluster. */
+char *cli_pem_load(const char *path, bool private_key, struct dg_err *err)
+{
+	struct dg_buf b = { 0 };
+	struct stat sb;
+
+	if (private_key && stat(path, &sb) == 0 && (sb.st_mode & 077)) {
+		dg_err_set(err, DG_EINVAL, "TLS key file %s may be read by others (mode %04o); "
+			   "it must be private to its owner", path, (unsigned)(sb.st_mode & 07777));
+		dg_err_hint(err, "chmod 600 %s", path);
+		return NULL;
+	}
+	if (dg_buf_read_file(&b, path, 1 << 20, err) != DG_OK) {
+		dg_err_prefix(err, "TLS %s file", private_key ? "key" : "certificate");
+		return NULL;
+	}
+	if (dg_buf_append(&b, "", 1, err) != DG_OK) {
+		dg_buf_deinit(&b);
+		return NULL;
+	}
+	if (!strstr(b.data, "-----BEGIN ")) {
+		dg_err_set(err, DG_EINVAL, "TLS %s file %s is not PEM", private_key ? "key" :
+			   "certificate", path);
+		dg_err_hint(err, "give a PEM file (-----BEGIN ...), e.g. made by: openssl req "
+			    "-x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes ...");
+		dg_buf_deinit(&b);
+		return NULL;
+	}
+	return b.data;          /* the buffer's block, NUL-terminated: owned by the caller */
+}
+
 char *cli_token_load(const char *path, struct dg_err *err)
 {
 	struct dg_buf b = { 0 };

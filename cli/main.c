@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "dg/gpu.h"
+#include "dg/http.h"
 #include "dg/kernels.h"
 #include "dg_config.h"
 
@@ -47,7 +48,9 @@ static void print_commands(FILE *f)
 	      "commands:\n", f);
 	for (int i = 0; i < N_CMDS; i++)
 		fprintf(f, "  %-6s  %s\n", cmds[i].name, cmds[i].help);
-	fputs("\n'dg COMMAND --help' describes a command; 'dg --version' prints the version.\n",
+	fputs("\n'dg COMMAND --help' describes a command; 'dg --version' prints the version.\n"
+	      "Every command takes --ca FILE (default $DG_CA): the servers use TLS (dg server\n"
+	      "--tls-cert); reach them over https, verified against the PEM certificate FILE.\n",
 	      f);
 }
 
@@ -121,6 +124,44 @@ static int cmd_worker(int argc, char **argv)
 	return server_as("worker", argc, argv);
 }
 
+/* The CA of TLS clusters, for every command: --ca FILE (or --ca=FILE)
+ * anywhere before a "--", taken out of argv, else $DG_CA. Every client of
+ * the command (and a server's own requests) then speaks https to host:port
+ * addresses. Returns -1 to go on, else the exit code. */
+static int take_ca(int *argc, char **argv)
+{
+	const char *ca = NULL;
+	struct dg_err err = { 0 };
+	int out = 1;
+
+	for (int i = 1; i < *argc; i++) {
+		if (!strcmp(argv[i], "--")) {
+			while (i < *argc)
+				argv[out++] = argv[i++];
+			break;
+		}
+		if (!strcmp(argv[i], "--ca")) {
+			if (i + 1 >= *argc)
+				return cli_usage(argv[0], "--ca needs a FILE (the PEM certificate "
+						 "that signed the servers')");
+			ca = argv[++i];
+		} else if (!strncmp(argv[i], "--ca=", 5)) {
+			ca = argv[i] + 5;
+		} else {
+			argv[out++] = argv[i];
+		}
+	}
+	*argc = out;
+	argv[out] = NULL;
+	if (!ca && (ca = getenv("DG_CA")) && !*ca)
+		ca = NULL;
+	if (ca && dg_http_tls_ca(ca, &err) != DG_OK) {
+		dg_err_prefix(&err, "--ca");
+		return cli_fail(&err);
+	}
+	return -1;
+}
+
 /* dg help [CMD]: the table, or CMD's own --help. */
 static int cmd_help(int argc, char **argv)
 {
@@ -146,6 +187,8 @@ int main(int argc, char **argv)
 	/* Before any thread exists: it may set OPENBLAS_CORETYPE. A missing BLAS
 	 * only matters to MatMul, which reports it when it runs. */
 	dg_blas_init(NULL);
+	if ((rc = take_ca(&argc, argv)) >= 0)
+		return rc;
 	if (argc < 2) {
 		print_commands(stderr);
 		return 1;

@@ -32,6 +32,8 @@ struct up_ctx {
 	char mnt[PATH_MAX];             /* the mount point, "" without --mount */
 	char threads[16];               /* --threads of every task */
 	char durability[16];            /* --durability of every task */
+	char tls_cert[PATH_MAX];        /* absolute --tls-cert/--tls-key of every task, "" */
+	char tls_key[PATH_MAX];         /* when the cluster is plain HTTP */
 	int max_restarts;               /* the supervisor's restarts of a task per minute */
 };
 

@@ -94,6 +94,8 @@ struct ps_server *ps_server_start(const struct ps_server_config *cfg, struct dg_
 	hc.read_timeout_s = cfg->read_timeout_s;
 	hc.max_connections_per_client = cfg->max_connections_per_client;
 	hc.server_name = s->name;
+	hc.tls_cert_pem = cfg->tls_cert_pem;
+	hc.tls_key_pem = cfg->tls_key_pem;
 	hc.epoch = ps_store_epoch(s->store);
 	if (cfg->n_extra_groups < 0 || cfg->n_extra_groups > 15 ||
 	    (cfg->n_extra_groups > 0 && !cfg->extra_groups)) {

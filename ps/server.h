@@ -40,6 +40,7 @@ struct ps_server_config {
 	const char *token;              /* NULL = no auth */
 	unsigned checkpoint_secs;       /* 0 = 5 */
 	enum ps_durability durability;  /* of applies; strict needs data_dir */
+	const char *tls_cert_pem, *tls_key_pem;   /* HTTPS (dg_http_config); NULL: HTTP */
 	size_t max_body;                /* 0 = 2 GiB */
 	unsigned max_connections;       /* 0 = 256 */
 	unsigned request_timeout_s;     /* 0 = 300 */

@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@
 
 struct dg_http_client {
 	CURL *h;
-	char *base;                     /* "http://host:port", no trailing '/' */
+	char *base;                     /* "http[s]://host:port", no trailing '/' */
+	bool tls;                       /* https: verified against tls_ca (or the system's) */
 	char *auth;                     /* "Authorization: Bearer TOKEN" or NULL */
 	long timeout_ms;
 	bool reused;                    /* the last request succeeded: a connection is open */
@@ -51,6 +53,43 @@ struct dg_http_client {
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static CURLcode global_rc;
+
+/* TLS of this process's clients (dg_http_tls_ca): set once, before any
+ * client exists (a command's start), read by every dg_http_client_new. */
+static char tls_ca[4096];
+static atomic_bool tls_on;
+
+enum dg_status dg_http_tls_ca(const char *ca_file, struct dg_err *err)
+{
+	FILE *f;
+	char text[65536];
+	size_t n;
+
+	if (!ca_file || !*ca_file || strlen(ca_file) >= sizeof tls_ca)
+		return dg_err_set(err, DG_EINVAL, "the CA file name '%s' is empty or too long",
+				  ca_file ? ca_file : "");
+	f = fopen(ca_file, "r");
+	if (!f)
+		return dg_err_set(err, errno == ENOENT ? DG_ENOTFOUND : DG_EIO,
+				  "cannot read the CA file '%s': %s", ca_file, strerror(errno));
+	n = fread(text, 1, sizeof text - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	if (!strstr(text, "-----BEGIN CERTIFICATE-----")) {
+		dg_err_set(err, DG_EINVAL, "'%s' is not a PEM file of certificates", ca_file);
+		dg_err_hint(err, "give the certificate (PEM) that signed the servers' "
+			    "certificates, or a self-signed server certificate itself");
+		return DG_EINVAL;
+	}
+	snprintf(tls_ca, sizeof tls_ca, "%s", ca_file);
+	atomic_store(&tls_on, true);
+	return DG_OK;
+}
+
+bool dg_http_tls_enabled(void)
+{
+	return atomic_load(&tls_on);
+}
 
 static void global_init(void)
 {
@@ -273,13 +312,19 @@ struct dg_http_client *dg_http_client_new(const char *address, const char *token
 	}
 	const char *rest = address;
 	const char *sep = strstr(address, "://");
+	/* host:port: https when this process uses TLS (dg_http_tls_ca) */
+	bool tls = atomic_load(&tls_on);
 	if (sep) {
-		if ((size_t)(sep - address) != 4 || strncasecmp(address, "http", 4) != 0) {
-			dg_err_set(err, DG_EINVAL, "server address '%s': only http:// is supported",
-				   address);
-			dg_err_hint(err, "write it as host:port or http://host:port");
+		size_t sl = (size_t)(sep - address);
+		if (!((sl == 4 && strncasecmp(address, "http", 4) == 0) ||
+		      (sl == 5 && strncasecmp(address, "https", 5) == 0))) {
+			dg_err_set(err, DG_EINVAL, "server address '%s': only http:// and https:// "
+				   "are supported", address);
+			dg_err_hint(err, "write it as host:port, http://host:port or "
+				    "https://host:port");
 			return NULL;
 		}
+		tls = sl == 5;
 		rest = sep + 3;
 	}
 	size_t n = strlen(rest);
@@ -298,10 +343,11 @@ struct dg_http_client *dg_http_client_new(const char *address, const char *token
 	if (!c)
 		goto oom;
 	c->timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS;
-	c->base = malloc(n + 8);
+	c->base = malloc(n + 9);
 	if (!c->base)
 		goto oom;
-	snprintf(c->base, n + 8, "http://%.*s", (int)n, rest);
+	snprintf(c->base, n + 9, "%s://%.*s", tls ? "https" : "http", (int)n, rest);
+	c->tls = tls;
 	if (token) {
 		size_t tl = strlen(token) + 32;
 		c->auth = malloc(tl);
@@ -326,7 +372,9 @@ struct dg_http_client *dg_http_client_new(const char *address, const char *token
 	curl_easy_setopt(c->h, CURLOPT_HEADERDATA, c);
 	/* Send the path as given: a client testing "/v1/vars/../x" means it. */
 	curl_easy_setopt(c->h, CURLOPT_PATH_AS_IS, 1L);
-	curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, "http");
+	curl_easy_setopt(c->h, CURLOPT_PROTOCOLS_STR, tls ? "https" : "http");
+	if (tls && atomic_load(&tls_on))
+		curl_easy_setopt(c->h, CURLOPT_CAINFO, tls_ca);
 	curl_easy_setopt(c->h, CURLOPT_FOLLOWLOCATION, 0L);
 	return c;
 oom:
@@ -489,6 +537,24 @@ static enum dg_status transport_error_text(struct dg_http_client *c, CURLcode rc
 		return dg_err_set(err, DG_ENOMEM, "%s %s: out of memory in libcurl", method, url);
 	case CURLE_URL_MALFORMAT:
 		return dg_err_set(err, DG_EINVAL, "%s %s: malformed URL: %s", method, url, why);
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CONNECT_ERROR:
+		st = dg_err_set(err, DG_EUNAVAILABLE, "%s %s: TLS failed: %s", method, url, why);
+		dg_err_hint(err, "--ca must hold the certificate that signed the server's, which "
+			    "must name this host (subjectAltName); without --tls-cert a server "
+			    "speaks plain HTTP");
+		return st;
+	case CURLE_GOT_NOTHING:
+	case CURLE_RECV_ERROR:
+	case CURLE_WEIRD_SERVER_REPLY:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		if (c->tls)
+			break;
+		st = dg_err_set(err, DG_EUNAVAILABLE, "%s %s: %s", method, url, why);
+		dg_err_hint(err, "if the server uses TLS (dg server --tls-cert), give --ca FILE "
+			    "(or set DG_CA) to reach it over https");
+		return st;
 	default:
 		break;
 	}
@@ -811,6 +877,9 @@ enum dg_status dg_http_get_into(struct dg_http_client *c, const char *path,
 	if (!c || !res || !into || !path || path[0] != '/' || strpbrk(path, " \t\r\n") ||
 	    n_headers < 0 || (n_headers && !headers))
 		return dg_err_set(err, DG_EINVAL, "bad HTTP request 'GET %s'", path ? path : "");
+	if (c->tls)     /* the caller falls back to a GET through libcurl */
+		return dg_err_set(err, DG_EUNSUPPORTED, "GET %s%s: a body is received in place "
+				  "only over plain HTTP", c->base, path);
 	st = dg_buf_printf(&url, err, "%s%s", c->base, path);
 	if (st == DG_OK)
 		st = dg_http_addr_parse(c->base, &a, err);
@@ -908,6 +977,96 @@ static int from_reply(struct dg_http_client *c, const struct conn *k, char *head
 	return 0;
 }
 
+/* dg_http_put_from over TLS: libcurl sends the body from body as from->more
+ * declares it final (its read callback), since the plain-socket path cannot
+ * speak TLS. The same contract, one copy more (into libcurl's buffer). */
+struct from_rd {
+	const char *body;
+	uint64_t len, *sent;
+	const struct dg_http_from *from;
+	void *ud;
+	bool canceled;
+};
+
+static size_t from_read(char *buf, size_t size, size_t n, void *p)
+{
+	struct from_rd *r = p;
+	uint64_t avail;
+	size_t k;
+
+	if (*r->sent >= r->len)
+		return 0;
+	avail = r->from->more(r->ud, *r->sent);
+	if (avail > r->len)
+		avail = r->len;
+	if (avail <= *r->sent) {
+		r->canceled = true;
+		return CURL_READFUNC_ABORT;
+	}
+	k = avail - *r->sent < size * n ? (size_t)(avail - *r->sent) : size * n;
+	memcpy(buf, r->body + *r->sent, k);
+	*r->sent += k;
+	return k;
+}
+
+static enum dg_status put_from_tls(struct dg_http_client *c, const char *path,
+				   const struct dg_http_header *headers, int n_headers,
+				   const void *body, uint64_t len, const struct dg_http_from *from,
+				   void *ud, struct dg_http_result *res, uint64_t *sent,
+				   struct dg_err *err)
+{
+	struct from_rd r = { .body = body, .len = len, .sent = sent, .from = from, .ud = ud };
+	struct curl_slist *hl = NULL;
+	struct dg_buf url = { 0 };
+	enum dg_status st = dg_buf_printf(&url, err, "%s%s", c->base, path);
+	CURLcode rc;
+
+	if (st == DG_OK)
+		st = build_headers(c, headers, n_headers, true, &hl, err);
+	if (st != DG_OK)
+		goto out;
+	curl_easy_setopt(c->h, CURLOPT_URL, url.data);
+	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c->h, CURLOPT_UPLOAD, 1L);
+	curl_easy_setopt(c->h, CURLOPT_READFUNCTION, from_read);
+	curl_easy_setopt(c->h, CURLOPT_READDATA, &r);
+	curl_easy_setopt(c->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)len);
+	/* a writer may take its time: bound stalls, not the whole upload */
+	curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, 0L);
+	curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_TIME, io_timeout_s(c));
+	c->res = res;
+	c->head = false;
+	c->code = 0;
+	c->oom = false;
+	c->errbuf[0] = '\0';
+	rc = curl_easy_perform(c->h);
+	c->reused = rc == CURLE_OK;
+	if (rc == CURLE_ABORTED_BY_CALLBACK && r.canceled) {
+		st = dg_err_set(err, DG_ECANCELED, "PUT %s: the writer gave up", url.data);
+	} else if (rc != CURLE_OK) {
+		st = transport_error(c, rc, "PUT", url.data, err);
+	} else {
+		long http = 0;
+		curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &http);
+		res->status = (int)http;
+		if (http >= 400)
+			st = http_error(res, "PUT", url.data, err);
+	}
+	curl_easy_setopt(c->h, CURLOPT_UPLOAD, 0L);
+	curl_easy_setopt(c->h, CURLOPT_READFUNCTION, NULL);
+	curl_easy_setopt(c->h, CURLOPT_READDATA, NULL);
+	curl_easy_setopt(c->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)-1);
+	curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_LIMIT, 0L);
+	curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_TIME, 0L);
+	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, NULL);
+	c->res = NULL;
+out:
+	curl_slist_free_all(hl);
+	dg_buf_deinit(&url);
+	return st;
+}
+
 enum dg_status dg_http_put_from(struct dg_http_client *c, const char *path,
 				const struct dg_http_header *headers, int n_headers,
 				const void *body, uint64_t len, const struct dg_http_from *from,
@@ -928,6 +1087,9 @@ enum dg_status dg_http_put_from(struct dg_http_client *c, const char *path,
 	    (len && !body) || len > INT64_MAX)
 		return dg_err_set(err, DG_EINVAL, "bad HTTP request 'PUT %s'", path ? path : "");
 	result_reset(res);
+	if (c->tls)
+		return put_from_tls(c, path, headers, n_headers, body, len, from, ud, res, sent,
+				    err);
 	st = dg_buf_printf(&url, err, "%s%s", c->base, path);
 	if (st == DG_OK)
 		st = dg_http_addr_parse(c->base, &a, err);

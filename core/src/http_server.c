@@ -155,6 +155,7 @@ struct dg_http_server {
 	int listen_dup;                 /* a duplicate, held only while MHD starts */
 	int port;
 	bool v6;                        /* listening on an IPv6 address */
+	bool tls;                       /* HTTPS (MHD_USE_TLS) */
 	char addr[80];                  /* "127.0.0.1:2222" for messages */
 	char name[64];                  /* log prefix, e.g. "ps/0" */
 	struct dg_route *routes;        /* owned: every group's routes, in group order */
@@ -1630,6 +1631,27 @@ struct dg_http_server *dg_http_server_new_groups(const struct dg_http_config *cf
 			 MHD_USE_POLL | MHD_USE_ERROR_LOG | MHD_USE_ITC;
 	if (s->v6)
 		flags |= MHD_USE_IPv6;
+	/* MHD_OPTION_ARRAY: the TLS options only when asked for */
+	struct MHD_OptionItem tls[3] = { { MHD_OPTION_END, 0, NULL } };
+	if (cfg->tls_cert_pem || cfg->tls_key_pem) {
+		if (!cfg->tls_cert_pem || !cfg->tls_key_pem) {
+			dg_err_set(err, DG_EINVAL, "TLS needs both a certificate and its key");
+			goto fail;
+		}
+		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+			dg_err_set(err, DG_EUNSUPPORTED, "this libmicrohttpd was built without "
+				   "TLS");
+			dg_err_hint(err, "install a libmicrohttpd built with GnuTLS (Debian's is)");
+			goto fail;
+		}
+		flags |= MHD_USE_TLS;
+		tls[0] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_KEY, 0,
+						  (void *)cfg->tls_key_pem };
+		tls[1] = (struct MHD_OptionItem){ MHD_OPTION_HTTPS_MEM_CERT, 0,
+						  (void *)cfg->tls_cert_pem };
+		tls[2] = (struct MHD_OptionItem){ MHD_OPTION_END, 0, NULL };
+		s->tls = true;
+	}
 	int rc = pthread_create(&s->reaper, NULL, reaper_main, s);
 	if (rc != 0) {
 		dg_err_set(err, DG_ENOMEM, "cannot start the HTTP server's reaper thread: %s",
@@ -1648,6 +1670,7 @@ struct dg_http_server *dg_http_server_new_groups(const struct dg_http_config *cf
 		MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool,
 		MHD_OPTION_CONNECTION_MEMORY_INCREMENT, READ_INCREMENT(pool),
+		MHD_OPTION_ARRAY, tls,
 		MHD_OPTION_END);
 	if (!s->mhd) {
 		dg_err_set(err, DG_EIO, "cannot start the HTTP server on %s", s->addr);
@@ -1662,8 +1685,8 @@ struct dg_http_server *dg_http_server_new_groups(const struct dg_http_config *cf
 		goto fail;
 	}
 	close(s->listen_dup);           /* MHD owns the socket now */
-	dg_log(DG_LOG_DEBUG, "http", "%s: listening on http://%s (%d routes)", s->name, s->addr,
-	       n_routes);
+	dg_log(DG_LOG_DEBUG, "http", "%s: listening on %s://%s (%d routes)", s->name,
+	       s->tls ? "https" : "http", s->addr, n_routes);
 	return s;
 fail:
 	stop_reaper(s);

@@ -207,8 +207,10 @@ start_small_cluster() {
 }
 
 _start_server() {   # NAME JOB TASK; pid is the caller's associative array
+	# SERVER_EXTRA (an array, may be unset): more options of every server
 	"$DG" server --cluster "$TMP/cluster.json" --job "$2" --task "$3" \
-		--port-file "$TMP/$1.port" 2>"$TMP/$1.log" &
+		--port-file "$TMP/$1.port" ${SERVER_EXTRA[@]+"${SERVER_EXTRA[@]}"} \
+		2>"$TMP/$1.log" &
 	# shellcheck disable=SC2034
 	pid[$1]=$!
 }

@@ -92,6 +92,9 @@ struct dg_http_config {
 						 * max_connections) */
 	const char *server_name;        /* for logs, e.g. "ps/0" */
 	uint64_t epoch;                 /* sent as Dg-Epoch on every response */
+	/* TLS (libmicrohttpd's HTTPS, GnuTLS): the PEM texts of the server's
+	 * certificate (chain) and private key, both or neither; NULL: plain HTTP. */
+	const char *tls_cert_pem, *tls_key_pem;
 };
 
 struct dg_http_server;
@@ -128,9 +131,21 @@ void dg_http_server_free(struct dg_http_server *s);
 
 struct dg_http_client;
 
-/* A client for one server, "host:port" or "http://host:port". token may be
- * NULL. One kept-alive connection, reused across requests; a client object
- * is used by one thread at a time. timeout_ms bounds each request (0 = 300 s). */
+/* TLS for every client this process makes from now on: an address given as
+ * host:port is reached over https and the server's certificate verified
+ * against the PEM file ca_file (and its host against the certificate's
+ * names). Called once at a command's start, before any client exists: a
+ * cluster is served over TLS or not as a whole. DG_ENOTFOUND / DG_EIO when
+ * the file cannot be read, DG_EINVAL when it is not PEM. */
+enum dg_status dg_http_tls_ca(const char *ca_file, struct dg_err *err);
+/* Whether dg_http_tls_ca was called. */
+bool dg_http_tls_enabled(void);
+
+/* A client for one server, "host:port", "http://host:port" (plain, whatever
+ * dg_http_tls_ca said) or "https://host:port" (TLS: verified against
+ * dg_http_tls_ca's file, else the system's CAs). token may be NULL. One
+ * kept-alive connection, reused across requests; a client object is used by
+ * one thread at a time. timeout_ms bounds each request (0 = 300 s). */
 struct dg_http_client *dg_http_client_new(const char *address, const char *token,
 					  long timeout_ms, struct dg_err *err);
 void dg_http_client_free(struct dg_http_client *c);
