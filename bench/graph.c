@@ -823,7 +823,7 @@ static double ov_median(int io_threads, int steps, double *loss)
 	double *ms = malloc((size_t)steps * sizeof *ms);
 	char *frag = ov_fragment("127.0.0.1:9");
 
-	if (!w || !ms || worker_fragment_add(w, frag, strlen(frag), id, sizeof id, NULL, &err))
+	if (!w || !ms || worker_fragment_add(w, frag, strlen(frag), id, sizeof id, NULL, NULL, &err))
 		die("overlap worker: %s", err.msg);
 	for (int i = -10; i < steps; i++) {
 		o.step++;

@@ -71,6 +71,9 @@ static const char usage_text[] =
 	"  --request-timeout S    idle time of a connection, seconds (default 300)\n"
 	"  --port-file F          write the bound port to F once serving (atomic)\n"
 	"  --soft-placement       run ops placed on a missing device (gpu) on the CPU\n"
+	"  --fragment-lease-s N   as a master: the other tasks forget the fragments of\n"
+	"                         its jobs N s after it stopped renewing them (it died);\n"
+	"                         renewed every N/4 s (default 60)\n"
 	"  --threads N            threads of each matrix product (OpenBLAS); default:\n"
 	"                         OpenBLAS's own (OPENBLAS_NUM_THREADS, else every CPU)\n"
 	"  -h, --help             show this help\n"
@@ -84,7 +87,7 @@ struct server_args {
 	const char *tls_cert, *tls_key;
 	int task;                       /* -1: not given */
 	unsigned checkpoint_secs, max_connections, request_timeout_s, threads;
-	unsigned read_timeout_s, per_client;
+	unsigned read_timeout_s, per_client, lease_s;
 	size_t max_body;
 	uint64_t rendezvous_max_mb;     /* 0: the default */
 	bool soft_placement;
@@ -95,7 +98,7 @@ enum {
 	OPT_CLUSTER = 256, OPT_JOB, OPT_TASK, OPT_DATA_DIR, OPT_TOKEN_FILE, OPT_BIND,
 	OPT_CHECKPOINT, OPT_MAX_BODY, OPT_MAX_CONN, OPT_REQ_TIMEOUT, OPT_PORT_FILE,
 	OPT_SOFT_PLACEMENT, OPT_THREADS, OPT_RV_MAX_MB, OPT_READ_TIMEOUT, OPT_PER_CLIENT,
-	OPT_DURABILITY, OPT_TLS_CERT, OPT_TLS_KEY,
+	OPT_DURABILITY, OPT_TLS_CERT, OPT_TLS_KEY, OPT_LEASE,
 };
 
 static const struct option long_opts[] = {
@@ -108,6 +111,7 @@ static const struct option long_opts[] = {
 	{ "checkpoint-secs", required_argument, NULL, OPT_CHECKPOINT },
 	{ "durability", required_argument, NULL, OPT_DURABILITY },
 	{ "tls-cert", required_argument, NULL, OPT_TLS_CERT },
+	{ "fragment-lease-s", required_argument, NULL, OPT_LEASE },
 	{ "tls-key", required_argument, NULL, OPT_TLS_KEY },
 	{ "max-body", required_argument, NULL, OPT_MAX_BODY },
 	{ "max-connections", required_argument, NULL, OPT_MAX_CONN },
@@ -187,6 +191,11 @@ static int parse_args(int argc, char **argv, struct server_args *a)
 				return cli_usage(cmd, "--durability: %s (%s)", e.msg, e.hint);
 			break;
 		}
+		case OPT_LEASE:
+			if ((rc = num_arg(cmd, "--fragment-lease-s", false, 1, 86400, &v)) >= 0)
+				return rc;
+			a->lease_s = (unsigned)v;
+			break;
 		case OPT_CHECKPOINT:
 			if ((rc = num_arg(cmd, "--checkpoint-secs", false, 1, 86400, &v)) >= 0)
 				return rc;
@@ -412,7 +421,7 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 	};
 	struct master_config mc = {
 		.cluster = t->cluster, .job = t->job, .task = t->index, .token = token,
-		.soft_placement = a->soft_placement,
+		.soft_placement = a->soft_placement, .fragment_lease_ms = (int64_t)a->lease_s * 1000,
 	};
 	struct dg_err err = { 0 };
 	struct worker *wk = worker_new(&wc, &err);

@@ -38,6 +38,13 @@ struct master {
 	atomic_uint_fast64_t step_counter;
 	bool closing;
 	int n_threads;                      /* job threads running (detached) */
+	/* The lease of fragments on other tasks, renewed by a thread of its own
+	 * every lease_ms / 4 (doc/faults.md: a dead master leaves nothing). */
+	struct mtask_lease lease;
+	pthread_mutex_t ren_mu;
+	pthread_cond_t ren_cv;
+	bool ren_quit, ren_started;
+	pthread_t renewer;
 };
 
 /* This task's index in cluster->tasks, or -1. */

@@ -7,9 +7,11 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dg/buf.h"
 #include "dg/clock.h"
+#include "dg/log.h"
 #include "dg/codec.h"
 #include "dg/wire.h"
 #include "internal.h"
@@ -176,6 +178,33 @@ static const struct dg_route master_routes[] = {
 
 /* The task interface of every cluster task: this one's own, the others
  * remote. */
+/* Every lease_ms / 4: renew the fragments this master registered on each
+ * other task (one request per task that holds any). A task that does not
+ * answer is tried again next time; its fragments outlive a few misses. */
+static void *renew_main(void *arg)
+{
+	struct master *m = arg;
+
+	pthread_mutex_lock(&m->ren_mu);
+	while (!m->ren_quit) {
+		struct timespec dl = dg_deadline_timespec(dg_deadline_in_ms(m->lease.lease_ms / 4));
+		pthread_cond_timedwait(&m->ren_cv, &m->ren_mu, &dl);
+		if (m->ren_quit)
+			break;
+		pthread_mutex_unlock(&m->ren_mu);
+		for (int t = 0; t < m->cluster->n_tasks; t++) {
+			struct dg_err e = { 0 };
+			if (m->tasks[t] && m->tasks[t]->ops->renew &&
+			    m->tasks[t]->ops->renew(m->tasks[t], &e) != DG_OK)
+				dg_log(DG_LOG_DEBUG, "master", "renewing the fragments on %s: %s",
+				       m->cluster->tasks[t].address, e.msg);
+		}
+		pthread_mutex_lock(&m->ren_mu);
+	}
+	pthread_mutex_unlock(&m->ren_mu);
+	return NULL;
+}
+
 static enum dg_status tasks_new(struct master *m, struct dg_err *err)
 {
 	int self = master_self(m);
@@ -190,7 +219,7 @@ static enum dg_status tasks_new(struct master *m, struct dg_err *err)
 		if (t == self)
 			continue;
 		m->tasks[t] = mtask_remote_new(m->cluster, t, m->token,
-					       self >= 0 ? m->tasks[self] : NULL, err);
+					       self >= 0 ? m->tasks[self] : NULL, &m->lease, err);
 		if (!m->tasks[t])
 			return err ? err->code : DG_ENOMEM;
 	}
@@ -228,6 +257,15 @@ struct master *master_new(const struct master_config *cfg, struct worker *w,
 	m->step_base = (r & 0x3fffff0000000000ull) | ((uint64_t)1 << 62);
 	pthread_mutex_init(&m->mu, NULL);
 	dg_cond_init_mono(&m->cv);      /* its timed waits take monotonic deadlines */
+	pthread_mutex_init(&m->ren_mu, NULL);
+	dg_cond_init_mono(&m->ren_cv);
+	/* the owner names this run of this master: a restarted one renews
+	 * nothing of its predecessor's */
+	m->lease.lease_ms = cfg->fragment_lease_ms > 0 ? cfg->fragment_lease_ms :
+			    MASTER_FRAGMENT_LEASE_MS;
+	int self = master_self(m);
+	snprintf(m->lease.owner, sizeof m->lease.owner, "%s/%016" PRIx64,
+		 self >= 0 ? m->cluster->tasks[self].address : "master", r ^ (uint64_t)getpid());
 	m->group = (struct dg_route_group){ master_routes,
 					    (int)(sizeof master_routes / sizeof master_routes[0]),
 					    m };
@@ -235,6 +273,12 @@ struct master *master_new(const struct master_config *cfg, struct worker *w,
 		master_free(m);
 		return NULL;
 	}
+	if (pthread_create(&m->renewer, NULL, renew_main, m) != 0) {
+		dg_err_set(err, DG_ENOMEM, "cannot start the master's lease renewer");
+		master_free(m);
+		return NULL;
+	}
+	m->ren_started = true;
 	return m;
 }
 
@@ -247,12 +291,20 @@ void master_free(struct master *m)
 {
 	if (!m)
 		return;
+	pthread_mutex_lock(&m->ren_mu);
+	m->ren_quit = true;
+	pthread_cond_broadcast(&m->ren_cv);
+	pthread_mutex_unlock(&m->ren_mu);
+	if (m->ren_started)
+		pthread_join(m->renewer, NULL);
 	master_jobs_free(m);
 	for (int t = 0; m->tasks && t < m->cluster->n_tasks; t++)
 		mtask_free(m->tasks[t]);
 	free(m->tasks);
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
+	pthread_cond_destroy(&m->ren_cv);
+	pthread_mutex_destroy(&m->ren_mu);
 	free(m->jobs);
 	free(m->job);
 	free(m->token);

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "dg/rendezvous.h"
@@ -230,6 +231,8 @@ struct mtask_conn {
 struct remote_task {
 	struct task_common c;
 	struct mtask *home;             /* borrowed: the master's own task, or NULL */
+	const struct mtask_lease *lease;    /* borrowed, or NULL: fragments kept for good */
+	atomic_bool holds;              /* a leased fragment was registered here */
 };
 
 /* Deliver what a one-step run carried back (dg/task_client.h) into the home
@@ -265,7 +268,27 @@ static enum dg_status remote_fragment_add(struct mtask *t, const json_t *doc, ch
 		*lost = false;
 	if (!c)
 		return err ? err->code : DG_ENOMEM;
-	st = dg_task_fragment_add(c, doc, id, lost, err);
+	const struct mtask_lease *l = ((struct remote_task *)t)->lease;
+	st = dg_task_fragment_add(c, doc, id, lost, l ? l->owner : NULL, l ? l->lease_ms : 0, err);
+	if (st == DG_OK && l)
+		atomic_store(&((struct remote_task *)t)->holds, true);
+	dg_http_client_free(c);
+	return st;
+}
+
+static enum dg_status remote_renew(struct mtask *t, struct dg_err *err)
+{
+	struct remote_task *r = (struct remote_task *)t;
+	struct dg_http_client *c;
+	enum dg_status st;
+
+	if (!r->lease || !atomic_load(&r->holds))
+		return DG_OK;
+	/* within a renewal period: a stuck task must not delay the others' */
+	long ms = (long)(r->lease->lease_ms / 4);
+	if (!(c = client_for(t, ms < 100 ? 100 : ms > 5000 ? 5000 : ms, err)))
+		return err ? err->code : DG_ENOMEM;
+	st = dg_task_fragments_renew(c, r->lease->owner, NULL, err);
 	dg_http_client_free(c);
 	return st;
 }
@@ -377,10 +400,12 @@ static const struct mtask_ops remote_ops = {
 	.health = http_health,
 	.conn_free = remote_conn_free,
 	.free = common_free,
+	.renew = remote_renew,
 };
 
 struct mtask *mtask_remote_new(const struct dg_cluster *cl, int index, const char *token,
-			       struct mtask *home, struct dg_err *err)
+			       struct mtask *home, const struct mtask_lease *lease,
+			       struct dg_err *err)
 {
 	struct remote_task *t = calloc(1, sizeof *t);
 
@@ -390,6 +415,7 @@ struct mtask *mtask_remote_new(const struct dg_cluster *cl, int index, const cha
 	}
 	t->c.base.ops = &remote_ops;
 	t->home = home && home->local ? home : NULL;
+	t->lease = lease;
 	if (common_init(&t->c, cl, index, token, err) != DG_OK) {
 		common_free(&t->c.base);
 		return NULL;

@@ -23,6 +23,13 @@ struct mtask_conn;
 
 /* Every op may fail with *err set; "lost" (may be NULL) as in
  * dg/task_client.h: the failure means the task itself is gone. */
+/* The lease of the fragments a master registers on other tasks (worker/
+ * executor.h): its owner string and period. Borrowed by the remote tasks. */
+struct mtask_lease {
+	char owner[128];                /* "host:port/nonce" of this master's run */
+	int64_t lease_ms;
+};
+
 struct mtask_ops {
 	/* Register the fragment doc (borrowed); id gets DG_FRAGMENT_ID_MAX bytes. */
 	enum dg_status (*fragment_add)(struct mtask *t, const json_t *doc, char *id, bool *lost,
@@ -54,6 +61,9 @@ struct mtask_ops {
 				 struct dg_err *err);
 	void (*conn_free)(struct mtask_conn *c);
 	void (*free)(struct mtask *t);
+	/* Renew the leases of the fragments registered there (NULL: the
+	 * master's own task, which dies with it). */
+	enum dg_status (*renew)(struct mtask *t, struct dg_err *err);
 };
 
 struct mtask {
@@ -90,7 +100,8 @@ struct mtask *mtask_local_new(const struct dg_cluster *cl, int index, struct wor
  * tensors the run carries back (dg/task_client.h) are put into its
  * rendezvous before run returns. */
 struct mtask *mtask_remote_new(const struct dg_cluster *cl, int index, const char *token,
-			       struct mtask *home, struct dg_err *err);
+			       struct mtask *home, const struct mtask_lease *lease,
+			       struct dg_err *err);
 
 static inline void mtask_free(struct mtask *t)
 {

@@ -39,6 +39,9 @@ struct fragment {
 	struct fragment *next;
 	struct worker *w;               /* for the cached-bytes gauge */
 	char id[24];
+	char owner[WORKER_OWNER_MAX];   /* the lease's, "" without one */
+	int64_t lease_ms;               /* 0: kept until removed */
+	double touched_ms;              /* monotonic: registered, run or renewed; under w->mu */
 	struct dg_graph *g;             /* owned */
 	int refs;                       /* the registry's + one per running step; under w->mu */
 	/* The plan: output k of node v is value base[v] + k. */
@@ -131,6 +134,12 @@ struct worker {
 	uint64_t next_id;
 	struct pooled *pool;            /* under mu */
 	atomic_bool stopping;
+	/* The janitor: forgets fragments whose lease ran out (started with the
+	 * first leased fragment). */
+	pthread_cond_t jan_cv;          /* under mu */
+	pthread_t janitor;
+	bool jan_started, jan_quit;
+	atomic_uint_fast64_t frags_expired;
 	/* The I/O pool: threads started on demand, at most io_max. */
 	pthread_mutex_t io_mu;
 	pthread_cond_t io_cv;
@@ -208,6 +217,7 @@ struct worker *worker_new(const struct worker_config *cfg, struct dg_err *err)
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_mutex_init(&w->io_mu, NULL);
 	pthread_cond_init(&w->io_cv, NULL);
+	dg_cond_init_mono(&w->jan_cv);
 	atomic_init(&w->stopping, false);
 	w->group = (struct dg_route_group){ worker_routes, worker_n_routes, w };
 	return w;
@@ -293,6 +303,13 @@ void worker_free(struct worker *w)
 	pthread_mutex_unlock(&w->io_mu);
 	for (int i = 0; i < w->io_n; i++)
 		pthread_join(w->io_threads[i], NULL);
+	pthread_mutex_lock(&w->mu);
+	w->jan_quit = true;
+	pthread_cond_broadcast(&w->jan_cv);
+	pthread_mutex_unlock(&w->mu);
+	if (w->jan_started)
+		pthread_join(w->janitor, NULL);
+	pthread_cond_destroy(&w->jan_cv);
 	for (struct fragment *f = w->frags, *next; f; f = next) {
 		next = f->next;
 		fragment_free(f);
@@ -660,17 +677,118 @@ static enum dg_status plan_carry(struct fragment *f, struct dg_err *err)
 	return DG_OK;
 }
 
+static enum dg_status lease_check(const struct worker_lease *l, struct dg_err *err)
+{
+	size_t n = l->owner ? strlen(l->owner) : 0;
+
+	if (n == 0 || n >= WORKER_OWNER_MAX)
+		return dg_err_set(err, DG_EINVAL, "a fragment's lease needs an owner of 1..%d "
+				  "bytes", WORKER_OWNER_MAX - 1);
+	for (size_t i = 0; i < n; i++)
+		if (l->owner[i] <= ' ' || l->owner[i] > '~')
+			return dg_err_set(err, DG_EINVAL, "a fragment lease's owner has a blank or "
+					  "a non-printable byte");
+	if (l->lease_ms < WORKER_LEASE_MIN_MS || l->lease_ms > WORKER_LEASE_MAX_MS)
+		return dg_err_set(err, DG_EINVAL, "lease_ms=%" PRId64 " is out of %d..%d",
+				  l->lease_ms, WORKER_LEASE_MIN_MS, WORKER_LEASE_MAX_MS);
+	return DG_OK;
+}
+
+/* The janitor's sweep, under mu: fragments whose lease ran out and that no
+ * step is running (refs 1) are unlinked onto *gone. */
+static void lease_sweep(struct worker *w, double now, struct fragment **gone)
+{
+	for (struct fragment **pp = &w->frags; *pp;) {
+		struct fragment *f = *pp;
+		if (f->lease_ms && f->refs == 1 && now - f->touched_ms > (double)f->lease_ms) {
+			*pp = f->next;
+			w->n_frags--;
+			f->next = *gone;
+			*gone = f;
+		} else {
+			pp = &f->next;
+		}
+	}
+}
+
+/* Four sweeps per shortest lease, at most one a second, at least one every
+ * 25 ms. */
+static void *janitor_main(void *arg)
+{
+	struct worker *w = arg;
+
+	double last = dg_mono_ms();
+
+	pthread_mutex_lock(&w->mu);
+	while (!w->jan_quit) {
+		int64_t period = 1000;
+		for (struct fragment *f = w->frags; f; f = f->next)
+			if (f->lease_ms && f->lease_ms / 4 < period)
+				period = f->lease_ms / 4 > 25 ? f->lease_ms / 4 : 25;
+		struct timespec dl = dg_deadline_timespec(dg_deadline_in_ms(period));
+		pthread_cond_timedwait(&w->jan_cv, &w->mu, &dl);
+		if (w->jan_quit)
+			break;
+		struct fragment *gone = NULL;
+		double now = dg_mono_ms();
+		/* Woken a whole period late: this process was stopped or starved
+		 * (SIGSTOP, a VM pause), not its masters silent. Renewals could not
+		 * reach it either: a fresh start for every lease. */
+		if (now - last > 2.0 * (double)period + 1000) {
+			dg_log(DG_LOG_INFO, "worker", "%s/%d: the fragment janitor was held up "
+			       "%.0f ms: every lease starts again", w->job, w->task, now - last);
+			for (struct fragment *f = w->frags; f; f = f->next)
+				f->touched_ms = now;
+		}
+		last = now;
+		lease_sweep(w, now, &gone);
+		pthread_mutex_unlock(&w->mu);
+		while (gone) {
+			struct fragment *f = gone;
+			gone = f->next;
+			dg_log(DG_LOG_WARN, "worker", "%s/%d: fragment %s expired: its master %s did "
+			       "not renew it within %" PRId64 " ms; forgotten with %" PRIu64
+			       " cached bytes", w->job, w->task, f->id, f->owner, f->lease_ms,
+			       (uint64_t)f->cached_bytes);
+			atomic_fetch_add(&w->frags_expired, 1);
+			fragment_free(f);       /* refs was 1: the registry's */
+		}
+		pthread_mutex_lock(&w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+/* Under mu. */
+static enum dg_status janitor_start(struct worker *w, struct dg_err *err)
+{
+	if (pthread_create(&w->janitor, NULL, janitor_main, w) != 0)
+		return dg_err_set(err, DG_ENOMEM, "cannot start the fragment janitor of %s/%d",
+				  w->job, w->task);
+	w->jan_started = true;
+	return DG_OK;
+}
+
 /* Register the fragment of graph g (owned; NULL: it failed to parse, with
  * *err set). */
 static enum dg_status fragment_register(struct worker *w, struct dg_graph *g, char *id,
-					size_t id_len, int *n_nodes, struct dg_err *err)
+					size_t id_len, int *n_nodes, const struct worker_lease *lease,
+					struct dg_err *err)
 {
-	struct fragment *f = calloc(1, sizeof *f);
+	struct fragment *f;
 	enum dg_status st = DG_OK;
 
-	if (!f) {
+	if (lease && (st = lease_check(lease, err)) != DG_OK) {
+		dg_graph_free(g);
+		return st;
+	}
+	if (!(f = calloc(1, sizeof *f))) {
 		dg_graph_free(g);
 		return dg_err_set(err, DG_ENOMEM, "out of memory registering a fragment");
+	}
+	if (lease) {
+		snprintf(f->owner, sizeof f->owner, "%s", lease->owner);
+		f->lease_ms = lease->lease_ms;
 	}
 	pthread_mutex_init(&f->cache_mu, NULL);
 	f->w = w;
@@ -695,6 +813,11 @@ static enum dg_status fragment_register(struct worker *w, struct dg_graph *g, ch
 	} else {
 		snprintf(f->id, sizeof f->id, "f%" PRIu64, ++w->next_id);
 		f->refs = 1;
+		f->touched_ms = dg_mono_ms();
+		if (f->lease_ms && !w->jan_started && janitor_start(w, err) != DG_OK)
+			st = err->code;
+	}
+	if (st == DG_OK) {
 		f->next = w->frags;
 		w->frags = f;
 		w->n_frags++;
@@ -709,11 +832,12 @@ static enum dg_status fragment_register(struct worker *w, struct dg_graph *g, ch
 }
 
 enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t len, char *id,
-				   size_t id_len, int *n_nodes, struct dg_err *err)
+				   size_t id_len, int *n_nodes, const struct worker_lease *lease,
+				   struct dg_err *err)
 {
 	struct dg_graph *g = dg_graph_parse(json ? json : "", json ? len : 0, worker_op_find, err);
 
-	return fragment_register(w, g, id, id_len, n_nodes, err);
+	return fragment_register(w, g, id, id_len, n_nodes, lease, err);
 }
 
 enum dg_status worker_fragment_add_doc(struct worker *w, json_t *doc, char *id, size_t id_len,
@@ -721,7 +845,23 @@ enum dg_status worker_fragment_add_doc(struct worker *w, json_t *doc, char *id, 
 {
 	struct dg_graph *g = dg_graph_from_json(doc, worker_op_find, err);
 
-	return fragment_register(w, g, id, id_len, n_nodes, err);
+	return fragment_register(w, g, id, id_len, n_nodes, NULL, err);
+}
+
+int worker_fragments_renew(struct worker *w, const char *owner)
+{
+	double now = dg_mono_ms();
+	int n = 0;
+
+	pthread_mutex_lock(&w->mu);
+	for (struct fragment *f = w->frags; f; f = f->next) {
+		if (f->lease_ms && strcmp(f->owner, owner) == 0) {
+			f->touched_ms = now;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&w->mu);
+	return n;
 }
 
 /* Under mu: drop one reference; the last frees (outside the lock is not
@@ -1847,8 +1987,10 @@ static struct fragment *fragment_get(struct worker *w, const char *id)
 	for (f = w->frags; f; f = f->next)
 		if (strcmp(f->id, id) == 0)
 			break;
-	if (f)
+	if (f) {
 		f->refs++;
+		f->touched_ms = dg_mono_ms();   /* a run renews the lease */
+	}
 	pthread_mutex_unlock(&w->mu);
 	return f;
 }
@@ -2262,7 +2404,11 @@ enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 		"# HELP dg_worker_queue_acks_failed_total Queue acks sent after their step that "
 		"found their lease gone (its examples are learned twice).\n"
 		"# TYPE dg_worker_queue_acks_failed_total counter\n"
-		"dg_worker_queue_acks_failed_total %" PRIu64 "\n",
+		"dg_worker_queue_acks_failed_total %" PRIu64 "\n"
+		"# HELP dg_worker_fragments_expired_total Fragments forgotten because their "
+		"master did not renew their lease (it died).\n"
+		"# TYPE dg_worker_fragments_expired_total counter\n"
+		"dg_worker_fragments_expired_total %" PRIu64 "\n",
 		(uint64_t)atomic_load(&w->steps_ok), (uint64_t)atomic_load(&w->steps_failed),
 		(uint64_t)atomic_load(&w->nodes_run), (double)atomic_load(&w->step_us) * 1e-6,
 		n_frags, (uint64_t)atomic_load(&w->cached_bytes), io_n,
@@ -2274,5 +2420,5 @@ enum dg_status worker_metrics(void *vw, struct dg_buf *out, struct dg_err *err)
 		dg_rendezvous_expired(w->rv),
 		(uint64_t)atomic_load(&w->ps_bytes[0][0]), (uint64_t)atomic_load(&w->ps_bytes[0][1]),
 		(uint64_t)atomic_load(&w->ps_bytes[1][0]), (uint64_t)atomic_load(&w->ps_bytes[1][1]),
-		(uint64_t)atomic_load(&w->acks_late));
+		(uint64_t)atomic_load(&w->acks_late), (uint64_t)atomic_load(&w->frags_expired));
 }

@@ -52,11 +52,35 @@ static enum dg_status h_fragment_add(void *vc, struct dg_http_req *r, struct dg_
 	const char *body = dg_http_body(r, &len);
 	char id[24];
 	int n = 0;
-	enum dg_status st = worker_fragment_add(vc, body, body ? len : 0, id, sizeof id, &n, err);
+	const char *owner = dg_http_query(r, "owner"), *lease_s = dg_http_query(r, "lease_ms");
+	uint64_t lease_ms = 0;
+	enum dg_status st = DG_OK;
 
+	/* ?owner=O&lease_ms=L: forgotten unless O renews it within L ms */
+	if (!owner != !lease_s)
+		return dg_err_set(err, DG_EINVAL, "a fragment lease needs both owner and lease_ms");
+	if (lease_s)
+		st = parse_u64("lease_ms", lease_s, &lease_ms, err);
+	const struct worker_lease lease = { owner, lease_ms > INT64_MAX ? INT64_MAX :
+					    (int64_t)lease_ms };
+	if (st == DG_OK)
+		st = worker_fragment_add(vc, body, body ? len : 0, id, sizeof id, &n,
+					 owner ? &lease : NULL, err);
 	if (st != DG_OK)
 		return st;
 	return reply_json(w, 201, json_pack("{s:s, s:i}", "id", id, "nodes", n), err);
+}
+
+static enum dg_status h_fragments_renew(void *vc, struct dg_http_req *r,
+					struct dg_http_resp *w, struct dg_err *err)
+{
+	const char *owner = dg_http_query(r, "owner");
+
+	if (!owner || !*owner)
+		return dg_err_set(err, DG_EINVAL, "renew needs ?owner=O (the owner the fragments "
+				  "were registered with)");
+	return reply_json(w, 200, json_pack("{s:i}", "renewed", worker_fragments_renew(vc, owner)),
+			  err);
 }
 
 static enum dg_status h_fragment_delete(void *vc, struct dg_http_req *r,
@@ -290,7 +314,10 @@ static enum dg_status h_step_abort(void *vc, struct dg_http_req *r, struct dg_ht
 }
 
 const struct dg_route worker_routes[] = {
-	{ "POST", "/v1/fragments", h_fragment_add, "register a fragment (graph JSON)" },
+	{ "POST", "/v1/fragments", h_fragment_add,
+	  "register a fragment (graph JSON; ?owner=O&lease_ms=L: forgotten unless renewed)" },
+	{ "POST", "/v1/fragments/renew", h_fragments_renew,
+	  "renew the lease of every fragment of ?owner=O" },
 	{ "POST", "/v1/fragments/{id}/run", h_fragment_run,
 	  "run a fragment for a step (or \"steps\" steps, collecting values)" },
 	{ "DELETE", "/v1/fragments/{id}", h_fragment_delete, "forget a fragment" },

@@ -43,12 +43,30 @@ static json_t *reply_json(struct dg_http_client *c, const char *what,
 	return j;
 }
 
+/* "/v1/fragments[/renew]?owner=O[&lease_ms=L]" into path. */
+static enum dg_status lease_path(struct dg_buf *path, const char *base, const char *owner,
+				 int64_t lease_ms, struct dg_err *err)
+{
+	enum dg_status st = dg_buf_printf(path, err, "%s", base);
+
+	if (st == DG_OK && owner) {
+		st = dg_buf_printf(path, err, "?owner=");
+		if (st == DG_OK)
+			st = dg_http_escape_path(owner, path, err);
+		if (st == DG_OK && lease_ms > 0)
+			st = dg_buf_printf(path, err, "&lease_ms=%" PRId64, lease_ms);
+	}
+	return st;
+}
+
 enum dg_status dg_task_fragment_add(struct dg_http_client *c, const json_t *doc, char *id,
-				    bool *lost, struct dg_err *err)
+				    bool *lost, const char *owner, int64_t lease_ms,
+				    struct dg_err *err)
 {
 	static const struct dg_http_header h[] = { { "Content-Type", "application/json" } };
 	char *text = json_dumps(doc, JSON_COMPACT);
 	struct dg_http_result res;
+	struct dg_buf path = { 0 };
 	json_t *reply = NULL;
 	enum dg_status st;
 
@@ -57,7 +75,9 @@ enum dg_status dg_task_fragment_add(struct dg_http_client *c, const json_t *doc,
 	if (!text)
 		return dg_err_set(err, DG_ENOMEM, "out of memory encoding a fragment");
 	dg_http_result_init(&res);
-	st = dg_http_request(c, "POST", "/v1/fragments", h, 1, text, strlen(text), &res, err);
+	st = lease_path(&path, "/v1/fragments", owner, lease_ms, err);
+	if (st == DG_OK)
+		st = dg_http_request(c, "POST", path.data, h, 1, text, strlen(text), &res, err);
 	if (lost)
 		*lost = is_lost(st, &res, err);
 	if (st == DG_OK && (reply = reply_json(c, "POST /v1/fragments", &res, err)) == NULL)
@@ -69,7 +89,29 @@ enum dg_status dg_task_fragment_add(struct dg_http_client *c, const json_t *doc,
 		snprintf(id, DG_FRAGMENT_ID_MAX, "%s", s);
 	json_decref(reply);
 	dg_http_result_deinit(&res);
+	dg_buf_deinit(&path);
 	free(text);
+	return st;
+}
+
+enum dg_status dg_task_fragments_renew(struct dg_http_client *c, const char *owner,
+				       int64_t *renewed, struct dg_err *err)
+{
+	struct dg_http_result res;
+	struct dg_buf path = { 0 };
+	json_t *reply = NULL;
+	enum dg_status st = lease_path(&path, "/v1/fragments/renew", owner, 0, err);
+
+	dg_http_result_init(&res);
+	if (st == DG_OK)
+		st = dg_http_request(c, "POST", path.data, NULL, 0, NULL, 0, &res, err);
+	if (st == DG_OK && (reply = reply_json(c, "POST /v1/fragments/renew", &res, err)) == NULL)
+		st = DG_EINVAL;
+	if (st == DG_OK && renewed)
+		*renewed = json_integer_value(json_object_get(reply, "renewed"));
+	json_decref(reply);
+	dg_http_result_deinit(&res);
+	dg_buf_deinit(&path);
 	return st;
 }
 

@@ -390,4 +390,67 @@ rc=0
 check "the servers stop without sanitizer reports" \
 	'! grep -qE "Sanitizer|runtime error:" "$TMP"/ps.log "$TMP"/w0.log "$TMP"/w2.log'
 
+# --- a master that dies leaves nothing behind: fragment leases -------------------------
+# A cluster whose master renews its fragments' leases every 0.5 s (2 s leases).
+read -r q0 q1 q2 < <(free_ports 3)
+printf '{"ps": ["127.0.0.1:%s"], "worker": ["127.0.0.1:%s", "127.0.0.1:%s"]}\n' \
+	"$q0" "$q1" "$q2" >"$TMP/cluster.json"
+SERVER_EXTRA=(--fragment-lease-s 2)
+_start_server lps ps 0
+_start_server lw0 worker 0
+_start_server lw1 worker 1
+for name in lps lw0 lw1; do
+	wait_port "$TMP/$name.port" >/dev/null || echo "# $name did not start: $(cat "$TMP/$name.log")"
+done
+W1=http://127.0.0.1:$q2
+wmetric() { curl -s "$W1/v1/metrics" | awk -v m="$1" '$1 == m { print $2 }'; }
+rc=0
+before="$(wmetric dg_worker_fragments) $(wmetric dg_worker_cached_bytes)"
+"$DG" submit "$TMP/retry.json" "${C[@]}" >"$TMP/rout" 2>"$TMP/rerr" &
+spid=$!
+wait_replica_steps 100
+sleep 3         # past a whole lease with the master alive: nothing may expire
+check "with its master alive, a job's fragments outlive their 2 s lease on worker/1" \
+	'[[ $(wmetric dg_worker_fragments) -ge 1 && $(wmetric dg_worker_fragments_expired_total) == 0 ]] &&
+	 kill -0 $spid'
+kill -KILL "${pid[lw0]}"
+wait "${pid[lw0]}" 2>/dev/null || true
+unset "pid[lw0]"
+wait "$spid" 2>/dev/null || true      # dg submit fails: its master is gone
+spid=
+gone=false
+for ((i = 0; i < 100; i++)); do
+	[[ "$(wmetric dg_worker_fragments) $(wmetric dg_worker_cached_bytes)" == "$before" &&
+	   $(wmetric dg_worker_rendezvous_bytes) == 0 ]] && { gone=true; break; }
+	sleep 0.1
+done
+check "the master killed: worker/1 forgets its fragments and cached tensors within 10 s ($before)" \
+	'$gone && [[ $(wmetric dg_worker_fragments_expired_total) -ge 1 ]]'
+check "worker/1 logs why" 'grep -q "did not renew it within 2000 ms" "$TMP/lw1.log"'
+# The lease at the HTTP level: renewed, kept; not renewed, forgotten; bad ones refused.
+frag='{"version": 1, "nodes": [{"name": "c", "op": "Const", "attrs": {"value": 1.0}}]}'
+fid=$(curl -s -X POST -H 'Content-Type: application/json' --data "$frag" \
+	"$W1/v1/fragments?owner=test-owner&lease_ms=600" | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+for ((i = 0; i < 10; i++)); do
+	curl -s -X POST "$W1/v1/fragments/renew?owner=test-owner" >"$TMP/renew"
+	sleep 0.15
+done
+check "a fragment renewed every 0.15 s outlives its 0.6 s lease" \
+	'grep -q "\"renewed\": *1" "$TMP/renew" &&
+	 [[ $(curl -s -o /dev/null -w "%{http_code}" -X DELETE "$W1/v1/fragments/$fid") == 204 ]]'
+fid=$(curl -s -X POST -H 'Content-Type: application/json' --data "$frag" \
+	"$W1/v1/fragments?owner=test-owner&lease_ms=300" | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+sleep 1.5
+check "one not renewed is gone after its lease" \
+	'[[ $(curl -s -o /dev/null -w "%{http_code}" -X DELETE "$W1/v1/fragments/$fid") == 404 ]]'
+check "a lease of 5 ms, or an owner without lease_ms, is a 400" \
+	'[[ $(curl -s -o /dev/null -w "%{http_code}" -X POST --data "$frag" \
+		"$W1/v1/fragments?owner=o&lease_ms=5") == 400 &&
+	   $(curl -s -o /dev/null -w "%{http_code}" -X POST --data "$frag" \
+		"$W1/v1/fragments?owner=o") == 400 ]]'
+kill_wait "${pid[@]}"
+pid=()
+check "the lease cluster stops without sanitizer reports" \
+	'! grep -qE "Sanitizer|runtime error:" "$TMP"/lps.log "$TMP"/lw1.log'
+
 summary

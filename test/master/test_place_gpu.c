@@ -87,7 +87,7 @@ static void run_mlp(const char *dev, bool has_gpu, struct mlp_run *res)
 		res->gpu_nodes += json_object_get(n, "device") != NULL;
 	char *text = json_dumps(part.frags[0].doc, JSON_COMPACT);
 	cr_assert_not_null(text);
-	cr_assert_eq(worker_fragment_add(w, text, strlen(text), id, sizeof id, NULL, &err),
+	cr_assert_eq(worker_fragment_add(w, text, strlen(text), id, sizeof id, NULL, NULL, &err),
 		     DG_OK, "%s", err.msg);
 	free(text);
 	struct dg_rendezvous *rv = worker_rendezvous(w);

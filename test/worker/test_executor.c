@@ -1207,7 +1207,7 @@ Test(executor, io_pool_gives_the_results_of_the_sequential_run)
 	four_vars_fragment(f, sizeof f, "pool", addr[0]);
 	add_fragment(0, f, id, sizeof id);
 	four_vars_fragment(f, sizeof f, "seq", "127.0.0.1:9");
-	cr_assert_eq(worker_fragment_add(seq, f, strlen(f), id2, sizeof id2, NULL, &err), DG_OK,
+	cr_assert_eq(worker_fragment_add(seq, f, strlen(f), id2, sizeof id2, NULL, NULL, &err), DG_OK,
 		     "%s", err.msg);
 	struct worker_run_opts o = { .step = 8200, .steps = 3, .train_step = 0,
 				     .collect = keys, .n_collect = 4 };
@@ -1391,7 +1391,7 @@ Test(executor, a_queued_apply_of_a_failed_step_does_not_reach_the_ps)
 		 " \"dtype\": \"float32\", \"shape\": [-1]}},"
 		 "{\"name\": \"y1\", \"op\": \"Reshape\", \"inputs\": [\"in\"],"
 		 " \"attrs\": {\"shape\": [3]}}]}", addr[1], var_step("qw") + 100, addr[1]);
-	cr_assert_eq(worker_fragment_add(w1, f, strlen(f), id, sizeof id, NULL, &err), DG_OK,
+	cr_assert_eq(worker_fragment_add(w1, f, strlen(f), id, sizeof id, NULL, NULL, &err), DG_OK,
 		     "%s", err.msg);
 	cr_assert_eq(dg_rendezvous_put(worker_rendezvous(w1), 8600, "in", t, &err), DG_OK);
 	struct worker_run_opts o = { .step = 8600, .steps = 1, .train_step = 1,

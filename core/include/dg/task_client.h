@@ -27,9 +27,15 @@
 #define DG_FRAGMENT_ID_MAX 24           /* bytes of a fragment id, with the NUL */
 
 /* POST /v1/fragments with the fragment doc (doc/graph-format.md); id
- * receives the id the task gave it (DG_FRAGMENT_ID_MAX bytes). */
+ * receives the id the task gave it (DG_FRAGMENT_ID_MAX bytes). owner (may be
+ * NULL: no lease) and lease_ms: the task forgets the fragment unless owner
+ * renews it (a run, or dg_task_fragments_renew) within lease_ms. */
 enum dg_status dg_task_fragment_add(struct dg_http_client *c, const json_t *doc, char *id,
-				    bool *lost, struct dg_err *err);
+				    bool *lost, const char *owner, int64_t lease_ms,
+				    struct dg_err *err);
+/* POST /v1/fragments/renew?owner=O: *renewed (may be NULL) gets how many. */
+enum dg_status dg_task_fragments_renew(struct dg_http_client *c, const char *owner,
+				       int64_t *renewed, struct dg_err *err);
 /* DELETE /v1/fragments/ID. */
 enum dg_status dg_task_fragment_remove(struct dg_http_client *c, const char *id,
 				       struct dg_err *err);

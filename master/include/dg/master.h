@@ -21,7 +21,11 @@ struct master_config {
 	int task;
 	const char *token;                 /* for requests to the other tasks (copied); NULL ok */
 	bool soft_placement;               /* default for jobs that do not say */
+	int64_t fragment_lease_ms;         /* lease of its fragments on other tasks: they
+					    * are forgotten this long after it died;
+					    * 0 = MASTER_FRAGMENT_LEASE_MS */
 };
+#define MASTER_FRAGMENT_LEASE_MS 60000
 
 struct master;
 

@@ -110,11 +110,28 @@ void worker_ops_register(void);
  * Thread-safe. */
 const struct dg_op_def *worker_op_find(const char *name);
 
+/* A fragment's lease: an owner (its master, "host:port/nonce") that must
+ * renew it (a run, or worker_fragments_renew) within lease_ms, or the task
+ * forgets it, its cached tensors with it: a master that died leaves nothing
+ * behind. WORKER_LEASE_MIN_MS..WORKER_LEASE_MAX_MS; owner at most
+ * WORKER_OWNER_MAX - 1 printable bytes. */
+#define WORKER_LEASE_MIN_MS 100
+#define WORKER_LEASE_MAX_MS 86400000
+#define WORKER_OWNER_MAX 128
+struct worker_lease {
+	const char *owner;
+	int64_t lease_ms;
+};
+
 /* Register a fragment (JSON text, doc/graph-format.md). id receives "f<N>"
- * (at least 24 bytes), *n_nodes its size (may be NULL). DG_EINVAL and friends
- * naming the node; DG_ETOOLARGE past WORKER_MAX_FRAGMENTS. Thread-safe. */
+ * (at least 24 bytes), *n_nodes its size (may be NULL). lease: NULL (kept
+ * until removed) or as above. DG_EINVAL and friends naming the node or the
+ * lease; DG_ETOOLARGE past WORKER_MAX_FRAGMENTS. Thread-safe. */
 enum dg_status worker_fragment_add(struct worker *w, const char *json, size_t len, char *id,
-				   size_t id_len, int *n_nodes, struct dg_err *err);
+				   size_t id_len, int *n_nodes, const struct worker_lease *lease,
+				   struct dg_err *err);
+/* Renew the lease of every fragment of owner; the count renewed. */
+int worker_fragments_renew(struct worker *w, const char *owner);
 /* The same from a decoded document (the master's own task: no JSON text
  * written and read back). The fragment takes a reference to doc, which must
  * not change afterwards. */
