@@ -121,12 +121,17 @@ ps_script_init() {
 	trap ps_cleanup EXIT
 }
 
-ps_cleanup() {
+# ps_kill_all: kill -9 and reap every process in PIDS.
+ps_kill_all() {
 	local p
 	for p in "${PIDS[@]}"; do
 		kill -9 "$p" 2>/dev/null
 		wait "$p" 2>/dev/null
 	done
+}
+
+ps_cleanup() {
+	ps_kill_all
 	if [[ -n ${KEEP_TMP:-} ]]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
 

@@ -20,16 +20,11 @@ if ! mount -t tmpfs -o size=16m,mode=0700 dg-test-disk "$DISK" 2>"$TMP/mount.err
 	exit 77
 fi
 cleanup_disk() {
-	local p
-	for p in "${PIDS[@]}"; do
-		kill -9 "$p" 2>/dev/null
-		wait "$p" 2>/dev/null
-	done
+	ps_kill_all             # they hold files on the disk
 	umount "$DISK" 2>/dev/null || umount -l "$DISK" 2>/dev/null
 	ps_cleanup
 }
 trap cleanup_disk EXIT
-KEEP_TMP=${KEEP_TMP:-}
 
 URL=
 put_var() {   # NAME BYTES-FILE: prints the HTTP status, the body to $TMP/body
