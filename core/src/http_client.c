@@ -1027,6 +1027,10 @@ static enum dg_status put_from_tls(struct dg_http_client *c, const char *path,
 		goto out;
 	curl_easy_setopt(c->h, CURLOPT_URL, url.data);
 	curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, hl);
+	/* the handle keeps the last request's method: a DELETE or PATCH before
+	 * would turn this upload into one */
+	curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, NULL);
+	curl_easy_setopt(c->h, CURLOPT_NOBODY, 0L);
 	curl_easy_setopt(c->h, CURLOPT_UPLOAD, 1L);
 	curl_easy_setopt(c->h, CURLOPT_READFUNCTION, from_read);
 	curl_easy_setopt(c->h, CURLOPT_READDATA, &r);

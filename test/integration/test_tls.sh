@@ -120,6 +120,12 @@ if [[ -e /dev/fuse ]] && command -v fusermount3 >/dev/null; then
 		cmp -s "$TMP/big.npy" "$TMP/big3.npy" &&
 		ok "cp of 8 MiB into the mount streams it up over https" ||
 		{ rc=1; not_ok "cp of 8 MiB into the mount streams it up over https"; }
+	# a DELETE, then a streamed PUT on the mount's kept client: still a PUT
+	rm "$MNT/vars/big2" && cp "$TMP/big.npy" "$MNT/npy/big3.npy" 2>"$TMP/err" &&
+		run var get big3 --format npy -o "$TMP/big4.npy" "${C[@]}" --ca "$TMP/cluster.pem" &&
+		cmp -s "$TMP/big.npy" "$TMP/big4.npy" &&
+		ok "after an rm, a cp through the mount is still a PUT over https" ||
+		{ rc=1; not_ok "after an rm, a cp through the mount is still a PUT over https"; }
 	fusermount3 -u "$MNT"
 	wait "$mpid" && ok "the mount exits 0" || { rc=1; not_ok "the mount exits 0"; }
 	MNT=
