@@ -652,6 +652,8 @@ enum dg_status ps_wal_append(struct ps_wal *w, const struct ps_wal_rec *r, uint6
 		aux = r->ceiling;
 	if (apply)
 		aux = (uint64_t)r->step;
+	if (r->type == PS_WAL_ASSIGN && r->step >= 0)
+		aux = (uint64_t)r->step + 1;    /* 0: written by a dg that did not keep it */
 	size_t hl = rec_encode(head, (unsigned)r->type, shaped ? r->dtype : 0,
 			       shaped ? &r->shape : NULL, r->version, r->mtime, aux, r->name,
 			       nbytes, nbytes ? r->data_crc : 0);
@@ -769,6 +771,7 @@ enum dg_status ps_wal_switch(struct ps_wal *w, int fd, uint64_t seq, struct dg_e
 		w->fd = fd;
 		w->seq = seq;
 		w->seg_off = SEG_HEADER_LEN;
+		w->alloc_end = SEG_HEADER_LEN;  /* the new segment has no zeros yet */
 	}
 	pthread_cond_broadcast(&w->cv);
 	pthread_mutex_unlock(&w->mu);
@@ -1349,7 +1352,8 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			.ceiling = r.type == PS_WAL_RESERVE ? r.aux : 0,
 			.data = data, .data_crc = r.dcrc,
 			.nbytes = r.type == PS_WAL_CREATE ? nbytes : (size_t)r.data_len,
-			.step = -1,
+			.step = r.type == PS_WAL_ASSIGN && r.aux > 0 && r.aux <= INT64_MAX ?
+				(int64_t)r.aux - 1 : -1,
 		};
 		bool borrowed = r.type == PS_WAL_PATCH || r.type == PS_WAL_APPLY;
 		if (r.type == PS_WAL_APPLY) {

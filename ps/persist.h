@@ -56,7 +56,8 @@ struct ps_wal_rec {
 	uint32_t data_crc;              /* ps_crc32 of data (by the caller, outside locks);
 					 * APPLY: ps_wal_apply_crc */
 	const struct ps_apply_args *args;   /* APPLY: the rule (its step is not used) */
-	int64_t step;                   /* APPLY: the variable's sync step after it; -1 async */
+	int64_t step;                   /* APPLY, ASSIGN: the variable's sync step after
+					 * it; -1 async (ASSIGN must set it) */
 };
 
 /* The data CRC of an APPLY record of rule a and gradient g (n bytes): the

@@ -152,7 +152,9 @@ struct ps_store {
 	atomic_uint_fast64_t checkpoints;
 	atomic_uint_fast64_t ckpt_failures;
 	char ckpt_error[256];   /* the last checkpoint's failure; "" after a success
-					     * (under ckpt_mu) */
+					     * (under err_mu, not ckpt_mu: health must not
+					     * wait for a snapshot being written) */
+	pthread_mutex_t err_mu;
 	atomic_bool disk_full;          /* the last write to the data dir found it full */
 
 	pthread_mutex_t thr_mu;
@@ -456,6 +458,10 @@ static enum dg_status rc_rec(void *ud, const struct ps_wal_rec *r, void *data, s
 		if (!v)
 			return rc_add(c, r->name, b, 0, err);
 		var_set_value(c->s, v, b);
+		if (r->type == PS_WAL_ASSIGN && r->step >= 0) {   /* a sync assign's step */
+			v->sync_step = r->step;
+			v->val->v.step = r->step;
+		}
 		return DG_OK;
 	}
 	if (r->type == PS_WAL_APPLY)
@@ -493,6 +499,7 @@ static void store_free(struct ps_store *s)
 	pthread_rwlock_destroy(&s->map);
 	pthread_mutex_destroy(&s->ver_mu);
 	pthread_mutex_destroy(&s->ckpt_mu);
+	pthread_mutex_destroy(&s->err_mu);
 	pthread_mutex_destroy(&s->thr_mu);
 	pthread_cond_destroy(&s->thr_cv);
 	pthread_condattr_destroy(&s->cattr);
@@ -522,6 +529,7 @@ static struct ps_store *store_alloc(const struct ps_store_config *cfg, struct dg
 	pthread_rwlockattr_destroy(&ra);
 	pthread_mutex_init(&s->ver_mu, NULL);
 	pthread_mutex_init(&s->ckpt_mu, NULL);
+	pthread_mutex_init(&s->err_mu, NULL);
 	pthread_mutex_init(&s->thr_mu, NULL);
 	pthread_cond_init(&s->thr_cv, &s->cattr);
 	s->n_buckets = 1024;
@@ -661,9 +669,9 @@ bool ps_store_degraded(struct ps_store *s, char *why, size_t n)
 	bool full = atomic_load(&s->disk_full);
 	char ckpt[256];
 
-	pthread_mutex_lock(&s->ckpt_mu);
+	pthread_mutex_lock(&s->err_mu);
 	snprintf(ckpt, sizeof ckpt, "%s", s->ckpt_error);
-	pthread_mutex_unlock(&s->ckpt_mu);
+	pthread_mutex_unlock(&s->err_mu);
 	snprintf(why, n, "%s%s%s%s%s%s%s", failed ? wal : "",
 		 failed && (full || ckpt[0]) ? "; " : "",
 		 full ? "the disk of the data directory is full: writes are refused until "
@@ -763,6 +771,7 @@ static enum dg_status checkpoint_run(struct ps_store *s, int64_t *n_vars, uint64
 		var_unref(vars[i]);
 	free(items);
 	free(vars);
+	pthread_mutex_lock(&s->err_mu);
 	if (st != DG_OK) {
 		dg_err_prefix(err, "checkpoint of '%s'", s->dir);
 		atomic_fetch_add(&s->ckpt_failures, 1);
@@ -770,6 +779,7 @@ static enum dg_status checkpoint_run(struct ps_store *s, int64_t *n_vars, uint64
 	} else {
 		s->ckpt_error[0] = '\0';
 	}
+	pthread_mutex_unlock(&s->err_mu);
 	note_write(s, st);
 	pthread_mutex_unlock(&s->ckpt_mu);
 	return st;

@@ -1054,7 +1054,8 @@ Test(persist, a_log_past_twice_the_store_and_256_mib_is_folded_before_checkpoint
 	cr_assert_eq(metric(s, "dg_ps_checkpoints_total"), 1, "no snapshot %.1f s after the "
 		     "log passed 256 MiB", dg_mono_s() - t0);
 	cr_assert_eq(count_segments(), 1);
-	cr_assert_lt(file_size(newest_segment()), 1 << 20);
+	/* no 16 MiB record left: at most a record or two and the zeros ahead */
+	cr_assert_lt(file_size(newest_segment()), 4 << 20);
 	ps_store_close(s);
 }
 
