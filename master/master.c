@@ -1,6 +1,7 @@
 /* The master's HTTP routes (POST /v1/jobs and friends, doc/http-api.md
  * "Executor and master") and its state: thin handlers that parse the request,
  * call the job table (jobs.c) and encode the reply. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,17 +186,28 @@ static void *renew_main(void *arg)
 {
 	struct master *m = arg;
 
+	int64_t period = m->lease.lease_ms / 4;
+	/* each task's request within its share of a period, so that stuck tasks
+	 * cannot make a round outlast the others' leases */
+	long share = (long)(period / (m->cluster->n_tasks > 1 ? m->cluster->n_tasks - 1 : 1));
+	struct dg_deadline next = dg_deadline_in_ms(period);
+
+	if (share < 100)
+		share = 100;
 	pthread_mutex_lock(&m->ren_mu);
 	while (!m->ren_quit) {
-		struct timespec dl = dg_deadline_timespec(dg_deadline_in_ms(m->lease.lease_ms / 4));
-		pthread_cond_timedwait(&m->ren_cv, &m->ren_mu, &dl);
+		struct timespec dl = dg_deadline_timespec(next);
+		while (!m->ren_quit &&
+		       pthread_cond_timedwait(&m->ren_cv, &m->ren_mu, &dl) != ETIMEDOUT)
+			;
 		if (m->ren_quit)
 			break;
+		next = dg_deadline_in_ms(period);       /* from the round's start */
 		pthread_mutex_unlock(&m->ren_mu);
 		for (int t = 0; t < m->cluster->n_tasks; t++) {
 			struct dg_err e = { 0 };
 			if (m->tasks[t] && m->tasks[t]->ops->renew &&
-			    m->tasks[t]->ops->renew(m->tasks[t], &e) != DG_OK)
+			    m->tasks[t]->ops->renew(m->tasks[t], share, &e) != DG_OK)
 				dg_log(DG_LOG_DEBUG, "master", "renewing the fragments on %s: %s",
 				       m->cluster->tasks[t].address, e.msg);
 		}

@@ -276,7 +276,7 @@ static enum dg_status remote_fragment_add(struct mtask *t, const json_t *doc, ch
 	return st;
 }
 
-static enum dg_status remote_renew(struct mtask *t, struct dg_err *err)
+static enum dg_status remote_renew(struct mtask *t, long timeout_ms, struct dg_err *err)
 {
 	struct remote_task *r = (struct remote_task *)t;
 	struct dg_http_client *c;
@@ -284,9 +284,7 @@ static enum dg_status remote_renew(struct mtask *t, struct dg_err *err)
 
 	if (!r->lease || !atomic_load(&r->holds))
 		return DG_OK;
-	/* within a renewal period: a stuck task must not delay the others' */
-	long ms = (long)(r->lease->lease_ms / 4);
-	if (!(c = client_for(t, ms < 100 ? 100 : ms > 5000 ? 5000 : ms, err)))
+	if (!(c = client_for(t, timeout_ms > 5000 ? 5000 : timeout_ms, err)))
 		return err ? err->code : DG_ENOMEM;
 	st = dg_task_fragments_renew(c, r->lease->owner, NULL, err);
 	dg_http_client_free(c);

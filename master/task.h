@@ -63,7 +63,7 @@ struct mtask_ops {
 	void (*free)(struct mtask *t);
 	/* Renew the leases of the fragments registered there (NULL: the
 	 * master's own task, which dies with it). */
-	enum dg_status (*renew)(struct mtask *t, struct dg_err *err);
+	enum dg_status (*renew)(struct mtask *t, long timeout_ms, struct dg_err *err);
 };
 
 struct mtask {

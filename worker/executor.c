@@ -814,8 +814,8 @@ static enum dg_status fragment_register(struct worker *w, struct dg_graph *g, ch
 		snprintf(f->id, sizeof f->id, "f%" PRIu64, ++w->next_id);
 		f->refs = 1;
 		f->touched_ms = dg_mono_ms();
-		if (f->lease_ms && !w->jan_started && janitor_start(w, err) != DG_OK)
-			st = err->code;
+		if (f->lease_ms && !w->jan_started)
+			st = janitor_start(w, err);
 	}
 	if (st == DG_OK) {
 		f->next = w->frags;

@@ -105,8 +105,9 @@ def graph(name, **over):
     json.dump({"version": 1, "nodes": nodes, "training": t}, open(d + "/" + name, "w"))
 graph("async.json")
 graph("sync.json", mode="sync")
-# long enough to SIGSTOP a worker in the middle
-graph("backup.json", mode="sync", replicas=3, backup=1, epochs=60,
+# long enough to SIGSTOP a worker in the middle: 180 epochs (60 under a
+# sanitizer): with 60 the job could end before the SIGSTOP landed
+graph("backup.json", mode="sync", replicas=3, backup=1, epochs=int(sys.argv[2]) // 5,
       eval={"fetch": ["full_mse"], "every_steps": 1000})
 graph("long.json", epochs=100000)
 graph("retry.json", epochs=int(sys.argv[2]), eval={"fetch": ["full_mse"]})
