@@ -1009,6 +1009,22 @@ static size_t from_read(char *buf, size_t size, size_t n, void *p)
 	return k;
 }
 
+/* libcurl's progress callback: the caller gave up (from->stop) */
+static int from_progress(void *p, curl_off_t dlt, curl_off_t dln, curl_off_t ult, curl_off_t uln)
+{
+	struct from_rd *r = p;
+
+	(void)dlt;
+	(void)dln;
+	(void)ult;
+	(void)uln;
+	if (r->from->stop && r->from->stop(r->ud)) {
+		r->canceled = true;
+		return 1;
+	}
+	return 0;
+}
+
 static enum dg_status put_from_tls(struct dg_http_client *c, const char *path,
 				   const struct dg_http_header *headers, int n_headers,
 				   const void *body, uint64_t len, const struct dg_http_from *from,
@@ -1035,6 +1051,9 @@ static enum dg_status put_from_tls(struct dg_http_client *c, const char *path,
 	curl_easy_setopt(c->h, CURLOPT_READFUNCTION, from_read);
 	curl_easy_setopt(c->h, CURLOPT_READDATA, &r);
 	curl_easy_setopt(c->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)len);
+	curl_easy_setopt(c->h, CURLOPT_XFERINFOFUNCTION, from_progress);
+	curl_easy_setopt(c->h, CURLOPT_XFERINFODATA, &r);
+	curl_easy_setopt(c->h, CURLOPT_NOPROGRESS, 0L);
 	/* a writer may take its time: bound stalls, not the whole upload */
 	curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, 0L);
 	curl_easy_setopt(c->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -1046,7 +1065,7 @@ static enum dg_status put_from_tls(struct dg_http_client *c, const char *path,
 	c->errbuf[0] = '\0';
 	rc = curl_easy_perform(c->h);
 	c->reused = rc == CURLE_OK;
-	if (rc == CURLE_ABORTED_BY_CALLBACK && r.canceled) {
+	if ((rc == CURLE_ABORTED_BY_CALLBACK || rc == CURLE_READ_ERROR) && r.canceled) {
 		st = dg_err_set(err, DG_ECANCELED, "PUT %s: the writer gave up", url.data);
 	} else if (rc != CURLE_OK) {
 		st = transport_error(c, rc, "PUT", url.data, err);
@@ -1058,6 +1077,8 @@ static enum dg_status put_from_tls(struct dg_http_client *c, const char *path,
 			st = http_error(res, "PUT", url.data, err);
 	}
 	curl_easy_setopt(c->h, CURLOPT_UPLOAD, 0L);
+	curl_easy_setopt(c->h, CURLOPT_NOPROGRESS, 1L);
+	curl_easy_setopt(c->h, CURLOPT_XFERINFOFUNCTION, NULL);
 	curl_easy_setopt(c->h, CURLOPT_READFUNCTION, NULL);
 	curl_easy_setopt(c->h, CURLOPT_READDATA, NULL);
 	curl_easy_setopt(c->h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)-1);
