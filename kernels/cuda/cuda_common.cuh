@@ -24,10 +24,29 @@ static inline unsigned dgc_blocks(int64_t n)
 	return (unsigned)(b > 65535 * 8 ? 65535 * 8 : b);
 }
 
-/* Offset of output element i in operand k of walk w (elements). */
+/* V elements of T moved as one load or store of V * sizeof(T) bytes (a power
+ * of two: 16 for the 16 bytes of input DGC_VEC gives a thread). */
+template <typename T, int V> struct alignas(V * sizeof(T)) dgc_vec {
+	T v[V];
+};
+#define DGC_VEC(T) (sizeof(T) >= 16 ? 1 : 16 / (int)sizeof(T))
+
+/* Whether the flat kernels may use 16-byte vectors on these operands (the
+ * output of a comparison is bool bytes, so 4-byte aligned for a float input:
+ * 16 covers every case). cudaMalloc gives 256; views into a tensor may not. */
+static inline bool dgc_aligned(const void *a, const void *b, const void *o)
+{
+	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)o) & 15) == 0;
+}
+
+/* Offset of output element i in operand k of walk w (elements). One dim, the
+ * common case after walk_compact, needs no division. */
 __device__ static inline int64_t dgc_offset(const struct dgc_walk &w, int k, int64_t i)
 {
 	int64_t off = 0;
+
+	if (w.nd == 1)
+		return i * w.st[k][0];
 
 	for (int d = w.nd - 1; d >= 0; d--) {
 		int64_t n = w.dim[d];
