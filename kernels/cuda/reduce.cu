@@ -9,6 +9,8 @@
 #include <math.h>
 
 #define MAX_SPLIT 1024
+#define RED_UNROLL 8
+#define JOIN_BLOCK_SPLIT 128   /* partials per output from which a block joins them */
 
 template <typename T> struct R_sum {
 	typedef double A;
@@ -31,6 +33,25 @@ template <typename T> struct R_min {
 	__device__ static A join(A a, A b) { return (b < a || b != b) ? b : a; }
 };
 
+/* The join of every thread's acc in the block, in a fixed tree order; every
+ * thread gets it, and sh may be reused as soon as this returns. */
+template <typename R>
+__device__ static typename R::A block_join(typename R::A *sh, typename R::A acc)
+{
+	typename R::A v;
+
+	sh[threadIdx.x] = acc;
+	__syncthreads();
+	for (int w = DGC_BLOCK / 2; w > 0; w /= 2) {
+		if ((int)threadIdx.x < w)
+			sh[threadIdx.x] = R::join(sh[threadIdx.x], sh[threadIdx.x + w]);
+		__syncthreads();
+	}
+	v = sh[0];
+	__syncthreads();   /* everyone has read sh[0] before sh is written again */
+	return v;
+}
+
 /* Block b reduces part (b % split) of output b / split. With split == 1 it
  * writes y (divided by count for Mean), else partials part[b]. */
 template <typename T, typename R>
@@ -46,23 +67,53 @@ __global__ void k_reduce(const T *__restrict__ x, T *__restrict__ y,
 		int64_t o = b / split, sp = b - o * split;
 		int64_t r0 = sp * chunk, r1 = r0 + chunk < count ? r0 + chunk : count;
 		int64_t base = dgc_offset(kept, 0, o);
+		const int64_t bd = blockDim.x;
+		int64_t r = r0 + threadIdx.x;
 		A acc = R::init();
-		for (int64_t r = r0 + threadIdx.x; r < r1; r += blockDim.x)
-			acc = R::join(acc, R::load(x[base + dgc_offset(red, 0, r)]));
-		sh[threadIdx.x] = acc;
-		__syncthreads();
-		for (int w = DGC_BLOCK / 2; w > 0; w /= 2) {
-			if ((int)threadIdx.x < w)
-				sh[threadIdx.x] = R::join(sh[threadIdx.x], sh[threadIdx.x + w]);
-			__syncthreads();
+		/* RED_UNROLL loads issued before their joins, in the same order as
+		 * one at a time: a thread keeps that many reads in flight, and a
+		 * reduction is limited by reads in flight (bench_cuda on an H200,
+		 * Sum all: 0.24 of a copy's bandwidth with one, 0.45 with four). */
+		for (; r + (RED_UNROLL - 1) * bd < r1; r += RED_UNROLL * bd) {
+			T v[RED_UNROLL];
+#pragma unroll
+			for (int j = 0; j < RED_UNROLL; j++)
+				v[j] = x[base + dgc_offset(red, 0, r + j * bd)];
+#pragma unroll
+			for (int j = 0; j < RED_UNROLL; j++)
+				acc = R::join(acc, R::load(v[j]));
 		}
+		for (; r < r1; r += bd)
+			acc = R::join(acc, R::load(x[base + dgc_offset(red, 0, r)]));
+		acc = block_join<R>(sh, acc);
 		if (threadIdx.x == 0) {
 			if (split == 1)
-				y[o] = mean ? (T)(sh[0] / (A)count) : (T)sh[0];
+				y[o] = mean ? (T)(acc / (A)count) : (T)acc;
 			else
-				part[b] = sh[0];
+				part[b] = acc;
 		}
-		__syncthreads();   /* sh is reused by the next b */
+	}
+}
+
+/* y[o] = join of part[o * split .. + split), one block per output: for long
+ * partial lists (a whole-tensor Sum has 1024), where one thread reading them
+ * all took longer than the main pass (bench_cuda on an H200, Sum all: 0.48 of
+ * a copy's bandwidth with k_reduce_join). */
+template <typename T, typename R>
+__global__ void k_reduce_join_block(const typename R::A *__restrict__ part, T *__restrict__ y,
+				    int64_t n_out, int64_t count, int64_t split, int mean)
+{
+	typedef typename R::A A;
+	__shared__ A sh[DGC_BLOCK];
+
+	for (int64_t o = blockIdx.x; o < n_out; o += gridDim.x) {
+		const A *p = part + o * split;
+		A acc = R::init();
+		for (int64_t k = threadIdx.x; k < split; k += blockDim.x)
+			acc = R::join(acc, p[k]);
+		acc = block_join<R>(sh, acc);
+		if (threadIdx.x == 0)
+			y[o] = mean ? (T)(acc / (A)count) : (T)acc;
 	}
 }
 
@@ -75,9 +126,15 @@ __global__ void k_reduce_join(const typename R::A *__restrict__ part, T *__restr
 	int64_t stride = (int64_t)gridDim.x * blockDim.x;
 
 	for (int64_t o = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; o < n_out; o += stride) {
+		const A *p = part + o * split;
 		A acc = R::init();
-		for (int64_t k = 0; k < split; k++)
-			acc = R::join(acc, part[o * split + k]);
+		int64_t k = 0;
+		for (; k + 3 < split; k += 4) {   /* four reads in flight, same order */
+			A v0 = p[k], v1 = p[k + 1], v2 = p[k + 2], v3 = p[k + 3];
+			acc = R::join(R::join(R::join(R::join(acc, v0), v1), v2), v3);
+		}
+		for (; k < split; k++)
+			acc = R::join(acc, p[k]);
 		y[o] = mean ? (T)(acc / (A)count) : (T)acc;
 	}
 }
@@ -101,6 +158,9 @@ __global__ void k_reduce_cols(const T *__restrict__ x, T *__restrict__ y,
 			continue;
 		int64_t base = dgc_offset(kept, 0, o);
 		A acc = R::init();
+		/* One read at a time: unrolling four here measured slower (0.77 ->
+		 * 0.63 of a copy), the many threads of this form keep enough in
+		 * flight. */
 		for (int64_t r = r0; r < r1; r++)
 			acc = R::join(acc, R::load(x[base + dgc_offset(red, 0, r)]));
 		if (split == 1)
@@ -172,8 +232,13 @@ static cudaError_t reduce_t(const void *x, void *y, int64_t n_out, int64_t count
 	e = dgc_launched();
 	if (e != cudaSuccess || split == 1)
 		return e;
-	k_reduce_join<T, R><<<dgc_blocks(n_out), DGC_BLOCK, 0, s>>>(
-		(const typename R::A *)scratch, (T *)y, n_out, count, split, mean);
+	if (split >= JOIN_BLOCK_SPLIT)
+		k_reduce_join_block<T, R><<<(unsigned)(n_out < 65535 * 8 ? n_out : 65535 * 8),
+					    DGC_BLOCK, 0, s>>>((const typename R::A *)scratch,
+							       (T *)y, n_out, count, split, mean);
+	else
+		k_reduce_join<T, R><<<dgc_blocks(n_out), DGC_BLOCK, 0, s>>>(
+			(const typename R::A *)scratch, (T *)y, n_out, count, split, mean);
 	return dgc_launched();
 }
 
