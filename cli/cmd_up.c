@@ -409,9 +409,10 @@ static const char up_usage[] =
 	"                    else ~/.dg/cluster)\n"
 	"  --mount DIR       also mount the variables at DIR (`dg mount`)\n"
 	"  --token-file F    every task requires the bearer token in F\n"
-	"  --threads T       threads of each task's matrix products (default: the\n"
-	"                    CPUs divided among the workers, at least 1), so that\n"
-	"                    workers training side by side do not oversubscribe them\n"
+	"  --threads T       threads of each task's matrix products (default:\n"
+	"                    $OPENBLAS_NUM_THREADS when set, else the CPUs divided\n"
+	"                    among the workers, at least 1), so that workers training\n"
+	"                    side by side do not oversubscribe them\n"
 	"  --durability MODE what an acknowledged gradient apply survives on every\n"
 	"                    task: snapshot (default) or strict (see dg server --help)\n"
 	"  --tls-cert F, --tls-key K\n"
@@ -1083,8 +1084,13 @@ static int up_run(struct up_ctx *u, const struct up_args *a)
 	u->max_restarts = a->max_restarts ? a->max_restarts : 5;
 	snprintf(u->durability, sizeof u->durability, "%s",
 		 a->durability ? a->durability : "snapshot");
+	const char *env_threads = getenv("OPENBLAS_NUM_THREADS");
+	long env_n = env_threads ? strtol(env_threads, NULL, 10) : 0;
 	if (a->threads > 0) {
 		snprintf(u->threads, sizeof u->threads, "%d", a->threads);
+	} else if (env_n >= 1 && env_n <= 1024) {
+		/* The user's own OpenBLAS setting, which --threads would override. */
+		snprintf(u->threads, sizeof u->threads, "%ld", env_n);
 	} else {
 		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 		long per = a->n_workers > 0 && cpus > 0 ? cpus / a->n_workers : cpus;
