@@ -106,7 +106,7 @@ static void cleanup(void)
  * SIGTERM from PR_SET_PDEATHSIG if the bench dies otherwise. */
 static void on_signal(int sig)
 {
-	static char *const env[] = { NULL };
+	static char *const env[] = { 0 };
 	pid_t pid;
 
 	for (int i = 0; i < 2; i++)

@@ -216,7 +216,7 @@ static enum dg_status relabel_cpu(struct dg_kernel_ctx *c,
 	return DG_OK;
 }
 
-static const struct dg_attr_spec no_attrs[] = { { NULL } };
+static const struct dg_attr_spec no_attrs[] = { { 0 } };
 
 /* --- Slice ------------------------------------------------------------- */
 
@@ -338,7 +338,7 @@ static enum dg_status slice_cpu(struct dg_kernel_ctx *c)
 static const struct dg_attr_spec slice_attrs[] = {
 	{ "begin", DG_ATTR_INTS, true, "start index per dimension (0..size)" },
 	{ "size", DG_ATTR_INTS, true, "length per dimension; -1 takes the rest" },
-	{ NULL },
+	{ 0 },
 };
 
 /* --- StridedSlice ------------------------------------------------------- */
@@ -588,7 +588,7 @@ static const struct dg_attr_spec strided_slice_attrs[] = {
 	{ "new_axis_mask", DG_ATTR_INT, false, "bit i: index i inserts a size-1 axis" },
 	{ "shrink_axis_mask", DG_ATTR_INT, false, "bit i: index i picks one element, dropping "
 	  "the dim" },
-	{ NULL },
+	{ 0 },
 };
 
 /* --- Concat ------------------------------------------------------------- */
@@ -734,7 +734,7 @@ static enum dg_status concat_cpu(struct dg_kernel_ctx *c)
 
 static const struct dg_attr_spec concat_attrs[] = {
 	{ "axis", DG_ATTR_INT, true, "dimension to join along (negative counts from the end)" },
-	{ NULL },
+	{ 0 },
 };
 
 /* --- Split -------------------------------------------------------------- */
@@ -938,7 +938,7 @@ static const struct dg_attr_spec split_attrs[] = {
 	{ "num_split", DG_ATTR_INT, false, "number of equal parts" },
 	{ "size_splits", DG_ATTR_INTS, false, "sizes of the parts (one may be -1); instead of "
 	  "num_split" },
-	{ NULL },
+	{ 0 },
 };
 
 /* --- Reshape ------------------------------------------------------------ */
@@ -1019,7 +1019,7 @@ static enum dg_status reshape_cpu(struct dg_kernel_ctx *c)
 
 static const struct dg_attr_spec reshape_attrs[] = {
 	{ "shape", DG_ATTR_INTS, true, "new shape; one size may be -1 (inferred)" },
-	{ NULL },
+	{ 0 },
 };
 
 /* --- Transpose ---------------------------------------------------------- */
@@ -1223,7 +1223,7 @@ static enum dg_status transpose_cpu(struct dg_kernel_ctx *c)
 
 static const struct dg_attr_spec transpose_attrs[] = {
 	{ "perm", DG_ATTR_INTS, false, "output dim i is input dim perm[i]; default reversed" },
-	{ NULL },
+	{ 0 },
 };
 
 /* --- ExpandDims, Squeeze ------------------------------------------------ */
@@ -1328,12 +1328,12 @@ static enum dg_status squeeze_cpu(struct dg_kernel_ctx *c)
 
 static const struct dg_attr_spec expand_dims_attrs[] = {
 	{ "axis", DG_ATTR_INT, true, "where the new size-1 dim goes, in -rank-1..rank" },
-	{ NULL },
+	{ 0 },
 };
 
 static const struct dg_attr_spec squeeze_attrs[] = {
 	{ "axis", DG_ATTR_INTS, false, "size-1 dims to remove; default all of them" },
-	{ NULL },
+	{ 0 },
 };
 
 /* --- Size, Shape -------------------------------------------------------- */
@@ -1438,7 +1438,7 @@ static enum dg_status shape_cpu(struct dg_kernel_ctx *c)
 
 static const struct dg_attr_spec out_type_attrs[] = {
 	{ "out_type", DG_ATTR_DTYPE, false, "int32 (default) or int64" },
-	{ NULL },
+	{ 0 },
 };
 
 /* --- Fill, ZerosLike, OnesLike ------------------------------------------ */
@@ -1554,7 +1554,7 @@ static const struct dg_attr_spec fill_attrs[] = {
 	{ "shape", DG_ATTR_SHAPE, true, "shape of the result" },
 	{ "value", DG_ATTR_FLOAT, true, "the value of every element (must fit dtype)" },
 	{ "dtype", DG_ATTR_DTYPE, false, "element type (default float32)" },
-	{ NULL },
+	{ 0 },
 };
 
 /* ZerosLike and OnesLike keep x's dtype and (possibly partial) shape. */

@@ -159,17 +159,17 @@ static const struct dg_attr_spec const_attrs[] = {
 	  "{\"dtype\", \"shape\", \"value\"}" },
 	{ "dtype", DG_ATTR_DTYPE, false, "force the literal's dtype (default: int32 for "
 	  "integers, float32 for fractions, bool for true/false)" },
-	{ NULL },
+	{ 0 },
 };
 
 static const struct dg_attr_spec placeholder_attrs[] = {
 	{ "dtype", DG_ATTR_DTYPE, false, "dtype of the fed value (default float32)" },
 	{ "shape", DG_ATTR_SHAPE, false, "shape of the fed value; -1 for an unknown size, "
 	  "null or absent for any shape" },
-	{ NULL },
+	{ 0 },
 };
 
-static const struct dg_attr_spec no_attrs[] = { { NULL } };
+static const struct dg_attr_spec no_attrs[] = { { 0 } };
 
 struct dg_op_def dg_ops_basic[] = {
 	{ .name = "Const", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,

@@ -203,7 +203,7 @@ static const struct dg_attr_spec idx_attrs[] = {
 	{ "flatten", DG_ATTR_BOOL, false, "images [N,28,28] -> [N,784]; default false" },
 	{ "dtype", DG_ATTR_DTYPE, false, "output dtype; default float32 with scale or one_hot, "
 					 "else int32 for labels and uint8 for images" },
-	{ NULL },
+	{ 0 },
 };
 
 struct idx_opts {
@@ -355,7 +355,7 @@ static const struct dg_attr_spec npy_attrs[] = {
 	{ "path", DG_ATTR_STRING, true, ".npy file (little-endian, C order)" },
 	{ "dtype", DG_ATTR_DTYPE, false, "the file's dtype; checked at run time; needed only "
 					 "when the file is absent at validation" },
-	{ NULL },
+	{ 0 },
 };
 
 /* Read the header only: the first 64 KiB always hold it. */
@@ -451,7 +451,7 @@ static const struct dg_attr_spec shard_attrs[] = {
 	{ "seed", DG_ATTR_INT, false, "shuffle seed; each epoch reshuffles from it (default 0)" },
 	{ "shuffle", DG_ATTR_BOOL, false, "shuffle every epoch (default true); false keeps file "
 					  "order" },
-	{ NULL },
+	{ 0 },
 };
 
 struct shard_opts {

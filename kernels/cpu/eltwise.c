@@ -852,7 +852,7 @@ _Static_assert(DG_DTYPE_COUNT == 8, "a new dtype needs its row and column in cas
 static const struct dg_attr_spec cast_attrs[] = {
 	{ "dtype", DG_ATTR_DTYPE, true,
 	  "target dtype (float32, float64, int32, int64, uint8, bool, float16, bfloat16)" },
-	{ NULL },
+	{ 0 },
 };
 
 static enum dg_status infer_cast(struct dg_infer_ctx *c)
@@ -900,7 +900,7 @@ static enum dg_status k_cast(struct dg_kernel_ctx *c)
 /* ------------------------------------------------------------------------ */
 /* The op table                                                                */
 
-static const struct dg_attr_spec no_attrs[] = { { NULL } };
+static const struct dg_attr_spec no_attrs[] = { { 0 } };
 
 /* One infer and one kernel per op: the kernel context does not say which op
  * it runs for, so each op gets a two-line wrapper around its descriptor. */

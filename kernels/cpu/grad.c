@@ -15,7 +15,7 @@
 /* ======================================================================== */
 /* Helper op kernels                                                          */
 
-static const struct dg_attr_spec no_attrs[] = { { NULL } };
+static const struct dg_attr_spec no_attrs[] = { { 0 } };
 
 static enum dg_status need_float(enum dg_dtype dt, const char *what, struct dg_err *err)
 {
@@ -232,7 +232,7 @@ static const struct dg_attr_spec unreduce_attrs[] = {
 	{ "keepdims", DG_ATTR_BOOL, false, "accepted for symmetry with the reduction; g may "
 					   "have either form" },
 	{ "mean", DG_ATTR_BOOL, false, "divide by the number of reduced elements (Mean)" },
-	{ NULL },
+	{ 0 },
 };
 
 static enum dg_status k_unreduce(struct dg_kernel_ctx *c)
@@ -288,7 +288,7 @@ static enum dg_status k_unreduce(struct dg_kernel_ctx *c)
 /* SliceGrad(g, like; begin): zeros of like's shape with g written at begin. */
 static const struct dg_attr_spec slice_grad_attrs[] = {
 	{ "begin", DG_ATTR_INTS, true, "where the slice started, per dimension" },
-	{ NULL },
+	{ 0 },
 };
 
 static enum dg_status k_slice_grad(struct dg_kernel_ctx *c)

@@ -15,13 +15,13 @@
 static const struct dg_attr_spec matmul_attrs[] = {
 	{ "transpose_a", DG_ATTR_BOOL, false, "multiply by a's transpose (a is [K,M])" },
 	{ "transpose_b", DG_ATTR_BOOL, false, "multiply by b's transpose (b is [N,K])" },
-	{ NULL },
+	{ 0 },
 };
 
 static const struct dg_attr_spec bmm_attrs[] = {
 	{ "adj_x", DG_ATTR_BOOL, false, "use the adjoint (transpose) of each x matrix" },
 	{ "adj_y", DG_ATTR_BOOL, false, "use the adjoint (transpose) of each y matrix" },
-	{ NULL },
+	{ 0 },
 };
 
 /* Which attr names an op uses for its two transposes (for messages). */

@@ -211,7 +211,7 @@ static enum dg_status shape_mismatch(const char *what, const struct dg_shape *lo
 
 static const struct dg_attr_spec softmax_attrs[] = {
 	{ "axis", DG_ATTR_INT, false, "class axis (negative counts from the end); default -1" },
-	{ NULL },
+	{ 0 },
 };
 
 static enum dg_status softmax_axis(struct dg_attrs attrs, int ndim, int *axis, struct dg_err *err)
@@ -508,7 +508,7 @@ static enum dg_status k_sparse_xent(struct dg_kernel_ctx *c)
 
 /* --- the table ------------------------------------------------------------------------ */
 
-static const struct dg_attr_spec no_attrs[] = { { NULL } };
+static const struct dg_attr_spec no_attrs[] = { { 0 } };
 
 struct dg_op_def dg_ops_nn[] = {
 	{ .name = "Softmax", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,

@@ -342,19 +342,19 @@ static const struct dg_attr_spec uniform_spec[] = {
 	COMMON_ATTRS,
 	{ "minval", DG_ATTR_FLOAT, false, "low end, included (default 0; required for ints)" },
 	{ "maxval", DG_ATTR_FLOAT, false, "high end, excluded (default 1; required for ints)" },
-	{ NULL },
+	{ 0 },
 };
 
 static const struct dg_attr_spec normal_spec[] = {
 	COMMON_ATTRS,
 	{ "mean", DG_ATTR_FLOAT, false, "mean (default 0)" },
 	{ "stddev", DG_ATTR_FLOAT, false, "standard deviation (default 1)" },
-	{ NULL },
+	{ 0 },
 };
 
 static const struct dg_attr_spec glorot_spec[] = {
 	COMMON_ATTRS,
-	{ NULL },
+	{ 0 },
 };
 
 #define RND_FLAGS (DG_OPF_SOURCE | DG_OPF_STATEFUL)

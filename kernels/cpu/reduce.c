@@ -764,13 +764,13 @@ static const struct dg_attr_spec reduce_attrs[] = {
 	  "axis or list of axes to reduce (negative counts from the end); absent or null: all" },
 	{ "keepdims", DG_ATTR_BOOL, false, "keep reduced axes as size 1 (default false)" },
 	{ "keep_dims", DG_ATTR_BOOL, false, "TensorFlow's older spelling of keepdims" },
-	{ NULL },
+	{ 0 },
 };
 
 static const struct dg_attr_spec argmax_attrs_spec[] = {
 	{ "axis", DG_ATTR_INT, false, "axis to search (negative counts from the end); default 0" },
 	{ "output_type", DG_ATTR_DTYPE, false, "int64 (default) or int32" },
-	{ NULL },
+	{ 0 },
 };
 
 struct dg_op_def dg_ops_reduce[] = {

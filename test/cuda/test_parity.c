@@ -997,7 +997,7 @@ Test(cuda_exec, gpu_errors_name_the_node_like_the_cpu)
 	struct dg_tensor *l = dg_tensor_new(DG_I32, &sl, NULL);
 	struct dg_feed f[2] = { { "x", x }, { "l", l } };
 	const char *fetch[] = { "ce" };
-	struct dg_tensor *out[1] = { NULL };
+	struct dg_tensor *out[1] = { 0 };
 
 	((int32_t *)l->data)[1] = 3;    /* outside 0..2 */
 	cr_assert_eq(dg_exec_run(g, f, 2, fetch, 1, out, NULL, &err), DG_EINVAL);

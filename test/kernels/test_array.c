@@ -579,7 +579,7 @@ Test(array, concat_infers_summed_axis_and_merged_unknowns)
 
 Test(array, split_cuts_equal_parts_of_float32_and_int32)
 {
-	struct dg_tensor *x = iota(DG_F32, SH(6)), *y[3] = { NULL };
+	struct dg_tensor *x = iota(DG_F32, SH(6)), *y[3] = { 0 };
 	const struct dg_tensor *in[1] = { x };
 	struct dg_err err = { 0 };
 
@@ -604,7 +604,7 @@ Test(array, split_cuts_equal_parts_of_float32_and_int32)
 
 Test(array, split_by_size_splits_infers_the_minus_one)
 {
-	struct dg_tensor *x = iota(DG_U8, SH(2, 6)), *y[3] = { NULL };
+	struct dg_tensor *x = iota(DG_U8, SH(2, 6)), *y[3] = { 0 };
 	const struct dg_tensor *in[1] = { x };
 	struct dg_err err = { 0 };
 
@@ -655,7 +655,7 @@ Test(array, split_counts_outputs_from_attrs)
 
 Test(array, split_rejects_bad_parts)
 {
-	struct dg_tensor *x = iota(DG_F32, SH(7)), *y[3] = { NULL };
+	struct dg_tensor *x = iota(DG_F32, SH(7)), *y[3] = { 0 };
 	const struct dg_tensor *in[1] = { x };
 	struct dg_err err = { 0 };
 
@@ -682,7 +682,7 @@ Test(array, split_rejects_bad_parts)
 
 Test(array, split_then_concat_is_the_identity_on_4d_float64)
 {
-	struct dg_tensor *x = iota(DG_F64, SH(2, 3, 7, 2)), *y[3] = { NULL }, *z = NULL;
+	struct dg_tensor *x = iota(DG_F64, SH(2, 3, 7, 2)), *y[3] = { 0 }, *z = NULL;
 	const struct dg_tensor *in[3] = { x };
 	struct dg_err err = { 0 };
 

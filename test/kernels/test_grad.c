@@ -68,7 +68,7 @@ static struct dg_graph *parse(const char *text)
 
 static double eval_scalar(const struct dg_graph *g, const struct dg_feed *f, int n, const char *ref)
 {
-	struct dg_tensor *out[1] = { NULL };
+	struct dg_tensor *out[1] = { 0 };
 	struct dg_err err = { 0 };
 	const char *fetch[1] = { ref };
 	enum dg_status st = dg_exec_run(g, f, n, fetch, 1, out, NULL, &err);
@@ -87,7 +87,7 @@ static void gradcheck_tol(const char *nodes, const struct in_spec *ins, int n_in
 {
 	char text[8192];
 	int len = snprintf(text, sizeof text, "{\"nodes\": [");
-	struct dg_tensor *val[MAX_IN + 1] = { 0 }, *y[1] = { NULL };
+	struct dg_tensor *val[MAX_IN + 1] = { 0 }, *y[1] = { 0 };
 	struct dg_feed feeds[MAX_IN + 1];
 	const char *wrt[MAX_IN];
 	int n_wrt = 0, wi[MAX_IN];

@@ -237,7 +237,7 @@ Test(place_gpu_exec, numbered_values_give_the_same_result_on_either_device)
 	/* Value 1 as the input, forgotten and with no host form: nowhere to read it. */
 	dg_exec_gpu_forget(g, 1);
 	cr_assert_not(dg_exec_gpu_has(g, 1));
-	const struct dg_tensor *none[1] = { NULL };
+	const struct dg_tensor *none[1] = { 0 };
 	cr_assert_eq(dg_exec_kernel_ids(nb, g, out_id, none, out_id, b, 0, &err), DG_EINTERNAL);
 	cr_assert_null(b[0]);
 	cr_assert(strstr(err.msg, "node 'b' (Square)"), "%s", err.msg);
