@@ -161,7 +161,7 @@ run_fuzz() {
 	rm -f /tmp/dg-fuzz-probe.$$
 	say "fuzz targets for ${DG_FUZZ_SECONDS:-30} s each (build-fuzz/: clang, libFuzzer, address + undefined)"
 	fuzz_ran=1
-	(CC=clang && export CC && configure build-fuzz -Dfuzz=true \
+	(CC=clang && export CC && configure build-fuzz -Dfuzz=true $STRICT \
 		-Dfuzz_seconds="${DG_FUZZ_SECONDS:-30}" -Dbuildtype=debugoptimized \
 		-Db_sanitize=address,undefined -Db_lundef=false -Dtests=false -Dbench=false \
 		-Dcuda=disabled) || { fuzz_ran=0; return 1; }

@@ -1133,8 +1133,8 @@ Test(http, metrics_count_requests_by_route_method_and_code_with_latency_histogra
 		"dg_http_requests_total{route=\"/v1/fail\",method=\"GET\",code=\"400\"} 1\n",
 		"dg_http_requests_total{route=\"none\",method=\"GET\",code=\"404\"} 1\n",
 		"# TYPE dg_http_request_seconds histogram\n",
-		"dg_http_request_seconds_bucket{route=\"/v1/jobs/{id}\",method=\"GET\","
-		"le=\"+Inf\"} 2\n",
+		("dg_http_request_seconds_bucket{route=\"/v1/jobs/{id}\",method=\"GET\","
+		 "le=\"+Inf\"} 2\n"),
 		"dg_http_request_seconds_count{route=\"/v1/jobs/{id}\",method=\"GET\"} 2\n",
 		"dg_http_request_seconds_bucket{route=\"/v1/fail\",method=\"GET\",le=\"5\"} 1\n",
 		"# TYPE dg_http_bytes_received_total counter\n",

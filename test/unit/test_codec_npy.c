@@ -290,7 +290,7 @@ Test(codec_npy, header_size_equals_encoded_header_length_for_many_shapes)
 			struct dg_err err = { 0 };
 			cr_assert_eq(dg_npy_parse_header(b.data, b.len, &pdt, &ps, &off, &err),
 				     DG_OK, "%s", err.msg);
-			cr_assert_eq(pdt, dt);
+			cr_assert_eq((int)pdt, (int)dt);
 			cr_assert(dg_shape_eq(&ps, &shapes[k]));
 			cr_assert_eq(off, b.len);
 			dg_buf_deinit(&b);

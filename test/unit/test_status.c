@@ -14,7 +14,7 @@ Test(status, every_code_has_a_unique_name_that_parses_back)
 		const char *n = dg_status_name((enum dg_status)i);
 		cr_assert_not_null(n);
 		cr_assert_gt(strlen(n), 1, "code %d", i);
-		cr_assert_eq(dg_status_from_name(n), i, "%s", n);
+		cr_assert_eq((int)dg_status_from_name(n), i, "%s", n);
 		for (int j = 0; j < i; j++)
 			cr_assert_str_neq(n, dg_status_name((enum dg_status)j));
 	}

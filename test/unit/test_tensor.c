@@ -294,7 +294,7 @@ Test(tensor, new_tensors_are_zeroed_aligned_and_sized)
 		struct dg_err err = { 0 };
 		struct dg_tensor *t = dg_tensor_new((enum dg_dtype)dt, &s, &err);
 		cr_assert_not_null(t, "%s", err.msg);
-		cr_assert_eq(t->dtype, dt);
+		cr_assert_eq((int)t->dtype, dt);
 		cr_assert_eq(t->numel, 105);
 		cr_assert_eq(t->nbytes, 105 * dg_dtype_size((enum dg_dtype)dt));
 		cr_assert_eq((uintptr_t)t->data % 64, 0);
