@@ -9,11 +9,23 @@
  * load anyway; if the core it picked is weaker than what CPUID (and the OS's
  * XCR0) allow, dg unloads it, sets OPENBLAS_CORETYPE (SkylakeX for AVX-512,
  * Haswell for AVX2+FMA) and loads it again. A value the user set is never
- * touched. This runs once, before other threads start (dg_blas_init). */
+ * touched. This runs once, before other threads start (dg_blas_init).
+ *
+ * CPUID does not always tell the fastest core: on AMD CPUs with AVX2 OpenBLAS
+ * picks its ZEN kernels, and Haswell's ran sgemm 1024 at 83.5 GFLOP/s against
+ * 70.0 on one thread (an EPYC guest). So on CPUs that are not Intel's (or with
+ * DG_BLAS_PROBE=1) dg times a 512^3 sgemm on one thread under each core the CPU
+ * can run, loading the library once per core, keeps the fastest (OpenBLAS's own
+ * pick unless another is 5% faster), and writes the answer to a cache file of
+ * the user's, so the probe (~0.1 s) runs once per machine and every process
+ * then uses the same core (the same kernels give the same bits). */
 #include "blas.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,6 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dg/kernels.h"
 #include "dg/log.h"
@@ -38,7 +54,8 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static struct dg_blas blas;
 static bool loaded;             /* blas is complete and usable */
 static struct dg_err load_err;  /* why not, when !loaded */
-static char line[320];          /* dg_blas_describe's text */
+static char line[640];          /* dg_blas_describe's text */
+static char probe_note[320];    /* what timing the cores found, for the line */
 static int default_threads;     /* OpenBLAS's thread count before anyone changed it */
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -88,12 +105,46 @@ static const char *pick_coretype(const char **why, int *level)
 	}
 	return NULL;
 }
+
+int dg_blas_core_candidates(const char **out, int max, bool *measure)
+{
+	unsigned a, b, c, d, vendor[3] = { 0, 0, 0 };
+	int n = 0, level = 1;
+	const char *why;
+	bool bf16 = false, intel;
+
+	pick_coretype(&why, &level);
+	__get_cpuid(0, &a, &vendor[0], &vendor[2], &vendor[1]);   /* "Genu" "ineI" "ntel" */
+	intel = memcmp(vendor, "GenuineIntel", 12) == 0;
+	if (level == 3 && __get_cpuid_count(7, 1, &a, &b, &c, &d))
+		bf16 = a & bit_AVX512BF16;
+	if (level == 3 && n < max)
+		out[n++] = "SkylakeX";
+	if (bf16 && n < max)
+		out[n++] = "Cooperlake";
+	if (level >= 2 && n < max)
+		out[n++] = "Haswell";
+	if (level >= 2 && memcmp(vendor, "AuthenticAMD", 12) == 0 && n < max)
+		out[n++] = "Zen";
+	/* OpenBLAS knows Intel's cores (and dg's upgrade rule covers the new
+	 * ones): CPUID is conclusive there. Elsewhere the candidates are timed. */
+	*measure = n >= 1 && !intel;
+	return n;
+}
 #else
 static const char *pick_coretype(const char **why, int *level)
 {
 	(void)why;
 	(void)level;
 	return NULL;
+}
+
+int dg_blas_core_candidates(const char **out, int max, bool *measure)
+{
+	(void)out;
+	(void)max;
+	*measure = false;
+	return 0;
 }
 #endif
 
@@ -157,9 +208,16 @@ static void describe_loaded(const char *chosen, const char *why, const char *det
 	else if (user_set)
 		snprintf(line, sizeof line, "%s core %s (OPENBLAS_CORETYPE=%s set by user)", ver,
 			 core, env);
+	else if (chosen && probe_note[0])
+		snprintf(line, sizeof line, "%s core %s (OpenBLAS detected %.40s; "
+			 "OPENBLAS_CORETYPE=%s chosen by dg: %s, %s)", ver, core, detected, chosen,
+			 why, probe_note);
 	else if (chosen)
 		snprintf(line, sizeof line, "%s core %s (OpenBLAS detected %.40s; "
 			 "OPENBLAS_CORETYPE=%s chosen by dg: %s)", ver, core, detected, chosen, why);
+	else if (probe_note[0])
+		snprintf(line, sizeof line, "%s core %s (detected by OpenBLAS; kept by dg as the "
+			 "fastest, %s)", ver, core, probe_note);
 	else
 		snprintf(line, sizeof line, "%s core %s (detected by OpenBLAS)", ver, core);
 }
@@ -183,6 +241,202 @@ static void *open_lib(const char **lib)
 	return h;
 }
 
+/* --- choosing the core by measurement ------------------------------------- */
+
+#define PROBE_N 512             /* sgemm side: 1.4-3 ms a product on one thread */
+#define PROBE_REPS 7            /* the best of these counts */
+#define PROBE_MARGIN 1.05       /* another core must beat OpenBLAS's own pick by 5% */
+#define MAX_CANDIDATES 4
+
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* GFLOP/s of a PROBE_N^3 sgemm on one thread with OpenBLAS loaded under core
+ * (NULL: OpenBLAS's own pick), the best of PROBE_REPS, and the core's name as
+ * OpenBLAS reports it; 0 when it cannot be loaded. Loads and unloads the
+ * library, so only while nothing else holds it. */
+static double probe(const char *core, char *name, size_t n)
+{
+	const size_t m = (size_t)PROBE_N * PROBE_N;
+	struct dg_blas p = { 0 };
+	double best = INFINITY;
+	const char *lib;
+	float *x;
+	void *h;
+
+	if (core)
+		setenv("OPENBLAS_CORETYPE", core, 1);
+	else
+		unsetenv("OPENBLAS_CORETYPE");
+	h = open_lib(&lib);
+	if (!h)
+		return 0;
+	x = malloc(3 * m * sizeof *x);
+	if (!x || !resolve(h, lib, "cblas_sgemm", &p.sgemm) ||
+	    !resolve(h, lib, "openblas_set_num_threads", &p.set_num_threads) ||
+	    !resolve(h, lib, "openblas_get_corename", &p.get_corename)) {
+		free(x);
+		dlclose(h);
+		return 0;
+	}
+	snprintf(name, n, "%s", p.get_corename());
+	p.set_num_threads(1);
+	for (size_t i = 0; i < 2 * m; i++)
+		x[i] = (float)(i % 17) * 0.0625f - 0.5f;
+	for (int r = -1; r < PROBE_REPS; r++) {   /* r = -1: warm-up */
+		double t0 = now_s();
+		p.sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, PROBE_N, PROBE_N, PROBE_N, 1.0f,
+			x, PROBE_N, x + m, PROBE_N, 0.0f, x + 2 * m, PROBE_N);
+		double t = now_s() - t0;
+		if (r >= 0 && t < best)
+			best = t;
+	}
+	free(x);
+	dlclose(h);
+	return 2.0 * PROBE_N * PROBE_N * PROBE_N / best * 1e-9;
+}
+
+/* The cache of the probe's answer: $DG_BLAS_CACHE, else /var/tmp/dg-blas-core-UID
+ * (one per user and machine whatever HOME is, so every process of a local
+ * cluster runs the same core); "" turns it off. Opened (created 0600) only if
+ * it is the user's own regular file that nobody else can write; -1 otherwise. */
+static int cache_open(char *path, size_t n)
+{
+	const char *e = getenv("DG_BLAS_CACHE");
+	struct stat st;
+	int fd;
+
+	if (e)
+		snprintf(path, n, "%s", e);
+	else
+		snprintf(path, n, "/var/tmp/dg-blas-core-%u", (unsigned)getuid());
+	if (!path[0])
+		return -1;
+	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() ||
+	    (st.st_mode & 022)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* The CPU's brand string (CPUID 0x80000002-4), for the cache's key. */
+static void cpu_brand(char *out, size_t n)
+{
+	unsigned r[12] = { 0 };
+
+	snprintf(out, n, "unknown CPU");
+#if defined(__x86_64__) || defined(__i386__)
+	for (unsigned i = 0; i < 3; i++)
+		if (!__get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2],
+				 &r[4 * i + 3]))
+			return;
+	snprintf(out, n, "%.48s", (const char *)r);
+#endif
+}
+
+/* Decides the core by measurement (or from the cache) with the library h
+ * loaded under OpenBLAS's own pick; returns the handle to keep (h, or the
+ * library reloaded under the chosen core) and sets *chosen (NULL: OpenBLAS's
+ * pick). NULL when the library cannot be loaded again. */
+static void *measured(void *h, const char **lib, const char *const *cand, int n_cand,
+		      const char **chosen)
+{
+	char *(*corename)(void) = NULL, *(*config)(void) = NULL;
+	char key[400], path[256], brand[64], line_in[600], own[48] = "", nm[48];
+	char figs[160] = "", *end, *tab;
+	double g0, best_g = 0;
+	int fd, best = -1, k;
+	ssize_t got;
+
+	*chosen = NULL;
+	if (!resolve(h, *lib, "openblas_get_corename", &corename) ||
+	    !resolve(h, *lib, "openblas_get_config", &config))
+		return h;
+	snprintf(own, sizeof own, "%s", corename());
+	cpu_brand(brand, sizeof brand);
+	k = snprintf(key, sizeof key, "%s|%s|%s", brand, config(), own);
+	for (int i = 0; i < n_cand && k > 0 && (size_t)k < sizeof key; i++)
+		k += snprintf(key + k, sizeof key - (size_t)k, ",%s", cand[i]);
+	fd = cache_open(path, sizeof path);
+	if (fd >= 0 && flock(fd, LOCK_EX) == 0 &&
+	    (got = pread(fd, line_in, sizeof line_in - 1, 0)) > 0) {
+		/* "dg-blas-core 1\tKEY\tCORE\tFIGURES\n"; CORE "-" = OpenBLAS's own */
+		line_in[got] = '\0';
+		size_t kl = strlen(key);
+		if (strncmp(line_in, "dg-blas-core 1\t", 15) == 0 &&
+		    strncmp(line_in + 15, key, kl) == 0 && line_in[15 + kl] == '\t') {
+			char *core = line_in + 16 + kl;
+			if ((tab = strchr(core, '\t')) && (end = strchr(tab, '\n'))) {
+				*tab = *end = '\0';
+				for (int i = 0; i < n_cand; i++)
+					if (strcmp(core, cand[i]) == 0)
+						*chosen = cand[i];
+				if (*chosen || strcmp(core, "-") == 0) {
+					snprintf(probe_note, sizeof probe_note,
+						 "measured %.100s, cached in %.80s", tab + 1, path);
+					close(fd);   /* drops the lock */
+					goto load;
+				}
+			}
+		}
+	}
+	/* Nothing cached for this CPU and library: time each core, OpenBLAS's own
+	 * first. Other processes that start now wait on the lock and read it. */
+	dlclose(h);
+	h = NULL;
+	g0 = probe(NULL, nm, sizeof nm);
+	k = snprintf(figs, sizeof figs, "%s %.1f", nm, g0);
+	for (int i = 0; i < n_cand; i++) {
+		if (strcasecmp(cand[i], own) == 0)
+			continue;   /* timed above as OpenBLAS's own */
+		double g = probe(cand[i], nm, sizeof nm);
+		if (k > 0 && (size_t)k < sizeof figs)
+			k += snprintf(figs + k, sizeof figs - (size_t)k, ", %s %.1f", cand[i], g);
+		if (g > best_g) {
+			best_g = g;
+			best = i;
+		}
+	}
+	if (best >= 0 && best_g > g0 * PROBE_MARGIN)
+		*chosen = cand[best];
+	if (fd >= 0) {
+		char out[600];
+		int len = snprintf(out, sizeof out, "dg-blas-core 1\t%s\t%s\t%s GFLOP/s\n", key,
+				   *chosen ? *chosen : "-", figs);
+		if (len > 0 && (size_t)len < sizeof out && ftruncate(fd, 0) == 0 &&
+		    pwrite(fd, out, (size_t)len, 0) == len)
+			snprintf(probe_note, sizeof probe_note, "measured %.100s GFLOP/s, "
+				 "cached in %.80s", figs, path);
+		else
+			snprintf(probe_note, sizeof probe_note, "measured %.100s GFLOP/s, "
+				 "not cached (%.40s)", figs, strerror(errno));
+		close(fd);
+	} else {
+		snprintf(probe_note, sizeof probe_note, "measured %.100s GFLOP/s, not cached",
+			 figs);
+	}
+load:
+	if (h && !*chosen)
+		return h;   /* a cache hit for OpenBLAS's own pick: keep it loaded */
+	if (h)
+		dlclose(h);
+	if (*chosen)
+		setenv("OPENBLAS_CORETYPE", *chosen, 1);
+	else
+		unsetenv("OPENBLAS_CORETYPE");
+	return open_lib(lib);
+}
+
 static void load(void)
 {
 	const char *lib, *chosen = NULL, *why = "";
@@ -202,7 +456,22 @@ static void load(void)
 		lib = LIB_NAME;
 	if (!h)
 		goto fail;
-	if (!preloaded && !user_set && pick_coretype(&why, &cpu_level)) {
+	const char *cand[MAX_CANDIDATES];
+	bool measure = false;
+	int n_cand = preloaded || user_set ? 0 :
+		     dg_blas_core_candidates(cand, MAX_CANDIDATES, &measure);
+	const char *force = getenv("DG_BLAS_PROBE");
+	if (force && n_cand > 0)
+		measure = strcmp(force, "0") != 0;
+	if (measure) {
+		char *(*corename)(void) = NULL;
+		if (resolve(h, lib, "openblas_get_corename", &corename))
+			snprintf(detected, sizeof detected, "%s", corename());
+		h = measured(h, &lib, cand, n_cand, &chosen);
+		why = "fastest";
+		if (!h)
+			goto fail;
+	} else if (!preloaded && !user_set && pick_coretype(&why, &cpu_level)) {
 		/* OpenBLAS chose in its constructor; keep its choice unless it is weaker
 		 * than the CPU allows, then reload with the core named. Nothing else
 		 * holds the library yet, so dlclose really unloads it (its destructor

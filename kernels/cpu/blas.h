@@ -4,6 +4,7 @@
 #define DG_CPU_BLAS_H
 
 #include <cblas.h>
+#include <stdbool.h>
 
 #include "dg/status.h"
 
@@ -30,5 +31,11 @@ const struct dg_blas *dg_blas_get(struct dg_err *err);
  * kernels, 2 = AVX2, 1 = older or unknown. dg reloads OpenBLAS with a named
  * core when this is below what CPUID allows. */
 int dg_blas_core_level(const char *core);
+
+/* The OPENBLAS_CORETYPE values this CPU can run that dg considers (x86:
+ * SkylakeX with AVX-512, Cooperlake with its BF16 too, Haswell with AVX2 and
+ * FMA, Zen on AMD CPUs with AVX2), at most max into out; *measure says whether
+ * CPUID alone is not conclusive here (not an Intel CPU), so that dg times them. */
+int dg_blas_core_candidates(const char **out, int max, bool *measure);
 
 #endif

@@ -153,6 +153,60 @@ else
 	not_ok "dg --version prints the version, the BLAS line and the CUDA line"
 fi
 
+# Choosing OpenBLAS's core by timing (kernels/cpu/blas.c): forced with
+# DG_BLAS_PROBE=1, cached in DG_BLAS_CACHE. Only where the CPU has a core to
+# time (x86 with AVX2: Haswell at least); the user's OPENBLAS_CORETYPE is kept
+# out of these runs, and its own check comes last.
+blas_line() {   # env assignments...: dg --version's BLAS line into $TMP/blas
+	rc=0
+	env -u OPENBLAS_CORETYPE "$@" "$DG" --version >"$TMP/out" 2>"$TMP/err" || rc=$?
+	sed -n 2p "$TMP/out" >"$TMP/blas"
+}
+if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then
+	C=$TMP/blas-core
+	blas_line DG_BLAS_PROBE=1 DG_BLAS_CACHE="$C"
+	first=$(sed 's/.* core \([A-Z0-9]*\) .*/\1/' "$TMP/blas")
+	if [[ $rc -eq 0 ]] && grep -q "measured .* GFLOP/s, cached in $C)" "$TMP/blas" &&
+		head -c 15 "$C" | grep -q $'^dg-blas-core 1\t' && [[ $(stat -c %a "$C") == 600 ]]; then
+		ok "DG_BLAS_PROBE=1 times the cores and writes the cache (mode 600)"
+	else
+		not_ok "DG_BLAS_PROBE=1 times the cores and writes the cache (mode 600): $(cat "$TMP/blas")"
+	fi
+	cp "$C" "$TMP/cache-before"
+	blas_line DG_BLAS_PROBE=1 DG_BLAS_CACHE="$C"
+	if [[ $rc -eq 0 && $(sed 's/.* core \([A-Z0-9]*\) .*/\1/' "$TMP/blas") == "$first" ]] &&
+		grep -q "cached in $C)" "$TMP/blas" && cmp -s "$C" "$TMP/cache-before"; then
+		ok "a second process reads the cache: the same core, no new timing"
+	else
+		not_ok "a second process reads the cache: $(cat "$TMP/blas") (first: $first)"
+	fi
+	chmod 666 "$C"
+	blas_line DG_BLAS_PROBE=1 DG_BLAS_CACHE="$C"
+	if [[ $rc -eq 0 ]] && grep -q "GFLOP/s, not cached)" "$TMP/blas" &&
+		cmp -s "$C" "$TMP/cache-before"; then
+		ok "a cache file others can write is neither read nor written"
+	else
+		not_ok "a cache file others can write is neither read nor written: $(cat "$TMP/blas")"
+	fi
+	blas_line DG_BLAS_PROBE=0 DG_BLAS_CACHE="$TMP/unused"
+	if [[ $rc -eq 0 ]] && ! grep -q measured "$TMP/blas" && [[ ! -e "$TMP/unused" ]]; then
+		ok "DG_BLAS_PROBE=0 keeps the CPUID rule and no cache"
+	else
+		not_ok "DG_BLAS_PROBE=0 keeps the CPUID rule and no cache: $(cat "$TMP/blas")"
+	fi
+	rc=0
+	OPENBLAS_CORETYPE=Haswell DG_BLAS_PROBE=1 DG_BLAS_CACHE="$TMP/unused" "$DG" --version \
+		>"$TMP/out" 2>"$TMP/err" || rc=$?
+	if [[ $rc -eq 0 ]] && sed -n 2p "$TMP/out" | grep -q 'core HASWELL (OPENBLAS_CORETYPE=Haswell set by user)' &&
+		[[ ! -e "$TMP/unused" ]]; then
+		ok "a core the user set is kept, never timed"
+	else
+		not_ok "a core the user set is kept, never timed"
+	fi
+else
+	echo "ok - # SKIP OpenBLAS core timing: this CPU has no AVX2 and FMA core to time"
+fi
+
 run ops --markdown
 if [[ $rc -eq 0 ]] && cmp -s "$TMP/out" "$SRC/doc/ops.md"; then
 	ok "doc/ops.md is what 'dg ops --markdown' prints"
