@@ -262,7 +262,12 @@ struct train {
 	struct dg_err feed_err;
 	int64_t applied, requeued;     /* examples, from every step's QueueAck */
 	int64_t lost_replicas;         /* replicas whose task was lost for good */
-	struct dg_buf ledger;          /* GET /v1/jobs/ID/steps: the per-step ledger */
+	struct dg_buf ledger;          /* GET /v1/jobs/ID/steps: the per-step rows */
+	/* The reconciled row (train_feed_reconcile): examples the queue acked
+	 * that no chunk had reported; a chunk that comes back later takes its
+	 * examples out of it. Served after the rows while > 0. */
+	int64_t reconciled;
+	int reconciled_replica;
 };
 
 /* "task /job:worker/task:1 (127.0.0.1:2223)" */
@@ -354,10 +359,14 @@ enum dg_status train_feed_release(struct master *m, struct job *j, int r, int64_
 				  struct dg_err *err);
 void train_feed_account_locked(struct train *tr, int r, int64_t t0,
 			       const struct dg_task_run_result *c, double ms);
-/* At the end of a job that fed its queue: the queue's acked count is the
- * truth; what a lost replica applied but never reported is added to the
- * ledger as one row without a step (and a "ledger_reconciled" event). */
+/* At the end of a job that fed its queue, once the chunks in flight came
+ * back (a sync job's backup left behind; bounded): the queue's acked count
+ * is the truth; what a lost replica applied but never reported is added to
+ * the ledger as one row without a step (and a "ledger_reconciled" event). */
 void train_feed_reconcile(struct master *m, struct job *j);
+/* The ledger CSV into out: its rows, then the reconciled row, if any. */
+enum dg_status train_feed_ledger_locked(const struct train *tr, struct dg_buf *out,
+					struct dg_err *err);
 /* Examples trained: from the ledger when queue-fed, else steps x batch. */
 int64_t train_examples_locked(const struct train *tr);
 /* The "input" object of the status: queue, feeder, counts; null without a queue. */

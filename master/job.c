@@ -386,8 +386,10 @@ static enum dg_status job_csv(struct master *m, const char *id, bool steps, stru
 				"queue-fed training job", id);
 		dg_err_hint(err, "its metrics are in GET /v1/jobs/%s/metrics", id);
 	}
-	csv = j->tr ? (steps ? &j->tr->ledger : &j->tr->csv) : NULL;
-	if (st == DG_OK)
+	csv = j->tr ? &j->tr->csv : NULL;
+	if (st == DG_OK && steps)
+		st = train_feed_ledger_locked(j->tr, out, err);
+	else if (st == DG_OK)
 		st = dg_buf_append(out, csv->data ? csv->data : "", csv->len, err);
 	job_put_locked(j);
 	pthread_mutex_unlock(&m->mu);

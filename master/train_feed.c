@@ -21,6 +21,14 @@
  * task has none; its enqueues wait for room as long as the job runs). */
 #define FEED_TIMEOUT_MS 3600000
 
+/* At the job's end, chunks still in flight (a sync job's backup replica
+ * that the job finished without) are given this long to come back before
+ * the ledger is reconciled: at the queue's end a live replica's run ends at
+ * its next dequeue, milliseconds later. */
+#define RECONCILE_WAIT_MS 2000
+
+#define LEDGER_HEADER "step,replica,counted,examples_applied,examples_requeued,ms\n"
+
 /* A replica's lease holder: "JOB/rR" (the naming rule, so that it travels
  * in a query unescaped). */
 static void holder_of(const struct job *j, int r, char *out, size_t n)
@@ -203,6 +211,16 @@ enum dg_status train_feed_release(struct master *m, struct job *j, int r, int64_
 
 /* ------------------------------------------------------------ the ledger */
 
+/* Whether a replica still runs a chunk (under m->mu; none starts once
+ * tr->stop is set). */
+static bool chunk_in_flight_locked(const struct train *tr)
+{
+	for (int r = 0; r < tr->n_reps; r++)
+		if (!tr->reps[r].finished && tr->reps[r].cur_step)
+			return true;
+	return false;
+}
+
 void train_feed_reconcile(struct master *m, struct job *j)
 {
 	struct train *tr = j->tr;
@@ -212,6 +230,15 @@ void train_feed_reconcile(struct master *m, struct job *j)
 
 	if (!tr->plan.queue || !tr->feed_g)
 		return;         /* a queue fed from outside may hold other jobs' counts */
+	/* A sync job with backups ends once one replica met the queue's end:
+	 * another one's last chunk may still be on its way back with steps the
+	 * queue already acked. Counted here too, they would be counted twice;
+	 * it comes back at once, so wait for it (account_chunk signals m->cv). */
+	pthread_mutex_lock(&m->mu);
+	double until = master_now_ms() + RECONCILE_WAIT_MS;
+	while (chunk_in_flight_locked(tr) && master_now_ms() < until)
+		master_wait_locked(m, until - master_now_ms());
+	pthread_mutex_unlock(&m->mu);
 	if (!(c = dg_client_new(m->cluster->tasks[tr->queue_task].address, m->token, NULL)))
 		return;
 	if (dg_queue_state(c, tr->plan.queue, &state, NULL) == DG_OK &&
@@ -225,10 +252,12 @@ void train_feed_reconcile(struct master *m, struct job *j)
 			}
 		if (acked > tr->applied) {
 			/* A replica lost for good applied (and acked) steps whose
-			 * chunk never came back: its leases say so. */
+			 * chunk never came back: its leases say so. A chunk that
+			 * does come back later takes its examples out of this row
+			 * (train_feed_account_locked). */
 			int64_t more = acked - tr->applied;
-			dg_buf_printf(&tr->ledger, NULL, ",%d,1,%" PRId64 ",0,\n",
-				      n_lost == 1 ? (int)lost : -1, more);
+			tr->reconciled = more;
+			tr->reconciled_replica = n_lost == 1 ? (int)lost : -1;
 			tr->applied = acked;
 			job_event_locked(m, j, json_pack("{s:s, s:I, s:i}", "event",
 							 "ledger_reconciled", "examples",
@@ -250,18 +279,35 @@ void train_feed_account_locked(struct train *tr, int r, int64_t t0,
 	if (!tr->plan.queue)
 		return;
 	if (!tr->ledger.data)
-		dg_buf_printf(&tr->ledger, NULL, "step,replica,counted,examples_applied,"
-			      "examples_requeued,ms\n");
+		dg_buf_printf(&tr->ledger, NULL, LEDGER_HEADER);
 	for (int64_t i = 0; i < c->steps_done; i++) {
 		double a = c->values[i * tr->n_collect + base];
 		double q = c->values[i * tr->n_collect + base + 1];
 		int64_t applied = isfinite(a) ? (int64_t)a : 0;
 		int64_t requeued = isfinite(q) ? (int64_t)q : 0;
-		tr->applied += applied;
+		/* Back after the reconcile: the queue's count had these already. */
+		int64_t known = applied < tr->reconciled ? applied : tr->reconciled;
+		tr->reconciled -= known;
+		tr->applied += applied - known;
 		tr->requeued += requeued;
 		dg_buf_printf(&tr->ledger, NULL, "%" PRId64 ",%d,%d,%" PRId64 ",%" PRId64 ",%.3f\n",
 			      t0 + i, r, requeued == 0 ? 1 : 0, applied, requeued, step_ms);
 	}
+}
+
+enum dg_status train_feed_ledger_locked(const struct train *tr, struct dg_buf *out,
+					struct dg_err *err)
+{
+	enum dg_status st = DG_OK;
+
+	if (tr->ledger.data)
+		st = dg_buf_append(out, tr->ledger.data, tr->ledger.len, err);
+	else if (tr->reconciled > 0)
+		st = dg_buf_printf(out, err, LEDGER_HEADER);
+	if (st == DG_OK && tr->reconciled > 0)
+		st = dg_buf_printf(out, err, ",%d,1,%" PRId64 ",0,\n", tr->reconciled_replica,
+				   tr->reconciled);
+	return st;
 }
 
 int64_t train_examples_locked(const struct train *tr)
