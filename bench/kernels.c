@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <sys/wait.h>
 
 #include "bench_util.h"
 #include "blas.h"
@@ -259,21 +261,24 @@ static void bench_free(struct bench *b)
 	dg_free_aligned(b->out);
 }
 
-static void bench_matmul(const struct opts *o, int64_t n)
+/* dg's MatMul GFLOP/s (0 when skipped). */
+static double bench_matmul(const struct opts *o, int64_t n)
 {
 	const int64_t dims[2] = { n, n };
 	const double flop = 2.0 * (double)n * (double)n * (double)n;
 	char label[64];
 	struct bench b = { .label = label, .n = n, .base = run_matmul_base, .tol = 1e-5 };
 
+	double gflops = 0;
+
 	snprintf(label, sizeof label, "matmul %lld f32", (long long)n);
 	b.dg.op = need_op(label, "MatMul");
 	b.bl = dg_blas_get(NULL);
 	if (!b.dg.op)
-		return;
+		return 0;
 	if (!b.bl) {
 		printf("%s: skipped: %s\n", label, dg_blas_describe());
-		return;
+		return 0;
 	}
 	b.t[0] = new_f32(2, dims, 1);
 	b.t[1] = new_f32(2, dims, 2);
@@ -282,10 +287,115 @@ static void bench_matmul(const struct opts *o, int64_t n)
 	b.dg.in[0] = b.t[0];
 	b.dg.in[1] = b.t[1];
 	b.dg.n_in = 2;
-	if (measure(o, &b))
+	if (measure(o, &b)) {
+		gflops = flop / b.md / 1e9;
 		printf("dg %.1f GFLOP/s  openblas %.1f GFLOP/s  ratio %.3f (median of %d)\n",
-		       flop / b.md / 1e9, flop / b.mb / 1e9, b.mb / b.md, o->reps);
+		       gflops, flop / b.mb / 1e9, b.mb / b.md, o->reps);
+	}
 	bench_free(&b);
+	return gflops;
+}
+
+/* --core-probe REPS (run by bench_cores in a child whose OPENBLAS_CORETYPE is
+ * the core to time): "CORENAME GFLOPS" of cblas_sgemm 1024 on one thread, the
+ * median of REPS after one warm-up. OpenBLAS reads the core type once, when
+ * it loads, hence a process per core. */
+static int core_probe(int reps)
+{
+	const int64_t n = 1024, dims[2] = { n, n };
+	const struct dg_blas *bl = dg_blas_get(NULL);
+	struct dg_tensor *a = new_f32(2, dims, 1), *b = new_f32(2, dims, 2);
+	float *c = dg_alloc_aligned((size_t)(n * n) * sizeof(float));
+	double t[64];
+
+	if (!bl || !a || !b || !c)
+		return 1;
+	bl->set_num_threads(1);
+	for (int r = -1; r < reps; r++) {
+		double t0 = bench_now_s();
+		bl->sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)n, (int)n, 1.0f,
+			  a->data, (int)n, b->data, (int)n, 0.0f, c, (int)n);
+		if (r >= 0)
+			t[r] = bench_now_s() - t0;
+	}
+	printf("%s %.2f\n", bl->get_corename(), 2.0 * (double)(n * n * n) /
+	       bench_median(t, reps) / 1e9);
+	dg_tensor_free(a);
+	dg_tensor_free(b);
+	dg_free_aligned(c);
+	return 0;
+}
+
+/* cblas_sgemm 1024 on one thread under OpenBLAS's own core and under every
+ * core dg considers for this CPU (dg_blas_core_candidates), each in a child
+ * process, against dg's MatMul 1024 measured above with the core dg runs:
+ * the target is 0.95 of the fastest. */
+static void bench_cores(const struct opts *o, double dg_gflops)
+{
+	const char *cand[8], *names[9];
+	bool measure;
+	int n = dg_blas_core_candidates(cand, 8, &measure);
+	double best = 0;
+	char best_name[48] = "", reps[16];
+
+	if (o->threads != 1 || dg_gflops <= 0) {
+		printf("core types: skipped (one thread only, and needs the matmul 1024 case)\n");
+		return;
+	}
+	if (getenv("OPENBLAS_CORETYPE")) {
+		printf("core types: skipped: OPENBLAS_CORETYPE=%s is set, so dg runs that core\n",
+		       getenv("OPENBLAS_CORETYPE"));
+		return;
+	}
+	names[0] = NULL;   /* OpenBLAS's own pick */
+	for (int i = 0; i < n; i++)
+		names[i + 1] = cand[i];
+	snprintf(reps, sizeof reps, "%d", o->reps);
+	printf("core types (cblas_sgemm 1024, one thread, median of %d, a process each):\n",
+	       o->reps);
+	for (int i = 0; i <= n; i++) {
+		int fd[2];
+		char buf[128] = "", core[48] = "";
+		double g = 0;
+		pid_t pid;
+		ssize_t got;
+		if (pipe(fd) != 0)
+			return;
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			dup2(fd[1], 1);
+			close(fd[0]);
+			close(fd[1]);
+			if (names[i])
+				setenv("OPENBLAS_CORETYPE", names[i], 1);
+			setenv("DG_BLAS_PROBE", "0", 1);   /* OpenBLAS's own pick stays its own */
+			execl("/proc/self/exe", "bench_kernels", "--core-probe", reps, (char *)NULL);
+			_exit(127);
+		}
+		close(fd[1]);
+		got = pid > 0 ? read(fd[0], buf, sizeof buf - 1) : -1;
+		close(fd[0]);
+		if (pid > 0)
+			waitpid(pid, NULL, 0);
+		if (got > 0)
+			buf[got] = '\0';
+		if (got <= 0 || sscanf(buf, "%47s %lf", core, &g) != 2) {
+			printf("  %-22s failed\n", names[i] ? names[i] : "(OpenBLAS's own)");
+			continue;
+		}
+		printf("  %-22s core %-12s %7.1f GFLOP/s\n", names[i] ? names[i] :
+		       "(OpenBLAS's own)", core, g);
+		if (g > best) {
+			best = g;
+			snprintf(best_name, sizeof best_name, "%s", core);
+		}
+	}
+	if (best > 0)
+		printf("matmul 1024 f32, one thread: dg %.1f GFLOP/s = %.3f of the fastest core "
+		       "(%s, %.1f) (target >= 0.95: %s)\n", dg_gflops, dg_gflops / best, best_name,
+		       best, dg_gflops >= 0.95 * best ? "met" : "MISSED");
+	(void)measure;
 }
 
 /* Print a memory-bound case: times, bandwidth over bytes moved, ratio. */
@@ -366,6 +476,10 @@ int main(int argc, char **argv)
 	struct opts o = { .reps = 9, .threads = 1 };
 	struct dg_err err = { 0 };
 
+	double mm1024;
+
+	if (argc == 3 && strcmp(argv[1], "--core-probe") == 0)
+		return core_probe(atoi(argv[2]) > 0 && atoi(argv[2]) <= 64 ? atoi(argv[2]) : 9);
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--quick") == 0) {
 			o.quick = 1;
@@ -391,9 +505,10 @@ int main(int argc, char **argv)
 	printf("threads: %d (OpenBLAS, both sides of MatMul); other ops single-threaded\n",
 	       o.threads);
 	bench_matmul(&o, 512);
-	bench_matmul(&o, 1024);
+	mm1024 = bench_matmul(&o, 1024);
 	if (!o.quick)
 		bench_matmul(&o, 2048);
+	bench_cores(&o, mm1024);
 	bench_add(&o);
 	bench_sum(&o);
 	bench_softmax(&o);
