@@ -330,6 +330,10 @@ def main():
                     help="with --mode: training steps of each job (default 1500)")
     ap.add_argument("--pipeline-steps", type=int, default=150,
                     help="with --pipeline: training steps of each job (default 150)")
+    ap.add_argument("--pipeline-model", default="784-512-512-1024-10",
+                    help="with --pipeline: the MLP's layer widths (default 784-512-512-1024-10)")
+    ap.add_argument("--pipeline-cut", type=int, default=2,
+                    help="with --pipeline: layers on worker 0 (default 2)")
     ap.add_argument("--pipeline-batch", type=int, default=256,
                     help="with --pipeline: the batch, cut into 4 micro-batches (default 256)")
     args = ap.parse_args()

@@ -20,10 +20,15 @@ and the bytes that crossed tasks per training step, against the minimum of the m
               of each gradient to the ps, which sums them); V = the trained variables'
               bytes.
 
---pipeline trains a 784-512-512-512-10 MLP split after its first hidden layer (W1 on
-worker 0: 401k multiply-adds an example; W2..W4 and the loss on worker 1: 529k) with
-"microbatches": 1 and 4, alternating, and prints the median examples/s of each and their
-ratio (target: M=4 >= 1.3x M=1).
+--pipeline trains an MLP split over two workers (--pipeline-model, default
+784-512-512-1024-10, cut after --pipeline-cut layers, default 2) with "microbatches": 1
+and 4, alternating, and prints the median examples/s of each and their ratio (target:
+M=4 >= 1.3x M=1). It prints each stage's multiply-adds an example over a step, forward
+and backward: a layer costs its forward, its weight gradient and (except the first
+layer, whose input needs no gradient) its input gradient. Pipelining's best case is
+(s1 + s2) / (max(s1, s2) + min(s1, s2) / M): the default split has 1588k against 1603k
+(best 1.6x at M=4); the earlier 784-512-512-512-10 cut after layer 1 had 802k against
+1587k (best 1.34x), too unequal for 1.3x.
 """
 import csv
 import io
@@ -32,6 +37,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -216,8 +222,18 @@ def bench_modes(args, modes):
     return status
 
 
-def pipeline_graph(micro, batch, steps, tag):
-    """784-512-512-512-10 MLP: W1 on worker 0, the rest and the loss on worker 1."""
+def stage_costs(sizes, cut):
+    """Multiply-adds an example of each stage over a step (forward + backward)."""
+    s = [0, 0]
+    for i in range(len(sizes) - 1):
+        mac = sizes[i] * sizes[i + 1]
+        s[0 if i < cut else 1] += mac * (2 if i == 0 else 3)
+    return s
+
+
+def pipeline_graph(micro, batch, steps, tag, sizes, cut):
+    """An MLP of layer widths sizes: its first cut layers on worker 0, the rest and
+    the loss on worker 1."""
     P = "/usr/share/datasets/fashion-mnist/"
     d0, d1 = "/job:worker/task:0", "/job:worker/task:1"
     nodes = [
@@ -227,9 +243,9 @@ def pipeline_graph(micro, batch, steps, tag):
         {"name": "batch", "op": "ShardBatch", "inputs": ["x", "y"], "attrs": {"batch": batch,
                                                                              "seed": 3}},
     ]
-    sizes, prev = [784, 512, 512, 512, 10], "batch:0"
-    for i in range(4):
-        dev = d0 if i == 0 else d1
+    prev, layers = "batch:0", len(sizes) - 1
+    for i in range(layers):
+        dev = d0 if i < cut else d1
         w, b = f"{tag}/w{i + 1}", f"{tag}/b{i + 1}"
         nodes += [
             {"name": f"w{i + 1}", "op": "Variable", "attrs": {
@@ -241,7 +257,7 @@ def pipeline_graph(micro, batch, steps, tag):
              "device": dev},
         ]
         prev = f"z{i + 1}"
-        if i < 3:
+        if i < layers - 1:
             nodes.append({"name": f"h{i + 1}", "op": "Relu", "inputs": [prev], "device": dev})
             prev = f"h{i + 1}"
     nodes += [
@@ -258,16 +274,30 @@ def pipeline_graph(micro, batch, steps, tag):
 
 def bench_pipeline(args):
     batch, steps = args.pipeline_batch, args.pipeline_steps
-    print(f"pipeline: 784-512-512-512-10 split after layer 1 (worker 0 | worker 1), batch "
-          f"{batch}, {steps} steps, microbatches 1 and 4 alternating, {args.runs} runs; load "
-          f"average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+    try:
+        sizes = [int(v) for v in args.pipeline_model.split("-")]
+    except ValueError:
+        sizes = []
+    if len(sizes) < 3 or min(sizes) < 1 or not 1 <= args.pipeline_cut < len(sizes) - 1:
+        print(f"bench_train: --pipeline-model {args.pipeline_model} --pipeline-cut "
+              f"{args.pipeline_cut}: need widths like 784-512-10 and a cut in 1..layers-1",
+              file=sys.stderr)
+        return 2
+    s1, s2 = stage_costs(sizes, args.pipeline_cut)
+    best = (s1 + s2) / (max(s1, s2) + min(s1, s2) / 4)
+    print(f"pipeline: {args.pipeline_model} split after layer {args.pipeline_cut} (worker 0 "
+          f"| worker 1: {s1 / 1e3:.0f}k | {s2 / 1e3:.0f}k multiply-adds an example a step, "
+          f"best case {best:.2f}x at M=4), batch {batch}, {steps} steps, microbatches 1 and "
+          f"4 alternating, {args.runs} runs; load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs", flush=True)
     xps = {1: [], 4: []}
     for run in range(args.runs):
         for micro in (1, 4):
             cl = Cluster(args.dg, 2, args.dg_blas_threads)
             try:
                 status, _, cpu = cl.train(pipeline_graph(micro, batch, steps,
-                                                         f"bench_pipe_{micro}_{run}"),
+                                                         f"bench_pipe_{micro}_{run}", sizes,
+                                                         args.pipeline_cut),
                                           args.timeout_s)
             finally:
                 cl.close()
