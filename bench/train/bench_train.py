@@ -315,8 +315,9 @@ def main():
                     "alternating, and print examples/s and CPU per example of each "
                     "(modes.py)")
     ap.add_argument("--pipeline", action="store_true",
-                    help="instead of the torch comparison: a 784-512-512-512-10 MLP split "
-                    "over 2 workers with microbatches 1 and 4, alternating (modes.py)")
+                    help="instead of the torch comparison: an MLP split over 2 workers "
+                    "(--pipeline-model, --pipeline-cut) with microbatches 1 and 4, "
+                    "alternating (modes.py)")
     ap.add_argument("--faults", action="store_true",
                     help="instead of the torch comparison: the MLP with its ps killed twice "
                     "per run against undisturbed runs: restart -> next step, examples/s, "
