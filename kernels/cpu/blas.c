@@ -270,6 +270,7 @@ static double probe(const char *core, char *name, size_t n)
 	float *x;
 	void *h;
 
+	name[0] = '\0';
 	if (core)
 		setenv("OPENBLAS_CORETYPE", core, 1);
 	else
@@ -321,8 +322,9 @@ static int cache_open(char *path, size_t n)
 	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -1;
+	/* one link only: not another of the user's files hard-linked here */
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != getuid() ||
-	    (st.st_mode & 022)) {
+	    (st.st_mode & 022) || st.st_nlink != 1) {
 		close(fd);
 		return -1;
 	}
@@ -400,6 +402,9 @@ static void *measured(void *h, const char **lib, const char *const *cand, int n_
 		if (strcasecmp(cand[i], own) == 0)
 			continue;   /* timed above as OpenBLAS's own */
 		double g = probe(cand[i], nm, sizeof nm);
+		/* An OpenBLAS without that core runs another: not a candidate. */
+		if (strcasecmp(nm, cand[i]) != 0)
+			g = 0;
 		if (k > 0 && (size_t)k < sizeof figs)
 			k += snprintf(figs + k, sizeof figs - (size_t)k, ", %s %.1f", cand[i], g);
 		if (g > best_g) {
@@ -409,7 +414,13 @@ static void *measured(void *h, const char **lib, const char *const *cand, int n_
 	}
 	if (best >= 0 && best_g > g0 * PROBE_MARGIN)
 		*chosen = cand[best];
-	if (fd >= 0) {
+	if (g0 <= 0) {
+		/* A failed timing is not an answer to keep: OpenBLAS's pick stays. */
+		*chosen = NULL;
+		snprintf(probe_note, sizeof probe_note, "timing failed, not cached");
+		if (fd >= 0)
+			close(fd);
+	} else if (fd >= 0) {
 		char out[600];
 		int len = snprintf(out, sizeof out, "dg-blas-core 1\t%s\t%s\t%s GFLOP/s\n", key,
 				   *chosen ? *chosen : "-", figs);
@@ -430,9 +441,11 @@ load:
 		return h;   /* a cache hit for OpenBLAS's own pick: keep it loaded */
 	if (h)
 		dlclose(h);
-	if (*chosen)
+	if (*chosen) {
 		setenv("OPENBLAS_CORETYPE", *chosen, 1);
-	else
+		/* Children (dg up's tasks) inherit it: mark it as dg's, not the user's. */
+		setenv("DG_BLAS_CORE_BY_DG", *chosen, 1);
+	} else
 		unsetenv("OPENBLAS_CORETYPE");
 	return open_lib(lib);
 }
@@ -441,6 +454,9 @@ static void load(void)
 {
 	const char *lib, *chosen = NULL, *why = "";
 	char detected[48] = "";
+	const char *by_dg = getenv("DG_BLAS_CORE_BY_DG"), *env = getenv("OPENBLAS_CORETYPE");
+	if (by_dg && env && strcmp(by_dg, env) == 0)
+		unsetenv("OPENBLAS_CORETYPE");   /* inherited from a dg that chose it: choose again */
 	bool user_set = getenv("OPENBLAS_CORETYPE") != NULL;
 	bool preloaded;
 	int cpu_level = 1;
@@ -483,6 +499,7 @@ static void load(void)
 			chosen = pick_coretype(&why, &cpu_level);
 			dlclose(h);
 			setenv("OPENBLAS_CORETYPE", chosen, 0);
+			setenv("DG_BLAS_CORE_BY_DG", chosen, 1);
 			h = open_lib(&lib);
 			if (!h)
 				goto fail;

@@ -195,6 +195,15 @@ if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -qw fma /proc/cpuinfo; then
 		not_ok "DG_BLAS_PROBE=0 keeps the CPUID rule and no cache: $(cat "$TMP/blas")"
 	fi
 	rc=0
+	OPENBLAS_CORETYPE=Haswell DG_BLAS_CORE_BY_DG=Haswell DG_BLAS_PROBE=1 DG_BLAS_CACHE="$C" \
+		"$DG" --version >"$TMP/out" 2>"$TMP/err" || rc=$?
+	if [[ $rc -eq 0 ]] && ! sed -n 2p "$TMP/out" | grep -q 'set by user' &&
+		sed -n 2p "$TMP/out" | grep -q "core $first "; then
+		ok "a core a parent dg chose is chosen again, not taken as the user's"
+	else
+		not_ok "a core a parent dg chose is chosen again, not taken as the user's"
+	fi
+	rc=0
 	OPENBLAS_CORETYPE=Haswell DG_BLAS_PROBE=1 DG_BLAS_CACHE="$TMP/unused" "$DG" --version \
 		>"$TMP/out" 2>"$TMP/err" || rc=$?
 	if [[ $rc -eq 0 ]] && sed -n 2p "$TMP/out" | grep -q 'core HASWELL (OPENBLAS_CORETYPE=Haswell set by user)' &&
