@@ -330,7 +330,7 @@ static int core_probe(int reps)
  * core dg considers for this CPU (dg_blas_core_candidates), each in a child
  * process, against dg's MatMul 1024 measured above with the core dg runs:
  * the target is 0.95 of the fastest. */
-static void bench_cores(const struct opts *o, double dg_gflops)
+static void bench_cores(const struct opts *o, double dg_gflops, const char *user_core)
 {
 	const char *cand[8], *names[9];
 	bool measure;
@@ -342,9 +342,9 @@ static void bench_cores(const struct opts *o, double dg_gflops)
 		printf("core types: skipped (one thread only, and needs the matmul 1024 case)\n");
 		return;
 	}
-	if (getenv("OPENBLAS_CORETYPE")) {
+	if (user_core) {
 		printf("core types: skipped: OPENBLAS_CORETYPE=%s is set, so dg runs that core\n",
-		       getenv("OPENBLAS_CORETYPE"));
+		       user_core);
 		return;
 	}
 	names[0] = NULL;   /* OpenBLAS's own pick */
@@ -369,6 +369,8 @@ static void bench_cores(const struct opts *o, double dg_gflops)
 			close(fd[1]);
 			if (names[i])
 				setenv("OPENBLAS_CORETYPE", names[i], 1);
+			else
+				unsetenv("OPENBLAS_CORETYPE");   /* dg's own choice may be set here */
 			setenv("DG_BLAS_PROBE", "0", 1);   /* OpenBLAS's own pick stays its own */
 			execl("/proc/self/exe", "bench_kernels", "--core-probe", reps, (char *)NULL);
 			_exit(127);
@@ -476,6 +478,8 @@ int main(int argc, char **argv)
 	struct opts o = { .reps = 9, .threads = 1 };
 	struct dg_err err = { 0 };
 
+	/* The user's core, read before dg loads BLAS (which may set its own). */
+	const char *user_core = getenv("OPENBLAS_CORETYPE") ? strdup(getenv("OPENBLAS_CORETYPE")) : NULL;
 	double mm1024;
 
 	if (argc == 3 && strcmp(argv[1], "--core-probe") == 0)
@@ -508,7 +512,7 @@ int main(int argc, char **argv)
 	mm1024 = bench_matmul(&o, 1024);
 	if (!o.quick)
 		bench_matmul(&o, 2048);
-	bench_cores(&o, mm1024);
+	bench_cores(&o, mm1024, user_core);
 	bench_add(&o);
 	bench_sum(&o);
 	bench_softmax(&o);

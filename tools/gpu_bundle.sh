@@ -6,7 +6,8 @@
 # CUDA build (-Dcuda=enabled or auto with nvcc found), the shared libraries they
 # load beyond glibc and libstdc++ (which the target must have, as new or newer),
 # OpenBLAS (dg dlopen()s it), fusermount3, and with --data the Fashion-MNIST
-# files bench_train reads. cuBLAS is not packed: dg opens the target's.
+# files bench_train reads. The CUDA runtime (libcudart) is packed; cuBLAS is
+# not: dg opens the target's.
 # Usage: tools/gpu_bundle.sh [--data] [build-dir] [out.tar.xz]
 #        (default build, gpu-bundle.tar.xz; run from the repo root)
 set -eu
@@ -25,7 +26,7 @@ bins="$B/test/test_parity $B/test/test_place_gpu $B/bench/bench_cuda $B/cli/dg
       $B/bench/bench_fs $B/bench/bench_fs_minimal"
 cp $bins "$T/bin/"
 if command -v fusermount3 >/dev/null; then cp "$(command -v fusermount3)" "$T/bin/"; fi
-# glibc, the compiler's runtime and CUDA's own libraries come from the target.
+# glibc, the compiler's runtime and the driver (libcuda) come from the target.
 keep() {
 	case "$1" in
 	libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|libresolv.so*|ld-linux*|\

@@ -80,7 +80,9 @@ if [ -n "${B:-}" ]; then
 fi
 
 step "bench_cuda"
-timeout 240 "$BCUDA" 2>&1 | log bench_cuda.log || fail=1
+# (sh has no pipefail: the status goes through a file)
+{ timeout 240 "$BCUDA" 2>&1; echo $? >"$L/bench_cuda.rc"; } | log bench_cuda.log
+[ "$(cat "$L/bench_cuda.rc")" = 0 ] || fail=1
 
 if [ -e /dev/fuse ]; then
 	step "bench_fs"

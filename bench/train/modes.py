@@ -26,9 +26,9 @@ and 4, alternating, and prints the median examples/s of each and their ratio (ta
 M=4 >= 1.3x M=1). It prints each stage's multiply-adds an example over a step, forward
 and backward: a layer costs its forward, its weight gradient and (except the first
 layer, whose input needs no gradient) its input gradient. Pipelining's best case is
-(s1 + s2) / (max(s1, s2) + min(s1, s2) / M): the default split has 1588k against 1603k
+(s1 + s2) / (max(s1, s2) + min(s1, s2) / M): the default split has 1589k against 1604k
 (best 1.6x at M=4); the earlier 784-512-512-512-10 cut after layer 1 had 802k against
-1587k (best 1.34x), too unequal for 1.3x.
+1588k (best 1.34x), too unequal for 1.3x.
 """
 import csv
 import io

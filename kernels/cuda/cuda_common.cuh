@@ -1,7 +1,8 @@
 /* Device helpers shared by the .cu files of kernels/cuda: launch geometry and
  * the N-d index walk of struct dgc_walk. Kernels are grid-stride loops over
- * int64 indices, so any element count works with a bounded grid and odd sizes
- * need no special tail handling. */
+ * int64 indices, so any element count works with a bounded grid (the flat
+ * elementwise kernels, which move 16-byte vectors, finish the n % V tail one
+ * element per thread). */
 #ifndef DG_CUDA_COMMON_CUH
 #define DG_CUDA_COMMON_CUH
 

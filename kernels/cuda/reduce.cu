@@ -2,7 +2,9 @@
  * ArgMax along one axis. dispatch.c describes the kept and reduced dims as two
  * walks; each output element is reduced by one or more thread blocks (split
  * when there are few outputs, so a full reduction still fills the GPU), and
- * split partials are combined in order by a second kernel. Float32 sums and
+ * split partials are combined by a second kernel: in order by one thread per
+ * output, or for 128 partials or more by a block in a fixed tree (deterministic
+ * either way). Float32 sums and
  * means accumulate in double, like the CPU's double lanes (kernels/cpu/reduce.c). */
 #include "cuda_common.cuh"
 
