@@ -262,12 +262,37 @@ struct train {
 	struct dg_err feed_err;
 	int64_t applied, requeued;     /* examples, from every step's QueueAck */
 	int64_t lost_replicas;         /* replicas whose task was lost for good */
-	struct dg_buf ledger;          /* GET /v1/jobs/ID/steps: the per-step rows */
+	/* GET /v1/jobs/ID/steps: the per-step rows (train_feed.c), and the
+	 * entries of the ps's requeue log read so far that matched no row yet
+	 * (their step's chunk is still out; at the job's end, rows of their own). */
+	struct ledger_row *rows;
+	int64_t n_rows, cap_rows;
+	struct ledger_row *unmatched;
+	int64_t n_unmatched, cap_unmatched;
+	uint64_t requeue_seq;          /* the ps's log read up to this entry */
+	int64_t ids_wanted;            /* examples requeued by rows that have no ids yet */
+	bool requeue_reading;          /* a thread reads the log (others wait, m->cv) */
+	int64_t requeue_evicted;       /* log entries the ps dropped before we read them */
 	/* The reconciled row (train_feed_reconcile): examples the queue acked
 	 * that no chunk had reported; a chunk that comes back later takes its
 	 * examples out of it. Served after the rows while > 0. */
 	int64_t reconciled;
 	int reconciled_replica;
+};
+
+/* One row of a queue-fed job's step ledger: a replica's step (step -1: a
+ * lease that ended with no step of its own, a lost replica's), what its
+ * QueueAck said, and from the ps's requeue log why and which example ids
+ * went back (or were dropped). */
+struct ledger_row {
+	int64_t step;
+	int replica;
+	bool counted;
+	int64_t applied, requeued;
+	double ms;                     /* NAN: none */
+	uint64_t lease;                /* 0: unknown */
+	const char *reason;            /* static; NULL until the log names it */
+	int64_t *ids, n_ids;           /* owned */
 };
 
 /* "task /job:worker/task:1 (127.0.0.1:2223)" */
@@ -364,6 +389,13 @@ void train_feed_account_locked(struct train *tr, int r, int64_t t0,
  * is the truth; what a lost replica applied but never reported is added to
  * the ledger as one row without a step (and a "ledger_reconciled" event). */
 void train_feed_reconcile(struct master *m, struct job *j);
+/* Read the ps's requeue log of this job's leases since the last read (outside
+ * m->mu; one reader at a time) and put each entry's ids on its row. With
+ * final (the job's end), entries that matched no row become rows of their own. */
+void train_feed_read_requeues(struct master *m, struct job *j, bool final);
+/* Whether rows wait for so many ids that the log should be read now (before
+ * the ps's bounded log drops them). */
+bool train_feed_ids_due_locked(const struct train *tr);
 /* The ledger CSV into out: its rows, then the reconciled row, if any. */
 enum dg_status train_feed_ledger_locked(const struct train *tr, struct dg_buf *out,
 					struct dg_err *err);

@@ -376,6 +376,13 @@ static enum dg_status job_csv(struct master *m, const char *id, bool steps, stru
 
 	if (!j)
 		return DG_ENOTFOUND;
+	/* A running job's ledger takes the ids the ps has logged since the last
+	 * read (the job's end reads the rest). */
+	pthread_mutex_lock(&m->mu);
+	bool running = j->state == JOB_RUNNING && j->tr && j->tr->plan.queue;
+	pthread_mutex_unlock(&m->mu);
+	if (steps && running)
+		train_feed_read_requeues(m, j, false);
 	pthread_mutex_lock(&m->mu);
 	if (!j->tr) {
 		st = dg_err_set(err, DG_ENOTFOUND, "job %s is not a training job: it has no %s", id,

@@ -27,7 +27,15 @@
  * its next dequeue, milliseconds later. */
 #define RECONCILE_WAIT_MS 2000
 
-#define LEDGER_HEADER "step,replica,counted,examples_applied,examples_requeued,ms\n"
+#define LEDGER_HEADER "step,replica,counted,examples_applied,examples_requeued,ms,lease," \
+	"reason,ids\n"
+
+/* Rows waiting for this many ids make the replica that added the last of
+ * them read the ps's requeue log (which keeps 2^20 ids). */
+#define IDS_DUE 65536
+
+/* Entries of the requeue log read per request. */
+#define REQUEUES_PER_READ 4096
 
 /* A replica's lease holder: "JOB/rR" (the naming rule, so that it travels
  * in a query unescaped). */
@@ -270,6 +278,57 @@ void train_feed_reconcile(struct master *m, struct job *j)
 	dg_client_free(c);
 }
 
+/* Room for one more row in *rows (n, cap); false when out of memory. */
+static bool rows_grow(struct ledger_row **rows, int64_t n, int64_t *cap)
+{
+	struct ledger_row *p;
+	int64_t c = *cap ? *cap * 2 : 256;
+
+	if (n < *cap)
+		return true;
+	if (!(p = realloc(*rows, (size_t)c * sizeof *p)))
+		return false;
+	*rows = p;
+	*cap = c;
+	return true;
+}
+
+/* Give row w the requeue log's word on its lease (u, whose ids it takes). */
+static void row_take(struct train *tr, struct ledger_row *w, struct ledger_row *u)
+{
+	if (w->requeued > 0)
+		tr->ids_wanted -= w->requeued;
+	else if (strcmp(u->reason, "dropped") != 0) {
+		/* Requeued though the step's QueueAck saw nothing: its lease ran
+		 * out while the step ran (its update landed; the batch is learned
+		 * again). Counted here, so that the rows add up to the queue's. */
+		w->requeued = u->requeued;
+		tr->requeued += u->requeued;
+	}
+	if (strcmp(u->reason, "dropped") == 0)
+		w->counted = false;
+	w->reason = u->reason;
+	free(w->ids);
+	w->ids = u->ids;
+	w->n_ids = u->n_ids;
+	u->ids = NULL;
+}
+
+/* The unmatched log entry of lease, or -1. */
+static int64_t unmatched_of(const struct train *tr, uint64_t lease)
+{
+	for (int64_t k = 0; k < tr->n_unmatched; k++)
+		if (tr->unmatched[k].lease == lease)
+			return k;
+	return -1;
+}
+
+static void unmatched_remove(struct train *tr, int64_t k)
+{
+	free(tr->unmatched[k].ids);
+	tr->unmatched[k] = tr->unmatched[--tr->n_unmatched];
+}
+
 void train_feed_account_locked(struct train *tr, int r, int64_t t0,
 			       const struct dg_task_run_result *c, double ms)
 {
@@ -278,34 +337,198 @@ void train_feed_account_locked(struct train *tr, int r, int64_t t0,
 
 	if (!tr->plan.queue)
 		return;
-	if (!tr->ledger.data)
-		dg_buf_printf(&tr->ledger, NULL, LEDGER_HEADER);
 	for (int64_t i = 0; i < c->steps_done; i++) {
 		double a = c->values[i * tr->n_collect + base];
 		double q = c->values[i * tr->n_collect + base + 1];
+		double l = c->values[i * tr->n_collect + base + 2];
 		int64_t applied = isfinite(a) ? (int64_t)a : 0;
 		int64_t requeued = isfinite(q) ? (int64_t)q : 0;
 		/* Back after the reconcile: the queue's count had these already. */
-		int64_t known = applied < tr->reconciled ? applied : tr->reconciled;
+		int64_t known = applied < tr->reconciled ? applied : tr->reconciled, k;
 		tr->reconciled -= known;
 		tr->applied += applied - known;
 		tr->requeued += requeued;
-		dg_buf_printf(&tr->ledger, NULL, "%" PRId64 ",%d,%d,%" PRId64 ",%" PRId64 ",%.3f\n",
-			      t0 + i, r, requeued == 0 ? 1 : 0, applied, requeued, step_ms);
+		if (!rows_grow(&tr->rows, tr->n_rows, &tr->cap_rows)) {
+			/* The counts above stand; the row is lost (said once). */
+			dg_log(DG_LOG_ERROR, "master", "out of memory: the step ledger lost a "
+			       "row of replica %d", r);
+			continue;
+		}
+		struct ledger_row *w = &tr->rows[tr->n_rows++];
+		*w = (struct ledger_row){ .step = t0 + i, .replica = r, .counted = requeued == 0,
+					  .applied = applied, .requeued = requeued, .ms = step_ms,
+					  .lease = isfinite(l) && l > 0 ? (uint64_t)l : 0 };
+		tr->ids_wanted += requeued;
+		if (w->lease && (k = unmatched_of(tr, w->lease)) >= 0) {
+			row_take(tr, w, &tr->unmatched[k]);
+			unmatched_remove(tr, k);
+		}
 	}
+}
+
+bool train_feed_ids_due_locked(const struct train *tr)
+{
+	return tr->plan.queue && tr->ids_wanted >= IDS_DUE && !tr->requeue_reading;
+}
+
+/* Log entry e (of this job's replica r) as a row without a step, for
+ * tr->unmatched or for the match of a row (*out owns the ids). */
+static enum dg_status entry_row(json_t *e, int r, struct ledger_row *out)
+{
+	static const char *const reasons[] = { "released", "expired", "holder_released",
+					       "dropped" };
+	const char *why = json_string_value(json_object_get(e, "reason"));
+	json_t *ids = json_object_get(e, "ids"), *v;
+	size_t i;
+
+	*out = (struct ledger_row){ .step = -1, .replica = r, .ms = NAN,
+				    .lease = (uint64_t)json_integer_value(json_object_get(e,
+									      "lease")) };
+	for (i = 0; i < sizeof reasons / sizeof *reasons; i++)
+		if (why && strcmp(why, reasons[i]) == 0)
+			out->reason = reasons[i];
+	if (!out->reason)
+		out->reason = "released";
+	if (strcmp(out->reason, "dropped") != 0)
+		out->requeued = json_integer_value(json_object_get(e, "examples"));
+	if (json_array_size(ids) == 0)
+		return DG_OK;
+	if (!(out->ids = malloc(json_array_size(ids) * sizeof *out->ids)))
+		return DG_ENOMEM;
+	json_array_foreach(ids, i, v)
+		out->ids[i] = json_integer_value(v);
+	out->n_ids = (int64_t)json_array_size(ids);
+	return DG_OK;
+}
+
+/* The row of lease (searched from the newest: the log follows the steps). */
+static struct ledger_row *row_of(struct train *tr, uint64_t lease)
+{
+	for (int64_t k = tr->n_rows - 1; k >= 0; k--)
+		if (tr->rows[k].lease == lease)
+			return &tr->rows[k];
+	return NULL;
+}
+
+/* Entries of one reply into the rows (under m->mu). */
+static void take_entries(struct job *j, json_t *list, size_t plen)
+{
+	struct train *tr = j->tr;
+	struct ledger_row u, *w;
+	json_t *e;
+	size_t i;
+
+	json_array_foreach(list, i, e) {
+		const char *h = json_string_value(json_object_get(e, "holder"));
+		int r = h && strlen(h) > plen ? atoi(h + plen) : -1;
+		if (entry_row(e, r, &u) != DG_OK) {
+			dg_log(DG_LOG_ERROR, "master", "job %s: out of memory reading the ids of "
+			       "lease %" PRIu64, j->id, u.lease);
+			continue;
+		}
+		if ((w = row_of(tr, u.lease))) {
+			row_take(tr, w, &u);
+			free(u.ids);
+		} else if (rows_grow(&tr->unmatched, tr->n_unmatched, &tr->cap_unmatched)) {
+			tr->unmatched[tr->n_unmatched++] = u;
+		} else {
+			free(u.ids);
+		}
+	}
+}
+
+void train_feed_read_requeues(struct master *m, struct job *j, bool final)
+{
+	struct train *tr = j->tr;
+	struct dg_client *c = NULL;
+	struct dg_err err = { 0 };
+	char prefix[64];
+	uint64_t after;
+	bool more = true;
+
+	pthread_mutex_lock(&m->mu);
+	if (!tr || !tr->plan.queue || tr->queue_task < 0) {
+		pthread_mutex_unlock(&m->mu);
+		return;
+	}
+	/* One reader at a time, or two would take the same entries twice. */
+	while (tr->requeue_reading)
+		master_wait_locked(m, 1000);
+	tr->requeue_reading = true;
+	after = tr->requeue_seq;
+	pthread_mutex_unlock(&m->mu);
+	holder_of(j, 0, prefix, sizeof prefix);
+	prefix[strlen(prefix) - 1] = '\0';      /* "JOB/r": every replica's */
+	c = dg_client_new(m->cluster->tasks[tr->queue_task].address, m->token, &err);
+	while (c && more) {
+		json_t *reply = NULL;
+		if (dg_queue_requeues(c, tr->plan.queue, prefix, after, REQUEUES_PER_READ, &reply,
+				      &err) != DG_OK) {
+			dg_log(DG_LOG_WARN, "master", "job %s: the requeue log of queue '%s': %s "
+			       "(the ledger's ids wait for the next read)", j->id, tr->plan.queue,
+			       err.msg);
+			break;
+		}
+		more = json_is_true(json_object_get(reply, "more"));
+		pthread_mutex_lock(&m->mu);
+		/* Entries the ps dropped for room before this read: said, not hidden. */
+		uint64_t first = (uint64_t)json_integer_value(json_object_get(reply, "first_seq"));
+		if (first > after + 1)
+			tr->requeue_evicted += (int64_t)(first - after - 1);
+		take_entries(j, json_object_get(reply, "requeues"), strlen(prefix));
+		after = (uint64_t)json_integer_value(json_object_get(reply, "last_seq"));
+		tr->requeue_seq = after;
+		pthread_mutex_unlock(&m->mu);
+		json_decref(reply);
+	}
+	dg_client_free(c);
+	pthread_mutex_lock(&m->mu);
+	/* The job is over: the leases no step reported (a lost replica's, and
+	 * ones that ran out) are rows of their own. */
+	for (int64_t k = 0; final && k < tr->n_unmatched; k++) {
+		if (!rows_grow(&tr->rows, tr->n_rows, &tr->cap_rows))
+			break;
+		tr->rows[tr->n_rows++] = tr->unmatched[k];
+		tr->requeued += tr->unmatched[k].requeued;
+		tr->unmatched[k].ids = NULL;
+	}
+	for (int64_t k = 0; final && k < tr->n_unmatched; k++)
+		free(tr->unmatched[k].ids);
+	if (final)
+		tr->n_unmatched = 0;
+	tr->requeue_reading = false;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* One row as CSV. */
+static enum dg_status row_csv(const struct ledger_row *w, struct dg_buf *out, struct dg_err *err)
+{
+	enum dg_status st;
+
+	if (w->step >= 0)
+		st = dg_buf_printf(out, err, "%" PRId64 ",%d,%d,%" PRId64 ",%" PRId64 ",%.3f,",
+				   w->step, w->replica, w->counted, w->applied, w->requeued, w->ms);
+	else
+		st = dg_buf_printf(out, err, ",%d,0,0,%" PRId64 ",,", w->replica, w->requeued);
+	if (st == DG_OK && w->lease)
+		st = dg_buf_printf(out, err, "%" PRIu64, w->lease);
+	if (st == DG_OK)
+		st = dg_buf_printf(out, err, ",%s,", w->reason ? w->reason : "");
+	for (int64_t k = 0; st == DG_OK && k < w->n_ids; k++)
+		st = dg_buf_printf(out, err, k ? " %" PRId64 : "%" PRId64, w->ids[k]);
+	return st == DG_OK ? dg_buf_printf(out, err, "\n") : st;
 }
 
 enum dg_status train_feed_ledger_locked(const struct train *tr, struct dg_buf *out,
 					struct dg_err *err)
 {
-	enum dg_status st = DG_OK;
+	enum dg_status st = dg_buf_printf(out, err, LEDGER_HEADER);
 
-	if (tr->ledger.data)
-		st = dg_buf_append(out, tr->ledger.data, tr->ledger.len, err);
-	else if (tr->reconciled > 0)
-		st = dg_buf_printf(out, err, LEDGER_HEADER);
+	for (int64_t k = 0; st == DG_OK && k < tr->n_rows; k++)
+		st = row_csv(&tr->rows[k], out, err);
 	if (st == DG_OK && tr->reconciled > 0)
-		st = dg_buf_printf(out, err, ",%d,1,%" PRId64 ",0,\n", tr->reconciled_replica,
+		st = dg_buf_printf(out, err, ",%d,1,%" PRId64 ",0,,,,\n", tr->reconciled_replica,
 				   tr->reconciled);
 	return st;
 }
@@ -321,11 +544,11 @@ json_t *train_feed_json_locked(const struct train *tr)
 {
 	if (!tr->plan.queue)
 		return json_null();
-	return json_pack("{s:s, s:s?, s:I, s:I, s:I, s:I, s:s}", "queue", tr->plan.queue,
+	return json_pack("{s:s, s:s?, s:I, s:I, s:I, s:I, s:I, s:s}", "queue", tr->plan.queue,
 			 "feeder", tr->plan.feeder, "examples_per_epoch",
 			 (json_int_t)tr->plan.examples_per_epoch, "applied",
 			 (json_int_t)tr->applied, "requeued", (json_int_t)tr->requeued,
-			 "lost_replicas", (json_int_t)tr->lost_replicas, "feeder_state",
+			 "requeue_log_missed", (json_int_t)tr->requeue_evicted, "lost_replicas", (json_int_t)tr->lost_replicas, "feeder_state",
 			 !tr->feed_g ? "none" : !tr->feed_started && !tr->feed_over ? "waiting" :
 			 !tr->feed_over ? "running" : tr->feed_st == DG_OK ? "done" : "failed");
 }
@@ -336,5 +559,10 @@ void train_feed_free(struct train *tr)
 	placement_deinit(&tr->feed_pl);
 	partition_deinit(&tr->feed_part);
 	free(tr->feed_id);
-	dg_buf_deinit(&tr->ledger);
+	for (int64_t k = 0; k < tr->n_rows; k++)
+		free(tr->rows[k].ids);
+	for (int64_t k = 0; k < tr->n_unmatched; k++)
+		free(tr->unmatched[k].ids);
+	free(tr->rows);
+	free(tr->unmatched);
 }

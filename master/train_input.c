@@ -154,7 +154,7 @@ enum dg_status train_input_plan(const struct dg_graph *g, const bool *need,
 	out->examples_per_step = batch;
 	/* Replicas share the examples: an epoch is the mean replica's share. */
 	out->steps_per_epoch = n > 0 ? (n + batch * R - 1) / (batch * R) : 0;
-	out->n_extra = 2;
+	out->n_extra = 3;
 	return DG_OK;
 }
 
@@ -208,9 +208,11 @@ enum dg_status train_input_replica(const struct train_spec *s, const struct trai
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	if (rep->reasons)
 		json_object_set_new(rep->reasons, "_train/queue_ack", json_string("colocated"));
+	/* Examples applied, requeued, and the lease (its ids in the ps's log). */
 	if (!(rep->fetch[rep->n_fetch] = strdup("_train/queue_ack:0")) ||
-	    !(rep->fetch[rep->n_fetch + 1] = strdup("_train/queue_ack:1")))
+	    !(rep->fetch[rep->n_fetch + 1] = strdup("_train/queue_ack:1")) ||
+	    !(rep->fetch[rep->n_fetch + 2] = strdup("_train/queue_ack:2")))
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
-	rep->n_fetch += 2;
+	rep->n_fetch += 3;
 	return DG_OK;
 }

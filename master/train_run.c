@@ -427,6 +427,7 @@ static void account_chunk(struct master *m, struct job *j, struct replica *rp,
 			  const struct dg_task_run_result *c, double ms)
 {
 	struct train *tr = j->tr;
+	bool due;
 
 	pthread_mutex_lock(&m->mu);
 	rp->cur_step = 0;
@@ -452,7 +453,11 @@ static void account_chunk(struct master *m, struct job *j, struct replica *rp,
 	}
 	train_event_locked(m, j, false);
 	pthread_cond_broadcast(&m->cv);         /* replica 0 may wait for this step */
+	due = train_feed_ids_due_locked(tr);
 	pthread_mutex_unlock(&m->mu);
+	/* Rows wait for many ids: read them before the ps's bounded log drops them. */
+	if (due)
+		train_feed_read_requeues(m, j, false);
 }
 
 /* A ps the replica trains restarted from a snapshot cut at rewind_at (see
@@ -1069,6 +1074,10 @@ void *train_main(void *arg)
 	train_feed_stop(m, j, tr->stop_reason);
 	if (st == DG_OK)
 		train_feed_reconcile(m, j);
+	/* The ids of every lease that went back, on their rows (a failed job's
+	 * ps may be the one that is gone: not waited for). */
+	if (st == DG_OK)
+		train_feed_read_requeues(m, j, true);
 	if (st == DG_OK) {
 		pthread_mutex_lock(&m->mu);
 		train_event_locked(m, j, true);

@@ -24,6 +24,29 @@
  * most 128 MiB of counts; larger ids are counted as untracked. */
 #define QUEUE_MAX_IDS ((int64_t)1 << 24)
 
+/* The requeue log (ps_queue_requeues) keeps the leases that ended without
+ * their examples applied, newest last, up to this many examples' ids (8 MiB)
+ * or entries, the oldest going first: enough for a job's master, which reads
+ * it as the job runs, to put every dropped example's id in its ledger. */
+#define REQUEUE_LOG_MAX_IDS ((int64_t)1 << 20)
+#define REQUEUE_LOG_MAX_ENTRIES ((int64_t)1 << 16)
+
+/* Why a lease ended without its examples applied (the log's "reason"). */
+enum unapplied { UA_RELEASED, UA_EXPIRED, UA_HOLDER, UA_DROPPED };
+static const char *const unapplied_names[] = { "released", "expired", "holder_released",
+					       "dropped" };
+
+/* One entry of the requeue log: a lease and its examples' ids (ids[] only
+ * with spec.has_ids). */
+struct requeue_rec {
+	struct requeue_rec *next;
+	uint64_t seq, lease;
+	char holder[PS_LEASE_HOLDER_MAX + 1];
+	enum unapplied why;
+	int64_t n;
+	int64_t ids[];
+};
+
 /* A leased dequeue's examples (ps_queue_dequeue_lease): kept, in slot layout,
  * until the lease is acked (consumed), released or expires (both requeue
  * them at the front). Their room in the queue stays reserved meanwhile, so a
@@ -77,6 +100,10 @@ struct queue {
 	uint32_t *id_enq, *id_ack;
 	int64_t n_ids;
 	int64_t ids_untracked;    /* ids outside 0..QUEUE_MAX_IDS-1 */
+	/* The requeue log: owned FIFO, oldest first; log_ids counts its ids. */
+	struct requeue_rec *log_head, *log_tail;
+	int64_t log_entries, log_ids, log_evicted;
+	uint64_t log_seq;         /* the last entry's seq (seqs start at 1) */
 };
 
 struct ps_queues {
@@ -165,6 +192,10 @@ static void queue_destroy(struct queue *q)
 	for (struct lease *l = q->leases, *next; l; l = next) {
 		next = l->next;
 		free(l);
+	}
+	for (struct requeue_rec *e = q->log_head, *next; e; e = next) {
+		next = e->next;
+		free(e);
 	}
 	free(q->id_enq);
 	free(q->id_ack);
@@ -590,10 +621,49 @@ static void take_examples(struct queue *q, int64_t k, char *dst, char *keep)
 	q->dequeued += k;
 }
 
-/* Put a lease's examples back at the front of the queue (their room was kept)
- * and free it; l is already unlinked. q->mu held. */
-static void requeue_lease(struct queue *q, struct lease *l)
+/* Log lease l as ended unapplied (why), evicting the oldest entries past the
+ * log's bounds. Out of memory, the entry is counted as evicted. q->mu held. */
+static void log_unapplied(struct queue *q, const struct lease *l, enum unapplied why)
 {
+	int64_t n_ids = q->spec.has_ids ? l->n : 0;
+	struct requeue_rec *e = malloc(sizeof *e + (size_t)n_ids * sizeof *e->ids);
+
+	q->log_seq++;
+	if (!e) {
+		q->log_evicted++;
+		return;
+	}
+	e->next = NULL;
+	e->seq = q->log_seq;
+	e->lease = l->id;
+	memcpy(e->holder, l->holder, sizeof e->holder);
+	e->why = why;
+	e->n = l->n;
+	for (int64_t t = 0; t < n_ids; t++)
+		e->ids[t] = slot_id(q, l->data + (size_t)t * q->example_bytes);
+	if (q->log_tail)
+		q->log_tail->next = e;
+	else
+		q->log_head = e;
+	q->log_tail = e;
+	q->log_entries++;
+	q->log_ids += n_ids;
+	while (q->log_head != e && (q->log_ids > REQUEUE_LOG_MAX_IDS ||
+				     q->log_entries > REQUEUE_LOG_MAX_ENTRIES)) {
+		struct requeue_rec *old = q->log_head;
+		q->log_head = old->next;
+		q->log_entries--;
+		q->log_ids -= q->spec.has_ids ? old->n : 0;
+		q->log_evicted++;
+		free(old);
+	}
+}
+
+/* Put a lease's examples back at the front of the queue (their room was kept),
+ * log it (why) and free it; l is already unlinked. q->mu held. */
+static void requeue_lease(struct queue *q, struct lease *l, enum unapplied why)
+{
+	log_unapplied(q, l, why);
 	/* Backwards, so that the lease's first example is at the front again. */
 	for (int64_t t = l->n - 1; t >= 0; t--) {
 		q->head = q->head == 0 ? q->spec.capacity - 1 : q->head - 1;
@@ -620,7 +690,7 @@ static void expire_leases(struct queue *q)
 		}
 		*pl = l->next;
 		q->expired++;
-		requeue_lease(q, l);
+		requeue_lease(q, l, UA_EXPIRED);
 	}
 }
 
@@ -895,7 +965,7 @@ enum dg_status ps_queue_lease_end(struct ps_queues *qs, const char *name, uint64
 			    (unsigned long long)q->next_lease);
 	} else if (how == PS_LEASE_RELEASE) {
 		*n = l->n;
-		requeue_lease(q, l);
+		requeue_lease(q, l, UA_RELEASED);
 	} else {
 		*n = l->n;
 		if (how == PS_LEASE_ACK) {
@@ -904,6 +974,7 @@ enum dg_status ps_queue_lease_end(struct ps_queues *qs, const char *name, uint64
 				id_count(q, slot_id(q, l->data + (size_t)t * q->example_bytes), true);
 		} else {
 			q->dropped += l->n;
+			log_unapplied(q, l, UA_DROPPED);
 		}
 		q->leased -= l->n;
 		q->n_leases--;
@@ -973,7 +1044,7 @@ enum dg_status ps_queue_release_holder(struct ps_queues *qs, const char *name,
 		*pl = l->next;
 		(*leases)++;
 		*n += l->n;
-		requeue_lease(q, l);
+		requeue_lease(q, l, UA_HOLDER);
 	}
 	pthread_mutex_unlock(&q->mu);
 	queue_put(qs, q);
@@ -1162,6 +1233,72 @@ enum dg_status ps_queue_id_counts(struct ps_queues *qs, const char *name, json_t
 		return dg_err_set(err, DG_ENOMEM, "out of memory listing the ids of queue '%s'",
 				  name);
 	}
+	return DG_OK;
+}
+
+/* One log entry as JSON (NULL when out of memory). */
+static json_t *requeue_json(const struct queue *q, const struct requeue_rec *e)
+{
+	json_t *ids = q->spec.has_ids ? json_array() : json_null();
+
+	for (int64_t t = 0; ids && q->spec.has_ids && t < e->n; t++)
+		if (json_array_append_new(ids, json_integer(e->ids[t]))) {
+			json_decref(ids);
+			return NULL;
+		}
+	if (!ids)
+		return NULL;
+	return json_pack("{s:I, s:I, s:s, s:s, s:I, s:o}", "seq", (json_int_t)e->seq, "lease",
+			 (json_int_t)e->lease, "holder", e->holder, "reason",
+			 unapplied_names[e->why], "examples", (json_int_t)e->n, "ids", ids);
+}
+
+enum dg_status ps_queue_requeues(struct ps_queues *qs, const char *name, const char *prefix,
+				 uint64_t after, int64_t max, json_t **out, struct dg_err *err)
+{
+	struct queue *q;
+	enum dg_status st = queue_get(qs, name, &q, err);
+	size_t plen = prefix ? strlen(prefix) : 0;
+	json_t *arr;
+	uint64_t last;
+	int64_t k = 0;
+	bool more = false, bad;
+
+	*out = NULL;
+	if (st != DG_OK)
+		return st;
+	arr = json_array();
+	bad = !arr;
+	pthread_mutex_lock(&q->mu);
+	expire_leases(q);
+	last = after;
+	for (const struct requeue_rec *e = q->log_head; e && !bad; e = e->next) {
+		if (e->seq <= after || (plen && strncmp(e->holder, prefix, plen) != 0))
+			continue;
+		if (k == max) {
+			more = true;
+			break;
+		}
+		json_t *je = requeue_json(q, e);
+		bad = !je || json_array_append_new(arr, je);
+		last = e->seq;
+		k++;
+	}
+	/* Nothing more to match: the next call can start at the newest entry. */
+	if (!more && q->log_seq > last)
+		last = q->log_seq;
+	if (!bad)
+		*out = json_pack("{s:s, s:o, s:I, s:b, s:I, s:I}", "name", q->name, "requeues", arr,
+				 "last_seq", (json_int_t)last, "more", more, "evicted",
+				 (json_int_t)q->log_evicted, "first_seq",
+				 (json_int_t)(q->log_head ? q->log_head->seq : q->log_seq + 1));
+	else
+		json_decref(arr);
+	pthread_mutex_unlock(&q->mu);
+	queue_put(qs, q);
+	if (!*out)
+		return dg_err_set(err, DG_ENOMEM, "out of memory listing the requeues of queue "
+				  "'%s'", name);
 	return DG_OK;
 }
 

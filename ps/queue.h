@@ -77,6 +77,15 @@ enum dg_status ps_queue_peek(struct ps_queues *qs, const char *name, int64_t n, 
  * for a queue without ids. */
 enum dg_status ps_queue_id_counts(struct ps_queues *qs, const char *name, json_t **out,
 				  struct dg_err *err);
+/* The requeue log: the leases that ended without their examples applied
+ * (released, expired, a holder's released, dropped), oldest first, those
+ * after seq `after` whose holder starts with prefix (NULL: any), at most max:
+ * {"name","requeues": [{"seq","lease","holder","reason","examples","ids"
+ * (null without an id component)}],"last_seq": the seq to pass as after next
+ * time,"more": whether max cut the list,"first_seq": the oldest entry kept,
+ * "evicted": entries dropped for room so far}. */
+enum dg_status ps_queue_requeues(struct ps_queues *qs, const char *name, const char *prefix,
+				 uint64_t after, int64_t max, json_t **out, struct dg_err *err);
 enum dg_status ps_queue_close(struct ps_queues *qs, const char *name, struct dg_err *err);
 enum dg_status ps_queue_delete(struct ps_queues *qs, const char *name, struct dg_err *err);
 /* {"capacity","shuffle","min_after_dequeue","seed","components","ids"?,"name","size",

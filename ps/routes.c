@@ -1024,6 +1024,29 @@ static enum dg_status h_queue_ids(void *vc, struct dg_http_req *r, struct dg_htt
 	return reply_json(w, 200, j, err);
 }
 
+/* GET .../requeues?prefix=P&after=SEQ&n=K: the requeue log (ps/queue.h). */
+static enum dg_status h_queue_requeues(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				       struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	const char *name, *prefix = dg_http_query(r, "prefix");
+	json_t *j;
+	int64_t after, n;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "queue", &name, err)) != DG_OK ||
+	    (st = query_range(r, "after", 0, 0, INT64_MAX, &after, err)) != DG_OK ||
+	    (st = query_range(r, "n", 1000, 1, 100000, &n, err)) != DG_OK)
+		return st;
+	if (prefix && strlen(prefix) > PS_LEASE_HOLDER_MAX)
+		return dg_err_set(err, DG_EINVAL, "query parameter prefix is longer than a "
+				  "holder (%d bytes)", PS_LEASE_HOLDER_MAX);
+	if ((st = ps_queue_requeues(c->queues, name, prefix, (uint64_t)after, n, &j, err)) !=
+	    DG_OK)
+		return st;
+	return reply_json(w, 200, j, err);
+}
+
 static enum dg_status h_queue_close(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
 				    struct dg_err *err)
 {
@@ -1198,6 +1221,8 @@ const struct dg_route ps_routes[] = {
 	{ "POST", "/v1/queues/{name...}/release", h_queue_release, "requeue leased examples" },
 	{ "GET", "/v1/queues/{name...}/peek", h_queue_peek, "the next ids and the leases" },
 	{ "GET", "/v1/queues/{name...}/ids", h_queue_ids, "enqueue and ack counts per id" },
+	{ "GET", "/v1/queues/{name...}/requeues", h_queue_requeues,
+	  "the leases that ended without their examples applied, with their ids" },
 	{ "POST", "/v1/queues/{name...}", h_queue_create, "create a queue" },
 	{ "GET", "/v1/queues/{name...}", h_queue_state, "a queue's state" },
 	{ "DELETE", "/v1/queues/{name...}", h_queue_delete, "delete a queue" },

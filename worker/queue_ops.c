@@ -201,6 +201,7 @@ static enum dg_status infer_ack(struct dg_infer_ctx *c)
 					  "the version a VarApply returns");
 	scalar_i64(&c->out[0]);
 	scalar_i64(&c->out[1]);
+	scalar_i64(&c->out[2]);
 	return DG_OK;
 }
 
@@ -268,10 +269,10 @@ static const struct dg_op_def queue_ops[] = {
 	  .flags = DG_OPF_STATEFUL,
 	  .doc = "feed a shared queue: every example of the inputs once per epoch, with its "
 		 "id; outputs the examples enqueued" },
-	{ .name = "QueueAck", .min_inputs = 1, .max_inputs = -1, .n_outputs = 2,
+	{ .name = "QueueAck", .min_inputs = 1, .max_inputs = -1, .n_outputs = 3,
 	  .attrs = ack_attrs, .infer = infer_ack, .flags = DG_OPF_STATEFUL,
 	  .doc = "end a dequeue's lease once the updates (inputs 1..) are applied: outputs "
-		 "the examples applied and requeued" },
+		 "the examples applied and requeued, and the lease" },
 	{ .name = "QueueClose", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
 	  .attrs = plain_attrs, .infer = infer_scalar, .flags = DG_OPF_SOURCE | DG_OPF_STATEFUL,
 	  .doc = "close a shared queue: no more enqueues" },
@@ -387,9 +388,11 @@ static enum dg_status run_ack(const struct worker_queue_call *q, struct dg_err *
 		applied = how == DG_LEASE_ACK ? n : 0;
 		requeued = how == DG_LEASE_RELEASE ? n : 0;
 	}
-	if ((st = scalar_out(applied, &q->outs[0], err)) != DG_OK)
+	if ((st = scalar_out(applied, &q->outs[0], err)) != DG_OK ||
+	    (st = scalar_out(requeued, &q->outs[1], err)) != DG_OK)
 		return st;
-	return scalar_out(requeued, &q->outs[1], err);
+	/* The lease names the batch in the ps's requeue log (the ledger's ids). */
+	return scalar_out(lease, &q->outs[2], err);
 }
 
 static enum dg_status run_size(const struct worker_queue_call *q, struct dg_err *err)

@@ -1443,6 +1443,20 @@ enum dg_status dg_queue_peek(struct dg_client *c, const char *name, int64_t k, j
 	return req_json(c, "GET", out, err);
 }
 
+enum dg_status dg_queue_requeues(struct dg_client *c, const char *name, const char *prefix,
+				 uint64_t after, int64_t k, json_t **out, struct dg_err *err)
+{
+	enum dg_status st;
+
+	*out = NULL;
+	if ((st = path_set(c, "/v1/queues/", name, "/requeues", err)) != DG_OK ||
+	    (prefix && (st = query_str(c, "prefix", prefix, err)) != DG_OK) ||
+	    (st = query_uint(c, "after", after, err)) != DG_OK ||
+	    (st = query_int(c, "n", k, err)) != DG_OK)
+		return st;
+	return req_json(c, "GET", out, err);
+}
+
 enum dg_status dg_queue_list(struct dg_client *c, json_t **out, struct dg_err *err)
 {
 	enum dg_status st;

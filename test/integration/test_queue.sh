@@ -170,14 +170,22 @@ fi
 # step's last apply, which ended its lease, and its next dequeue).
 if check_once j2 "$EPOCHS" && grep -q '"replica_lost"' "$TMP/events" && $PY - "$TMP" <<'EOF' \
 	>>"$TMP/why"
-import json, sys
+import csv, json, sys
 d = sys.argv[1]
 lost = [json.loads(l) for l in open(d + "/events") if '"replica_lost"' in l]
 q = json.load(open(d + "/queue"))
 n = lost[0]["requeued"] if lost else -1
-print("the lost replica's leases: %d examples requeued" % n if n > 0 else
-      "the lost replica held no lease when it died")
-sys.exit(0 if lost and n >= 0 and q["requeued"] >= n else 1)
+# The ledger shows the requeue: a row without a step per lease the lost
+# replica held, with its ids (the ps's requeue log, read by the master).
+r = str(lost[0]["replica"]) if lost else "?"
+back = [x for x in csv.DictReader(open(d + "/steps")) if x["step"] == "" and x["lease"]
+        and x["replica"] == r]
+ids = sum(len(x["ids"].split()) for x in back)
+held = sum(int(x["examples_requeued"]) for x in back
+           if x["reason"] in ("holder_released", "expired"))
+print("the lost replica's leases: %d examples requeued, %d in %d ledger rows with %d ids" %
+      (n, held, len(back), ids) if n > 0 else "the lost replica held no lease when it died")
+sys.exit(0 if lost and n >= 0 and q["requeued"] >= n and held >= n and ids == held else 1)
 EOF
 then
 	ok "after the kill, every example still applied exactly once per epoch: \
@@ -211,10 +219,22 @@ for r in rows:
     n, c = share.get(r["replica"], (0, 0))
     share[r["replica"]] = (n + 1, c + int(r["counted"]))
 requeued = sum(int(r["examples_requeued"]) for r in rows)
-print("steps counted per replica %s; %d examples requeued by dropped steps, all applied "
-      "later" % ({k: "%d/%d" % (c, n) for k, (n, c) in sorted(share.items())}, requeued))
+# Each dropped step names its batch's ids; each of them was applied later:
+# the queue acked every id exactly once (check_once), never at its drop.
+acked = json.load(open(d + "/ids"))["acked"]
+dropped = [r for r in rows if r["step"] and r["counted"] == "0"]
+bad = [r["step"] for r in dropped if r["reason"] != "released" or
+       len(r["ids"].split()) != int(r["examples_requeued"]) or
+       any(acked[int(i)] != 1 for i in r["ids"].split())]
+ids = sum(len(r["ids"].split()) for r in dropped)
+print("steps counted per replica %s; %d dropped steps requeued %d examples, their %d ids "
+      "all applied later" % ({k: "%d/%d" % (c, n) for k, (n, c) in sorted(share.items())},
+                             len(dropped), requeued, ids))
+if bad:
+    print("dropped steps without their ids: %s" % bad[:5])
 # The ledger's dropped steps requeued their batches, and the queue saw them back.
-sys.exit(0 if requeued > 0 and q["requeued"] >= requeued else 1)
+sys.exit(0 if requeued > 0 and q["requeued"] >= requeued and ids == requeued and not bad
+         else 1)
 EOF
 then
 	ok "sync with 1 backup: every dropped example requeued and applied later: \

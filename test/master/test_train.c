@@ -879,7 +879,7 @@ Test(train, a_queue_fed_plan_leases_each_replicas_batch_and_acks_after_its_appli
 	cr_assert_eq(p.examples_per_epoch, 10);
 	cr_assert_eq(p.examples_per_step, 4);
 	cr_assert_eq(p.steps_per_epoch, 2);     /* ceil(10 / (4 x 2 replicas)) */
-	cr_assert_eq(p.n_extra, 2);
+	cr_assert_eq(p.n_extra, 3);
 	cr_assert_eq(attr_int(node_in(p.feed_doc, "feed"), "epochs"), 3);
 	for (int r = 0; r < 2; r++) {
 		const json_t *doc = p.rep[r].doc, *b = node_in(doc, "b");
@@ -897,9 +897,10 @@ Test(train, a_queue_fed_plan_leases_each_replicas_batch_and_acks_after_its_appli
 								  1)), "_train/apply/w");
 		cr_assert_str_eq(json_string_value(json_object_get(ack, "device")),
 				 json_string_value(json_object_get(b, "device")));
-		cr_assert_eq(p.rep[r].n_fetch, 3);
+		cr_assert_eq(p.rep[r].n_fetch, 4);
 		cr_assert_str_eq(p.rep[r].fetch[1], "_train/queue_ack:0");
 		cr_assert_str_eq(p.rep[r].fetch[2], "_train/queue_ack:1");
+		cr_assert_str_eq(p.rep[r].fetch[3], "_train/queue_ack:2");
 		cr_assert_null(json_object_get(node_in(doc, "q"), "device"));
 	}
 	/* Placed and cut: the Queue on the ps (why "queue"), the dequeue and

@@ -958,6 +958,113 @@ Test(queue, ids_are_counted_at_enqueue_and_at_ack)
 	ps_queues_free(qs);
 }
 
+/* The ids of log entry k of j's "requeues" into out (returns how many). */
+static size_t entry_ids(json_t *j, size_t k, int64_t *out)
+{
+	json_t *ids = json_object_get(json_array_get(json_object_get(j, "requeues"), k), "ids"), *v;
+	size_t i;
+
+	json_array_foreach(ids, i, v)
+		out[i] = json_integer_value(v);
+	return json_array_size(ids);
+}
+
+static const char *entry_str(json_t *j, size_t k, const char *key)
+{
+	return json_string_value(json_object_get(json_array_get(json_object_get(j, "requeues"),
+								 k), key));
+}
+
+Test(queue, the_requeue_log_names_every_lease_that_went_back_with_its_ids)
+{
+	struct dg_queue_spec s = scalar_spec(20, false, 0, 0);
+	struct ps_queues *qs;
+	struct dg_err err = { 0 };
+	int64_t v[8], got, n, leases, ids[8];
+	uint64_t a, b, c, d, e;
+	json_t *j = NULL;
+
+	s.has_ids = true;
+	s.ids = 0;
+	qs = new_with("q", &s);
+	cr_assert_eq(put_range(qs, "q", 100, 10, 0, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 60000, "j1/r0", 0, v, &got, &a, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 60000, "j1/r1", 0, v, &got, &b, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 60000, "j1/r1", 0, v, &got, &c, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 60000, "j2/r0", 0, v, &got, &d, &err), DG_OK);
+	cr_assert_eq(take_leased(qs, "q", 2, 100, "j1/r0", 0, v, &got, &e, &err), DG_OK);
+	/* a (ids 100, 101) acked: not in the log; b (102, 103) released; c
+	 * (104, 105) dropped; d (106, 107) of another job released with its
+	 * holder; e (108, 109) runs out. */
+	cr_assert_eq(ps_queue_lease_end(qs, "q", a, PS_LEASE_ACK, &n, &err), DG_OK);
+	cr_assert_eq(ps_queue_lease_end(qs, "q", b, PS_LEASE_RELEASE, &n, &err), DG_OK);
+	cr_assert_eq(ps_queue_lease_end(qs, "q", c, PS_LEASE_DROP, &n, &err), DG_OK);
+	cr_assert_eq(ps_queue_release_holder(qs, "q", "j2/r0", &leases, &n, &err), DG_OK);
+	usleep(150 * 1000);
+	cr_assert_eq(ps_queue_requeues(qs, "q", NULL, 0, 100, &j, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(json_array_size(json_object_get(j, "requeues")), 4);
+	const char *want_reason[] = { "released", "dropped", "holder_released", "expired" };
+	const uint64_t want_lease[] = { b, c, d, e };
+	for (size_t k = 0; k < 4; k++) {
+		json_t *x = json_array_get(json_object_get(j, "requeues"), k);
+		cr_assert_str_eq(entry_str(j, k, "reason"), want_reason[k]);
+		cr_assert_eq((uint64_t)json_integer_value(json_object_get(x, "lease")),
+			     want_lease[k]);
+		cr_assert_eq(json_integer_value(json_object_get(x, "seq")), (json_int_t)k + 1);
+		cr_assert_eq(json_integer_value(json_object_get(x, "examples")), 2);
+		cr_assert_eq(entry_ids(j, k, ids), 2);
+		cr_assert(ids[0] == 102 + 2 * (int64_t)k && ids[1] == 103 + 2 * (int64_t)k,
+			  "entry %zu: ids %lld %lld", k, (long long)ids[0], (long long)ids[1]);
+	}
+	cr_assert_eq(json_integer_value(json_object_get(j, "last_seq")), 4);
+	cr_assert(json_is_false(json_object_get(j, "more")));
+	json_decref(j);
+	/* A job's own (prefix), after an entry, at most one at a time. */
+	cr_assert_eq(ps_queue_requeues(qs, "q", "j1/r", 1, 1, &j, &err), DG_OK);
+	cr_assert_eq(json_array_size(json_object_get(j, "requeues")), 1);
+	cr_assert_str_eq(entry_str(j, 0, "reason"), "dropped");
+	cr_assert(json_is_true(json_object_get(j, "more")));
+	cr_assert_eq(json_integer_value(json_object_get(j, "last_seq")), 2);
+	json_decref(j);
+	cr_assert_eq(ps_queue_requeues(qs, "q", "j1/r", 2, 10, &j, &err), DG_OK);
+	cr_assert_eq(json_array_size(json_object_get(j, "requeues")), 1);
+	cr_assert_str_eq(entry_str(j, 0, "reason"), "expired");
+	cr_assert_str_eq(entry_str(j, 0, "holder"), "j1/r0");
+	cr_assert_eq(json_integer_value(json_object_get(j, "last_seq")), 4);
+	json_decref(j);
+	cr_assert_eq(ps_queue_requeues(qs, "nope", NULL, 0, 10, &j, &err), DG_ENOTFOUND);
+	ps_queues_free(qs);
+}
+
+Test(queue, the_requeue_log_keeps_its_bound_and_counts_what_it_dropped)
+{
+	struct dg_queue_spec s = scalar_spec(4, false, 0, 0);
+	struct ps_queues *qs;
+	struct dg_err err = { 0 };
+	int64_t v[8], got, n;
+	uint64_t lease;
+	const int64_t rounds = (1 << 16) + 10;
+	json_t *j = NULL;
+
+	s.has_ids = true;
+	s.ids = 0;
+	qs = new_with("q", &s);
+	cr_assert_eq(put_range(qs, "q", 0, 1, 0, &err), DG_OK);
+	/* One example leased and released over and over: one entry each. */
+	for (int64_t i = 0; i < rounds; i++) {
+		cr_assert_eq(take_leased(qs, "q", 1, 60000, "r", 0, v, &got, &lease, &err), DG_OK);
+		cr_assert_eq(ps_queue_lease_end(qs, "q", lease, PS_LEASE_RELEASE, &n, &err),
+			     DG_OK);
+	}
+	cr_assert_eq(ps_queue_requeues(qs, "q", NULL, 0, 5, &j, &err), DG_OK);
+	cr_assert_eq(json_integer_value(json_object_get(j, "evicted")), 10);
+	cr_assert_eq(json_integer_value(json_object_get(j, "first_seq")), 11);
+	cr_assert_eq(json_integer_value(json_object_get(json_array_get(json_object_get(j,
+		     "requeues"), 0), "seq")), 11);
+	json_decref(j);
+	ps_queues_free(qs);
+}
+
 Test(queue, a_queue_too_large_for_the_machine_is_a_413)
 {
 	struct dg_queue_spec s = scalar_spec((int64_t)1 << 32, false, 0, 0);

@@ -1204,6 +1204,32 @@ Test(routes, leased_dequeues_ack_release_peek_and_ids)
 	cr_assert_eq(json_int_at(j, "ids_short"), 2);
 	json_decref(j);
 	resp_free(&r);
+	/* the requeue log: j1/r1's lease, with its id (the front one, 9) */
+	cr_assert_eq(req("GET", "/v1/queues/q/requeues?prefix=j1/r", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	json_t *e = json_array_get(json_object_get(j, "requeues"), 0);
+	cr_assert_eq(json_array_size(json_object_get(j, "requeues")), 1);
+	cr_assert_str_eq(json_string_value(json_object_get(e, "holder")), "j1/r1");
+	cr_assert_str_eq(json_string_value(json_object_get(e, "reason")), "holder_released");
+	cr_assert_eq(json_integer_value(json_array_get(json_object_get(e, "ids"), 0)), 9);
+	cr_assert_eq(json_int_at(j, "last_seq"), 1);
+	json_decref(j);
+	resp_free(&r);
+	cr_assert_eq(req("GET", "/v1/queues/q/requeues?after=1", NULL, NULL, 0, &r), 200);
+	j = body_json(&r);
+	cr_assert_eq(json_array_size(json_object_get(j, "requeues")), 0);
+	json_decref(j);
+	resp_free(&r);
+	req("GET", "/v1/queues/q/requeues?after=-1", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("GET", "/v1/queues/q/requeues?n=0", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	snprintf(path, sizeof path, "/v1/queues/q/requeues?prefix=%.*s", 64,
+		 "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+	req("GET", path, NULL, NULL, 0, &r);      /* longer than any holder */
+	expect_error(&r, 400, "invalid_argument");
+	req("GET", "/v1/queues/none/requeues", NULL, NULL, 0, &r);
+	expect_error(&r, 404, "not_found");
 	/* bad input: 4xx, nothing taken */
 	req("POST", "/v1/queues/q/dequeue?n=1&holder=x", NULL, NULL, 0, &r);
 	expect_error(&r, 400, "invalid_argument");

@@ -257,6 +257,11 @@ enum dg_status dg_queue_state(struct dg_client *c, const char *name, json_t **ou
  * (owned JSON, doc/http-api.md). */
 enum dg_status dg_queue_peek(struct dg_client *c, const char *name, int64_t k, json_t **out,
 			     struct dg_err *err);
+/* GET /v1/queues/NAME/requeues?prefix=P&after=SEQ&n=K: the leases that ended
+ * without their examples applied, after log entry SEQ, of holders starting
+ * with P (NULL: any), at most K (owned JSON, doc/http-api.md, "Leases"). */
+enum dg_status dg_queue_requeues(struct dg_client *c, const char *name, const char *prefix,
+				 uint64_t after, int64_t k, json_t **out, struct dg_err *err);
 /* GET /v1/queues: {"queues": [{"name", ...}, ...]} (owned JSON). */
 enum dg_status dg_queue_list(struct dg_client *c, json_t **out, struct dg_err *err);
 

@@ -82,7 +82,8 @@ struct train_plan {
 	                           * nothing, its target the feeder */
 	int64_t examples_per_epoch; /* what the feeder enqueues per epoch (0: unknown) */
 	int n_extra;              /* values each step collects after the loss and
-	                           * metrics: 2 with a queue (examples applied, requeued) */
+	                           * metrics: 3 with a queue (examples applied,
+	                           * requeued, the lease) */
 };
 
 /* g: the validated user graph (parsed with master_op_find); c: the cluster.
