@@ -143,7 +143,7 @@ static enum dg_status epoch_size(const struct dg_graph *g, const bool *need,
 			dg_err_set(err, DG_EINVAL, "training.epochs: the size of the dataset of "
 				   "ShardBatch '%s' is not known when the graph is built",
 				   nd->name);
-			dg_err_hint(err, "read it with IdxReader or NpyReader, or give \"steps\" "
+			dg_err_hint(err, "read it with IdxReader, NpyReader or CsvReader, or give \"steps\" "
 				    "instead of \"epochs\"");
 			return DG_EINVAL;
 		}

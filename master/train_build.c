@@ -351,7 +351,7 @@ static enum dg_status build_plan(struct master *m, struct train *tr, const json_
 	    json_object_get(body, "fetch") || json_object_get(body, "steps")) {
 		st = dg_err_set(err, DG_EINVAL, "a training job takes no \"feeds\", \"upload\", "
 				"\"fetch\" or \"steps\"");
-		dg_err_hint(err, "read data with IdxReader/NpyReader; set training.steps or "
+		dg_err_hint(err, "read data with IdxReader/NpyReader/CsvReader; set training.steps or "
 			    "training.eval.fetch instead (doc/training.md)");
 		return st;
 	}

@@ -142,7 +142,7 @@ enum dg_status train_input_plan(const struct dg_graph *g, const bool *need,
 		dg_err_set(err, DG_EINVAL, "training.epochs: the examples that feeder '%s' "
 			   "enqueues are not known when the graph is built",
 			   g->nodes[feeder].name);
-		dg_err_hint(err, "read them with IdxReader or NpyReader, or give \"steps\"");
+		dg_err_hint(err, "read them with IdxReader, NpyReader or CsvReader, or give \"steps\"");
 		return DG_EINVAL;
 	}
 	if (!(out->queue = strdup(g->nodes[q].name)) ||

@@ -1,6 +1,6 @@
 /* Data reader ops: IdxReader (the IDX format of MNIST and Fashion-MNIST, plain
- * or gzip-compressed, read with zlib) and NpyReader (a .npy file through the
- * codec of core/). Both are source ops that output a whole dataset as one
+ * or gzip-compressed, read with zlib), NpyReader (a .npy file through the
+ * codec of core/) and CsvReader (a table of numbers). All are source ops that output a whole dataset as one
  * tensor; shapes are read from the file's header at validation when the file
  * is there. Every header field is checked against the bytes actually present
  * before anything large is allocated. Registered via dg_ops_data. */
@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "dg/codec.h"
@@ -673,6 +674,340 @@ static enum dg_status shard_cpu(struct dg_kernel_ctx *c)
 	return st;
 }
 
+/* ------------------------------------------------------------------------ */
+/* CsvReader                                                                   */
+
+/* Hand-written: a table of numbers needs none of CSV's quoting rules (a
+ * quoted number is accepted, quotes stripped), and strtod/strtoll do the
+ * number parsing; Debian's one C CSV library (libcsv) would add a
+ * dependency for the rules such files do not use. The file is read whole
+ * (zlib: plain or gzip), bounded by CSV_MAX_BYTES, then scanned twice: once
+ * to count and check the rows, once to fill the output. */
+#define CSV_MAX_BYTES ((int64_t)1 << 34)
+#define CSV_MAX_SELECT 4096
+
+static const struct dg_attr_spec csv_attrs[] = {
+	{ "path", DG_ATTR_STRING, true, "CSV file of numbers (plain or gzip), one example a line" },
+	{ "dtype", DG_ATTR_DTYPE, false, "the output's dtype: float32 (default), float64, int32 "
+					 "or int64 (integers must then be written as such)" },
+	{ "columns", DG_ATTR_INTS, false, "the columns to read (0-based, in this order; default "
+					  "all): output [N, len(columns)]" },
+	{ "column", DG_ATTR_INT, false, "read this one column: output [N] (labels)" },
+	{ "header", DG_ATTR_BOOL, false, "skip the first line (column names; default false)" },
+	{ "delimiter", DG_ATTR_STRING, false, "the field separator, one character (default \",\"; "
+					      "\"\\t\" for TSV)" },
+	{ 0 },
+};
+
+struct csv_opts {
+	const char *path;
+	enum dg_dtype dtype;
+	int64_t cols[CSV_MAX_SELECT];
+	int n_cols;                     /* 0: all */
+	bool one;                       /* "column": output [N] */
+	bool header;
+	char delim;
+};
+
+static enum dg_status csv_opts_read(struct dg_attrs a, struct csv_opts *o, struct dg_err *err)
+{
+	static const enum dg_dtype f32 = DG_F32;
+	static const bool no = false;
+	const char *delim;
+	enum dg_status st;
+
+	memset(o, 0, sizeof *o);
+	if ((st = dg_attrs_string(a, "path", NULL, &o->path, err)) != DG_OK ||
+	    (st = dg_attrs_dtype(a, "dtype", &f32, &o->dtype, err)) != DG_OK ||
+	    (st = dg_attrs_bool(a, "header", &no, &o->header, err)) != DG_OK ||
+	    (st = dg_attrs_string(a, "delimiter", ",", &delim, err)) != DG_OK)
+		return st;
+	if (o->dtype != DG_F32 && o->dtype != DG_F64 && o->dtype != DG_I32 && o->dtype != DG_I64)
+		return dg_err_set(err, DG_EDTYPE, "attr 'dtype': CsvReader outputs float32, "
+				  "float64, int32 or int64, not %s", dg_dtype_name(o->dtype));
+	if (strlen(delim) != 1 || strchr("\"\r\n0123456789.+-eE", delim[0]))
+		return dg_err_set(err, DG_EINVAL, "attr 'delimiter' must be one character that "
+				  "cannot be part of a number, not \"%s\"", delim);
+	o->delim = delim[0];
+	if (dg_attrs_get(a, "column")) {
+		if (dg_attrs_get(a, "columns"))
+			return dg_err_set(err, DG_EINVAL, "give attr 'column' (one, output [N]) or "
+					  "'columns' (output [N, C]), not both");
+		if ((st = dg_attrs_int(a, "column", NULL, &o->cols[0], err)) != DG_OK)
+			return st;
+		o->n_cols = 1;
+		o->one = true;
+	} else if (dg_attrs_get(a, "columns")) {
+		if ((st = dg_attrs_ints(a, "columns", false, o->cols, CSV_MAX_SELECT, &o->n_cols,
+					err)) != DG_OK)
+			return st;
+		if (o->n_cols == 0)
+			return dg_err_set(err, DG_EINVAL, "attr 'columns' is empty; leave it out "
+					  "to read every column");
+	}
+	for (int k = 0; k < o->n_cols; k++)
+		if (o->cols[k] < 0)
+			return dg_err_set(err, DG_EINVAL, "attr '%s': column %lld is negative "
+					  "(columns count from 0)", o->one ? "column" : "columns",
+					  (long long)o->cols[k]);
+	return DG_OK;
+}
+
+/* The whole file into *out (NUL-terminated, *len bytes before the NUL). */
+static enum dg_status csv_load(const char *path, char **out, int64_t *len, struct dg_err *err)
+{
+	gzFile f = gzopen(path, "rb");
+	int64_t cap = 1 << 16, n = 0, got;
+	char *buf = NULL, *p;
+
+	*out = NULL;
+	if (!f)
+		return dg_err_set(err, errno == ENOENT ? DG_ENOTFOUND : DG_EIO,
+				  "cannot open CSV file '%s': %s", path,
+				  errno ? strerror(errno) : "out of memory");
+	for (;;) {
+		if (!(p = realloc(buf, (size_t)cap + 1))) {
+			free(buf);
+			gzclose(f);
+			return dg_err_set(err, DG_ENOMEM, "out of memory reading '%s'", path);
+		}
+		buf = p;
+		if ((got = idx_read(f, path, buf + n, cap - n, err)) < 0) {
+			free(buf);
+			gzclose(f);
+			return err ? err->code : DG_EINVAL;
+		}
+		n += got;
+		if (n < cap)
+			break;
+		if (cap >= CSV_MAX_BYTES) {
+			free(buf);
+			gzclose(f);
+			return dg_err_set(err, DG_EINVAL, "CSV file '%s' is larger than %lld GiB",
+					  path, (long long)(CSV_MAX_BYTES >> 30));
+		}
+		cap *= 2;
+	}
+	gzclose(f);
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return DG_OK;
+}
+
+/* The next line of [*p, end): its bounds without "\r\n"; *p moves past it. */
+static bool csv_line(const char **p, const char *end, const char **b, const char **e)
+{
+	const char *nl;
+
+	if (*p >= end)
+		return false;
+	nl = memchr(*p, '\n', (size_t)(end - *p));
+	*b = *p;
+	*e = nl ? nl : end;
+	*p = nl ? nl + 1 : end;
+	if (*e > *b && (*e)[-1] == '\r')
+		(*e)--;
+	return true;
+}
+
+static bool csv_blank(const char *b, const char *e)
+{
+	while (b < e && (*b == ' ' || *b == '\t'))
+		b++;
+	return b == e;
+}
+
+/* Fields of one line. */
+static int64_t csv_fields(const char *b, const char *e, char delim)
+{
+	int64_t n = 1;
+
+	for (; b < e; b++)
+		n += *b == delim;
+	return n;
+}
+
+/* Count the data rows and check that each has the first one's fields;
+ * *fields = that count. */
+static enum dg_status csv_scan(const struct csv_opts *o, const char *buf, int64_t len,
+			       int64_t *rows, int64_t *fields, struct dg_err *err)
+{
+	const char *p = buf, *end = buf + len, *b, *e;
+	int64_t line = 0;
+
+	*rows = 0;
+	*fields = -1;
+	if (o->header && csv_line(&p, end, &b, &e))
+		line++;
+	while (csv_line(&p, end, &b, &e)) {
+		line++;
+		if (csv_blank(b, e))
+			continue;
+		int64_t f = csv_fields(b, e, o->delim);
+		if (*fields < 0)
+			*fields = f;
+		else if (f != *fields)
+			return dg_err_set(err, DG_EINVAL, "CSV file '%s' line %lld has %lld fields; "
+					  "the first row has %lld", o->path, (long long)line,
+					  (long long)f, (long long)*fields);
+		(*rows)++;
+	}
+	if (*rows == 0) {
+		dg_err_set(err, DG_EINVAL, "CSV file '%s' has no rows%s", o->path,
+			   o->header ? " after its header" : "");
+		return DG_EINVAL;
+	}
+	for (int k = 0; k < o->n_cols; k++)
+		if (o->cols[k] >= *fields)
+			return dg_err_set(err, DG_EINVAL, "CSV file '%s' has %lld columns; there is "
+					  "no column %lld (columns count from 0)", o->path,
+					  (long long)*fields, (long long)o->cols[k]);
+	return DG_OK;
+}
+
+static void csv_out_type(const struct csv_opts *o, int64_t rows, int64_t fields,
+			 struct dg_ttype *t)
+{
+	t->dtype = o->dtype;
+	t->shape.ndim = o->one ? 1 : 2;
+	t->shape.dim[0] = rows;
+	if (!o->one)
+		t->shape.dim[1] = o->n_cols ? o->n_cols : fields;
+}
+
+/* Parse field [b, e) (spaces and one pair of double quotes around it
+ * allowed) into element i of t. */
+static enum dg_status csv_value(const struct csv_opts *o, const char *b, const char *e,
+				int64_t line, int64_t col, struct dg_tensor *t, int64_t i,
+				struct dg_err *err)
+{
+	char tmp[128], *stop;
+	size_t n;
+
+	while (b < e && (*b == ' ' || *b == '\t'))
+		b++;
+	while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+		e--;
+	if (e - b >= 2 && *b == '"' && e[-1] == '"') {
+		b++;
+		e--;
+	}
+	n = (size_t)(e - b);
+	if (n == 0 || n >= sizeof tmp)
+		goto bad;
+	memcpy(tmp, b, n);
+	tmp[n] = '\0';
+	errno = 0;
+	if (o->dtype == DG_F32 || o->dtype == DG_F64) {
+		double v = strtod(tmp, &stop);
+		if (*stop || errno == ERANGE)
+			goto bad;
+		if (o->dtype == DG_F32)
+			((float *)t->data)[i] = (float)v;
+		else
+			((double *)t->data)[i] = v;
+		return DG_OK;
+	}
+	long long v = strtoll(tmp, &stop, 10);
+	if (*stop || errno == ERANGE || (o->dtype == DG_I32 && (v < INT32_MIN || v > INT32_MAX)))
+		goto bad;
+	if (o->dtype == DG_I32)
+		((int32_t *)t->data)[i] = (int32_t)v;
+	else
+		((int64_t *)t->data)[i] = v;
+	return DG_OK;
+bad:
+	dg_err_set(err, DG_EINVAL, "CSV file '%s' line %lld column %lld: '%.*s' is not %s",
+		   o->path, (long long)line, (long long)col, (int)(e - b < 40 ? e - b : 40), b,
+		   o->dtype == DG_I32 ? "an int32" : o->dtype == DG_I64 ? "an int64" : "a number");
+	if (o->dtype == DG_I32 || o->dtype == DG_I64)
+		dg_err_hint(err, "read it as float32 and Cast, or fix the file");
+	return DG_EINVAL;
+}
+
+/* Fill t ([rows, C] or [rows]) from the file's rows. */
+static enum dg_status csv_fill(const struct csv_opts *o, const char *buf, int64_t len,
+			       int64_t fields, struct dg_tensor *t, struct dg_err *err)
+{
+	const char *p = buf, *end = buf + len, *b, *e;
+	const char **at = malloc((size_t)(fields + 1) * sizeof *at);
+	int64_t line = 0, row = 0, width = o->n_cols ? o->n_cols : fields;
+	enum dg_status st = DG_OK;
+
+	if (!at)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	if (o->header && csv_line(&p, end, &b, &e))
+		line++;
+	while (st == DG_OK && csv_line(&p, end, &b, &e)) {
+		line++;
+		if (csv_blank(b, e))
+			continue;
+		/* at[k]: where field k starts; at[fields]: one past the line. */
+		int64_t k = 0;
+		at[k++] = b;
+		for (const char *q = b; q < e; q++)
+			if (*q == o->delim)
+				at[k++] = q + 1;
+		at[fields] = e + 1;
+		for (int64_t c = 0; c < width && st == DG_OK; c++) {
+			int64_t f = o->n_cols ? o->cols[c] : c;
+			st = csv_value(o, at[f], at[f + 1] - 1, line, f, t, row * width + c, err);
+		}
+		row++;
+	}
+	free(at);
+	return st;
+}
+
+static enum dg_status csv_infer(struct dg_infer_ctx *c)
+{
+	struct csv_opts o;
+	char *buf = NULL;
+	int64_t len = 0, rows, fields;
+	enum dg_status st = csv_opts_read(dg_attrs_of_json(c->attrs), &o, c->err);
+
+	if (st != DG_OK)
+		return st;
+	/* The rows are counted here, so that a feeder knows its epoch: the file
+	 * is read at validation when it is there (else the shape is unknown). */
+	if (access(o.path, R_OK) != 0) {
+		c->out[0].dtype = o.dtype;
+		c->out[0].shape.ndim = -1;
+		return DG_OK;
+	}
+	st = csv_load(o.path, &buf, &len, c->err);
+	if (st == DG_OK)
+		st = csv_scan(&o, buf, len, &rows, &fields, c->err);
+	if (st == DG_OK)
+		csv_out_type(&o, rows, fields, &c->out[0]);
+	free(buf);
+	return st;
+}
+
+static enum dg_status csv_cpu(struct dg_kernel_ctx *c)
+{
+	struct csv_opts o;
+	struct dg_ttype tt;
+	struct dg_tensor *t;
+	char *buf = NULL;
+	int64_t len = 0, rows, fields;
+	enum dg_status st = csv_opts_read(c->attrs, &o, c->err);
+
+	if (st == DG_OK)
+		st = csv_load(o.path, &buf, &len, c->err);
+	if (st == DG_OK)
+		st = csv_scan(&o, buf, len, &rows, &fields, c->err);
+	if (st == DG_OK) {
+		csv_out_type(&o, rows, fields, &tt);
+		t = cpu_out(c, 0, tt.dtype, &tt.shape);
+		st = t ? csv_fill(&o, buf, len, fields, t, c->err) : c->err ? c->err->code :
+		     DG_ENOMEM;
+	}
+	free(buf);
+	return st;
+}
+
 struct dg_op_def dg_ops_data[] = {
 	{ .name = "ShardBatch", .min_inputs = 2, .max_inputs = 2, .n_outputs = 2,
 	  .attrs = shard_attrs, .infer = shard_infer, .cpu = shard_cpu, .flags = DG_OPF_STATEFUL,
@@ -685,5 +1020,9 @@ struct dg_op_def dg_ops_data[] = {
 	{ .name = "NpyReader", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
 	  .attrs = npy_attrs, .infer = npy_infer, .cpu = npy_cpu, .flags = DG_OPF_SOURCE,
 	  .doc = "the tensor stored in a .npy file" },
+	{ .name = "CsvReader", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
+	  .attrs = csv_attrs, .infer = csv_infer, .cpu = csv_cpu, .flags = DG_OPF_SOURCE,
+	  .doc = "a CSV file of numbers, one example a line: [N, C] (chosen columns), or one "
+		 "column as [N]" },
 	{ 0 },
 };

@@ -398,6 +398,120 @@ Test(data, npy_reader_of_an_absent_file_validates_with_a_dtype_and_fails_at_run_
 }
 
 /* ------------------------------------------------------------------------ */
+/* CsvReader                                                                  */
+
+static const char iris_like[] =
+	"sepal_l,sepal_w,label\r\n"
+	"5.1, 3.5,0\r\n"
+	"\"4.9\",3.0,1\r\n"
+	"6.3,2.5e0,2\r\n"
+	"\n";
+
+Test(data, csv_reader_reads_all_columns_chosen_columns_and_one_column)
+{
+	const char *path = write_file("t.csv", iris_like, strlen(iris_like), false);
+	char attrs[256];
+	struct dg_tensor *r;
+
+	snprintf(attrs, sizeof attrs, "{\"path\": \"%s\", \"header\": true}", path);
+	r = ok("CsvReader", attrs);
+	cr_assert_eq(r->dtype, DG_F32);
+	shape_is(r, 2, 3, 3, 0);
+	const float want[9] = { 5.1f, 3.5f, 0, 4.9f, 3.0f, 1, 6.3f, 2.5f, 2 };
+	for (int i = 0; i < 9; i++)
+		cr_assert_float_eq(((float *)r->data)[i], want[i], 1e-6, "element %d", i);
+	dg_tensor_free(r);
+	/* columns in the order given */
+	snprintf(attrs, sizeof attrs, "{\"path\": \"%s\", \"header\": true, \"columns\": [1, 0],"
+		 " \"dtype\": \"float64\"}", path);
+	r = ok("CsvReader", attrs);
+	shape_is(r, 2, 3, 2, 0);
+	cr_assert_float_eq(((double *)r->data)[0], 3.5, 1e-12);
+	cr_assert_float_eq(((double *)r->data)[5], 6.3, 1e-12);
+	dg_tensor_free(r);
+	/* the labels as int32 [N] */
+	snprintf(attrs, sizeof attrs, "{\"path\": \"%s\", \"header\": true, \"column\": 2,"
+		 " \"dtype\": \"int32\"}", path);
+	r = ok("CsvReader", attrs);
+	shape_is(r, 1, 3, 0, 0);
+	cr_assert(((int32_t *)r->data)[0] == 0 && ((int32_t *)r->data)[2] == 2);
+	dg_tensor_free(r);
+	/* gzip and tabs */
+	static const char tsv[] = "1\t2\n3\t4\n";
+	path = write_file("t.tsv.gz", tsv, strlen(tsv), true);
+	snprintf(attrs, sizeof attrs, "{\"path\": \"%s\", \"delimiter\": \"\\t\","
+		 " \"dtype\": \"int64\"}", path);
+	r = ok("CsvReader", attrs);
+	shape_is(r, 2, 2, 2, 0);
+	cr_assert_eq(((int64_t *)r->data)[3], 4);
+	dg_tensor_free(r);
+}
+
+Test(data, csv_reader_validation_counts_the_rows_for_a_feeder)
+{
+	const char *path = write_file("v.csv", iris_like, strlen(iris_like), false);
+	char text[512];
+	struct dg_err err = { 0 };
+
+	snprintf(text, sizeof text, "{\"nodes\": [{\"name\": \"y\", \"op\": \"CsvReader\", "
+		 "\"attrs\": {\"path\": \"%s\", \"header\": true, \"column\": 2, "
+		 "\"dtype\": \"int32\"}}]}", path);
+	struct dg_graph *g = dg_graph_parse(text, strlen(text), dg_op_find, &err);
+	cr_assert_not_null(g, "%s", err.msg);
+	cr_assert_eq(g->nodes[0].out[0].dtype, DG_I32);
+	cr_assert_eq(g->nodes[0].out[0].shape.ndim, 1);
+	cr_assert_eq(g->nodes[0].out[0].shape.dim[0], 3);
+	dg_graph_free(g);
+	/* absent at validation: unknown shape; at run time, an error naming it */
+	snprintf(text, sizeof text, "{\"nodes\": [{\"name\": \"y\", \"op\": \"CsvReader\", "
+		 "\"attrs\": {\"path\": \"%s/none.csv\"}}]}", dir);
+	g = dg_graph_parse(text, strlen(text), dg_op_find, &err);
+	cr_assert_not_null(g, "%s", err.msg);
+	cr_assert_eq(g->nodes[0].out[0].shape.ndim, -1);
+	dg_graph_free(g);
+}
+
+/* CsvReader with attrs {"path": path + extra} fails with code, the message
+ * containing want. */
+static void csv_fails(const char *text, const char *extra, enum dg_status code,
+		      const char *want)
+{
+	const char *path = write_file("bad.csv", text, strlen(text), false);
+	char attrs[512];
+	struct dg_tensor *r = NULL;
+	struct dg_err err = { 0 };
+
+	snprintf(attrs, sizeof attrs, "{\"path\": \"%s\"%s}", path, extra);
+	cr_assert_eq(run("CsvReader", attrs, &r, &err), code, "%s: %s", attrs, err.msg);
+	cr_assert(strstr(err.msg, want), "%s: want '%s' in: %s", attrs, want, err.msg);
+}
+
+Test(data, csv_reader_errors_name_the_line_and_column)
+{
+	csv_fails("1,2\n3\n", "", DG_EINVAL, "line 2 has 1 fields");
+	csv_fails("1,2\n3,x4\n", "", DG_EINVAL, "line 2 column 1: 'x4' is not a number");
+	csv_fails("1,2\n3,4.5\n", ", \"dtype\": \"int32\"", DG_EINVAL, "'4.5' is not an int32");
+	csv_fails("1,2\n3,9999999999\n", ", \"dtype\": \"int32\"", DG_EINVAL, "not an int32");
+	csv_fails("1,,2\n", "", DG_EINVAL, "line 1 column 1: '' is not a number");
+	csv_fails("a,b\n", ", \"header\": true", DG_EINVAL, "no rows after its header");
+	csv_fails("", "", DG_EINVAL, "has no rows");
+	csv_fails("1,2\n", ", \"columns\": [0, 2]", DG_EINVAL, "no column 2");
+	csv_fails("1,2\n", ", \"columns\": [-1]", DG_EINVAL, "negative");
+	csv_fails("1,2\n", ", \"columns\": []", DG_EINVAL, "is empty");
+	csv_fails("1,2\n", ", \"columns\": [0], \"column\": 1", DG_EINVAL, "not both");
+	csv_fails("1,2\n", ", \"delimiter\": \";;\"", DG_EINVAL, "one character");
+	csv_fails("1,2\n", ", \"delimiter\": \"-\"", DG_EINVAL, "one character");
+	csv_fails("1,2\n", ", \"dtype\": \"uint8\"", DG_EDTYPE, "float32, float64, int32");
+	csv_fails("1,2\n1e999,2\n", "", DG_EINVAL, "'1e999' is not a number");
+	struct dg_tensor *r = NULL;
+	struct dg_err err = { 0 };
+	char attrs[256];
+	snprintf(attrs, sizeof attrs, "{\"path\": \"%s/none.csv\"}", dir);
+	cr_assert_eq(run("CsvReader", attrs, &r, &err), DG_ENOTFOUND);
+	cr_assert(strstr(err.msg, "none.csv"), "%s", err.msg);
+}
+
+/* ------------------------------------------------------------------------ */
 /* ShardBatch                                                                 */
 
 /* x[i] = (i, -i) float32, labels[i] = 10 i int32, i < n. */
