@@ -10,13 +10,13 @@ cd "$(dirname "$0")"
 # Every package dg needs to build, test and run its demo. Keep in step with
 # meson.build (dependencies) and README.md (Build options). clang and
 # libclang-rt-14-dev (libFuzzer's runtime, which clang does not pull in without
-# recommends) build the fuzz targets (doc/fuzzing.md). Not listed:
-# python3-torch, which only bench/train's PyTorch baselines use
-# (sudo apt-get install python3-torch).
+# recommends) build the fuzz targets (doc/fuzzing.md). python3-torch: the
+# convolution tests compare with PyTorch's (test/integration/conv_torch.py),
+# and bench/train's baselines are PyTorch.
 PACKAGES="gcc pkg-config meson ninja-build python3 libjansson-dev libopenblas-dev
 libopenblas0-pthread libmicrohttpd-dev libcurl4-openssl-dev libfuse3-dev fuse3 zlib1g-dev
-libcriterion-dev dataset-fashion-mnist python3-numpy attr curl clang libclang-rt-14-dev
-openssl"
+libcriterion-dev dataset-fashion-mnist python3-numpy python3-torch attr curl clang
+libclang-rt-14-dev openssl"
 
 say() { printf '==> %s\n' "$*"; }
 

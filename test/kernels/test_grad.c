@@ -462,6 +462,50 @@ Test(grad, reshape_transpose_expand_dims_and_squeeze)
 	gradcheck("{\"name\": \"y\", \"op\": \"Squeeze\", \"inputs\": [\"x\"]}", s, 1);
 }
 
+static void conv_case(const char *attrs, int64_t h, int64_t w, int64_t kh, int64_t kw)
+{
+	char nodes[512];
+	struct in_spec in[] = { X("x", 4, 2, h, w, 3), X("f", 4, kh, kw, 3, 4) };
+
+	snprintf(nodes, sizeof nodes, "{\"name\": \"y\", \"op\": \"Conv2D\", \"inputs\": [\"x\", "
+		 "\"f\"], \"attrs\": %s}", attrs);
+	gradcheck(nodes, in, N(in));
+}
+
+Test(grad, conv2d_for_its_input_and_filter_with_every_padding_stride_and_dilation)
+{
+	conv_case("{\"padding\": \"VALID\"}", 5, 5, 3, 3);
+	conv_case("{\"padding\": \"SAME\"}", 5, 4, 3, 2);
+	conv_case("{\"padding\": \"SAME\", \"strides\": [2]}", 6, 5, 3, 3);
+	conv_case("{\"padding\": \"VALID\", \"strides\": [1, 2, 1, 1]}", 5, 6, 2, 3);
+	conv_case("{\"padding\": \"SAME\", \"dilations\": [2, 2]}", 6, 6, 3, 2);
+	conv_case("{\"padding\": \"VALID\"}", 3, 3, 1, 1);          /* pointwise: no patches */
+	/* an unknown batch dim: the gradients take the run-time shapes */
+	struct in_spec in[] = { X("x", 4, 3, 4, 4, 3), X("f", 4, 2, 2, 3, 4) };
+	in[0].unknown0 = true;
+	gradcheck("{\"name\": \"y\", \"op\": \"Conv2D\", \"inputs\": [\"x\", \"f\"], \"attrs\": "
+		  "{\"padding\": \"SAME\", \"strides\": [2]}}", in, N(in));
+}
+
+Test(grad, max_and_avg_pooling_with_valid_and_same_windows)
+{
+	static const char *const attrs[] = {
+		"{\"ksize\": [2], \"strides\": [2], \"padding\": \"VALID\"}",
+		"{\"ksize\": [3, 2], \"strides\": [2, 1], \"padding\": \"SAME\"}",
+		"{\"ksize\": [1, 3, 3, 1], \"strides\": [1, 2, 2, 1], \"padding\": \"SAME\"}",
+	};
+	char nodes[512];
+
+	for (int i = 0; i < N(attrs); i++)
+		for (int m = 0; m < 2; m++) {
+			/* values far apart, so that no window has a tie */
+			struct in_spec in[] = { X("x", 4, 2, 5, 5, 3) };
+			snprintf(nodes, sizeof nodes, "{\"name\": \"y\", \"op\": \"%s\", \"inputs\": "
+				 "[\"x\"], \"attrs\": %s}", m ? "MaxPool2D" : "AvgPool2D", attrs[i]);
+			gradcheck(nodes, in, N(in));
+		}
+}
+
 Test(grad, shared_inputs_sum_their_gradients)
 {
 	struct in_spec x[] = { X("x", 1, 5) };
