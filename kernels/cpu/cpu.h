@@ -16,7 +16,7 @@ extern struct dg_op_def dg_ops_reduce[];   /* Sum, Mean, Max, Min, ArgMax */
 extern struct dg_op_def dg_ops_nn[];       /* Softmax, LogSoftmax, cross-entropy */
 extern struct dg_op_def dg_ops_matmul[];   /* MatMul, BatchMatMul */
 extern struct dg_op_def dg_ops_array[];    /* Slice .. Squeeze, Size, Shape, Fill, ... */
-extern struct dg_op_def dg_ops_random[];   /* seeded initialisers */
+extern struct dg_op_def dg_ops_random[];   /* seeded initialisers, Dropout */
 extern struct dg_op_def dg_ops_grad[];     /* gradient helpers (grad.c) */
 extern struct dg_op_def dg_ops_conv[];     /* Conv2D, pooling, their gradients */
 extern struct dg_op_def dg_ops_data[];     /* IdxReader, NpyReader, CsvReader (data.c) */

@@ -1,5 +1,5 @@
 /* Seeded random initialisers for the CPU: RandomUniform, RandomNormal,
- * TruncatedNormal and GlorotUniform. Values come from Philox4x32-10 (Salmon et
+ * TruncatedNormal and GlorotUniform, and Dropout. Values come from Philox4x32-10 (Salmon et
  * al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011), defined once
  * in kernels/philox.h for this file and kernels/cuda/random.cu because no
  * Debian C library offers a counter-based RNG with a stable, documented
@@ -333,6 +333,102 @@ static enum dg_status glorot_cpu(struct dg_kernel_ctx *c)
 	return rnd_cpu(c, R_GLOROT);
 }
 
+/* --- Dropout -------------------------------------------------------------- */
+
+/* Element i is kept when the 24-bit uniform of word i % 4 of Philox block
+ * i / 4 (key = seed, counter = step) is at least rate, and scaled by 1 / (1 -
+ * rate). The mask is a function of (seed, step, i) alone: the gradient, run
+ * in the same step, recomputes the same mask, so no mask travels between
+ * the forward and the backward pass. */
+static const struct dg_attr_spec dropout_spec[] = {
+	{ "rate", DG_ATTR_FLOAT, true, "the fraction of elements zeroed, in [0, 1)" },
+	{ "seed", DG_ATTR_INT, false, "64-bit Philox key (default 0); the step is the counter" },
+	{ 0 },
+};
+
+static enum dg_status dropout_attrs(struct dg_attrs a, double *rate, uint64_t *seed,
+				    struct dg_err *err)
+{
+	static const int64_t zero = 0;
+	int64_t s;
+	enum dg_status st = dg_attrs_float(a, "rate", NULL, rate, err);
+
+	if (st == DG_OK)
+		st = dg_attrs_int(a, "seed", &zero, &s, err);
+	if (st != DG_OK)
+		return st;
+	if (!(*rate >= 0 && *rate < 1))
+		return dg_err_set(err, DG_EINVAL, "attr 'rate' must be in [0, 1), got %g", *rate);
+	*seed = (uint64_t)s;
+	return DG_OK;
+}
+
+static enum dg_status dropout_infer(struct dg_infer_ctx *c)
+{
+	double rate = 0;
+	uint64_t seed = 0;
+	enum dg_status st = dropout_attrs(dg_attrs_of_json(c->attrs), &rate, &seed, c->err);
+
+	if (st != DG_OK)
+		return st;
+	if (c->in[0].dtype != DG_F32 && c->in[0].dtype != DG_F64)
+		return dg_err_set(c->err, DG_EDTYPE, "Dropout takes float32 or float64, got %s",
+				  dg_dtype_name(c->in[0].dtype));
+	c->out[0] = c->in[0];
+	return DG_OK;
+}
+
+static enum dg_status dropout_cpu(struct dg_kernel_ctx *c)
+{
+	const struct dg_tensor *x = c->in[0];
+	struct stream g;
+	struct dg_tensor *y;
+	double rate = 0;
+	uint64_t seed = 0;
+	uint32_t w[4];
+	enum dg_status st = dropout_attrs(c->attrs, &rate, &seed, c->err);
+
+	if (st != DG_OK)
+		return st;
+	if (x->dtype != DG_F32 && x->dtype != DG_F64)
+		return dg_err_set(c->err, DG_EDTYPE, "Dropout takes float32 or float64, got %s",
+				  dg_dtype_name(x->dtype));
+	if (!(y = cpu_out(c, 0, x->dtype, &x->shape)))
+		return c->err ? c->err->code : DG_ENOMEM;
+	g.key[0] = (uint32_t)seed;
+	g.key[1] = (uint32_t)(seed >> 32);
+	g.step_lo = (uint32_t)c->step;
+	g.step_hi = (uint32_t)(c->step >> 32);
+	float rf = (float)rate;
+	double scale = 1.0 / (1.0 - rate);
+	for (int64_t i0 = 0; i0 < x->numel; i0 += 4) {
+		stream_block(&g, (uint64_t)i0 / 4, 0, w);
+		for (int j = 0; j < 4 && i0 + j < x->numel; j++) {
+			bool keep = dg_philox_u24(w[j]) >= rf;
+			if (x->dtype == DG_F32)
+				((float *)y->data)[i0 + j] = keep ? (float)(((const float *)x->data)
+							     [i0 + j] * scale) : 0.0f;
+			else
+				((double *)y->data)[i0 + j] = keep ? ((const double *)x->data)
+							      [i0 + j] * scale : 0.0;
+		}
+	}
+	return DG_OK;
+}
+
+/* d(Dropout(x))/dx applied to g is Dropout(g): the same mask and scale. */
+static enum dg_status dropout_grad(struct dg_grad_ctx *c)
+{
+	json_t *a = json_deep_copy(c->attrs);
+	const char *in[1] = { c->dout[0] };
+
+	if (!a)
+		return dg_err_set(c->err, DG_ENOMEM, "out of memory");
+	if (!(c->din[0] = c->add(c, "Dropout", in, 1, a)))
+		return c->err && c->err->code != DG_OK ? c->err->code : DG_EINTERNAL;
+	return DG_OK;
+}
+
 #define COMMON_ATTRS                                                                     \
 	{ "shape", DG_ATTR_SHAPE, true, "shape of the result" },                        \
 	{ "dtype", DG_ATTR_DTYPE, false, "element type (default float32)" },              \
@@ -368,5 +464,11 @@ struct dg_op_def dg_ops_random[] = {
 	  NULL, RND_FLAGS, "normal(mean, stddev) re-drawn until within 2 stddev of the mean" },
 	{ "GlorotUniform", 0, 0, 1, NULL, glorot_spec, glorot_infer, glorot_cpu, NULL, NULL,
 	  RND_FLAGS, "uniform in +-sqrt(6 / (fan_in + fan_out)); fans from [.., in, out]" },
+	{ .name = "Dropout", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
+	  .attrs = dropout_spec, .infer = dropout_infer, .cpu = dropout_cpu,
+	  .grad = dropout_grad, .flags = DG_OPF_STATEFUL,
+	  .doc = "training-time dropout: each element zeroed with probability rate, the rest "
+		 "scaled by 1/(1-rate); the mask is a function of (seed, step, index), the "
+		 "same in the step's gradient. Leave it out of the eval graph" },
 	{ 0 },
 };

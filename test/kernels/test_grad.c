@@ -506,6 +506,14 @@ Test(grad, max_and_avg_pooling_with_valid_and_same_windows)
 		}
 }
 
+Test(grad, dropout_passes_the_gradient_through_the_same_mask)
+{
+	struct in_spec in[] = { X("x", 2, 8, 9) };
+
+	gradcheck("{\"name\": \"y\", \"op\": \"Dropout\", \"inputs\": [\"x\"], "
+		  "\"attrs\": {\"rate\": 0.4, \"seed\": 9}}", in, N(in));
+}
+
 Test(grad, shared_inputs_sum_their_gradients)
 {
 	struct in_spec x[] = { X("x", 1, 5) };

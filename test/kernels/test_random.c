@@ -427,3 +427,74 @@ Test(random, ops_are_stateful_sources_and_infer_their_outputs)
 		json_decref(a);
 	}
 }
+
+/* ---- Dropout ---- */
+
+static struct dg_tensor *dropout(const char *attrs, const struct dg_tensor *x, uint64_t step)
+{
+	json_t *a = json_loads(attrs, 0, NULL);
+	const struct dg_tensor *in[1] = { x };
+	struct dg_tensor *y = NULL;
+	struct dg_err err = { 0 };
+
+	cr_assert_not_null(a);
+	cr_assert_eq(dg_op_run(dg_op_find("Dropout"), a, in, 1, &y, 1, step, &err), DG_OK, "%s",
+		     err.msg);
+	json_decref(a);
+	return y;
+}
+
+Test(random, dropout_zeroes_rate_of_the_elements_and_scales_the_rest)
+{
+	struct dg_shape s = { .ndim = 1, .dim = { N_STAT } };
+	struct dg_tensor *x = dg_tensor_new(DG_F32, &s, NULL);
+	int64_t zeros = 0;
+
+	cr_assert_not_null(x);
+	for (int64_t i = 0; i < N_STAT; i++)
+		((float *)x->data)[i] = 1.0f + (float)(i % 7);
+	struct dg_tensor *y = dropout("{\"rate\": 0.3, \"seed\": 5}", x, 11);
+	for (int64_t i = 0; i < N_STAT; i++) {
+		float v = ((float *)y->data)[i], want = ((float *)x->data)[i] / 0.7f;
+		if (v == 0)
+			zeros++;
+		else
+			cr_assert_float_eq(v, want, 1e-5, "element %lld: %g, want %g", (long long)i,
+					   v, want);
+	}
+	/* 10^6 Bernoulli(0.3): sd 458; 5 sd */
+	cr_assert(llabs(zeros - 300000) < 2300, "%lld of 10^6 zeroed", (long long)zeros);
+	/* the same (seed, step): the same mask; another step: another one */
+	struct dg_tensor *again = dropout("{\"rate\": 0.3, \"seed\": 5}", x, 11);
+	struct dg_tensor *next = dropout("{\"rate\": 0.3, \"seed\": 5}", x, 12);
+	cr_assert(same_bytes(y, again));
+	cr_assert(!same_bytes(y, next));
+	/* rate 0 is the identity */
+	struct dg_tensor *id = dropout("{\"rate\": 0}", x, 3);
+	cr_assert(same_bytes(id, x));
+	dg_tensor_free(x);
+	dg_tensor_free(y);
+	dg_tensor_free(again);
+	dg_tensor_free(next);
+	dg_tensor_free(id);
+}
+
+Test(random, dropout_refuses_a_rate_outside_0_to_1_and_integers)
+{
+	struct dg_shape s = { .ndim = 1, .dim = { 4 } };
+	struct dg_tensor *x = dg_tensor_new(DG_F32, &s, NULL), *i = dg_tensor_new(DG_I32, &s, NULL);
+	const struct dg_tensor *in[1] = { x };
+	struct dg_tensor *y = NULL;
+	struct dg_err err = { 0 };
+	json_t *a = json_loads("{\"rate\": 1}", 0, NULL);
+
+	cr_assert_eq(dg_op_run(dg_op_find("Dropout"), a, in, 1, &y, 1, 0, &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "[0, 1)"), "%s", err.msg);
+	json_decref(a);
+	a = json_loads("{\"rate\": 0.5}", 0, NULL);
+	in[0] = i;
+	cr_assert_eq(dg_op_run(dg_op_find("Dropout"), a, in, 1, &y, 1, 0, &err), DG_EDTYPE);
+	json_decref(a);
+	dg_tensor_free(x);
+	dg_tensor_free(i);
+}
