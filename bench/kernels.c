@@ -1,7 +1,8 @@
 /* bench_kernels: dg's CPU kernels, run through the op registry (dg_op_run on dg
  * tensors, output allocation included), against a baseline measured in the same
  * run: cblas_sgemm called directly for MatMul (same library and core, through
- * dg_blas_get), and plain C loops for Add, Sum and Softmax. Prints the median of
+ * dg_blas_get), plain C loops for Add, Sum and Softmax, and PyTorch's CPU kernels
+ * (bench/conv_torch.py) for Conv2D and MaxPool2D. Prints the median of
  * several timed repetitions per case and the ratio (> 1: dg is faster).
  * Usage: bench_kernels [--quick] [--threads N]   (bench/README.md has figures) */
 #include <errno.h>
@@ -55,7 +56,7 @@ static struct dg_tensor *new_f32(int ndim, const int64_t *dims, unsigned seed)
 struct dg_case {
 	const struct dg_op_def *op;
 	json_t *attrs;
-	const struct dg_tensor *in[2];
+	const struct dg_tensor *in[3];
 	int n_in;
 };
 
@@ -465,6 +466,169 @@ static void bench_softmax(const struct opts *o)
 	bench_free(&b);
 }
 
+/* --- convolution and pooling against PyTorch ---------------------------------- */
+
+/* bench/conv_torch.py next to the source tree (BUILD/../bench/, else
+ * $DG_SOURCE_DIR/bench/, else ./bench/), or NULL. */
+static const char *conv_torch_script(void)
+{
+	static char path[4096 + 64];
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	const char *src = getenv("DG_SOURCE_DIR");
+
+	if (n > 0) {
+		exe[n] = 0;
+		char *slash = strrchr(exe, '/');
+		if (slash)
+			*slash = 0;
+		snprintf(path, sizeof path, "%s/../../bench/conv_torch.py", exe);
+		if (access(path, R_OK) == 0)
+			return path;
+	}
+	snprintf(path, sizeof path, "%s/bench/conv_torch.py", src ? src : ".");
+	return access(path, R_OK) == 0 ? path : NULL;
+}
+
+#define CONV_CASES 6
+
+/* The torch medians by line label ("LABEL PASS SECONDS"), appended to t[case][k]. */
+struct torch_times {
+	double t[CONV_CASES][8];
+	int n[CONV_CASES];
+	char why[256];
+};
+
+static const char *const conv_labels[CONV_CASES] = {
+	"conv [64,28,28,1]x[5,5,1,32] fwd", "conv [64,28,28,1]x[5,5,1,32] bwd",
+	"conv [64,14,14,32]x[5,5,32,64] fwd", "conv [64,14,14,32]x[5,5,32,64] bwd",
+	"maxpool [64,28,28,32] 2x2 fwd", "maxpool [64,28,28,32] 2x2 bwd",
+};
+
+/* One run of the torch script; false (why set) when it cannot run. */
+static bool torch_pass(const struct opts *o, const char *script, struct torch_times *tt)
+{
+	char cmd[8192], line[512];
+	bool done = false;
+	FILE *p;
+
+	snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' --threads %d --reps %d 2>&1", script,
+		 o->threads, o->reps);
+	if (!(p = popen(cmd, "r"))) {
+		snprintf(tt->why, sizeof tt->why, "cannot run /usr/bin/python3");
+		return false;
+	}
+	while (fgets(line, sizeof line, p)) {
+		line[strcspn(line, "\n")] = 0;
+		if (strcmp(line, "done") == 0)
+			done = true;
+		if (strncmp(line, "skipped: ", 9) == 0)
+			snprintf(tt->why, sizeof tt->why, "%.200s", line + 9);
+		for (int k = 0; k < CONV_CASES; k++) {
+			size_t len = strlen(conv_labels[k]);
+			if (strncmp(line, conv_labels[k], len) == 0 && line[len] == ' ' &&
+			    tt->n[k] < 8)
+				tt->t[k][tt->n[k]++] = atof(line + len + 1);
+		}
+	}
+	pclose(p);
+	if (!done && !tt->why[0])
+		snprintf(tt->why, sizeof tt->why, "%s did not finish", script);
+	return done;
+}
+
+/* Median seconds of fn's dg ops (summed per repetition when two). */
+static double time_ops(const struct opts *o, const struct dg_case *a, const struct dg_case *b)
+{
+	double t[64];
+
+	for (int i = 0; i < WARMUP; i++) {
+		time_dg(a);
+		if (b)
+			time_dg(b);
+	}
+	for (int r = 0; r < o->reps; r++)
+		t[r] = time_dg(a) + (b ? time_dg(b) : 0);
+	return bench_median(t, o->reps);
+}
+
+/* One case: dg's forward and backward medians (0 when it cannot run). */
+static void conv_case(const struct opts *o, const char *fwd_op, const char *bwd_in,
+		      const char *bwd_f, json_t *attrs, struct dg_tensor *x, struct dg_tensor *f,
+		      double *fwd, double *bwd)
+{
+	struct dg_case c = { .op = dg_op_find(fwd_op), .attrs = attrs, .in = { x, f },
+			     .n_in = f ? 2 : 1 };
+	struct dg_tensor *y, *dy;
+
+	*fwd = *bwd = 0;
+	if (!c.op || !(y = dg_once(&c)))
+		return;
+	dy = new_f32(4, y->shape.dim, 9);
+	dg_tensor_free(y);
+	*fwd = time_ops(o, &c, NULL);
+	/* Conv2DBackpropInput/Filter take (x, f, dy); the pooling's gradient (x, dy). */
+	struct dg_case ci = { .op = dg_op_find(bwd_in), .attrs = attrs, .in = { x, f, dy },
+			      .n_in = 3 };
+	if (!f) {
+		ci.in[1] = dy;
+		ci.n_in = 2;
+	}
+	struct dg_case cf = { .op = bwd_f ? dg_op_find(bwd_f) : NULL, .attrs = attrs,
+			      .in = { x, f, dy }, .n_in = 3 };
+	struct dg_tensor *g = ci.op ? dg_once(&ci) : NULL;
+	if (g) {
+		dg_tensor_free(g);
+		*bwd = time_ops(o, &ci, cf.op ? &cf : NULL);
+	}
+	dg_tensor_free(dy);
+}
+
+/* Conv2D forward and backward (both gradients) on the two convolutions of a
+ * LeNet on Fashion-MNIST, and a 2x2 max pool, against PyTorch's CPU kernels
+ * in the same run (its script before and after dg's timing; the median of
+ * its two medians). Targets (issue 18): conv 0.7x, max pool 0.8x. */
+static void bench_conv(const struct opts *o)
+{
+	static const int64_t xs[3][4] = { { 64, 28, 28, 1 }, { 64, 14, 14, 32 }, { 64, 28, 28, 32 } };
+	static const int64_t fs[2][4] = { { 5, 5, 1, 32 }, { 5, 5, 32, 64 } };
+	const char *script = conv_torch_script();
+	struct torch_times tt = { 0 };
+	double dgt[CONV_CASES];
+	bool have_torch = script && torch_pass(o, script, &tt);
+
+	if (!script)
+		snprintf(tt.why, sizeof tt.why, "bench/conv_torch.py not found (DG_SOURCE_DIR)");
+	for (int k = 0; k < 3; k++) {
+		bool pool = k == 2;
+		json_t *attrs = pool ? json_pack("{s:[i], s:[i], s:s}", "ksize", 2, "strides", 2,
+						 "padding", "VALID")
+				     : json_pack("{s:s}", "padding", "SAME");
+		struct dg_tensor *x = new_f32(4, xs[k], 7), *f = pool ? NULL : new_f32(4, fs[k], 8);
+		conv_case(o, pool ? "MaxPool2D" : "Conv2D",
+			  pool ? "MaxPool2DGrad" : "Conv2DBackpropInput",
+			  pool ? NULL : "Conv2DBackpropFilter", attrs, x, f, &dgt[2 * k],
+			  &dgt[2 * k + 1]);
+		dg_tensor_free(x);
+		dg_tensor_free(f);
+		json_decref(attrs);
+	}
+	if (have_torch)
+		have_torch = torch_pass(o, script, &tt);
+	for (int k = 0; k < CONV_CASES; k++) {
+		double target = k >= 4 ? 0.8 : 0.7;
+		printf("%s: dg %.2f ms", conv_labels[k], dgt[k] * 1e3);
+		if (!have_torch || tt.n[k] == 0) {
+			printf("  torch: skipped: %s\n", tt.why[0] ? tt.why : "no figure");
+			continue;
+		}
+		double tm = bench_median(tt.t[k], tt.n[k]);
+		printf("  torch %.2f ms  ratio %.3f (target %.1f: %s; median of %d, torch's of "
+		       "%d passes)\n", tm * 1e3, dgt[k] > 0 ? tm / dgt[k] : 0, target,
+		       dgt[k] > 0 && tm / dgt[k] >= target ? "met" : "MISSED", o->reps, tt.n[k]);
+	}
+}
+
 static int usage(void)
 {
 	fprintf(stderr, "usage: bench_kernels [--quick] [--threads N]\n"
@@ -516,5 +680,6 @@ int main(int argc, char **argv)
 	bench_add(&o);
 	bench_sum(&o);
 	bench_softmax(&o);
+	bench_conv(&o);
 	return failures ? 3 : 0;
 }

@@ -255,17 +255,27 @@ static bool pointwise(const struct geom *g)
 	return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 && g->pl == 0;
 }
 
-/* The patches of images [i0, i0 + nb) of x into col [nb*oh*ow, K]. */
+/* The patches of images [i0, i0 + nb) of x into col [nb*oh*ow, K]. Without
+ * dilation a patch row's kw positions are adjacent in the image: one copy
+ * of kw * c values when they are all inside it. */
 static void im2col(const struct geom *g, const char *x, int64_t i0, int64_t nb, size_t esize,
 		   char *col)
 {
-	size_t run = (size_t)g->c * esize;
+	size_t run = (size_t)g->c * esize, row = (size_t)g->kw * run;
 
 	for (int64_t b = i0; b < i0 + nb; b++)
 		for (int64_t oy = 0; oy < g->oh; oy++)
 			for (int64_t ox = 0; ox < g->ow; ox++)
 				for (int64_t ky = 0; ky < g->kh; ky++) {
 					int64_t iy = oy * g->sh - g->pt + ky * g->dh;
+					int64_t ix0 = ox * g->sw - g->pl;
+					if (g->dw == 1 && iy >= 0 && iy < g->h && ix0 >= 0 &&
+					    ix0 + g->kw <= g->w) {
+						memcpy(col, x + (size_t)(((b * g->h + iy) * g->w +
+						       ix0) * g->c) * esize, row);
+						col += row;
+						continue;
+					}
 					for (int64_t kx = 0; kx < g->kw; kx++, col += run) {
 						int64_t ix = ox * g->sw - g->pl + kx * g->dw;
 						if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w)
@@ -597,36 +607,92 @@ DEFINE_POOL(float, pool_f32)
 DEFINE_POOL(double, pool_f64)
 
 /* The gradient: each output's dy goes to its window's first maximum (max,
- * as TensorFlow), or evenly to its window's input positions (mean). */
+ * as TensorFlow), or evenly to its window's input positions (mean). The
+ * window is walked with the channels innermost (contiguous, as in the
+ * forward), in loops over restrict pointers without branches that the
+ * compiler vectorises: for max, one pass finds each channel's maximum, a
+ * second gives dy to the first position equal to it (taken[k] counts the
+ * hits). A window holding a NaN (or an infinity: x - x tells them apart
+ * from finite values cheaply) takes the scalar path, where NaN wins as in
+ * the forward. */
 #define DEFINE_POOL_GRAD(T, name)                                                            \
-	static void name(const struct geom *g, const T *x, const T *dy, bool max, T *dx)     \
+	static T name##_max_into(T *restrict best, const T *restrict p, int64_t c)          \
+	{                                                                                    \
+		T odd = 0;                                                                   \
+		for (int64_t k = 0; k < c; k++) {                                            \
+			best[k] = p[k] > best[k] ? p[k] : best[k];                           \
+			odd += p[k] - p[k];                                                  \
+		}                                                                            \
+		return odd;                                                                  \
+	}                                                                                    \
+	static void name##_hit(T *restrict d, T *restrict taken, const T *restrict p,        \
+			       const T *restrict best, const T *restrict dy, int64_t c)      \
+	{                                                                                    \
+		for (int64_t k = 0; k < c; k++) {                                            \
+			T hit = (T)((p[k] == best[k]) & (taken[k] == 0));                   \
+			d[k] += hit * dy[k];                                                 \
+			taken[k] += hit;                                                     \
+		}                                                                            \
+	}                                                                                    \
+	static void name##_mean(T *restrict d, const T *restrict dy, T inv, int64_t c)       \
+	{                                                                                    \
+		for (int64_t k = 0; k < c; k++)                                              \
+			d[k] += dy[k] * inv;                                                 \
+	}                                                                                    \
+	/* The scalar path of one window (max with NaN or infinity in it). */               \
+	static void name##_slow(const struct geom *g, const T *x, const T *dy, T *dx,        \
+				int64_t b, int64_t y0, int64_t y1, int64_t x0, int64_t x1)   \
+	{                                                                                    \
+		for (int64_t k = 0; k < g->c; k++) {                                         \
+			int64_t at = -1;                                                     \
+			T best = 0;                                                          \
+			for (int64_t iy = y0; iy < y1; iy++)                                 \
+				for (int64_t ix = x0; ix < x1; ix++) {                       \
+					int64_t i = ((b * g->h + iy) * g->w + ix) * g->c + k; \
+					if (at < 0 || x[i] > best || (isnan(x[i]) && !isnan(best))) { \
+						at = i;                                      \
+						best = x[i];                                 \
+					}                                                    \
+				}                                                            \
+			dx[at] += dy[k];                                                     \
+		}                                                                            \
+	}                                                                                    \
+	static void name(const struct geom *g, const T *x, const T *dy, bool max, T *dx,     \
+			 T *best, T *taken)                                                  \
 	{                                                                                    \
 		for (int64_t b = 0; b < g->n; b++)                                           \
 			for (int64_t oy = 0; oy < g->oh; oy++)                               \
 				for (int64_t ox = 0; ox < g->ow; ox++, dy += g->c) {         \
 					int64_t y0, y1, x0, x1;                              \
+					T odd = 0;                                           \
 					window(g, oy, ox, &y0, &y1, &x0, &x1);               \
-					T n = (T)((y1 - y0) * (x1 - x0));                    \
-					for (int64_t k = 0; k < g->c; k++) {                 \
-						int64_t at = -1;                             \
-						T best = 0;                                  \
+					T inv = (T)1 / (T)((y1 - y0) * (x1 - x0));           \
+					if (max) {                                           \
+						memcpy(best, x + ((b * g->h + y0) * g->w + x0) * \
+						       g->c, (size_t)g->c * sizeof(T));      \
+						memset(taken, 0, (size_t)g->c * sizeof(T));  \
 						for (int64_t iy = y0; iy < y1; iy++)         \
-							for (int64_t ix = x0; ix < x1; ix++) { \
-								int64_t i = ((b * g->h + iy) * \
-									     g->w + ix) * g->c + k; \
-								if (!max) {                  \
-									dx[i] += dy[k] / n;  \
-									continue;            \
-								}                            \
-								if (at < 0 || x[i] > best || \
-								    (isnan(x[i]) && !isnan(best))) { \
-									at = i;              \
-									best = x[i];         \
-								}                            \
-							}                                    \
-						if (max && at >= 0)                          \
-							dx[at] += dy[k];                     \
+							for (int64_t ix = x0; ix < x1; ix++) \
+								odd += name##_max_into(best, \
+									x + ((b * g->h + iy) * \
+									g->w + ix) * g->c, g->c); \
+						if (odd != 0 || odd != odd) {                \
+							name##_slow(g, x, dy, dx, b, y0, y1, \
+								    x0, x1);                 \
+							continue;                            \
+						}                                            \
 					}                                                    \
+					for (int64_t iy = y0; iy < y1; iy++)                 \
+						for (int64_t ix = x0; ix < x1; ix++) {       \
+							int64_t i = ((b * g->h + iy) * g->w + \
+								     ix) * g->c;             \
+							if (max)                             \
+								name##_hit(dx + i, taken, x + i, \
+									   best, dy, g->c);  \
+							else                                 \
+								name##_mean(dx + i, dy, inv, \
+									    g->c);           \
+						}                                            \
 				}                                                            \
 	}
 DEFINE_POOL_GRAD(float, pool_grad_f32)
@@ -670,10 +736,16 @@ static enum dg_status pool_grad_run(struct dg_kernel_ctx *c, bool max)
 		return st;
 	if (!(dx = cpu_out_zero(c, 0, x->dtype, &x->shape)))
 		return c->err ? c->err->code : DG_ENOMEM;
+	/* Per channel: the window's maximum and whether it was given its dy. */
+	double *tmp = malloc((size_t)(g.c > 0 ? g.c : 1) * 2 * sizeof *tmp);
+	if (!tmp)
+		return dg_err_set(c->err, DG_ENOMEM, "out of memory");
 	if (x->dtype == DG_F32)
-		pool_grad_f32(&g, x->data, dy->data, max, dx->data);
+		pool_grad_f32(&g, x->data, dy->data, max, dx->data, (float *)tmp,
+			      (float *)tmp + g.c);
 	else
-		pool_grad_f64(&g, x->data, dy->data, max, dx->data);
+		pool_grad_f64(&g, x->data, dy->data, max, dx->data, tmp, tmp + g.c);
+	free(tmp);
 	return DG_OK;
 }
 
