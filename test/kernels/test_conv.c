@@ -298,3 +298,33 @@ Test(conv, a_gradient_of_the_wrong_shape_is_refused_at_run_time)
 	dg_tensor_free(f);
 	dg_tensor_free(dy);
 }
+
+Test(conv, max_pool_gradient_goes_to_the_first_maximum_a_nan_or_an_infinity)
+{
+	/* one image 2x2, 3 channels, one 2x2 window: channel 0 has a tie (first
+	 * wins), channel 1 a NaN (it wins, as in the forward), channel 2 +inf */
+	const float xv[12] = { 1, 5, -INFINITY, 3, NAN, 2, 3, 7, INFINITY, 0, 1, 4 };
+	const float dyv[3] = { 10, 20, 30 };
+	int64_t xd[4] = { 1, 2, 2, 3 }, yd[4] = { 1, 1, 1, 3 };
+	struct dg_shape xs = dg_shape_make(4, xd), ys = dg_shape_make(4, yd);
+	struct dg_tensor *x = dg_tensor_from_data(DG_F32, &xs, xv, NULL);
+	struct dg_tensor *dy = dg_tensor_from_data(DG_F32, &ys, dyv, NULL), *dx = NULL, *y = NULL;
+	const struct dg_tensor *in[2] = { x, dy };
+	struct dg_err err = { 0 };
+
+	cr_assert_not_null(x);
+	cr_assert_eq(run("MaxPool2DGrad", "{\"ksize\": [2], \"padding\": \"VALID\"}", in, 2, &dx,
+			 &err), DG_OK, "%s", err.msg);
+	const float *d = dx->data;
+	const float want[12] = { 0, 0, 0, 10, 20, 0, 0, 0, 30, 0, 0, 0 };
+	for (int i = 0; i < 12; i++)
+		cr_assert_eq(d[i], want[i], "dx[%d] = %g, want %g", i, d[i], want[i]);
+	cr_assert_eq(run("MaxPool2D", "{\"ksize\": [2], \"padding\": \"VALID\"}", in, 1, &y, &err),
+		     DG_OK);
+	cr_assert(((float *)y->data)[0] == 3 && isnan(((float *)y->data)[1]) &&
+		  isinf(((float *)y->data)[2]));
+	dg_tensor_free(x);
+	dg_tensor_free(dy);
+	dg_tensor_free(dx);
+	dg_tensor_free(y);
+}
