@@ -567,13 +567,12 @@ static void conv_case(const struct opts *o, const char *fwd_op, const char *bwd_
 	dy = new_f32(4, y->shape.dim, 9);
 	dg_tensor_free(y);
 	*fwd = time_ops(o, &c, NULL);
-	/* Conv2DBackpropInput/Filter take (x, f, dy); the pooling's gradient (x, dy). */
+	/* Conv2DBackpropInput/Filter take (x, f, dy); MaxPool2DGrad (x, y, dy). */
 	struct dg_case ci = { .op = dg_op_find(bwd_in), .attrs = attrs, .in = { x, f, dy },
 			      .n_in = 3 };
-	if (!f) {
-		ci.in[1] = dy;
-		ci.n_in = 2;
-	}
+	struct dg_tensor *yk = NULL;
+	if (!f && !(ci.in[1] = yk = dg_once(&c)))
+		ci.op = NULL;
 	struct dg_case cf = { .op = bwd_f ? dg_op_find(bwd_f) : NULL, .attrs = attrs,
 			      .in = { x, f, dy }, .n_in = 3 };
 	struct dg_tensor *g = ci.op ? dg_once(&ci) : NULL;
@@ -581,6 +580,7 @@ static void conv_case(const struct opts *o, const char *fwd_op, const char *bwd_
 		dg_tensor_free(g);
 		*bwd = time_ops(o, &ci, cf.op ? &cf : NULL);
 	}
+	dg_tensor_free(yk);
 	dg_tensor_free(dy);
 }
 

@@ -548,7 +548,7 @@ static enum dg_status pool_infer(struct dg_infer_ctx *c)
 	return st;
 }
 
-/* The gradient ops take (x, dy) and output x's type. */
+/* The gradient ops take (x, [y,] dy) and output x's type. */
 static enum dg_status pool_grad_infer(struct dg_infer_ctx *c)
 {
 	struct geom g;
@@ -625,24 +625,37 @@ DEFINE_POOL(double, pool_f64)
 		}                                                                            \
 		return odd;                                                                  \
 	}                                                                                    \
+	static T name##_odd(const T *restrict p, int64_t c)                                  \
+	{                                                                                    \
+		T odd = 0;                                                                   \
+		for (int64_t k = 0; k < c; k++)                                              \
+			odd += p[k] - p[k];                                                  \
+		return odd;                                                                  \
+	}                                                                                    \
 	static void name##_hit(T *restrict d, T *restrict taken, const T *restrict p,        \
-			       const T *restrict best, const T *restrict dy, int64_t c)      \
+			       const T *restrict best, const T *restrict dy, int64_t c,      \
+			       bool set)                                                     \
 	{                                                                                    \
 		for (int64_t k = 0; k < c; k++) {                                            \
 			T hit = (T)((p[k] == best[k]) & (taken[k] == 0));                   \
-			d[k] += hit * dy[k];                                                 \
+			d[k] = (set ? 0 : d[k]) + hit * dy[k];                               \
 			taken[k] += hit;                                                     \
 		}                                                                            \
 	}                                                                                    \
-	static void name##_mean(T *restrict d, const T *restrict dy, T inv, int64_t c)       \
+	static void name##_mean(T *restrict d, const T *restrict dy, T inv, int64_t c,       \
+				bool set)                                                    \
 	{                                                                                    \
 		for (int64_t k = 0; k < c; k++)                                              \
-			d[k] += dy[k] * inv;                                                 \
+			d[k] = (set ? 0 : d[k]) + dy[k] * inv;                               \
 	}                                                                                    \
 	/* The scalar path of one window (max with NaN or infinity in it). */               \
 	static void name##_slow(const struct geom *g, const T *x, const T *dy, T *dx,        \
-				int64_t b, int64_t y0, int64_t y1, int64_t x0, int64_t x1)   \
+				int64_t b, int64_t y0, int64_t y1, int64_t x0, int64_t x1,   \
+				bool set)                                                    \
 	{                                                                                    \
+		for (int64_t iy = y0; set && iy < y1; iy++)                                  \
+			memset(dx + ((b * g->h + iy) * g->w + x0) * g->c, 0,                 \
+			       (size_t)((x1 - x0) * g->c) * sizeof(T));                      \
 		for (int64_t k = 0; k < g->c; k++) {                                         \
 			int64_t at = -1;                                                     \
 			T best = 0;                                                          \
@@ -657,8 +670,8 @@ DEFINE_POOL(double, pool_f64)
 			dx[at] += dy[k];                                                     \
 		}                                                                            \
 	}                                                                                    \
-	static void name(const struct geom *g, const T *x, const T *dy, bool max, T *dx,     \
-			 T *best, T *taken)                                                  \
+	static void name(const struct geom *g, const T *x, const T *y, const T *dy, bool max, \
+			 T *dx, T *best, T *taken, bool set)                                 \
 	{                                                                                    \
 		for (int64_t b = 0; b < g->n; b++)                                           \
 			for (int64_t oy = 0; oy < g->oh; oy++)                               \
@@ -667,18 +680,24 @@ DEFINE_POOL(double, pool_f64)
 					T odd = 0;                                           \
 					window(g, oy, ox, &y0, &y1, &x0, &x1);               \
 					T inv = (T)1 / (T)((y1 - y0) * (x1 - x0));           \
-					if (max) {                                           \
+					const T *bp = best;                                  \
+					if (max && y) {                                      \
+						bp = y + ((b * g->oh + oy) * g->ow + ox) * g->c; \
+						odd = name##_odd(bp, g->c);                  \
+					} else if (max) {                                    \
 						memcpy(best, x + ((b * g->h + y0) * g->w + x0) * \
 						       g->c, (size_t)g->c * sizeof(T));      \
-						memset(taken, 0, (size_t)g->c * sizeof(T));  \
 						for (int64_t iy = y0; iy < y1; iy++)         \
 							for (int64_t ix = x0; ix < x1; ix++) \
 								odd += name##_max_into(best, \
 									x + ((b * g->h + iy) * \
 									g->w + ix) * g->c, g->c); \
+					}                                                    \
+					if (max) {                                           \
+						memset(taken, 0, (size_t)g->c * sizeof(T));  \
 						if (odd != 0 || odd != odd) {                \
 							name##_slow(g, x, dy, dx, b, y0, y1, \
-								    x0, x1);                 \
+								    x0, x1, set);            \
 							continue;                            \
 						}                                            \
 					}                                                    \
@@ -688,10 +707,10 @@ DEFINE_POOL(double, pool_f64)
 								     ix) * g->c;             \
 							if (max)                             \
 								name##_hit(dx + i, taken, x + i, \
-									   best, dy, g->c);  \
+									   bp, dy, g->c, set); \
 							else                                 \
 								name##_mean(dx + i, dy, inv, \
-									    g->c);           \
+									    g->c, set);      \
 						}                                            \
 				}                                                            \
 	}
@@ -721,9 +740,12 @@ static enum dg_status pool_run(struct dg_kernel_ctx *c, bool max)
 static enum dg_status max_pool_cpu(struct dg_kernel_ctx *c) { return pool_run(c, true); }
 static enum dg_status avg_pool_cpu(struct dg_kernel_ctx *c) { return pool_run(c, false); }
 
+/* MaxPool2DGrad(x, y, dy) with the forward's output y (its maxima: not
+ * searched again), AvgPool2DGrad(x, dy). */
 static enum dg_status pool_grad_run(struct dg_kernel_ctx *c, bool max)
 {
-	const struct dg_tensor *x = c->in[0], *dy = c->in[1];
+	const struct dg_tensor *x = c->in[0], *y = max ? c->in[1] : NULL;
+	const struct dg_tensor *dy = c->in[max ? 2 : 1];
 	struct geom g;
 	struct dg_ttype ot;
 	struct dg_tensor *dx;
@@ -732,19 +754,25 @@ static enum dg_status pool_grad_run(struct dg_kernel_ctx *c, bool max)
 	if (st != DG_OK)
 		return st;
 	out_type(&g, x->dtype, &ot);
-	if ((st = same_shape(dy, &ot, "the output gradient", c->err)) != DG_OK)
+	if ((st = same_shape(dy, &ot, "the output gradient", c->err)) != DG_OK ||
+	    (y && (st = same_shape(y, &ot, "the forward output", c->err)) != DG_OK))
 		return st;
-	if (!(dx = cpu_out_zero(c, 0, x->dtype, &x->shape)))
+	/* Windows that tile the input exactly (each position in one window, the
+	 * usual 2x2 stride 2) write dx once: no zeroing, no read-modify-write. */
+	bool set = g.pt == 0 && g.pl == 0 && g.sh == g.kh && g.sw == g.kw &&
+		   g.oh * g.sh == g.h && g.ow * g.sw == g.w;
+	if (!(dx = (set ? cpu_out : cpu_out_zero)(c, 0, x->dtype, &x->shape)))
 		return c->err ? c->err->code : DG_ENOMEM;
 	/* Per channel: the window's maximum and whether it was given its dy. */
 	double *tmp = malloc((size_t)(g.c > 0 ? g.c : 1) * 2 * sizeof *tmp);
 	if (!tmp)
 		return dg_err_set(c->err, DG_ENOMEM, "out of memory");
 	if (x->dtype == DG_F32)
-		pool_grad_f32(&g, x->data, dy->data, max, dx->data, (float *)tmp,
-			      (float *)tmp + g.c);
+		pool_grad_f32(&g, x->data, y ? y->data : NULL, dy->data, max, dx->data,
+			      (float *)tmp, (float *)tmp + g.c, set);
 	else
-		pool_grad_f64(&g, x->data, dy->data, max, dx->data, tmp, tmp + g.c);
+		pool_grad_f64(&g, x->data, y ? y->data : NULL, dy->data, max, dx->data, tmp,
+			      tmp + g.c, set);
 	free(tmp);
 	return DG_OK;
 }
@@ -782,17 +810,23 @@ static enum dg_status conv_grad(struct dg_grad_ctx *c)
 	return DG_OK;
 }
 
-static enum dg_status pool_grad(struct dg_grad_ctx *c, const char *op)
+static enum dg_status max_pool_grad(struct dg_grad_ctx *c)
 {
-	const char *in[2] = { c->in[0], c->dout[0] };
+	const char *in[3] = { c->in[0], c->out[0], c->dout[0] };
 
-	if (c->need[0] && !(c->din[0] = add_like(c, op, in, 2)))
+	if (c->need[0] && !(c->din[0] = add_like(c, "MaxPool2DGrad", in, 3)))
 		return grad_failed(c);
 	return DG_OK;
 }
 
-static enum dg_status max_pool_grad(struct dg_grad_ctx *c) { return pool_grad(c, "MaxPool2DGrad"); }
-static enum dg_status avg_pool_grad(struct dg_grad_ctx *c) { return pool_grad(c, "AvgPool2DGrad"); }
+static enum dg_status avg_pool_grad(struct dg_grad_ctx *c)
+{
+	const char *in[2] = { c->in[0], c->dout[0] };
+
+	if (c->need[0] && !(c->din[0] = add_like(c, "AvgPool2DGrad", in, 2)))
+		return grad_failed(c);
+	return DG_OK;
+}
 
 struct dg_op_def dg_ops_conv[] = {
 	{ .name = "Conv2D", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
@@ -813,10 +847,10 @@ struct dg_op_def dg_ops_conv[] = {
 	{ .name = "AvgPool2D", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
 	  .attrs = pool_attrs, .infer = pool_infer, .cpu = avg_pool_cpu, .grad = avg_pool_grad,
 	  .doc = "the mean of each window of NHWC images, per channel (padding not counted)" },
-	{ .name = "MaxPool2DGrad", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
+	{ .name = "MaxPool2DGrad", .min_inputs = 3, .max_inputs = 3, .n_outputs = 1,
 	  .attrs = pool_attrs, .infer = pool_grad_infer, .cpu = max_pool_grad_cpu,
-	  .doc = "MaxPool2D's gradient: (input, output gradient); each window's gradient to its "
-		 "first maximum" },
+	  .doc = "MaxPool2D's gradient: (input, output, output gradient), as TensorFlow's "
+		 "MaxPoolGrad; each window's gradient to its first maximum" },
 	{ .name = "AvgPool2DGrad", .min_inputs = 2, .max_inputs = 2, .n_outputs = 1,
 	  .attrs = pool_attrs, .infer = pool_grad_infer, .cpu = avg_pool_grad_cpu,
 	  .doc = "AvgPool2D's gradient: (input, output gradient), spread evenly over each "

@@ -144,7 +144,8 @@ with tempfile.TemporaryDirectory() as tmp:
                 y, r, dx = torch_pool(x, k, s, pad == "SAME", kind)
                 attrs = {"ksize": list(k), "strides": list(s), "padding": pad}
                 nodes = [{"name": "y", "op": kind, "inputs": ["x"], "attrs": attrs},
-                         {"name": "dx", "op": kind + "Grad", "inputs": ["x", "r"],
+                         {"name": "dx", "op": kind + "Grad",
+                          "inputs": ["x", "y", "r"] if kind == "MaxPool2D" else ["x", "r"],
                           "attrs": attrs}]
                 got = dg_run(tmp, nodes, {"x": x, "r": r}, ["y", "dx"])
                 check(desc, got, {"y": y, "dx": dx}, 1e-12)
