@@ -214,6 +214,26 @@ def welch(a, b):
     return ma - mb, se, (ma - mb) / se, dof
 
 
+def recipe_of(graph):
+    """The torch scripts' recipe arguments for graph: its model (examples/cnn.json's CNN
+    when it has a Conv2D, else examples/mlp.json's MLP), optimizer, lr, and its step
+    schedule as a decay per epoch of a replica; raises ValueError for what the torch
+    sides cannot mirror."""
+    t = graph["training"]
+    opt = t["optimizer"]
+    if opt.get("rule", "sgd") not in ("sgd", "adam"):
+        raise ValueError(f"the torch sides run sgd or adam, not {opt.get('rule')}")
+    args = ["--model", "cnn" if any(n["op"] == "Conv2D" for n in graph["nodes"]) else "mlp",
+            "--opt", opt.get("rule", "sgd"), "--lr", repr(opt.get("lr", 0.1))]
+    sched = t.get("lr_schedule", {"kind": "constant"})
+    if sched.get("kind", "constant") != "constant":
+        if sched["kind"] != "step":
+            raise ValueError("the torch sides mirror a step lr_schedule only")
+        # dg's "every" counts a replica's steps: with 2 replicas, 468 is one epoch
+        args += ["--lr-decay", repr(sched["factor"] ** (468 / sched["every"]))]
+    return args
+
+
 def run_torch(script, args, core, seed=None, extra=()):
     """One torch baseline as a child process; its JSON line as a dict."""
     env = dict(os.environ)
@@ -400,6 +420,14 @@ def main():
         graph = json.load(f)
     graph["training"]["epochs"] = args.epochs
     graph["training"].pop("steps", None)
+    try:
+        recipe = recipe_of(graph)
+    except (ValueError, KeyError) as e:
+        print(f"bench_train: {args.graph}: {e}; use --no-torch", file=sys.stderr)
+        return 1
+    if args.same_start and not dg_start(graph) and "cnn" in recipe:
+        # dg's data order and weights are mirrored for the MLP only
+        args.same_start = False
     if args.same_start and not dg_start(graph) and not args.no_torch:
         print(f"bench_train: the torch sides train the model of examples/mlp.json (one "
               f"shuffling ShardBatch, glorot Variables [784,256] and [256,10]); "
@@ -447,7 +475,8 @@ def main():
                 continue
             try:
                 runs[name].append(run_torch(name + ".py", args, core, sd,
-                                            dg_start(g) if args.same_start else ()))
+                                            (dg_start(g) if args.same_start else [])
+                                            + recipe))
             except (RuntimeError, ValueError) as e:
                 print(f"bench_train: {name} failed: {e}", file=sys.stderr)
                 return 1

@@ -88,9 +88,66 @@ def make_model(torch, seed, dg_init=None):
 
 
 def accuracy(torch, model, x, y):
-    """Fraction of (x, y) the model classifies right (x, y: torch tensors)."""
+    """Fraction of (x, y) the model classifies right (x, y: torch tensors), in eval mode
+    (no dropout), 1000 examples at a time (the CNN's activations of 10000 at once are
+    ~1 GB)."""
+    model.eval()
+    right = 0
     with torch.no_grad():
-        return float((model(x).argmax(dim=1) == y).float().mean())
+        for i in range(0, x.shape[0], 1000):
+            right += int((model(x[i:i + 1000]).argmax(dim=1) == y[i:i + 1000]).sum())
+    model.train()
+    return right / x.shape[0]
+
+
+# ------------------------------------------------------------------ recipes
+# bench_train.py reads the graph's recipe (recipe_of) and passes it to the torch
+# scripts as --model/--opt/--lr/--lr-decay; the defaults are examples/mlp.json's.
+
+def add_recipe_args(ap):
+    ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+                    help="mlp: examples/mlp.json's 784-256-10; cnn: examples/cnn.json's "
+                    "LeNet-like CNN")
+    ap.add_argument("--opt", choices=("sgd", "adam"), default="sgd")
+    ap.add_argument("--lr", type=float, default=LR)
+    ap.add_argument("--lr-decay", type=float, default=1.0,
+                    help="multiply the learning rate by this after every epoch (default 1)")
+
+
+def make_cnn(torch, seed):
+    """examples/cnn.json's network with dg's initialisation (Glorot-uniform weights over
+    the receptive field, as dg's "glorot" and torch's xavier_uniform_ compute it; zero
+    biases): conv 5x5x16 SAME + ReLU + 2x2 max pool, conv 5x5x32 + ReLU + pool, dense
+    1568-128 + ReLU + dropout 0.25, dense 128-10. Input [N, 784]."""
+    torch.manual_seed(seed)
+    nn = torch.nn
+    model = nn.Sequential(nn.Unflatten(1, (1, 28, 28)), nn.Conv2d(1, 16, 5, padding=2),
+                          nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(16, 32, 5, padding=2),
+                          nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(1568, 128),
+                          nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
+    for m in model:
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.xavier_uniform_(m.weight)
+            nn.init.zeros_(m.bias)
+    return model
+
+
+def make_net(torch, args, seed, dg_init=None):
+    """The model the recipe names."""
+    return make_cnn(torch, seed) if args.model == "cnn" else make_model(torch, seed, dg_init)
+
+
+def make_opt(torch, params, args):
+    """The recipe's optimizer over params."""
+    if args.opt == "adam":
+        return torch.optim.Adam(params, lr=args.lr)
+    return torch.optim.SGD(params, lr=args.lr)
+
+
+def decay(opt, args):
+    """The end of an epoch: the recipe's learning-rate decay."""
+    for g in opt.param_groups:
+        g["lr"] *= args.lr_decay
 
 
 def epoch_order(rng, n, epoch=0, dg_seed=None, shard=0):

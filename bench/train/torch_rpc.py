@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """PyTorch baseline of bench/train, distributed: a parameter server over
 torch.distributed.rpc and 2 trainer processes, the recipe of examples/mlp.json (784-256-10,
-ReLU, softmax cross-entropy, SGD lr 0.1, batch 64, 3 epochs on Fashion-MNIST).
+ReLU, softmax cross-entropy, SGD lr 0.1, batch 64, 3 epochs on Fashion-MNIST), or another
+(--model cnn --opt adam ...: the ps then applies each gradient with torch's Adam).
 
 Like dg's default (async between-graph replication): trainer k (k = 0, 1) owns the
 training examples i with i % 2 == k (dg's ShardBatch shards), visits them in a fresh
@@ -51,6 +52,8 @@ _lock = threading.Lock()
 _done = {}              # epoch -> trainers that finished it
 _snap = {}              # epoch -> parameters when the last trainer finished it
 _applies = [0]
+_opt = []               # the recipe's optimizer over _params (Adam: its state lives here)
+_args = []
 _cpu = []               # the ps's process CPU time at the first pull and the last epoch end
 
 
@@ -63,8 +66,13 @@ def ps_pull():
 
 def ps_push(grads):
     with _lock:
-        for p, g in zip(_params, grads):
-            p.sub_(g, alpha=common.LR)
+        if _opt:
+            for p, g in zip(_params, grads):
+                p.grad = g
+            _opt[0].step()
+        else:
+            for p, g in zip(_params, grads):
+                p.sub_(g, alpha=_args[0].lr)
         _applies[0] += 1
 
 
@@ -73,14 +81,21 @@ def ps_epoch_done(epoch):
         _done[epoch] = _done.get(epoch, 0) + 1
         if _done[epoch] == N_TRAINERS:
             _snap[epoch] = [p.clone() for p in _params]
+            for g in (_opt[0].param_groups if _opt else ()):
+                g["lr"] *= _args[0].lr_decay
+            if not _opt:
+                _args[0].lr *= _args[0].lr_decay
             del _cpu[1:]
             _cpu.append(time.process_time())
 
 
 # ----------------------------------------------------------------------- processes
 def run_ps(args, rpc, torch):
-    model = common.make_model(torch, args.seed, args.dg_init)
+    model = common.make_net(torch, args, args.seed, args.dg_init)
     _params.extend(p.detach().clone() for p in model.parameters())
+    _args.append(args)
+    if args.opt == "adam":
+        _opt.append(torch.optim.Adam(_params, lr=args.lr))
     tx, ty = (torch.from_numpy(a) for a in common.load("t10k"))
     rpc.init_rpc("ps", rank=0, world_size=N_TRAINERS + 1,
                  rpc_backend_options=backend_options(rpc, args.port))
@@ -101,7 +116,7 @@ def run_trainer(args, rpc, torch, np):
     k = args.rank - 1
     x, y = common.load("train")
     x, y = torch.from_numpy(x[k::N_TRAINERS]), torch.from_numpy(y[k::N_TRAINERS])
-    model = common.make_model(torch, 0)
+    model = common.make_net(torch, args, 0)
     params = list(model.parameters())
     lossf = torch.nn.CrossEntropyLoss()
     rng = np.random.default_rng([args.seed, k])     # independent streams per (seed, k)
@@ -144,6 +159,8 @@ def launch(args):
         me += ["--dg-order", str(args.dg_order)]
     if args.dg_init is not None:
         me += ["--dg-init", "%d,%d" % args.dg_init]
+    me += ["--model", args.model, "--opt", args.opt, "--lr", repr(args.lr), "--lr-decay",
+           repr(args.lr_decay)]
     procs = [subprocess.Popen(me + ["--rank", str(r)], stdout=subprocess.PIPE, text=True)
              for r in range(N_TRAINERS + 1)]
     # A rank that fails leaves the others waiting in rpc: stop them all then.
@@ -191,6 +208,7 @@ def main():
                     "glorot and these seeds")
     ap.add_argument("--rank", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    common.add_recipe_args(ap)
     args = ap.parse_args()
     common.threads_env(1)
     os.environ.setdefault("GLOG_minloglevel", "2")    # TensorPipe's shutdown lines

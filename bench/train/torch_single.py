@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch baseline of bench/train, one process: the MLP of examples/mlp.json (784-256-10,
-ReLU, softmax cross-entropy) trained on Fashion-MNIST with SGD lr 0.1, batch 64, 3 epochs.
+ReLU, softmax cross-entropy) trained on Fashion-MNIST with SGD lr 0.1, batch 64, 3 epochs;
+or another recipe (--model cnn --opt adam --lr 0.002 --lr-decay 0.5: examples/cnn.json's).
 
 The data is read with gzip + numpy and held as torch tensors; each epoch visits a fresh
 permutation in full batches of 64 (937 steps of 59968 examples per epoch); with
@@ -31,6 +32,7 @@ def main():
     ap.add_argument("--dg-init", type=common.dg_init_arg, metavar="W1,W2",
                     help="start from dg's initial weights: Variables w1, w2 with init "
                     "glorot and these seeds")
+    common.add_recipe_args(ap)
     args = ap.parse_args()
     common.threads_env(args.threads)
     import numpy as np
@@ -44,8 +46,8 @@ def main():
     x, y = common.load("train")
     tx, ty = common.load("t10k")
     x, y, tx, ty = (torch.from_numpy(a) for a in (x, y, tx, ty))
-    model = common.make_model(torch, args.seed, args.dg_init)
-    opt = torch.optim.SGD(model.parameters(), lr=common.LR)
+    model = common.make_net(torch, args, args.seed, args.dg_init)
+    opt = common.make_opt(torch, model.parameters(), args)
     lossf = torch.nn.CrossEntropyLoss()
     rng = np.random.default_rng(args.seed)
 
@@ -69,6 +71,7 @@ def main():
         cpu += time.process_time() - c0
         examples += steps * common.BATCH
         acc.append(common.accuracy(torch, model, tx, ty))
+        common.decay(opt, args)
     print(json.dumps({
         "impl": "torch_single", "torch": torch.__version__, "threads": args.threads,
         "openblas_threads": common.openblas_threads(),
