@@ -13,7 +13,7 @@
 extern struct dg_op_def dg_ops_basic[];    /* Const, Placeholder, Identity */
 extern struct dg_op_def dg_ops_eltwise[];  /* unary, binary, compare, Where, Cast */
 extern struct dg_op_def dg_ops_reduce[];   /* Sum, Mean, Max, Min, ArgMax */
-extern struct dg_op_def dg_ops_nn[];       /* Softmax, LogSoftmax, cross-entropy */
+extern struct dg_op_def dg_ops_nn[];       /* Softmax, LogSoftmax, cross-entropy, OneHot */
 extern struct dg_op_def dg_ops_matmul[];   /* MatMul, BatchMatMul */
 extern struct dg_op_def dg_ops_array[];    /* Slice .. Squeeze, Size, Shape, Fill, ... */
 extern struct dg_op_def dg_ops_random[];   /* seeded initialisers, Dropout */

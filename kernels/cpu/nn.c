@@ -506,6 +506,103 @@ static enum dg_status k_sparse_xent(struct dg_kernel_ctx *c)
 	return DG_OK;
 }
 
+/* --- OneHot ------------------------------------------------------------------------- */
+
+/* OneHot(indices): indices' shape + [depth] (axis -1, the only one: what a
+ * cross-entropy wants), on_value where the last index equals the position,
+ * off_value elsewhere; an index outside [0, depth) gives a row of off_value,
+ * as TensorFlow. */
+static const struct dg_attr_spec one_hot_attrs[] = {
+	{ "depth", DG_ATTR_INT, true, "the number of classes (size of the new last dim)" },
+	{ "on_value", DG_ATTR_FLOAT, false, "value at the index (default 1)" },
+	{ "off_value", DG_ATTR_FLOAT, false, "value elsewhere (default 0)" },
+	{ "dtype", DG_ATTR_DTYPE, false, "float32 (default) or float64" },
+	{ 0 },
+};
+
+struct one_hot {
+	int64_t depth;
+	double on, off;
+	enum dg_dtype dt;
+};
+
+static enum dg_status one_hot_attrs_of(struct dg_attrs a, struct one_hot *o, struct dg_err *err)
+{
+	static const double one = 1, zero = 0;
+	static const enum dg_dtype f32 = DG_F32;
+	enum dg_status st;
+
+	if ((st = dg_attrs_int(a, "depth", NULL, &o->depth, err)) != DG_OK ||
+	    (st = dg_attrs_float(a, "on_value", &one, &o->on, err)) != DG_OK ||
+	    (st = dg_attrs_float(a, "off_value", &zero, &o->off, err)) != DG_OK ||
+	    (st = dg_attrs_dtype(a, "dtype", &f32, &o->dt, err)) != DG_OK)
+		return st;
+	if (o->depth < 1 || o->depth > ((int64_t)1 << 31))
+		return dg_err_set(err, DG_EINVAL, "attr 'depth' must be in 1..2^31, got %lld",
+				  (long long)o->depth);
+	if (o->dt != DG_F32 && o->dt != DG_F64)
+		return dg_err_set(err, DG_EDTYPE, "attr 'dtype': OneHot makes float32 or float64, "
+				  "not %s", dg_dtype_name(o->dt));
+	return DG_OK;
+}
+
+static enum dg_status one_hot_check(const struct dg_ttype *in, struct dg_err *err)
+{
+	if (in->dtype != DG_I32 && in->dtype != DG_I64)
+		return dg_err_set(err, DG_EDTYPE, "OneHot's indices must be int32 or int64, got %s",
+				  dg_dtype_name(in->dtype));
+	if (in->shape.ndim >= DG_MAX_DIMS)
+		return dg_err_set(err, DG_ESHAPE, "OneHot adds a dim to rank %d indices; at most "
+				  "%d dims", in->shape.ndim, DG_MAX_DIMS);
+	return DG_OK;
+}
+
+static enum dg_status infer_one_hot(struct dg_infer_ctx *c)
+{
+	struct one_hot o;
+	enum dg_status st = one_hot_attrs_of(dg_attrs_of_json(c->attrs), &o, c->err);
+
+	if (st == DG_OK)
+		st = one_hot_check(&c->in[0], c->err);
+	if (st != DG_OK)
+		return st;
+	c->out[0].dtype = o.dt;
+	c->out[0].shape = c->in[0].shape;
+	if (c->out[0].shape.ndim >= 0)
+		c->out[0].shape.dim[c->out[0].shape.ndim++] = o.depth;
+	return DG_OK;
+}
+
+static enum dg_status k_one_hot(struct dg_kernel_ctx *c)
+{
+	const struct dg_tensor *x = c->in[0];
+	struct dg_ttype tx = cpu_ttype(x);
+	struct one_hot o;
+	struct dg_shape s = x->shape;
+	struct dg_tensor *y;
+	enum dg_status st = one_hot_attrs_of(c->attrs, &o, c->err);
+
+	if (st == DG_OK)
+		st = one_hot_check(&tx, c->err);
+	if (st != DG_OK)
+		return st;
+	s.dim[s.ndim++] = o.depth;
+	if (!(y = cpu_out(c, 0, o.dt, &s)))
+		return c->err ? c->err->code : DG_ENOMEM;
+	for (int64_t i = 0; i < x->numel; i++) {
+		int64_t k = x->dtype == DG_I32 ? ((const int32_t *)x->data)[i] :
+			    ((const int64_t *)x->data)[i];
+		for (int64_t j = 0; j < o.depth; j++) {
+			double v = j == k ? o.on : o.off;
+			if (o.dt == DG_F32)
+				((float *)y->data)[i * o.depth + j] = (float)v;
+			else
+				((double *)y->data)[i * o.depth + j] = v;
+		}
+	}
+	return DG_OK;
+}
+
 /* --- the table ------------------------------------------------------------------------ */
 
 static const struct dg_attr_spec no_attrs[] = { { 0 } };
@@ -528,5 +625,9 @@ struct dg_op_def dg_ops_nn[] = {
 	  .n_outputs = 1, .attrs = no_attrs, .infer = infer_sparse_xent, .cpu = k_sparse_xent,
 	  .grad = cpu_grad_sparse_xent,
 	  .doc = "loss[...] = -log_softmax(logits)[..., label] for int class labels" },
+	{ .name = "OneHot", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
+	  .attrs = one_hot_attrs, .infer = infer_one_hot, .cpu = k_one_hot,
+	  .doc = "indices [...] to [..., depth]: on_value at each index, off_value elsewhere "
+		 "(an index outside [0, depth): a row of off_value)" },
 	{ 0 },
 };

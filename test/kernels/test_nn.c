@@ -572,3 +572,34 @@ Test(nn, inference_handles_unknown_dims_and_rank)
 	cr_assert_eq(infer("SparseSoftmaxCrossEntropyWithLogits", NULL, in, 2, &o, &err),
 		     DG_ESHAPE);
 }
+
+Test(nn, one_hot_puts_on_value_at_each_index_and_off_elsewhere)
+{
+	const int64_t d2[2] = { 2, 3 };
+	const double idx[6] = { 0, 2, 1, -1, 3, 2 };
+	struct dg_tensor *x = mk(DG_I32, 2, d2, idx), *y = NULL;
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(run("OneHot", "{\"depth\": 3}", x, NULL, &y, &err), DG_OK, "%s", err.msg);
+	cr_assert(y->dtype == DG_F32 && y->shape.ndim == 3 && y->shape.dim[2] == 3);
+	/* -1 and 3 are outside [0, 3): rows of off_value */
+	const double want[18] = { 1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1 };
+	expect_vals(y, want, 0, "one_hot");
+	dg_tensor_free(y);
+	cr_assert_eq(run("OneHot", "{\"depth\": 3, \"on_value\": 0.9, \"off_value\": 0.05, "
+			 "\"dtype\": \"float64\"}", x, NULL, &y, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(y->dtype, DG_F64);
+	cr_assert_float_eq(dg_tensor_get_f64(y, 0), 0.9, 1e-15);
+	cr_assert_float_eq(dg_tensor_get_f64(y, 1), 0.05, 1e-15);
+	dg_tensor_free(y);
+	/* errors: depth, dtype of the indices and of the output */
+	cr_assert_eq(run("OneHot", "{\"depth\": 0}", x, NULL, &y, &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "depth"), "%s", err.msg);
+	cr_assert_eq(run("OneHot", "{\"depth\": 3, \"dtype\": \"int32\"}", x, NULL, &y, &err),
+		     DG_EDTYPE);
+	struct dg_tensor *f = mk(DG_F32, 2, d2, idx);
+	cr_assert_eq(run("OneHot", "{\"depth\": 3}", f, NULL, &y, &err), DG_EDTYPE);
+	cr_assert(strstr(err.msg, "int32 or int64"), "%s", err.msg);
+	dg_tensor_free(f);
+	dg_tensor_free(x);
+}
