@@ -434,42 +434,62 @@ static enum dg_status conv_cpu(struct dg_kernel_ctx *c)
 	return DG_OK;
 }
 
-/* Conv2DBackpropInput(x, filter, dy): d(loss)/d(x), x giving the shape. */
-static enum dg_status conv_dinput_infer(struct dg_infer_ctx *c)
+/* The gradients' inference: Conv2DBackpropInput outputs the input's type,
+ * Conv2DBackpropFilter the filter's (input `like`). */
+static enum dg_status conv_grad_infer(struct dg_infer_ctx *c, int like)
 {
 	struct geom g;
 	enum dg_status st = geometry(dg_attrs_of_json(c->attrs), &c->in[0], &c->in[1], &g,
 				     c->err);
 
 	if (st == DG_OK)
-		c->out[0] = c->in[0];
+		c->out[0] = c->in[like];
 	return st;
 }
 
+static enum dg_status conv_dinput_infer(struct dg_infer_ctx *c) { return conv_grad_infer(c, 0); }
+static enum dg_status conv_dfilter_infer(struct dg_infer_ctx *c) { return conv_grad_infer(c, 1); }
+
+/* What both gradient kernels of (x, filter, dy) do first: the geometry, dy
+ * checked against the forward's output, the zeroed output shaped like input
+ * `like`, and (unless the convolution is empty: *done) the BLAS and patch
+ * buffer in r. */
+static enum dg_status conv_grad_begin(struct dg_kernel_ctx *c, int like, struct geom *g,
+				      struct conv_run *r, struct dg_tensor **out, bool *done)
+{
+	const struct dg_tensor *x = c->in[0], *f = c->in[1], *dy = c->in[2];
+	struct dg_ttype ot;
+	enum dg_status st = run_geometry(c, x, f, g);
+
+	*done = true;
+	if (st != DG_OK)
+		return st;
+	out_type(g, x->dtype, &ot);
+	if ((st = same_shape(dy, &ot, "the output gradient", c->err)) != DG_OK)
+		return st;
+	if (!(*out = cpu_out_zero(c, 0, x->dtype, &c->in[like]->shape)))
+		return c->err ? c->err->code : DG_ENOMEM;
+	if (empty(g))
+		return DG_OK;
+	*done = false;
+	return conv_begin(c, g, x->dtype, r);
+}
+
+/* Conv2DBackpropInput(x, filter, dy): d(loss)/d(x) = dy W^T scattered back. */
 static enum dg_status conv_dinput_cpu(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *x = c->in[0], *f = c->in[1], *dy = c->in[2];
 	struct geom g;
-	struct dg_ttype ot;
 	struct conv_run r;
 	struct dg_tensor *dx;
-	char *dcol = NULL;
-	enum dg_status st = run_geometry(c, x, f, &g);
+	bool done;
+	enum dg_status st = conv_grad_begin(c, 0, &g, &r, &dx, &done);
 
-	if (st != DG_OK)
-		return st;
-	out_type(&g, x->dtype, &ot);
-	if ((st = same_shape(dy, &ot, "the output gradient", c->err)) != DG_OK)
-		return st;
-	if (!(dx = cpu_out_zero(c, 0, x->dtype, &x->shape)))
-		return c->err ? c->err->code : DG_ENOMEM;
-	if (empty(&g))
-		return DG_OK;
-	if ((st = conv_begin(c, &g, x->dtype, &r)) != DG_OK)
+	if (st != DG_OK || done)
 		return st;
 	/* The patch buffer holds the patch gradients here (none when pointwise:
 	 * the product lands in dx directly). */
-	dcol = r.col;
+	char *dcol = r.col;
 	for (int64_t i0 = 0; i0 < g.n; i0 += r.block) {
 		int64_t nb = g.n - i0 < r.block ? g.n - i0 : r.block, rows = nb * g.oh * g.ow;
 		const char *d = (const char *)dy->data + (size_t)(i0 * g.oh * g.ow * g.oc) * r.esize;
@@ -486,37 +506,18 @@ static enum dg_status conv_dinput_cpu(struct dg_kernel_ctx *c)
 	return DG_OK;
 }
 
-/* Conv2DBackpropFilter(x, filter, dy): d(loss)/d(filter), filter giving the shape. */
-static enum dg_status conv_dfilter_infer(struct dg_infer_ctx *c)
-{
-	struct geom g;
-	enum dg_status st = geometry(dg_attrs_of_json(c->attrs), &c->in[0], &c->in[1], &g,
-				     c->err);
-
-	if (st == DG_OK)
-		c->out[0] = c->in[1];
-	return st;
-}
-
+/* Conv2DBackpropFilter(x, filter, dy): d(loss)/d(filter) = patches^T dy,
+ * accumulated over the blocks. */
 static enum dg_status conv_dfilter_cpu(struct dg_kernel_ctx *c)
 {
-	const struct dg_tensor *x = c->in[0], *f = c->in[1], *dy = c->in[2];
+	const struct dg_tensor *x = c->in[0], *dy = c->in[2];
 	struct geom g;
-	struct dg_ttype ot;
 	struct conv_run r;
 	struct dg_tensor *df;
-	enum dg_status st = run_geometry(c, x, f, &g);
+	bool done;
+	enum dg_status st = conv_grad_begin(c, 1, &g, &r, &df, &done);
 
-	if (st != DG_OK)
-		return st;
-	out_type(&g, x->dtype, &ot);
-	if ((st = same_shape(dy, &ot, "the output gradient", c->err)) != DG_OK)
-		return st;
-	if (!(df = cpu_out_zero(c, 0, f->dtype, &f->shape)))
-		return c->err ? c->err->code : DG_ENOMEM;
-	if (empty(&g))
-		return DG_OK;
-	if ((st = conv_begin(c, &g, x->dtype, &r)) != DG_OK)
+	if (st != DG_OK || done)
 		return st;
 	for (int64_t i0 = 0; i0 < g.n; i0 += r.block) {
 		int64_t nb = g.n - i0 < r.block ? g.n - i0 : r.block, rows = nb * g.oh * g.ow;
