@@ -240,13 +240,27 @@ static enum dg_status blas_fits(const struct geom *g, int64_t rows, struct dg_er
 
 /* ------------------------------------------------------------------ im2col */
 
-/* Images per block: whole images whose patch matrix fits CONV_COL_BYTES. */
-static int64_t block_images(const struct geom *g, size_t esize)
+/* Images per block: whole images whose patch matrix fits CONV_COL_BYTES (at
+ * least one: one image's patches are what they are). per: one image's patch
+ * bytes, checked against overflow. */
+static int64_t block_images(const struct geom *g, size_t per)
 {
-	size_t per = (size_t)(g->oh * g->ow * g->kh * g->kw * g->c) * esize;
 	int64_t b = per ? (int64_t)(CONV_COL_BYTES / per) : g->n;
 
 	return b < 1 ? 1 : b > g->n ? g->n : b;
+}
+
+/* One image's patch matrix in bytes (oh*ow rows of kh*kw*c), or false when
+ * the product overflows. */
+static bool patch_bytes(const struct geom *g, size_t esize, size_t *out)
+{
+	int64_t v = 1;
+	const int64_t f[5] = { g->oh, g->ow, g->kh, g->kw, g->c };
+
+	for (int i = 0; i < 5; i++)
+		if (__builtin_mul_overflow(v, f[i], &v))
+			return false;
+	return !__builtin_mul_overflow((size_t)v, esize, out);
 }
 
 /* No patches needed: a 1x1 window, stride 1, no padding. */
@@ -380,13 +394,19 @@ static enum dg_status conv_begin(const struct dg_kernel_ctx *c, const struct geo
 	if (!(r->bl = dg_blas_get(c->err)))
 		return c->err ? c->err->code : DG_EUNSUPPORTED;
 	r->esize = dg_dtype_size(dt);
+	size_t per;
+	if (!patch_bytes(g, r->esize, &per))
+		return dg_err_set(c->err, DG_ETOOLARGE, "the convolution's patches are too "
+				  "large to hold (%lld x %lld outputs, %lld x %lld x %lld window)",
+				  (long long)g->oh, (long long)g->ow, (long long)g->kh,
+				  (long long)g->kw, (long long)g->c);
 	r->k = g->kh * g->kw * g->c;
-	r->block = block_images(g, r->esize);
+	r->block = block_images(g, per);
 	if ((st = blas_fits(g, r->block * g->oh * g->ow, c->err)) != DG_OK)
 		return st;
 	if (pointwise(g))
 		return DG_OK;
-	if (!(r->col = malloc((size_t)(r->block * g->oh * g->ow * r->k) * r->esize)))
+	if (!(r->col = malloc((size_t)r->block * per)))
 		return dg_err_set(c->err, DG_ENOMEM, "out of memory for the patches of %lld "
 				  "images", (long long)r->block);
 	return DG_OK;
@@ -611,21 +631,12 @@ DEFINE_POOL(double, pool_f64)
  * as TensorFlow), or evenly to its window's input positions (mean). The
  * window is walked with the channels innermost (contiguous, as in the
  * forward), in loops over restrict pointers without branches that the
- * compiler vectorises: for max, one pass finds each channel's maximum, a
- * second gives dy to the first position equal to it (taken[k] counts the
- * hits). A window holding a NaN (or an infinity: x - x tells them apart
- * from finite values cheaply) takes the scalar path, where NaN wins as in
- * the forward. */
+ * compiler vectorises: for max, dy goes to the first position equal to the
+ * forward's output y (taken[k] counts the hits; a position that is not it
+ * gets 0, even for an infinite or NaN dy). A window whose maximum is NaN or
+ * infinite (y - y tells them apart from finite values cheaply) takes the
+ * scalar path, where NaN wins as in the forward. */
 #define DEFINE_POOL_GRAD(T, name)                                                            \
-	static T name##_max_into(T *restrict best, const T *restrict p, int64_t c)          \
-	{                                                                                    \
-		T odd = 0;                                                                   \
-		for (int64_t k = 0; k < c; k++) {                                            \
-			best[k] = p[k] > best[k] ? p[k] : best[k];                           \
-			odd += p[k] - p[k];                                                  \
-		}                                                                            \
-		return odd;                                                                  \
-	}                                                                                    \
 	static T name##_odd(const T *restrict p, int64_t c)                                  \
 	{                                                                                    \
 		T odd = 0;                                                                   \
@@ -639,7 +650,7 @@ DEFINE_POOL(double, pool_f64)
 	{                                                                                    \
 		for (int64_t k = 0; k < c; k++) {                                            \
 			T hit = (T)((p[k] == best[k]) & (taken[k] == 0));                   \
-			d[k] = (set ? 0 : d[k]) + hit * dy[k];                               \
+			d[k] = (set ? 0 : d[k]) + (hit != 0 ? dy[k] : 0);                   \
 			taken[k] += hit;                                                     \
 		}                                                                            \
 	}                                                                                    \
@@ -672,7 +683,7 @@ DEFINE_POOL(double, pool_f64)
 		}                                                                            \
 	}                                                                                    \
 	static void name(const struct geom *g, const T *x, const T *y, const T *dy, bool max, \
-			 T *dx, T *best, T *taken, bool set)                                 \
+			 T *dx, T *taken, bool set)                                          \
 	{                                                                                    \
 		for (int64_t b = 0; b < g->n; b++)                                           \
 			for (int64_t oy = 0; oy < g->oh; oy++)                               \
@@ -681,20 +692,10 @@ DEFINE_POOL(double, pool_f64)
 					T odd = 0;                                           \
 					window(g, oy, ox, &y0, &y1, &x0, &x1);               \
 					T inv = (T)1 / (T)((y1 - y0) * (x1 - x0));           \
-					const T *bp = best;                                  \
-					if (max && y) {                                      \
+					const T *bp = NULL;                                  \
+					if (max) {                                           \
 						bp = y + ((b * g->oh + oy) * g->ow + ox) * g->c; \
 						odd = name##_odd(bp, g->c);                  \
-					} else if (max) {                                    \
-						memcpy(best, x + ((b * g->h + y0) * g->w + x0) * \
-						       g->c, (size_t)g->c * sizeof(T));      \
-						for (int64_t iy = y0; iy < y1; iy++)         \
-							for (int64_t ix = x0; ix < x1; ix++) \
-								odd += name##_max_into(best, \
-									x + ((b * g->h + iy) * \
-									g->w + ix) * g->c, g->c); \
-					}                                                    \
-					if (max) {                                           \
 						memset(taken, 0, (size_t)g->c * sizeof(T));  \
 						if (odd != 0 || odd != odd) {                \
 							name##_slow(g, x, dy, dx, b, y0, y1, \
@@ -764,17 +765,17 @@ static enum dg_status pool_grad_run(struct dg_kernel_ctx *c, bool max)
 		   g.oh * g.sh == g.h && g.ow * g.sw == g.w;
 	if (!(dx = (set ? cpu_out : cpu_out_zero)(c, 0, x->dtype, &x->shape)))
 		return c->err ? c->err->code : DG_ENOMEM;
-	/* Per channel: the window's maximum and whether it was given its dy. */
-	double *tmp = malloc((size_t)(g.c > 0 ? g.c : 1) * 2 * sizeof *tmp);
-	if (!tmp)
+	/* Per channel: whether the window's maximum was given its dy. */
+	double *taken = malloc((size_t)(g.c > 0 ? g.c : 1) * sizeof *taken);
+	if (!taken)
 		return dg_err_set(c->err, DG_ENOMEM, "out of memory");
 	if (x->dtype == DG_F32)
 		pool_grad_f32(&g, x->data, y ? y->data : NULL, dy->data, max, dx->data,
-			      (float *)tmp, (float *)tmp + g.c, set);
+			      (float *)taken, set);
 	else
-		pool_grad_f64(&g, x->data, y ? y->data : NULL, dy->data, max, dx->data, tmp,
-			      tmp + g.c, set);
-	free(tmp);
+		pool_grad_f64(&g, x->data, y ? y->data : NULL, dy->data, max, dx->data, taken,
+			      set);
+	free(taken);
 	return DG_OK;
 }
 

@@ -324,6 +324,15 @@ Test(conv, max_pool_gradient_goes_to_the_first_maximum_a_nan_or_an_infinity)
 	const float want[12] = { 0, 0, 0, 10, 20, 0, 0, 0, 30, 0, 0, 0 };
 	for (int i = 0; i < 12; i++)
 		cr_assert_eq(d[i], want[i], "dx[%d] = %g, want %g", i, d[i], want[i]);
+	/* an infinite dy goes to the maximum only: 0, not NaN, elsewhere */
+	dg_tensor_free(dx);
+	dx = NULL;
+	((float *)dy->data)[0] = INFINITY;
+	cr_assert_eq(run("MaxPool2DGrad", "{\"ksize\": [2], \"padding\": \"VALID\"}", in, 3, &dx,
+			 &err), DG_OK, "%s", err.msg);
+	d = dx->data;
+	cr_assert(isinf(d[3]) && d[0] == 0 && d[6] == 0 && d[9] == 0, "%g %g %g %g", d[0], d[3],
+		  d[6], d[9]);
 	dg_tensor_free(x);
 	dg_tensor_free(dy);
 	dg_tensor_free(dx);
