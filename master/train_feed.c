@@ -329,6 +329,28 @@ static void unmatched_remove(struct train *tr, int64_t k)
 	tr->unmatched[k] = tr->unmatched[--tr->n_unmatched];
 }
 
+/* A chunk that came back after the job's final read of the requeue log: its
+ * lease may already be a row without a step (made from the log entry that
+ * matched no row then). The step's row takes that row's reason and ids and
+ * the stepless row goes, so that no lease is counted twice. */
+static void late_row_merge(struct train *tr, struct ledger_row *w)
+{
+	for (int64_t k = tr->n_rows - 2; k >= 0; k--) {
+		struct ledger_row *u = &tr->rows[k];
+		if (u->step >= 0 || u->lease != w->lease)
+			continue;
+		/* Added when the stepless row was made; the step's own count (or,
+		 * for a lease that ran out, row_take) counts it once. */
+		tr->requeued -= u->requeued;
+		struct ledger_row moved = *u;
+		row_take(tr, w, &moved);
+		free(moved.ids);
+		memmove(u, u + 1, (size_t)(tr->n_rows - 1 - k) * sizeof *u);
+		tr->n_rows--;
+		return;
+	}
+}
+
 void train_feed_account_locked(struct train *tr, int r, int64_t t0,
 			       const struct dg_task_run_result *c, double ms)
 {
@@ -362,6 +384,8 @@ void train_feed_account_locked(struct train *tr, int r, int64_t t0,
 		if (w->lease && (k = unmatched_of(tr, w->lease)) >= 0) {
 			row_take(tr, w, &tr->unmatched[k]);
 			unmatched_remove(tr, k);
+		} else if (w->lease) {
+			late_row_merge(tr, w);
 		}
 	}
 }
@@ -473,8 +497,12 @@ void train_feed_read_requeues(struct master *m, struct job *j, bool final)
 		pthread_mutex_lock(&m->mu);
 		/* Entries the ps dropped for room before this read: said, not hidden. */
 		uint64_t first = (uint64_t)json_integer_value(json_object_get(reply, "first_seq"));
-		if (first > after + 1)
+		if (first > after + 1) {
 			tr->requeue_evicted += (int64_t)(first - after - 1);
+			/* The rows that waited for those entries never get their
+			 * ids: stop counting them towards the next read. */
+			tr->ids_wanted = 0;
+		}
 		take_entries(j, json_object_get(reply, "requeues"), strlen(prefix));
 		after = (uint64_t)json_integer_value(json_object_get(reply, "last_seq"));
 		tr->requeue_seq = after;

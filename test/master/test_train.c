@@ -1057,3 +1057,43 @@ Test(train, a_feeders_device_does_not_widen_the_replica_group)
 	dg_graph_free(g);
 	dg_cluster_free(c);
 }
+
+/* ---- the step ledger (master/train_feed.c), without a cluster ---- */
+#include "../../master/internal.h"
+
+Test(train, a_chunk_back_after_the_final_read_takes_its_stepless_row)
+{
+	struct train tr;
+	double vals[2][4] = { { 0.5, 64, 0, 5 }, { 0.4, 0, 64, 7 } };
+	struct dg_task_run_result c = { .steps_done = 2, .values = &vals[0][0] };
+	int64_t *ids = malloc(64 * sizeof *ids);
+
+	memset(&tr, 0, sizeof tr);
+	tr.plan.queue = "q";
+	tr.n_collect = 4;               /* loss, then applied, requeued, lease */
+	/* The final read made lease 7 (a dropped step's batch, put back) a row
+	 * without a step: its chunk had not come back within the wait. */
+	cr_assert_not_null(ids);
+	for (int i = 0; i < 64; i++)
+		ids[i] = 1000 + i;
+	tr.rows = calloc(8, sizeof *tr.rows);
+	tr.cap_rows = 8;
+	tr.rows[0] = (struct ledger_row){ .step = -1, .replica = 1, .requeued = 64, .ms = NAN,
+					  .lease = 7, .reason = "released", .ids = ids,
+					  .n_ids = 64 };
+	tr.n_rows = 1;
+	tr.requeued = 64;
+	/* Its chunk comes back: steps 10 (lease 5, applied) and 11 (lease 7). */
+	train_feed_account_locked(&tr, 1, 10, &c, 2.0);
+	cr_assert_eq(tr.n_rows, 2, "the stepless row of lease 7 stays beside its step's");
+	cr_assert_eq(tr.rows[1].step, 11);
+	cr_assert_eq(tr.rows[1].lease, 7u);
+	cr_assert_eq(tr.rows[1].n_ids, 64);
+	cr_assert_eq(tr.rows[1].ids[0], 1000);
+	cr_assert_str_eq(tr.rows[1].reason, "released");
+	cr_assert(!tr.rows[1].counted);
+	cr_assert_eq(tr.requeued, 64, "lease 7's 64 examples counted %lld times / 64",
+		     (long long)tr.requeued);
+	cr_assert_eq(tr.applied, 64);
+	train_feed_free(&tr);
+}
