@@ -7,9 +7,12 @@
 #include "cpu.h"
 
 #include <errno.h>
+#include <float.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -40,9 +43,24 @@ static const char *idx_type_name(int t)
 	}
 }
 
+/* A path that names a directory (or anything but a file) is the request's
+ * mistake, not an I/O failure: DG_EINVAL. */
+static enum dg_status plain_file(const char *path, const char *kind, struct dg_err *err)
+{
+	struct stat st;
+
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		return dg_err_set(err, DG_EINVAL, "%s path '%s' is not a file", kind, path);
+	return DG_OK;
+}
+
 static gzFile idx_open(const char *path, struct dg_err *err)
 {
-	gzFile f = gzopen(path, "rb");
+	gzFile f;
+
+	if (plain_file(path, "IDX", err) != DG_OK)
+		return NULL;
+	f = gzopen(path, "rb");
 
 	if (!f) {
 		dg_err_set(err, errno == ENOENT ? DG_ENOTFOUND : DG_EIO,
@@ -55,9 +73,10 @@ static gzFile idx_open(const char *path, struct dg_err *err)
 	return f;
 }
 
-/* Read up to n bytes; returns the count, or -1 with *err set on a zlib error
- * (a corrupt gzip stream). */
-static int64_t idx_read(gzFile f, const char *path, void *buf, int64_t n, struct dg_err *err)
+/* Read up to n bytes of a reader's file (kind: "IDX", "CSV"); returns the
+ * count, or -1 with *err set on a zlib error (a corrupt gzip stream). */
+static int64_t gz_read(gzFile f, const char *kind, const char *path, void *buf, int64_t n,
+		       struct dg_err *err)
 {
 	int64_t got = 0;
 
@@ -68,9 +87,9 @@ static int64_t idx_read(gzFile f, const char *path, void *buf, int64_t n, struct
 			int zerr;
 			const char *msg = gzerror(f, &zerr);
 			dg_err_set(err, zerr == Z_ERRNO ? DG_EIO : DG_EINVAL,
-				   "IDX file '%s' is not a valid gzip stream: %s", path,
+				   "%s file '%s' is not a valid gzip stream: %s", kind, path,
 				   zerr == Z_ERRNO ? strerror(errno) : msg);
-			dg_err_hint(err, "download the file again (gzip -t FILE checks it)");
+			dg_err_hint(err, "a damaged file: get it again (gzip -t FILE checks it)");
 			return -1;
 		}
 		if (r == 0)
@@ -86,7 +105,7 @@ static enum dg_status idx_header_read(gzFile f, const char *path, struct idx_hea
 				      struct dg_err *err)
 {
 	unsigned char b[IDX_MAX_HEADER];
-	int64_t got = idx_read(f, path, b, 4, err);
+	int64_t got = gz_read(f, "IDX", path, b, 4, err);
 
 	if (got < 0)
 		return err ? err->code : DG_EINVAL;
@@ -107,7 +126,7 @@ static enum dg_status idx_header_read(gzFile f, const char *path, struct idx_hea
 	if (h->ndim < 1 || h->ndim > DG_MAX_DIMS)
 		return dg_err_set(err, DG_EINVAL, "IDX file '%s' declares %d dims; 1..%d are "
 				  "supported", path, h->ndim, DG_MAX_DIMS);
-	got = idx_read(f, path, b + 4, 4 * h->ndim, err);
+	got = gz_read(f, "IDX", path, b + 4, 4 * h->ndim, err);
 	if (got < 0)
 		return err ? err->code : DG_EINVAL;
 	if (got < 4 * h->ndim)
@@ -160,7 +179,7 @@ static enum dg_status idx_payload(gzFile f, const char *path, const struct idx_h
 				break;
 			buf = nb;
 		}
-		int64_t got = idx_read(f, path, buf + have, cap - have, err);
+		int64_t got = gz_read(f, "IDX", path, buf + have, cap - have, err);
 		if (got < 0) {
 			free(buf);
 			return err ? err->code : DG_EINVAL;
@@ -179,7 +198,7 @@ static enum dg_status idx_payload(gzFile f, const char *path, const struct idx_h
 		st = dg_err_set(err, DG_EINVAL, "truncated: header of '%s' says %s (%lld bytes), "
 				"file has %lld", path, what, (long long)h->numel, (long long)have);
 	} else {
-		int64_t more = idx_read(f, path, &extra, 1, err);
+		int64_t more = gz_read(f, "IDX", path, &extra, 1, err);
 		if (more < 0)
 			st = err ? err->code : DG_EINVAL;
 		else if (more > 0)
@@ -756,11 +775,14 @@ static enum dg_status csv_opts_read(struct dg_attrs a, struct csv_opts *o, struc
 /* The whole file into *out (NUL-terminated, *len bytes before the NUL). */
 static enum dg_status csv_load(const char *path, char **out, int64_t *len, struct dg_err *err)
 {
-	gzFile f = gzopen(path, "rb");
+	gzFile f;
 	int64_t cap = 1 << 16, n = 0, got;
 	char *buf = NULL, *p;
 
 	*out = NULL;
+	if (plain_file(path, "CSV", err) != DG_OK)
+		return DG_EINVAL;
+	f = gzopen(path, "rb");
 	if (!f)
 		return dg_err_set(err, errno == ENOENT ? DG_ENOTFOUND : DG_EIO,
 				  "cannot open CSV file '%s': %s", path,
@@ -772,7 +794,7 @@ static enum dg_status csv_load(const char *path, char **out, int64_t *len, struc
 			return dg_err_set(err, DG_ENOMEM, "out of memory reading '%s'", path);
 		}
 		buf = p;
-		if ((got = idx_read(f, path, buf + n, cap - n, err)) < 0) {
+		if ((got = gz_read(f, "CSV", path, buf + n, cap - n, err)) < 0) {
 			free(buf);
 			gzclose(f);
 			return err ? err->code : DG_EINVAL;
@@ -882,7 +904,7 @@ static enum dg_status csv_value(const struct csv_opts *o, const char *b, const c
 				int64_t line, int64_t col, struct dg_tensor *t, int64_t i,
 				struct dg_err *err)
 {
-	char tmp[128], *stop;
+	char tmp[512], *stop;
 	size_t n;
 
 	while (b < e && (*b == ' ' || *b == '\t'))
@@ -901,7 +923,10 @@ static enum dg_status csv_value(const struct csv_opts *o, const char *b, const c
 	errno = 0;
 	if (o->dtype == DG_F32 || o->dtype == DG_F64) {
 		double v = strtod(tmp, &stop);
-		if (*stop || errno == ERANGE)
+		/* ERANGE on underflow (a subnormal, or 0) is a number; overflow
+		 * (also past float32's range) is not */
+		if (*stop || (errno == ERANGE && fabs(v) > 1) ||
+		    (o->dtype == DG_F32 && isfinite(v) && fabs(v) > FLT_MAX))
 			goto bad;
 		if (o->dtype == DG_F32)
 			((float *)t->data)[i] = (float)v;
@@ -920,7 +945,8 @@ static enum dg_status csv_value(const struct csv_opts *o, const char *b, const c
 bad:
 	dg_err_set(err, DG_EINVAL, "CSV file '%s' line %lld column %lld: '%.*s' is not %s",
 		   o->path, (long long)line, (long long)col, (int)(e - b < 40 ? e - b : 40), b,
-		   o->dtype == DG_I32 ? "an int32" : o->dtype == DG_I64 ? "an int64" : "a number");
+		   o->dtype == DG_I32 ? "an int32" : o->dtype == DG_I64 ? "an int64" :
+		   o->dtype == DG_F32 ? "a float32" : "a float64");
 	if (o->dtype == DG_I32 || o->dtype == DG_I64)
 		dg_err_hint(err, "read it as float32 and Cast, or fix the file");
 	return DG_EINVAL;
@@ -960,29 +986,90 @@ static enum dg_status csv_fill(const struct csv_opts *o, const char *buf, int64_
 	return st;
 }
 
+/* csv_scan over a file streamed in 1 MiB pieces (inference: a large file is
+ * counted, not held): the same rows, fields and errors as csv_scan. */
+static enum dg_status csv_count(const struct csv_opts *o, int64_t *rows, int64_t *fields,
+				struct dg_err *err)
+{
+	enum { CHUNK = 1 << 20 };
+	char *buf = malloc(CHUNK);
+	gzFile f = buf ? gzopen(o->path, "rb") : NULL;
+	int64_t line = 0, cur = 1, got;
+	bool blank = true, skip = o->header, eof = false;
+	enum dg_status st = DG_OK;
+
+	*rows = 0;
+	*fields = -1;
+	if (!buf || !f) {
+		free(buf);
+		return dg_err_set(err, buf ? DG_EIO : DG_ENOMEM, "cannot read CSV file '%s'",
+				  o->path);
+	}
+	while (st == DG_OK && !eof) {
+		if ((got = gz_read(f, "CSV", o->path, buf, CHUNK, err)) < 0) {
+			st = err ? err->code : DG_EINVAL;
+			break;
+		}
+		eof = got < CHUNK;
+		/* a last line without a newline ends at the end of the file */
+		for (int64_t i = 0; st == DG_OK && i < got + (eof && !blank); i++) {
+			char ch = i < got ? buf[i] : '\n';
+			if (ch != '\n') {
+				cur += ch == o->delim;
+				blank &= ch == ' ' || ch == '\t' || ch == '\r';
+				continue;
+			}
+			line++;
+			if (skip || blank) {
+				skip = false;
+			} else if (*fields < 0) {
+				*fields = cur;
+				(*rows)++;
+			} else if (cur != *fields) {
+				st = dg_err_set(err, DG_EINVAL, "CSV file '%s' line %lld has %lld "
+						"fields; the first row has %lld", o->path,
+						(long long)line, (long long)cur,
+						(long long)*fields);
+			} else {
+				(*rows)++;
+			}
+			cur = 1;
+			blank = true;
+		}
+	}
+	gzclose(f);
+	free(buf);
+	if (st == DG_OK && *rows == 0)
+		st = dg_err_set(err, DG_EINVAL, "CSV file '%s' has no rows%s", o->path,
+				o->header ? " after its header" : "");
+	for (int k = 0; st == DG_OK && k < o->n_cols; k++)
+		if (o->cols[k] >= *fields)
+			st = dg_err_set(err, DG_EINVAL, "CSV file '%s' has %lld columns; there is "
+					"no column %lld (columns count from 0)", o->path,
+					(long long)*fields, (long long)o->cols[k]);
+	return st;
+}
+
 static enum dg_status csv_infer(struct dg_infer_ctx *c)
 {
 	struct csv_opts o;
-	char *buf = NULL;
-	int64_t len = 0, rows, fields;
+	int64_t rows, fields;
 	enum dg_status st = csv_opts_read(dg_attrs_of_json(c->attrs), &o, c->err);
 
 	if (st != DG_OK)
 		return st;
 	/* The rows are counted here, so that a feeder knows its epoch: the file
-	 * is read at validation when it is there (else the shape is unknown). */
+	 * is streamed at validation when it is there (else the shape is unknown). */
 	if (access(o.path, R_OK) != 0) {
 		c->out[0].dtype = o.dtype;
 		c->out[0].shape.ndim = -1;
 		return DG_OK;
 	}
-	st = csv_load(o.path, &buf, &len, c->err);
-	if (st == DG_OK)
-		st = csv_scan(&o, buf, len, &rows, &fields, c->err);
-	if (st == DG_OK)
-		csv_out_type(&o, rows, fields, &c->out[0]);
-	free(buf);
-	return st;
+	if ((st = plain_file(o.path, "CSV", c->err)) != DG_OK ||
+	    (st = csv_count(&o, &rows, &fields, c->err)) != DG_OK)
+		return st;
+	csv_out_type(&o, rows, fields, &c->out[0]);
+	return DG_OK;
 }
 
 static enum dg_status csv_cpu(struct dg_kernel_ctx *c)

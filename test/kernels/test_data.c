@@ -489,10 +489,11 @@ static void csv_fails(const char *text, const char *extra, enum dg_status code,
 Test(data, csv_reader_errors_name_the_line_and_column)
 {
 	csv_fails("1,2\n3\n", "", DG_EINVAL, "line 2 has 1 fields");
-	csv_fails("1,2\n3,x4\n", "", DG_EINVAL, "line 2 column 1: 'x4' is not a number");
+	csv_fails("1,2\n3,x4\n", "", DG_EINVAL, "line 2 column 1: 'x4' is not a float32");
 	csv_fails("1,2\n3,4.5\n", ", \"dtype\": \"int32\"", DG_EINVAL, "'4.5' is not an int32");
 	csv_fails("1,2\n3,9999999999\n", ", \"dtype\": \"int32\"", DG_EINVAL, "not an int32");
-	csv_fails("1,,2\n", "", DG_EINVAL, "line 1 column 1: '' is not a number");
+	csv_fails("1,,2\n", ", \"dtype\": \"float64\"", DG_EINVAL,
+		  "line 1 column 1: '' is not a float64");
 	csv_fails("a,b\n", ", \"header\": true", DG_EINVAL, "no rows after its header");
 	csv_fails("", "", DG_EINVAL, "has no rows");
 	csv_fails("1,2\n", ", \"columns\": [0, 2]", DG_EINVAL, "no column 2");
@@ -502,13 +503,49 @@ Test(data, csv_reader_errors_name_the_line_and_column)
 	csv_fails("1,2\n", ", \"delimiter\": \";;\"", DG_EINVAL, "one character");
 	csv_fails("1,2\n", ", \"delimiter\": \"-\"", DG_EINVAL, "one character");
 	csv_fails("1,2\n", ", \"dtype\": \"uint8\"", DG_EDTYPE, "float32, float64, int32");
-	csv_fails("1,2\n1e999,2\n", "", DG_EINVAL, "'1e999' is not a number");
+	csv_fails("1,2\n1e999,2\n", ", \"dtype\": \"float64\"", DG_EINVAL,
+		  "'1e999' is not a float64");
+	csv_fails("1,2\n1e39,2\n", "", DG_EINVAL, "'1e39' is not a float32");
 	struct dg_tensor *r = NULL;
 	struct dg_err err = { 0 };
 	char attrs[256];
 	snprintf(attrs, sizeof attrs, "{\"path\": \"%s/none.csv\"}", dir);
 	cr_assert_eq(run("CsvReader", attrs, &r, &err), DG_ENOTFOUND);
 	cr_assert(strstr(err.msg, "none.csv"), "%s", err.msg);
+	/* a directory is the request's mistake, not an I/O failure */
+	snprintf(attrs, sizeof attrs, "{\"path\": \"%s\"}", dir);
+	cr_assert_eq(run("CsvReader", attrs, &r, &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "is not a file"), "%s", err.msg);
+}
+
+Test(data, csv_reader_takes_subnormals_and_counts_rows_like_it_reads_them)
+{
+	static const char text[] = "h1;h2\n\n1e-310;2\n  \n3;4";   /* no final newline */
+	const char *path = write_file("s.csv", text, strlen(text), true);
+	char attrs[256], gtext[512];
+	struct dg_err err = { 0 };
+
+	snprintf(attrs, sizeof attrs, "{\"path\": \"%s\", \"header\": true, \"delimiter\": "
+		 "\";\", \"dtype\": \"float64\"}", path);
+	struct dg_tensor *r = ok("CsvReader", attrs);
+	shape_is(r, 2, 2, 2, 0);
+	cr_assert(((double *)r->data)[0] > 0 && ((double *)r->data)[0] < 1e-300);
+	dg_tensor_free(r);
+	/* validation streams the file and finds the same 2 rows */
+	snprintf(gtext, sizeof gtext, "{\"nodes\": [{\"name\": \"x\", \"op\": \"CsvReader\", "
+		 "\"attrs\": %s}]}", attrs);
+	struct dg_graph *g = dg_graph_parse(gtext, strlen(gtext), dg_op_find, &err);
+	cr_assert_not_null(g, "%s", err.msg);
+	cr_assert(g->nodes[0].out[0].shape.ndim == 2 && g->nodes[0].out[0].shape.dim[0] == 2 &&
+		  g->nodes[0].out[0].shape.dim[1] == 2);
+	dg_graph_free(g);
+	/* and the same errors */
+	static const char bad[] = "1;2\n3\n";
+	path = write_file("sb.csv", bad, strlen(bad), false);
+	snprintf(gtext, sizeof gtext, "{\"nodes\": [{\"name\": \"x\", \"op\": \"CsvReader\", "
+		 "\"attrs\": {\"path\": \"%s\", \"delimiter\": \";\"}}]}", path);
+	cr_assert_null(dg_graph_parse(gtext, strlen(gtext), dg_op_find, &err));
+	cr_assert(strstr(err.msg, "line 2 has 1 fields"), "%s", err.msg);
 }
 
 /* ------------------------------------------------------------------------ */
