@@ -58,8 +58,9 @@ static const char job_help[] =
 	"                                epoch, loss, metrics, examples_per_s, evals)\n"
 	"  show ID --steps               a queue-fed training job's step ledger as CSV\n"
 	"                                (step, replica, counted, examples_applied,\n"
-	"                                examples_requeued, ms), then its totals on\n"
-	"                                stderr\n"
+	"                                examples_requeued, ms, lease, reason, ids: the\n"
+	"                                ids of a batch not applied), then its totals\n"
+	"                                on stderr\n"
 	"  cancel ID [--task J/I]        cancel a job and wait (10 s at most) until it\n"
 	"                                stops\n"
 	"\n"
@@ -386,7 +387,8 @@ static int show_steps(struct dg_http_client *c, const char *id)
 		long long step, a, q;
 		int r, k;
 		nl = strchr(line, '\n');
-		/* step,replica,counted,applied,requeued,ms; a reconciled row has no step */
+		/* step,replica,counted,applied,requeued,...; a reconciled row, and a
+		 * lease no step reported, has no step */
 		if (sscanf(line, "%lld,%d,%d,%lld,%lld", &step, &r, &k, &a, &q) == 5 ||
 		    sscanf(line, ",%d,%d,%lld,%lld", &r, &k, &a, &q) == 4) {
 			applied += a;
@@ -404,7 +406,8 @@ static int show_steps(struct dg_http_client *c, const char *id)
 		fprintf(stderr, "dg: replica %d: %lld steps, %lld counted (%.0f%%)\n", r,
 			(long long)n[r], (long long)counted[r],
 			n[r] ? 100.0 * (double)counted[r] / (double)n[r] : 0.0);
-	fprintf(stderr, "dg: %lld examples applied, %lld requeued by dropped steps\n",
+	fprintf(stderr, "dg: %lld examples applied, %lld requeued (dropped steps, leases that "
+		"ran out or a lost replica held)\n",
 		(long long)applied, (long long)requeued);
 	dg_buf_deinit(&csv);
 	return 0;

@@ -342,19 +342,19 @@ static enum dg_status glorot_cpu(struct dg_kernel_ctx *c)
  * the forward and the backward pass. */
 static const struct dg_attr_spec dropout_spec[] = {
 	{ "rate", DG_ATTR_FLOAT, true, "the fraction of elements zeroed, in [0, 1)" },
-	{ "seed", DG_ATTR_INT, false, "64-bit Philox key (default 0); the step is the counter" },
+	{ "seed", DG_ATTR_INT, true, "64-bit Philox key, the step is the counter: required, "
+				     "since two Dropouts of one shape and seed share a mask" },
 	{ 0 },
 };
 
 static enum dg_status dropout_attrs(struct dg_attrs a, double *rate, uint64_t *seed,
 				    struct dg_err *err)
 {
-	static const int64_t zero = 0;
 	int64_t s;
 	enum dg_status st = dg_attrs_float(a, "rate", NULL, rate, err);
 
 	if (st == DG_OK)
-		st = dg_attrs_int(a, "seed", &zero, &s, err);
+		st = dg_attrs_int(a, "seed", NULL, &s, err);
 	if (st != DG_OK)
 		return st;
 	if (!(*rate >= 0 && *rate < 1))

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dg/graph.h"
 #include "dg/kernels.h"
 
 #include "cpu.h"
@@ -470,7 +471,7 @@ Test(random, dropout_zeroes_rate_of_the_elements_and_scales_the_rest)
 	cr_assert(same_bytes(y, again));
 	cr_assert(!same_bytes(y, next));
 	/* rate 0 is the identity */
-	struct dg_tensor *id = dropout("{\"rate\": 0}", x, 3);
+	struct dg_tensor *id = dropout("{\"rate\": 0, \"seed\": 1}", x, 3);
 	cr_assert(same_bytes(id, x));
 	dg_tensor_free(x);
 	dg_tensor_free(y);
@@ -486,15 +487,21 @@ Test(random, dropout_refuses_a_rate_outside_0_to_1_and_integers)
 	const struct dg_tensor *in[1] = { x };
 	struct dg_tensor *y = NULL;
 	struct dg_err err = { 0 };
-	json_t *a = json_loads("{\"rate\": 1}", 0, NULL);
+	json_t *a = json_loads("{\"rate\": 1, \"seed\": 1}", 0, NULL);
 
 	cr_assert_eq(dg_op_run(dg_op_find("Dropout"), a, in, 1, &y, 1, 0, &err), DG_EINVAL);
 	cr_assert(strstr(err.msg, "[0, 1)"), "%s", err.msg);
 	json_decref(a);
-	a = json_loads("{\"rate\": 0.5}", 0, NULL);
+	a = json_loads("{\"rate\": 0.5, \"seed\": 1}", 0, NULL);
 	in[0] = i;
 	cr_assert_eq(dg_op_run(dg_op_find("Dropout"), a, in, 1, &y, 1, 0, &err), DG_EDTYPE);
 	json_decref(a);
+	/* no seed: refused, two Dropouts would silently share their masks */
+	const char *text = "{\"nodes\": [{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": "
+		"{\"dtype\": \"float32\", \"shape\": [4]}}, {\"name\": \"y\", \"op\": "
+		"\"Dropout\", \"inputs\": [\"x\"], \"attrs\": {\"rate\": 0.5}}]}";
+	cr_assert_null(dg_graph_parse(text, strlen(text), dg_op_find, &err));
+	cr_assert(strstr(err.msg, "seed"), "%s", err.msg);
 	dg_tensor_free(x);
 	dg_tensor_free(i);
 }
