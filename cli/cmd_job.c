@@ -19,7 +19,8 @@
 #define QUERY_TIMEOUT_MS 10000L         /* per request: the answers are small JSON */
 #define CANCEL_WAIT_MS 10000            /* how long cancel waits for the job to stop */
 
-enum { OPT_CLUSTER = 256, OPT_MASTER, OPT_TOKEN, OPT_TASK, OPT_JSON, OPT_METRICS, OPT_STEPS };
+enum { OPT_CLUSTER = 256, OPT_MASTER, OPT_TOKEN, OPT_TASK, OPT_JSON, OPT_METRICS, OPT_STEPS,
+       OPT_BY_STEP };
 
 struct job_args {
 	const char *sub;                /* "ls", "show", "cancel" */
@@ -27,6 +28,7 @@ struct job_args {
 	bool json;
 	bool metrics;                   /* show --metrics: the training job's CSV */
 	bool steps;                     /* show --steps: a queue-fed job's step ledger */
+	bool by_step;                   /*   --by-step: one row per step, replicas together */
 	char **pos;                     /* positional arguments, borrowed from argv */
 	int n_pos;
 };
@@ -39,6 +41,7 @@ static const struct option long_opts[] = {
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "metrics", no_argument, NULL, OPT_METRICS },
 	{ "steps", no_argument, NULL, OPT_STEPS },
+	{ "by-step", no_argument, NULL, OPT_BY_STEP },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -61,6 +64,9 @@ static const char job_help[] =
 	"                                examples_requeued, ms, lease, reason, ids: the\n"
 	"                                ids of a batch not applied), then its totals\n"
 	"                                on stderr\n"
+	"  show ID --steps --by-step     one row per step: step, replicas_counted,\n"
+	"                                replicas_dropped (replica lists), examples\n"
+	"                                applied and requeued, ms (the slowest)\n"
 	"  cancel ID [--task J/I]        cancel a job and wait (10 s at most) until it\n"
 	"                                stops\n"
 	"\n"
@@ -369,9 +375,97 @@ static void print_training(const json_t *tr, const char *csv)
 	}
 }
 
-/* --steps: the ledger as it is on stdout; on stderr, per replica, its steps,
- * how many counted, and the examples applied and requeued. */
-static int show_steps(struct dg_http_client *c, const char *id)
+/* One step of --by-step: which replicas counted and were dropped (bit r),
+ * the examples, the slowest replica's time. */
+struct step_sum {
+	uint64_t counted, dropped;
+	long long applied, requeued;
+	double ms;
+	bool seen;
+};
+
+/* Print a replica set as "0 2" (empty when none). */
+static void print_replicas(uint64_t set)
+{
+	bool first = true;
+
+	for (int r = 0; r < 64; r++)
+		if (set >> r & 1) {
+			printf("%s%d", first ? "" : " ", r);
+			first = false;
+		}
+}
+
+/* --steps --by-step: the ledger's rows summed per step (for sync replicas, one
+ * step of them all; async replicas' t-th steps are not one moment). Rows
+ * without a step (a lost replica's leases, the reconciled row) are summed in a
+ * last row without a step. */
+static int print_by_step(const struct dg_buf *csv)
+{
+	struct step_sum *s = NULL, rest = { 0 };
+	long long n = 0;
+
+	printf("step,replicas_counted,replicas_dropped,examples_applied,examples_requeued,ms\n");
+	for (char *line = csv->data, *nl; line && *line; line = nl + 1) {
+		long long step, a, q;
+		int r, k;
+		double ms = 0;
+		nl = strchr(line, '\n');
+		struct step_sum *t = NULL;
+		if (sscanf(line, "%lld,%d,%d,%lld,%lld,%lf", &step, &r, &k, &a, &q, &ms) >= 5 &&
+		    step >= 0) {
+			if (step >= n) {
+				long long m = step + 1 > 2 * n ? step + 1 : 2 * n;
+				struct step_sum *p = realloc(s, (size_t)m * sizeof *p);
+				if (!p) {
+					free(s);
+					fprintf(stderr, "dg: out of memory\n");
+					return 1;
+				}
+				memset(p + n, 0, (size_t)(m - n) * sizeof *p);
+				s = p;
+				n = m;
+			}
+			t = &s[step];
+		} else if (sscanf(line, ",%d,%d,%lld,%lld", &r, &k, &a, &q) == 4) {
+			t = &rest;
+		}
+		if (t) {
+			if (r >= 0 && r < 64) {
+				t->counted |= (uint64_t)(k != 0) << r;
+				t->dropped |= (uint64_t)(k == 0) << r;
+			}
+			t->applied += a;
+			t->requeued += q;
+			t->ms = ms > t->ms ? ms : t->ms;
+			t->seen = true;
+		}
+		if (!nl)
+			break;
+	}
+	for (long long i = 0; i <= n; i++) {
+		const struct step_sum *t = i < n ? &s[i] : &rest;
+		if (!t->seen)
+			continue;
+		if (i < n)
+			printf("%lld", i);
+		putchar(',');
+		print_replicas(t->counted);
+		putchar(',');
+		print_replicas(t->dropped);
+		printf(",%lld,%lld,", t->applied, t->requeued);
+		if (i < n)
+			printf("%.3f", t->ms);
+		putchar('\n');
+	}
+	free(s);
+	return 0;
+}
+
+/* --steps: the ledger as it is on stdout (or per step with by_step); on
+ * stderr, per replica, its steps, how many counted, and the examples applied
+ * and requeued. */
+static int show_steps(struct dg_http_client *c, const char *id, bool by_step)
 {
 	struct dg_err err = { 0 };
 	struct dg_buf csv = { 0 };
@@ -382,7 +476,12 @@ static int show_steps(struct dg_http_client *c, const char *id)
 		dg_buf_deinit(&csv);
 		return cli_fail(&err);
 	}
-	fwrite(csv.data ? csv.data : "", 1, csv.len, stdout);
+	if (by_step && print_by_step(&csv) != 0) {
+		dg_buf_deinit(&csv);
+		return 1;
+	}
+	if (!by_step)
+		fwrite(csv.data ? csv.data : "", 1, csv.len, stdout);
 	for (char *line = csv.data, *nl; line && *line; line = nl + 1) {
 		long long step, a, q;
 		int r, k;
@@ -425,7 +524,7 @@ static int job_show(const struct job_args *a, const struct cli_targets *ts)
 		return cli_fail(&err);
 	if (a->steps) {
 		json_decref(o);
-		return show_steps(ts->t[which].client, a->pos[0]);
+		return show_steps(ts->t[which].client, a->pos[0], a->by_step);
 	}
 	tr = json_object_get(o, "training");
 	if ((a->metrics || (!a->json && tr)) &&
@@ -514,6 +613,7 @@ static int parse_args(int argc, char **argv, struct job_args *a)
 		case OPT_JSON: a->json = true; break;
 		case OPT_METRICS: a->metrics = true; break;
 		case OPT_STEPS: a->steps = true; break;
+		case OPT_BY_STEP: a->by_step = true; break;
 		case ':': return cli_usage(cmd, "option '%s' needs a value", argv[optind - 1]);
 		default: return cli_usage(cmd, "unknown option '%s'", argv[optind - 1]);
 		}
@@ -533,6 +633,8 @@ static int parse_args(int argc, char **argv, struct job_args *a)
 		return cli_usage(cmd, "--metrics applies to 'dg job show' only");
 	if (a->metrics && a->json)
 		return cli_usage(cmd, "give --metrics or --json, not both");
+	if (a->by_step && !a->steps)
+		return cli_usage(cmd, "--by-step goes with --steps");
 	if (a->steps && (strcmp(a->sub, "show") != 0 || a->metrics || a->json))
 		return cli_usage(cmd, "--steps applies to 'dg job show' alone (not with --metrics "
 				 "or --json)");

@@ -12,8 +12,9 @@
 #      the queue's requeued count; none when it died between a step's last
 #      apply and its next dequeue) and the ledger adds up to 180000;
 #   3. sync with 1 backup worker (1 epoch): every dropped example is requeued
-#      and applied later (ids exactly once), and the ledger says which steps
-#      of which replica counted.
+#      and applied later (ids exactly once), the ledger says which steps of
+#      which replica counted and names each dropped batch's ids, and
+#      `dg job show --steps --by-step` sums it per step.
 # HOME and XDG_RUNTIME_DIR point into a temp dir.
 # Usage: test_queue.sh PATH/TO/dg   (meson passes it)
 set -uo pipefail
@@ -242,6 +243,38 @@ $(tail -n 1 "$TMP/why")"
 else
 	cat "$TMP/why"
 	not_ok "sync with 1 backup: dropped examples requeued, every id applied once"
+fi
+# The per-step view: each step's row names the replicas that counted and
+# those dropped, and its sums are the ledger's.
+run job show j3 --steps --by-step
+cp "$TMP/out" "$TMP/bystep"
+if [[ $rc -eq 0 ]] && $PY - "$TMP" <<'EOF' >"$TMP/why" 2>&1
+import csv, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(d + "/steps")))
+steps = list(csv.DictReader(open(d + "/bystep")))
+want = {}
+for r in rows:
+    if r["step"]:
+        c, x = want.setdefault(r["step"], (set(), set()))
+        (c if r["counted"] == "1" else x).add(r["replica"])
+bad = [t["step"] for t in steps if t["step"] and
+       (set(t["replicas_counted"].split()), set(t["replicas_dropped"].split())) !=
+       want.get(t["step"])]
+tot = lambda rs, k: sum(int(r[k]) for r in rs)
+same = all(tot(rows, k) == tot(steps, k) for k in ("examples_applied", "examples_requeued"))
+mixed = sum(1 for t in steps if t["replicas_counted"] and t["replicas_dropped"])
+print("%d steps, %d with a replica counted and one dropped; sums %s" %
+      (len([t for t in steps if t["step"]]), mixed, "equal" if same else "DIFFER"))
+if bad:
+    print("steps whose replicas differ from the ledger's: %s" % bad[:5])
+sys.exit(0 if steps and not bad and same and mixed > 0 else 1)
+EOF
+then
+	ok "dg job show --steps --by-step: $(tail -n 1 "$TMP/why")"
+else
+	cat "$TMP/why"
+	not_ok "dg job show --steps --by-step sums the ledger per step"
 fi
 run down --dir "$TMP/c"
 
