@@ -1,5 +1,5 @@
 /* Update rules of the parameter server (assign, assign_add, sgd, momentum,
- * adam) and the arithmetic of synchronous accumulation, computed in place on
+ * adam, adagrad, rmsprop), dense and row-wise, and the arithmetic of synchronous accumulation, computed in place on
  * buffers that store.c hands over with the variable's lock held. One plain
  * loop per (rule, dtype) so the compiler vectorises it; no dtype switch per
  * element. Formulas: doc/http-api.md (POST /apply). */
@@ -17,8 +17,11 @@
 
 static const char *const rule_names[PS_RULE_COUNT] = {
 	[PS_ASSIGN] = "assign", [PS_ASSIGN_ADD] = "assign_add", [PS_SGD] = "sgd",
-	[PS_MOMENTUM] = "momentum", [PS_ADAM] = "adam",
+	[PS_MOMENTUM] = "momentum", [PS_ADAM] = "adam", [PS_ADAGRAD] = "adagrad",
+	[PS_RMSPROP] = "rmsprop",
 };
+
+#define RULE_LIST "assign, assign_add, sgd, momentum, adam, adagrad, rmsprop"
 
 const char *ps_rule_name(enum ps_rule r)
 {
@@ -57,20 +60,31 @@ enum dg_status ps_rule_parse(const char *s, enum ps_rule *out, struct dg_err *er
 		}
 	}
 	dg_err_set(err, DG_EINVAL, "unknown update rule '%.64s'", s ? s : "(null)");
-	dg_err_hint(err, "use one of assign, assign_add, sgd, momentum, adam");
+	dg_err_hint(err, "use one of " RULE_LIST);
 	return DG_EINVAL;
 }
 
 static const char *const momentum_slots[] = { ".momentum" };
 static const char *const adam_slots[] = { ".adam_m", ".adam_v", ".adam_t" };
+static const char *const adagrad_slots[] = { ".accum" };
+static const char *const rmsprop_slots[] = { ".rms", ".rms_momentum" };
 
 int ps_rule_slots(enum ps_rule r, const char *const **suffix)
 {
 	switch (r) {
 	case PS_MOMENTUM: *suffix = momentum_slots; return 1;
 	case PS_ADAM: *suffix = adam_slots; return 3;
+	case PS_ADAGRAD: *suffix = adagrad_slots; return 1;
+	case PS_RMSPROP: *suffix = rmsprop_slots; return 2;
 	default: *suffix = NULL; return 0;
 	}
+}
+
+double ps_rule_slot_init(const struct ps_apply_args *a, int i)
+{
+	/* TensorFlow 1.x: Adagrad's accumulator starts at
+	 * initial_accumulator_value, RMSProp's mean square at ones */
+	return (a->rule == PS_ADAGRAD || a->rule == PS_RMSPROP) && i == 0 ? a->init : 0.0;
 }
 
 bool ps_rule_slot_is_counter(enum ps_rule r, int i)
@@ -95,15 +109,26 @@ enum dg_status ps_apply_check_args(const struct ps_apply_args *a, const char *na
 
 	if ((unsigned)a->rule >= PS_RULE_COUNT) {
 		dg_err_set(err, DG_EINVAL, "unknown update rule %d for '%s'", (int)a->rule, name);
-		dg_err_hint(err, "use one of assign, assign_add, sgd, momentum, adam");
+		dg_err_hint(err, "use one of " RULE_LIST);
 		return DG_EINVAL;
 	}
-	if (a->rule == PS_SGD || a->rule == PS_MOMENTUM || a->rule == PS_ADAM) {
+	if (a->rule >= PS_SGD) {
 		if (!(a->lr >= 0) || !isfinite(a->lr))
 			return bad_param(err, rule, "lr", a->lr, name, "finite and >= 0");
 	}
-	if (a->rule == PS_MOMENTUM && (!(a->momentum >= 0) || !isfinite(a->momentum)))
+	if ((a->rule == PS_MOMENTUM || a->rule == PS_RMSPROP) &&
+	    (!(a->momentum >= 0) || !isfinite(a->momentum)))
 		return bad_param(err, rule, "momentum", a->momentum, name, "finite and >= 0");
+	if ((a->rule == PS_ADAGRAD || a->rule == PS_RMSPROP) && (!(a->init > 0) || !isfinite(a->init)))
+		return bad_param(err, rule, "init", a->init, name, "finite and > 0");
+	if (a->rule == PS_RMSPROP) {
+		if (!(a->rho >= 0 && a->rho < 1))
+			return bad_param(err, rule, "rho", a->rho, name, "in [0, 1)");
+		if (!(a->eps > 0) || !isfinite(a->eps))
+			return bad_param(err, rule, "eps", a->eps, name, "finite and > 0");
+	}
+	if (a->rows && a->n_rows < 0)
+		return bad_param(err, rule, "rows", (double)a->n_rows, name, ">= 0");
 	if (a->rule == PS_ADAM) {
 		if (!(a->beta1 >= 0 && a->beta1 < 1))
 			return bad_param(err, rule, "beta1", a->beta1, name, "in [0, 1)");
@@ -232,6 +257,40 @@ DEF_MOMENTUM(momentum_f64, double)
 DEF_ADAM(adam_f32, float, sqrtf)
 DEF_ADAM(adam_f64, double, sqrt)
 
+/* TensorFlow 1.x's Adagrad (no epsilon; the accumulator starts > 0):
+ * acc += g^2; w -= lr * g / sqrt(acc), all [n] */
+#define DEF_ADAGRAD(NAME, T, SQRT)                                                           \
+	NO_ERRNO static void NAME(int64_t n, T *restrict w, const T *restrict g,              \
+				  T *restrict acc, T lr)                                     \
+	{                                                                                    \
+		for (int64_t i = 0; i < n; i++) {                                            \
+			T gi = g[i], ai = acc[i] + gi * gi;                                  \
+			acc[i] = ai;                                                         \
+			w[i] -= lr * gi / SQRT(ai);                                          \
+		}                                                                            \
+	}
+DEF_ADAGRAD(adagrad_f32, float, sqrtf)
+DEF_ADAGRAD(adagrad_f64, double, sqrt)
+
+/* TensorFlow 1.x's RMSProp (epsilon inside the root, not centered):
+ * ms = rho*ms + (1-rho)*g^2; mom = mu*mom + lr*g/sqrt(ms + eps); w -= mom, all [n] */
+#define DEF_RMSPROP(NAME, T, SQRT)                                                           \
+	NO_ERRNO static void NAME(int64_t n, T *restrict w, const T *restrict g,              \
+				  T *restrict ms, T *restrict mom, T lr, T rho, T mu, T eps) \
+	{                                                                                    \
+		const T c = (T)1 - rho;                                                      \
+		for (int64_t i = 0; i < n; i++) {                                            \
+			T gi = g[i];                                                         \
+			T si = rho * ms[i] + c * gi * gi;                                    \
+			T mi = mu * mom[i] + lr * gi / SQRT(si + eps);                       \
+			ms[i] = si;                                                          \
+			mom[i] = mi;                                                         \
+			w[i] -= mi;                                                          \
+		}                                                                            \
+	}
+DEF_RMSPROP(rmsprop_f32, float, sqrtf)
+DEF_RMSPROP(rmsprop_f64, double, sqrt)
+
 /* w[n] += g[n]; integers wrap around (added as unsigned, as TensorFlow does) */
 #define DEF_ADD(NAME, T, U)                                                                  \
 	static void NAME(int64_t n, T *restrict w, const T *restrict g)                      \
@@ -273,22 +332,32 @@ static void assign_add(enum dg_dtype dt, int64_t n, void *w, const void *g)
 	}
 }
 
-static void adam(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, void *w,
-		 const void *g, void *const *slots)
+/* Adam's step counter += 1; the bias-corrected learning rate of that step. */
+static double adam_tick(const struct ps_apply_args *a, int64_t *tp)
 {
-	int64_t *tp = slots[2];
 	/* the step count wraps like any int64 (after 2^63 steps) */
 	int64_t t = (int64_t)((uint64_t)*tp + 1u);
 	double tt = t > 0 ? (double)t : 1.0;
-	/* 1 - b1^t > 0 for t >= 1 because b1 < 1 */
-	double lr_t = a->lr * sqrt(1.0 - pow(a->beta2, tt)) / (1.0 - pow(a->beta1, tt));
 
 	*tp = t;
+	/* 1 - b1^t > 0 for t >= 1 because b1 < 1 */
+	return a->lr * sqrt(1.0 - pow(a->beta2, tt)) / (1.0 - pow(a->beta1, tt));
+}
+
+static void adam_run(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, void *w,
+		     const void *g, void *m, void *v, double lr_t)
+{
 	if (dt == DG_F32)
-		adam_f32(n, w, g, slots[0], slots[1], (float)lr_t, (float)a->beta1,
-			 (float)a->beta2, (float)a->eps);
+		adam_f32(n, w, g, m, v, (float)lr_t, (float)a->beta1, (float)a->beta2,
+			 (float)a->eps);
 	else
-		adam_f64(n, w, g, slots[0], slots[1], lr_t, a->beta1, a->beta2, a->eps);
+		adam_f64(n, w, g, m, v, lr_t, a->beta1, a->beta2, a->eps);
+}
+
+static void adam(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, void *w,
+		 const void *g, void *const *slots)
+{
+	adam_run(a, dt, n, w, g, slots[0], slots[1], adam_tick(a, slots[2]));
 }
 
 void ps_apply_rule(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, void *w,
@@ -318,7 +387,50 @@ void ps_apply_rule(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, v
 			momentum_f64(n, w, g, slots[0], a->lr, a->momentum, a->nesterov);
 		break;
 	case PS_ADAM: adam(a, dt, n, w, g, slots); break;
+	case PS_ADAGRAD:
+		if (f32)
+			adagrad_f32(n, w, g, slots[0], (float)a->lr);
+		else
+			adagrad_f64(n, w, g, slots[0], a->lr);
+		break;
+	case PS_RMSPROP:
+		if (f32)
+			rmsprop_f32(n, w, g, slots[0], slots[1], (float)a->lr, (float)a->rho,
+				    (float)a->momentum, (float)a->eps);
+		else
+			rmsprop_f64(n, w, g, slots[0], slots[1], a->lr, a->rho, a->momentum,
+				    a->eps);
+		break;
 	}
+}
+
+void ps_apply_rule_rows(const struct ps_apply_args *a, enum dg_dtype dt, int64_t row_len,
+			int64_t n_rows, const int64_t *rows, void *w, const void *g,
+			void *const *slots)
+{
+	size_t rb = (size_t)row_len * dg_dtype_size(dt);
+	const char *const *suffix;
+	int n_slots = ps_rule_slots(a->rule, &suffix);
+	double lr_t = a->rule == PS_ADAM ? adam_tick(a, slots[2]) : 0;
+
+	for (int64_t i = 0; i < n_rows; i++) {
+		size_t off = (size_t)rows[i] * rb;
+		void *rs[PS_MAX_SLOTS] = { 0 };
+		for (int k = 0; k < n_slots; k++)
+			rs[k] = ps_rule_slot_is_counter(a->rule, k) ? slots[k]
+								    : (char *)slots[k] + off;
+		if (a->rule == PS_ADAM)   /* one tick per apply, not per row */
+			adam_run(a, dt, row_len, (char *)w + off, (const char *)g + (size_t)i * rb,
+				 rs[0], rs[1], lr_t);
+		else
+			ps_apply_rule(a, dt, row_len, (char *)w + off,
+				      (const char *)g + (size_t)i * rb, rs);
+	}
+}
+
+void ps_apply_add(enum dg_dtype dt, int64_t n, void *w, const void *g)
+{
+	assign_add(dt, n, w, g);
 }
 
 void ps_apply_rule_from(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, void *w,

@@ -123,7 +123,8 @@ static double bits_f64(uint64_t u)
 
 /* APPLY's argument block (PS_WAL_ARGS_LEN bytes, little-endian):
  * 0 u8 rule, 1 u8 nesterov, 2..7 zero, 8 lr, 16 momentum, 24 beta1,
- * 32 beta2, 40 eps (IEEE doubles), 48..63 zero. */
+ * 32 beta2, 40 eps, 48 rho, 56 init (IEEE doubles; a log written before
+ * rho and init existed has zeros there, and no rule that reads them). */
 static void args_encode(unsigned char *p, const struct ps_apply_args *a)
 {
 	memset(p, 0, PS_WAL_ARGS_LEN);
@@ -134,18 +135,22 @@ static void args_encode(unsigned char *p, const struct ps_apply_args *a)
 	put_u64(p + 24, f64_bits(a->beta1));
 	put_u64(p + 32, f64_bits(a->beta2));
 	put_u64(p + 40, f64_bits(a->eps));
+	put_u64(p + 48, f64_bits(a->rho));
+	put_u64(p + 56, f64_bits(a->init));
 }
 
-/* false when the block names no rule or its values are out of range */
-static bool args_decode(const unsigned char *p, struct ps_apply_args *a)
+/* false when the block names no rule or its values are out of range;
+ * assign is logged as APPLY only row-wise (rows) */
+static bool args_decode(const unsigned char *p, bool rows, struct ps_apply_args *a)
 {
 	*a = (struct ps_apply_args){
 		.rule = (enum ps_rule)p[0], .nesterov = p[1] != 0,
 		.lr = bits_f64(get_u64(p + 8)), .momentum = bits_f64(get_u64(p + 16)),
 		.beta1 = bits_f64(get_u64(p + 24)), .beta2 = bits_f64(get_u64(p + 32)),
-		.eps = bits_f64(get_u64(p + 40)), .step = -1, .replica = -1,
+		.eps = bits_f64(get_u64(p + 40)), .rho = bits_f64(get_u64(p + 48)),
+		.init = bits_f64(get_u64(p + 56)), .step = -1, .replica = -1,
 	};
-	return p[0] < PS_RULE_COUNT && p[0] != PS_ASSIGN && p[1] <= 1 &&
+	return p[0] < PS_RULE_COUNT && (rows || p[0] != PS_ASSIGN) && p[1] <= 1 &&
 	       ps_apply_check_args(a, "", NULL) == DG_OK;
 }
 
@@ -155,6 +160,15 @@ uint32_t ps_wal_apply_crc(const struct ps_apply_args *a, const void *g, size_t n
 
 	args_encode(b, a);
 	return ps_crc32(ps_crc32(0, b, sizeof b), g, n);
+}
+
+uint32_t ps_wal_rows_crc(const struct ps_apply_args *a, const int64_t *rows, int64_t n,
+			 const void *vals, size_t nbytes)
+{
+	unsigned char b[PS_WAL_ARGS_LEN];
+
+	args_encode(b, a);
+	return ps_crc32(ps_crc32(ps_crc32(0, b, sizeof b), rows, (size_t)n * 8), vals, nbytes);
 }
 
 /* DG_ENOSPC when errno e says the disk is full (or the quota used up), else
@@ -638,16 +652,20 @@ enum dg_status ps_wal_append(struct ps_wal *w, const struct ps_wal_rec *r, uint6
 			     struct dg_err *err)
 {
 	unsigned char head[REC_HEAD_MAX], args[PS_WAL_ARGS_LEN];
-	struct iovec iov[3];
+	struct iovec iov[4];
 	int n_iov = 0;
 	uint64_t aux = r->type == PS_WAL_PATCH ? r->offset : 0;
-	bool apply = r->type == PS_WAL_APPLY;
+	bool rows = r->type == PS_WAL_APPLY_ROWS;
+	bool apply = r->type == PS_WAL_APPLY || rows;
 	bool whole = r->type == PS_WAL_PUT || r->type == PS_WAL_ASSIGN || apply;
 	bool shaped = whole || r->type == PS_WAL_CREATE;
 	bool has_data = whole || r->type == PS_WAL_PATCH;
-	size_t nbytes = has_data ? r->nbytes + (apply ? PS_WAL_ARGS_LEN : 0) : 0;
+	size_t rows_len = rows ? (size_t)r->shape.dim[0] * 8 : 0;
+	size_t nbytes = has_data ? r->nbytes + (apply ? PS_WAL_ARGS_LEN : 0) + rows_len : 0;
 	enum dg_status st = DG_OK;
 
+	if (r->type == PS_WAL_CREATE)
+		aux = f64_bits(r->fill);        /* 0.0 is all zero bits: zeros, as before */
 	if (r->type == PS_WAL_RESERVE)
 		aux = r->ceiling;
 	if (apply)
@@ -662,6 +680,8 @@ enum dg_status ps_wal_append(struct ps_wal *w, const struct ps_wal_rec *r, uint6
 		args_encode(args, r->args);
 		iov[n_iov++] = (struct iovec){ args, sizeof args };
 	}
+	if (rows_len)
+		iov[n_iov++] = (struct iovec){ (void *)r->rows, rows_len };
 	if (has_data && r->nbytes)
 		iov[n_iov++] = (struct iovec){ (void *)r->data, r->nbytes };
 	pthread_mutex_lock(&w->mu);
@@ -1270,13 +1290,19 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			st = read_block(fd, off, &r, &data, &ok, path, err);
 			if (st != DG_OK)
 				goto out;
-		} else if (ok && r.type == PS_WAL_APPLY) {
-			/* the gradient is the value's size, after the argument block */
-			ok = r.data_len >= PS_WAL_ARGS_LEN;
+		} else if (ok && (r.type == PS_WAL_APPLY || r.type == PS_WAL_APPLY_ROWS)) {
+			/* the gradient is the value's size, after the argument block
+			 * (and the rows: 8 bytes each, the values' dim 0) */
+			uint64_t pre = PS_WAL_ARGS_LEN;
+			if (r.type == PS_WAL_APPLY_ROWS)
+				pre += r.shape.ndim >= 1 && r.shape.dim[0] >= 0 &&
+				       (uint64_t)r.shape.dim[0] < r.data_len / 8
+				       ? 8 * (uint64_t)r.shape.dim[0] : r.data_len + 1;
+			ok = r.data_len >= pre;
 			if (ok) {
-				r.data_len -= PS_WAL_ARGS_LEN;
+				r.data_len -= pre;
 				ok = rec_tensor_ok(&r, true, &nbytes);
-				r.data_len += PS_WAL_ARGS_LEN;
+				r.data_len += pre;
 			}
 			if (!ok || dg_var_name_check_stored(r.name, NULL) != DG_OK) {
 				st = corrupt(err, path, off, "bad apply record");
@@ -1355,9 +1381,12 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			.step = r.type == PS_WAL_ASSIGN && r.aux > 0 && r.aux <= INT64_MAX ?
 				(int64_t)r.aux - 1 : -1,
 		};
-		bool borrowed = r.type == PS_WAL_PATCH || r.type == PS_WAL_APPLY;
-		if (r.type == PS_WAL_APPLY) {
-			if (!args_decode(data, &args) || (int64_t)r.aux < -1) {
+		bool rows = r.type == PS_WAL_APPLY_ROWS;
+		bool borrowed = r.type == PS_WAL_PATCH || r.type == PS_WAL_APPLY || rows;
+		if (r.type == PS_WAL_CREATE)
+			w.fill = bits_f64(r.aux);
+		if (r.type == PS_WAL_APPLY || rows) {
+			if (!args_decode(data, rows, &args) || (int64_t)r.aux < -1) {
 				dg_free_aligned(data);
 				st = corrupt(err, path, off, "bad arguments in an apply record");
 				goto out;
@@ -1366,6 +1395,10 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			w.step = (int64_t)r.aux;
 			w.data = (const char *)data + PS_WAL_ARGS_LEN;
 			w.nbytes = nbytes;
+			if (rows) {
+				w.rows = w.data;
+				w.data = (const char *)w.data + 8 * (size_t)r.shape.dim[0];
+			}
 		}
 		if (r.type == PS_WAL_RESERVE) {
 			if (r.aux > info->ceiling)
@@ -1383,7 +1416,7 @@ static enum dg_status seg_replay(const char *dir, uint64_t seq, bool last,
 			st = ops->rec(ops->ud, &w, borrowed ? NULL : data, err);
 			if (r.type == PS_WAL_PATCH)
 				free(data);
-			else if (r.type == PS_WAL_APPLY)
+			else if (r.type == PS_WAL_APPLY || rows)
 				dg_free_aligned(data);
 			if (st != DG_OK) {
 				dg_err_prefix(err, "'%s' at offset %" PRIu64, path, off);

@@ -35,6 +35,9 @@ enum ps_wal_type {
 	PS_WAL_CREATE = 6,              /* a zero-filled value of dtype/shape (slots) */
 	PS_WAL_APPLY = 7,               /* --durability strict: an update rule and its
 					 * gradient, replayed onto the value and slots */
+	PS_WAL_APPLY_ROWS = 8,          /* a row-wise apply (assign always, the other
+					 * rules with --durability strict): the rule,
+					 * the rows and their values */
 };
 
 /* Bytes of an APPLY record's data before the gradient: the encoded rule and
@@ -55,7 +58,11 @@ struct ps_wal_rec {
 	size_t nbytes;                  /* of data; CREATE: of the value (nothing is stored) */
 	uint32_t data_crc;              /* ps_crc32 of data (by the caller, outside locks);
 					 * APPLY: ps_wal_apply_crc */
-	const struct ps_apply_args *args;   /* APPLY: the rule (its step is not used) */
+	const struct ps_apply_args *args;   /* APPLY: the rule (its step and rows are not
+					     * used) */
+	const int64_t *rows;            /* APPLY_ROWS: shape.dim[0] rows; dtype and shape
+					 * are the values' ([n] + the variable's rows) */
+	double fill;                    /* CREATE: the value of every element */
 	int64_t step;                   /* APPLY, ASSIGN: the variable's sync step after
 					 * it; -1 async (ASSIGN must set it) */
 };
@@ -63,6 +70,9 @@ struct ps_wal_rec {
 /* The data CRC of an APPLY record of rule a and gradient g (n bytes): the
  * CRC of the encoded arguments, then of g. */
 uint32_t ps_wal_apply_crc(const struct ps_apply_args *a, const void *g, size_t n);
+/* The data CRC of an APPLY_ROWS record: the arguments, the n rows, the values. */
+uint32_t ps_wal_rows_crc(const struct ps_apply_args *a, const int64_t *rows, int64_t n,
+			 const void *vals, size_t nbytes);
 
 struct ps_wal;
 

@@ -21,6 +21,7 @@
 
 #define DEFAULT_TIMEOUT_MS 30000
 #define MAX_EXAMPLES ((int64_t)1 << 31)   /* examples per enqueue/dequeue request */
+#define MAX_ROWS ((int64_t)1 << 24)       /* row indices per request */
 
 /* ------------------------------------------------------------ small helpers */
 
@@ -211,6 +212,121 @@ static void value_release(void *ud)
 	ps_value_release(ud);
 }
 
+/* --------------------------------------------------------------------- rows */
+
+/* ?rows=LIST: row indices and inclusive ranges A-B, comma-separated, in the
+ * order given, repeats kept ("3,0-2,3" is 3 0 1 2 3); at most MAX_ROWS.
+ * *out owned. */
+static enum dg_status rows_arg(const char *s, int64_t **out, int64_t *n, struct dg_err *err)
+{
+	int64_t *v = NULL, k = 0, cap = 0;
+	const char *p = s;
+
+	*out = NULL;
+	*n = 0;
+	for (;;) {
+		uint64_t a, b;
+		const char *q = scan_u64(p, &a);
+		if (!q)
+			goto bad;
+		b = a;
+		if (*q == '-' && (!(q = scan_u64(q + 1, &b)) || b < a))
+			goto bad;
+		if (b >= (uint64_t)INT64_MAX || b - a >= (uint64_t)(MAX_ROWS - k)) {
+			free(v);
+			dg_err_set(err, DG_EINVAL, "rows='%.60s' names more than %" PRId64 " rows "
+				   "(or a row past 2^63)", s, MAX_ROWS);
+			dg_err_hint(err, "read a large part with Range: bytes=... instead");
+			return DG_EINVAL;
+		}
+		if (k + (int64_t)(b - a) + 1 > cap) {
+			cap = k + (int64_t)(b - a) + 1 + cap;
+			int64_t *nv = realloc(v, (size_t)cap * sizeof *nv);
+			if (!nv) {
+				free(v);
+				return dg_err_set(err, DG_ENOMEM, "out of memory for rows");
+			}
+			v = nv;
+		}
+		for (uint64_t x = a; x <= b; x++)
+			v[k++] = (int64_t)x;
+		if (!*q)
+			break;
+		if (*q != ',')
+			goto bad;
+		p = q + 1;
+	}
+	*out = v;
+	*n = k;
+	return DG_OK;
+bad:
+	free(v);
+	dg_err_set(err, DG_EINVAL, "rows='%.60s' is not a list of rows", s);
+	dg_err_hint(err, "e.g. rows=3, rows=0-99 (inclusive) or rows=7,1,20-29");
+	return DG_EINVAL;
+}
+
+/* The dtype and shape of a body of n rows of variable name: Dg-Dtype and
+ * Dg-Shape when given, else the variable's dtype and [n] + its shape[1:]. */
+static enum dg_status rows_desc(struct ps_ctx *c, const struct dg_http_req *r, const char *name,
+				int64_t n, struct dg_wire_desc *d, struct dg_err *err)
+{
+	struct ps_value *v = NULL;
+	enum dg_status st = dg_wire_req_desc(r, d, err);
+
+	if (st != DG_OK || (d->has_dtype && d->has_shape))
+		return st;
+	if ((st = ps_store_get(c->store, name, &v, err)) != DG_OK)
+		return st;
+	if (v->shape.ndim < 1) {
+		ps_value_release(v);
+		dg_err_set(err, DG_ESHAPE, "'%s' is a scalar: it has no rows", name);
+		dg_err_hint(err, "update it without rows");
+		return DG_ESHAPE;
+	}
+	if (!d->has_dtype)
+		d->dtype = v->dtype;
+	if (!d->has_shape) {
+		d->shape = v->shape;
+		d->shape.dim[0] = n;
+	}
+	d->has_dtype = d->has_shape = true;
+	ps_value_release(v);
+	return DG_OK;
+}
+
+static void tensor_release(void *ud)
+{
+	dg_tensor_free(ud);
+}
+
+/* Reply with tensor t (taken) in enc: headers of t's dtype and shape with
+ * the version, mtime and step of the value v it was read from. */
+static enum dg_status send_part(struct dg_http_resp *w, const struct ps_value *v,
+				struct dg_tensor *t, enum dg_encoding enc, struct dg_err *err)
+{
+	char buf[24];
+	struct dg_buf *b;
+	enum dg_status st;
+
+	tensor_headers(w, t->dtype, &t->shape, v->version, v->mtime);
+	snprintf(buf, sizeof buf, "%" PRId64, v->step);
+	dg_http_add_header(w, "Dg-Step", buf);
+	if (enc == DG_ENC_RAW && t->nbytes > 0) {
+		dg_http_set_body_ref(w, dg_encoding_mime(enc), t->data, t->nbytes, tensor_release,
+				     t);
+		return DG_OK;
+	}
+	if (!(b = dg_http_body_buf(w, dg_encoding_mime(enc)))) {
+		dg_tensor_free(t);
+		return dg_err_set(err, DG_ENOMEM, "out of memory encoding a reply");
+	}
+	st = enc == DG_ENC_NPY ? dg_npy_encode(t, b, err)
+	     : enc == DG_ENC_TEXT ? dg_text_encode(t, b, err) : DG_OK;
+	dg_tensor_free(t);
+	return st;
+}
+
 /* ---------------------------------------------------------- request bodies */
 
 /* The dtype and shape a body is read as: Dg-Dtype / Dg-Shape first, the
@@ -342,11 +458,37 @@ static enum dg_status h_var_list(void *vc, struct dg_http_req *r, struct dg_http
 static enum dg_status send_value(struct dg_http_req *r, struct dg_http_resp *w,
 				 struct ps_value *v, enum dg_encoding enc, struct dg_err *err);
 
+static enum dg_status h_var_get_rows(struct ps_ctx *c, struct dg_http_req *r,
+				     struct dg_http_resp *w, const int64_t *rows, int64_t n_rows,
+				     struct dg_err *err);
+
 static enum dg_status h_var_get(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
 				struct dg_err *err)
 {
 	struct ps_ctx *c = vc;
+	const char *list = dg_http_query(r, "rows");
+	int64_t *rows = NULL, n_rows = 0;
+	enum dg_status st;
+
+	if (list && dg_http_header(r, "Range")) {
+		dg_err_set(err, DG_EINVAL, "give ?rows= or a Range header, not both");
+		dg_err_hint(err, "rows=A-B reads rows A to B; Range reads bytes");
+		return DG_EINVAL;
+	}
+	if (list && (st = rows_arg(list, &rows, &n_rows, err)) != DG_OK)
+		return st;
+	st = h_var_get_rows(c, r, w, rows, n_rows, err);
+	free(rows);
+	return st;
+}
+
+/* GET (or HEAD) of a variable, or of rows of it (rows not NULL). */
+static enum dg_status h_var_get_rows(struct ps_ctx *c, struct dg_http_req *r,
+				     struct dg_http_resp *w, const int64_t *rows, int64_t n_rows,
+				     struct dg_err *err)
+{
 	struct ps_value *v = NULL;
+	struct dg_tensor *t;
 	const char *name;
 	enum dg_encoding enc;
 	int64_t min_version, min_step, timeout_ms;
@@ -377,8 +519,69 @@ static enum dg_status h_var_get(void *vc, struct dg_http_req *r, struct dg_http_
 		ps_value_release(v);
 		return st;
 	}
+	if (rows) {
+		st = ps_value_rows(v, name, rows, n_rows, &t, err);
+		if (st == DG_OK)
+			st = send_part(w, v, t, enc, err);
+		ps_value_release(v);
+		return st;
+	}
 	value_headers(w, v);
 	return send_value(r, w, v, enc, err);
+}
+
+/* POST /v1/vars/NAME/rows: the rows a body of int32/int64 indices names,
+ * of shape indices' + the variable's shape[1:] (what Gather gives). */
+static enum dg_status h_var_rows(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
+				 struct dg_err *err)
+{
+	struct ps_ctx *c = vc;
+	struct ps_value *v = NULL;
+	struct dg_tensor *idx = NULL, *t = NULL;
+	int64_t *rows = NULL;
+	const char *name;
+	enum dg_encoding enc;
+	enum dg_status st;
+
+	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
+	    (st = dg_wire_req_encoding(r, true, &enc, err)) != DG_OK ||
+	    (st = dg_wire_req_body(r, &idx, err)) != DG_OK)
+		return st;
+	if (idx->dtype != DG_I32 && idx->dtype != DG_I64) {
+		st = dg_err_set(err, DG_EDTYPE, "the row indices of '%s' are %s", name,
+				dg_dtype_name(idx->dtype));
+		dg_err_hint(err, "send int32 or int64 indices (Dg-Dtype: int64)");
+	} else if (idx->numel > MAX_ROWS) {
+		st = dg_err_set(err, DG_EINVAL, "%" PRId64 " row indices for '%s'; at most %" PRId64,
+				idx->numel, name, MAX_ROWS);
+	} else if (!(rows = malloc((size_t)(idx->numel + 1) * sizeof *rows))) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory for rows");
+	}
+	for (int64_t i = 0; st == DG_OK && i < idx->numel; i++)
+		rows[i] = idx->dtype == DG_I32 ? ((const int32_t *)idx->data)[i]
+					       : ((const int64_t *)idx->data)[i];
+	if (st == DG_OK)
+		st = ps_store_get(c->store, name, &v, err);
+	if (st == DG_OK)
+		st = ps_value_rows(v, name, rows, idx->numel, &t, err);
+	if (st == DG_OK) {
+		/* [n] + rest -> indices' shape + rest */
+		struct dg_shape sh = idx->shape;
+		if (sh.ndim + v->shape.ndim - 1 > DG_MAX_DIMS) {
+			st = dg_err_set(err, DG_ESHAPE, "the rows of '%s' would have more than %d "
+					"dims", name, DG_MAX_DIMS);
+			dg_tensor_free(t);
+		} else {
+			for (int i = 1; i < v->shape.ndim; i++)
+				sh.dim[sh.ndim++] = v->shape.dim[i];
+			t->shape = sh;
+			st = send_part(w, v, t, enc, err);
+		}
+	}
+	ps_value_release(v);
+	dg_tensor_free(idx);
+	free(rows);
+	return st;
 }
 
 /* Range: bytes=A-B | A- | -N, one range. *sat false: outside the total. */
@@ -604,8 +807,9 @@ static enum dg_status h_var_delete(void *vc, struct dg_http_req *r, struct dg_ht
 	return reply_json(w, 200, json_pack("{s:s, s:b}", "name", name, "deleted", 1), err);
 }
 
-/* The rule and its hyper-parameters (doc/http-api.md, POST /apply). sgd and
- * momentum need lr, momentum needs momentum; adam has TensorFlow's defaults. */
+/* The rule and its hyper-parameters (doc/http-api.md, POST /apply). sgd,
+ * momentum, adagrad and rmsprop need lr, momentum needs momentum; the others
+ * have TensorFlow 1.x's defaults. */
 static enum dg_status apply_rule_args(const struct dg_http_req *r, struct ps_apply_args *a,
 				      struct dg_err *err)
 {
@@ -615,18 +819,25 @@ static enum dg_status apply_rule_args(const struct dg_http_req *r, struct ps_app
 
 	if (!rule) {
 		dg_err_set(err, DG_EINVAL, "apply needs the query parameter rule");
-		dg_err_hint(err, "rules: assign, assign_add, sgd, momentum, adam");
+		dg_err_hint(err, "rules: assign, assign_add, sgd, momentum, adam, adagrad, rmsprop");
 		return DG_EINVAL;
 	}
-	if ((st = ps_rule_parse(rule, &a->rule, err)) != DG_OK ||
-	    (st = query_real(r, "lr", a->rule == PS_SGD || a->rule == PS_MOMENTUM, 0.001,
-			     -DBL_MAX, DBL_MAX, &a->lr, err)) != DG_OK ||
+	if ((st = ps_rule_parse(rule, &a->rule, err)) != DG_OK)
+		return st;
+	/* adam alone has a default learning rate (TensorFlow's 0.001) */
+	bool rms = a->rule == PS_RMSPROP, ada = a->rule == PS_ADAGRAD;
+	if ((st = query_real(r, "lr", a->rule >= PS_SGD && a->rule != PS_ADAM, 0.001, -DBL_MAX,
+			     DBL_MAX, &a->lr, err)) != DG_OK ||
 	    (st = query_real(r, "momentum", a->rule == PS_MOMENTUM, 0, -DBL_MAX, DBL_MAX,
 			     &a->momentum, err)) != DG_OK ||
 	    (st = query_flag(r, "nesterov", &a->nesterov, err)) != DG_OK ||
 	    (st = query_real(r, "beta1", false, 0.9, 0, below_one, &a->beta1, err)) != DG_OK ||
 	    (st = query_real(r, "beta2", false, 0.999, 0, below_one, &a->beta2, err)) != DG_OK ||
-	    (st = query_real(r, "eps", false, 1e-8, DBL_MIN, DBL_MAX, &a->eps, err)) != DG_OK)
+	    (st = query_real(r, "eps", false, rms ? 1e-10 : 1e-8, DBL_MIN, DBL_MAX, &a->eps,
+			     err)) != DG_OK ||
+	    (st = query_real(r, "rho", false, 0.9, 0, below_one, &a->rho, err)) != DG_OK ||
+	    (st = query_real(r, "init", false, ada ? 0.1 : 1.0, DBL_MIN, DBL_MAX, &a->init,
+			     err)) != DG_OK)
 		return st;
 	return DG_OK;
 }
@@ -739,6 +950,90 @@ static enum dg_status apply_reply(struct ps_ctx *c, const char *name,
 			     "}\n", res->pending, res->step);
 }
 
+/* A row-wise apply's rows and values: ?rows=LIST with a body of the rows'
+ * values (any encoding), or ?row_count=N with a raw body of N int64 row
+ * indices (little-endian) then the values. Neither: a dense apply (a->rows
+ * stays NULL, *g NULL). *rows and *g owned. */
+static enum dg_status apply_rows_body(struct ps_ctx *c, struct dg_http_req *r, const char *name,
+				      struct ps_apply_args *a, int64_t **rows,
+				      struct dg_tensor **g, struct dg_err *err)
+{
+	const char *list = dg_http_query(r, "rows");
+	struct dg_wire_desc d = { 0 };
+	enum dg_encoding enc;
+	int64_t count = -1, numel;
+	const char *body;
+	size_t len = 0;
+	enum dg_status st;
+
+	*rows = NULL;
+	*g = NULL;
+	if ((dg_http_query(r, "row_count") &&
+	     (st = query_range(r, "row_count", 0, 0, MAX_ROWS, &count, err)) != DG_OK) ||
+	    (st = dg_wire_req_encoding(r, false, &enc, err)) != DG_OK)
+		return st;
+	if (!list && count < 0)
+		return DG_OK;
+	if (list && count >= 0) {
+		dg_err_set(err, DG_EINVAL, "give rows=LIST or row_count=N, not both");
+		dg_err_hint(err, "row_count=N: the raw body starts with N int64 row indices");
+		return DG_EINVAL;
+	}
+	if (list) {
+		if ((st = rows_arg(list, rows, &a->n_rows, err)) != DG_OK ||
+		    (enc != DG_ENC_NPY && (st = rows_desc(c, r, name, a->n_rows, &d, err)) != DG_OK))
+			goto fail;
+		if ((st = dg_wire_req_tensor(r, enc, &d, g, err)) != DG_OK) {
+			dg_err_prefix(err, "%s body for the rows of '%s'", dg_encoding_name(enc), name);
+			goto fail;
+		}
+		a->rows = *rows;
+		return DG_OK;
+	}
+	if (enc != DG_ENC_RAW) {
+		dg_err_set(err, DG_EINVAL, "row_count=N takes a raw body, not %s",
+			   dg_encoding_name(enc));
+		dg_err_hint(err, "or give the rows in the query: rows=LIST");
+		return DG_EINVAL;
+	}
+	body = dg_http_body(r, &len);
+	if (len / 8 < (uint64_t)count) {
+		dg_err_set(err, DG_EINVAL, "the body has %zu bytes: row_count=%" PRId64 " needs %"
+			   PRId64 " bytes of int64 row indices first", len, count, count * 8);
+		return DG_EINVAL;
+	}
+	if ((st = rows_desc(c, r, name, count, &d, err)) != DG_OK ||
+	    (st = dg_shape_numel(&d.shape, &numel, err)) != DG_OK)
+		return st;
+	if ((size_t)numel * dg_dtype_size(d.dtype) != len - (size_t)count * 8) {
+		char sh[160];
+		dg_shape_format(&d.shape, sh, sizeof sh);
+		dg_err_set(err, DG_EINVAL, "the body has %zu bytes of values after %" PRId64 " row "
+			   "indices; %s %s takes %zu", len - (size_t)count * 8, count,
+			   dg_dtype_name(d.dtype), sh, (size_t)numel * dg_dtype_size(d.dtype));
+		return DG_EINVAL;
+	}
+	*rows = malloc((size_t)(count + 1) * sizeof **rows);
+	*g = *rows ? dg_tensor_new_uninit(d.dtype, &d.shape, err) : NULL;
+	if (!*g) {
+		st = dg_err_set(err, DG_ENOMEM, "out of memory for the rows of '%s'", name);
+		goto fail;
+	}
+	if (count)
+		memcpy(*rows, body, (size_t)count * 8);
+	if ((*g)->nbytes)
+		memcpy((*g)->data, body + count * 8, (*g)->nbytes);
+	a->rows = *rows;
+	a->n_rows = count;
+	return DG_OK;
+fail:
+	free(*rows);
+	*rows = NULL;
+	dg_tensor_free(*g);
+	*g = NULL;
+	return st;
+}
+
 static enum dg_status h_var_apply(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
 				  struct dg_err *err)
 {
@@ -746,6 +1041,7 @@ static enum dg_status h_var_apply(void *vc, struct dg_http_req *r, struct dg_htt
 	struct ps_apply_args a = { 0 };
 	struct ps_apply_result res = { 0 };
 	struct dg_tensor *g = NULL;
+	int64_t *rows = NULL;
 	const char *name;
 	enum dg_status st;
 
@@ -765,10 +1061,13 @@ static enum dg_status h_var_apply(void *vc, struct dg_http_req *r, struct dg_htt
 			   "lease_queue=NAME (a valid queue name)");
 		return DG_EINVAL;
 	}
-	if ((st = body_tensor(c, r, name, true, &g, err)) != DG_OK)
+	if ((st = apply_rows_body(c, r, name, &a, &rows, &g, err)) != DG_OK)
+		return st;
+	if (!a.rows && (st = body_tensor(c, r, name, true, &g, err)) != DG_OK)
 		return st;
 	st = ps_store_apply(c->store, name, &a, g, &res, err);
 	dg_tensor_free(g);
+	free(rows);
 	if (lq && (st == DG_OK || st == DG_ESTALE)) {
 		/* The update landed (or was dropped): one of the step's applies that
 		 * end its batch's lease here, in the same request, so that no worker
@@ -1206,8 +1505,10 @@ const struct dg_route ps_routes[] = {
 	{ "GET", "/v1/health", h_health, "server status as JSON" },
 	{ "GET", "/v1/metrics", h_metrics, "Prometheus text metrics" },
 	{ "GET", "/v1/vars", h_var_list, "list variables (?prefix=P)" },
-	{ "POST", "/v1/vars/{name...}/apply", h_var_apply, "apply an update rule" },
-	{ "GET", "/v1/vars/{name...}", h_var_get, "read a variable (Range, ?min_version/step)" },
+	{ "POST", "/v1/vars/{name...}/apply", h_var_apply, "apply an update rule (?rows=)" },
+	{ "POST", "/v1/vars/{name...}/rows", h_var_rows, "read the rows a body of indices names" },
+	{ "GET", "/v1/vars/{name...}", h_var_get,
+	  "read a variable (Range, ?rows=, ?min_version/step)" },
 	{ "HEAD", "/v1/vars/{name...}", h_var_get, "a variable's tensor headers" },
 	{ "PUT", "/v1/vars/{name...}", h_var_put, "create or replace a variable" },
 	{ "PATCH", "/v1/vars/{name...}", h_var_patch, "write part of a variable" },

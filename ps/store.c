@@ -63,6 +63,19 @@ static struct block *block_new(enum dg_dtype dt, const struct dg_shape *shape, s
 	return b;
 }
 
+/* Every element of a float block = x (slots that do not start at zero). */
+static void block_fill(struct block *b, double x)
+{
+	int64_t n = (int64_t)(b->v.nbytes / dg_dtype_size(b->v.dtype));
+
+	if (b->v.dtype == DG_F32)
+		for (int64_t i = 0; i < n; i++)
+			((float *)b->mem)[i] = (float)x;
+	else if (b->v.dtype == DG_F64)
+		for (int64_t i = 0; i < n; i++)
+			((double *)b->mem)[i] = x;
+}
+
 static struct block *block_copy(const struct block *src)
 {
 	struct block *b = block_new(src->v.dtype, &src->v.shape, src->v.nbytes, NULL, false);
@@ -108,6 +121,12 @@ struct sync_acc {
 	int64_t *seen;                  /* replica ids that reported (count of them <= count) */
 	int n_seen, cap_seen;
 	void *sum;                      /* numel 8-byte sums (ps_acc_add), NULL until needed */
+	/* A step of row-wise gradients: the rows and their values (as double)
+	 * of every arrival so far, concatenated; summed at the last arrival. */
+	bool rows;
+	int64_t *r_rows;
+	double *r_vals;
+	int64_t r_n, r_cap;
 };
 
 struct var {
@@ -192,6 +211,8 @@ static void acc_reset(struct sync_acc *a)
 {
 	free(a->seen);
 	dg_free_aligned(a->sum);
+	free(a->r_rows);
+	free(a->r_vals);
 	*a = (struct sync_acc){ 0 };
 }
 
@@ -343,6 +364,34 @@ static void *ckpt_main(void *arg);
 static void slot_name_make(char *dst, const char *name, const char *suffix);
 
 /* Recovery callbacks: single-threaded (no request runs yet), so no locks. */
+/* --- rows ------------------------------------------------------------------------------- */
+
+/* Elements per row of dim 0 of a value of rank >= 1 (0 for an empty one). */
+static int64_t row_len_of(const struct ps_value *w)
+{
+	int64_t n = 1;
+
+	for (int i = 1; i < w->shape.ndim; i++)
+		n *= w->shape.dim[i];
+	return n;
+}
+
+/* Do n rows of shape gs (dim 0 = n) fit value w: same trailing dims, every
+ * row in range? */
+static bool rows_fit(const struct ps_value *w, const struct dg_shape *gs, const int64_t *rows,
+		     int64_t n)
+{
+	if (w->shape.ndim < 1 || gs->ndim != w->shape.ndim || gs->dim[0] != n)
+		return false;
+	for (int i = 1; i < gs->ndim; i++)
+		if (gs->dim[i] != w->shape.dim[i])
+			return false;
+	for (int64_t i = 0; i < n; i++)
+		if (rows[i] < 0 || rows[i] >= w->shape.dim[0])
+			return false;
+	return true;
+}
+
 struct recover_ctx {
 	struct ps_store *s;
 	uint64_t max_version;
@@ -400,7 +449,12 @@ static enum dg_status rc_apply(struct recover_ctx *c, struct var *v, const struc
 	void *slots[PS_MAX_SLOTS] = { 0 };
 	struct var *sv[PS_MAX_SLOTS] = { 0 };
 
-	if (!v || v->val->v.dtype != r->dtype || !dg_shape_eq(&v->val->v.shape, &r->shape))
+	const struct ps_value *val = v ? &v->val->v : NULL;
+	bool rows = r->type == PS_WAL_APPLY_ROWS;
+
+	if (!v || val->dtype != r->dtype ||
+	    (rows ? !rows_fit(val, &r->shape, r->rows, r->shape.dim[0])
+		  : !dg_shape_eq(&val->shape, &r->shape)))
 		return dg_err_set(err, DG_EIO, "the log applies %s to '%s', which %s",
 				  ps_rule_name(r->args->rule), r->name,
 				  v ? "has another dtype or shape" : "does not exist");
@@ -413,14 +467,18 @@ static enum dg_status rc_apply(struct recover_ctx *c, struct var *v, const struc
 		x = sv[i] ? &sv[i]->val->v : NULL;
 		if (!x || (ps_rule_slot_is_counter(r->args->rule, i)
 			   ? x->dtype != DG_I64 || x->shape.ndim != 0
-			   : x->dtype != r->dtype || !dg_shape_eq(&x->shape, &r->shape)))
+			   : x->dtype != r->dtype || !dg_shape_eq(&x->shape, &val->shape)))
 			return dg_err_set(err, DG_EIO, "the log applies %s to '%s', whose slot "
 					  "'%s' %s", ps_rule_name(r->args->rule), r->name, sname,
 					  x ? "does not fit" : "does not exist");
 		slots[i] = sv[i]->val->mem;
 	}
-	ps_apply_rule(r->args, r->dtype, v->val->v.nbytes / dg_dtype_size(r->dtype),
-		      v->val->mem, r->data, slots);
+	if (rows)
+		ps_apply_rule_rows(r->args, r->dtype, row_len_of(val), r->shape.dim[0], r->rows,
+				   v->val->mem, r->data, slots);
+	else
+		ps_apply_rule(r->args, r->dtype, (int64_t)(val->nbytes / dg_dtype_size(r->dtype)),
+			      v->val->mem, r->data, slots);
 	for (int i = 0; i <= n_slots; i++) {
 		struct block *b = i ? sv[i - 1]->val : v->val;
 		b->v.version = r->version;
@@ -449,10 +507,12 @@ static enum dg_status rc_rec(void *ud, const struct ps_wal_rec *r, void *data, s
 			return dg_err_set(err, DG_EIO, "the log assigns '%s', which %s", r->name,
 					  v ? "has another dtype or shape" : "does not exist");
 		}
-		/* CREATE: data is NULL and a zeroed block is made */
+		/* CREATE: data is NULL and a zeroed (or filled) block is made */
 		b = block_new(r->dtype, &r->shape, r->nbytes, data, r->type == PS_WAL_CREATE);
 		if (!b)
 			return dg_err_set(err, DG_ENOMEM, "out of memory loading '%s'", r->name);
+		if (r->type == PS_WAL_CREATE && r->fill != 0)
+			block_fill(b, r->fill);
 		b->v.version = r->version;
 		b->v.mtime = r->mtime;
 		if (!v)
@@ -464,7 +524,7 @@ static enum dg_status rc_rec(void *ud, const struct ps_wal_rec *r, void *data, s
 		}
 		return DG_OK;
 	}
-	if (r->type == PS_WAL_APPLY)
+	if (r->type == PS_WAL_APPLY || r->type == PS_WAL_APPLY_ROWS)
 		return rc_apply(c, v, r, err);
 	if (r->type == PS_WAL_PATCH) {
 		if (!v || r->offset > v->val->v.nbytes || r->nbytes > v->val->v.nbytes - r->offset)
@@ -880,6 +940,57 @@ enum dg_status ps_store_get(struct ps_store *s, const char *name, struct ps_valu
 	return st;
 }
 
+enum dg_status ps_value_rows(const struct ps_value *v, const char *name, const int64_t *rows,
+			     int64_t n, struct dg_tensor **out, struct dg_err *err)
+{
+	struct dg_shape shape;
+	struct dg_tensor *t;
+	size_t rb;
+
+	*out = NULL;
+	if (v->shape.ndim < 1) {
+		dg_err_set(err, DG_ESHAPE, "'%s' is a scalar: it has no rows", name);
+		dg_err_hint(err, "read it without rows");
+		return DG_ESHAPE;
+	}
+	for (int64_t i = 0; i < n; i++) {
+		if (rows[i] < 0 || rows[i] >= v->shape.dim[0]) {
+			dg_err_set(err, DG_EINVAL, "row %lld of '%s' is out of range: it has %lld rows",
+				   (long long)rows[i], name, (long long)v->shape.dim[0]);
+			dg_err_hint(err, "rows index dim 0, from 0 to %lld",
+				    (long long)v->shape.dim[0] - 1);
+			return DG_EINVAL;
+		}
+	}
+	shape = v->shape;
+	shape.dim[0] = n;
+	/* a value is immutable while held: the rows are copied without a lock */
+	rb = v->shape.dim[0] ? v->nbytes / (size_t)v->shape.dim[0] : 0;
+	if (!(t = dg_tensor_new_uninit(v->dtype, &shape, err)))
+		return err && err->code != DG_OK ? err->code : DG_ENOMEM;
+	for (int64_t i = 0; i < n && rb; i++)
+		memcpy((char *)t->data + (size_t)i * rb, (const char *)v->data + (size_t)rows[i] * rb,
+		       rb);
+	*out = t;
+	return DG_OK;
+}
+
+enum dg_status ps_store_get_rows(struct ps_store *s, const char *name, const int64_t *rows,
+				 int64_t n, struct dg_tensor **out, uint64_t *version,
+				 struct dg_err *err)
+{
+	struct ps_value *v = NULL;
+	enum dg_status st = ps_store_get(s, name, &v, err);
+
+	*out = NULL;
+	if (st == DG_OK)
+		st = ps_value_rows(v, name, rows, n, out, err);
+	if (st == DG_OK && version)
+		*version = v->version;
+	ps_value_release(v);
+	return st;
+}
+
 enum dg_status ps_store_wait(struct ps_store *s, const char *name, uint64_t min_version,
 			     int64_t timeout_ms, struct ps_value **out, struct dg_err *err)
 {
@@ -1049,16 +1160,17 @@ static enum dg_status put_check(const struct var *v, const struct block *nb,
 	return DG_OK;
 }
 
-/* Log that name now holds zeros of b's dtype/shape (a slot made or reset by
- * an apply). Applies are not logged, but this change of existence or shape
- * is: acknowledged writes of the slot logged later must replay onto it. No
- * wait for durability: any later record that needs it is synced after it. */
+/* Log that name now holds b's dtype/shape, every element fill (a slot made
+ * or reset by an apply). Applies are not logged, but this change of
+ * existence or shape is: acknowledged writes of the slot logged later must
+ * replay onto it. No wait for durability: any later record that needs it is
+ * synced after it. */
 static enum dg_status log_create(struct ps_store *s, const char *name, const struct block *b,
-				 struct dg_err *err)
+				 double fill, struct dg_err *err)
 {
 	struct ps_wal_rec r = { .type = PS_WAL_CREATE, .name = name, .dtype = b->v.dtype,
 				.shape = b->v.shape, .version = b->v.version, .mtime = b->v.mtime,
-				.nbytes = b->v.nbytes };
+				.nbytes = b->v.nbytes, .fill = fill };
 	uint64_t lsn;
 
 	return s->wal ? store_append(s, &r, &lsn, err) : DG_OK;
@@ -1385,6 +1497,13 @@ struct apply_ctx {
 						  * the rule computes from these bytes */
 	void *mean;                              /* sync: the mean gradient (var dtype) */
 	uint32_t crc;                            /* assign, strict: CRC of the logged data */
+	/* Row-wise: g holds n_rows rows of row_len elements for rows rows
+	 * (distinct, ascending; NULL: dense). A sync step's mean has rows of its
+	 * own (mean_rows, owned). */
+	const int64_t *rows;
+	int64_t n_rows, row_len;
+	int64_t *mean_rows;
+	int64_t n_mean_rows;
 };
 
 static void lock_sorted(struct var **vs, int n)
@@ -1410,13 +1529,19 @@ static bool slot_fits(const struct apply_ctx *c, int i, const struct ps_value *w
 	return sv->dtype == w->dtype && dg_shape_eq(&sv->shape, &w->shape);
 }
 
+/* A new slot i: zeros, or the rule's start value (ps_rule_slot_init). */
 static struct block *slot_zero(const struct apply_ctx *c, int i, const struct ps_value *w)
 {
 	static const struct dg_shape scalar = { 0 };
+	struct block *b;
+	double x = ps_rule_slot_init(c->a, i);
 
 	if (ps_rule_slot_is_counter(c->a->rule, i))
 		return block_new(DG_I64, &scalar, 8, NULL, true);
-	return block_new(w->dtype, &w->shape, w->nbytes, NULL, true);
+	b = block_new(w->dtype, &w->shape, w->nbytes, NULL, x == 0);
+	if (b && x != 0)
+		block_fill(b, x);
+	return b;
 }
 
 /* Find the slots; create missing ones (zeros) when the map is held for
@@ -1446,7 +1571,7 @@ static enum dg_status find_slots(struct ps_store *s, struct apply_ctx *c, bool w
 		pthread_mutex_unlock(&c->v->mu);
 		if (st == DG_OK) {
 			b->v.mtime = dg_wall_s();
-			st = log_create(s, sv->name, b, err);
+			st = log_create(s, sv->name, b, ps_rule_slot_init(c->a, i), err);
 		}
 		if (st == DG_OK)
 			st = map_insert(s, sv, err);
@@ -1461,6 +1586,47 @@ static enum dg_status find_slots(struct ps_store *s, struct apply_ctx *c, bool w
 	return DG_OK;
 }
 
+/* A row-wise update against the variable: same dtype, the rows' trailing
+ * dims, rows in range. */
+static enum dg_status rows_check(const struct apply_ctx *c, struct dg_err *err)
+{
+	const struct ps_value *w = &c->v->val->v;
+	const struct dg_tensor *g = c->g;
+	const char *rule = ps_rule_name(c->a->rule);
+	struct dg_shape row = w->shape;
+	char a[160], b[160];
+
+	if (g->dtype == w->dtype && rows_fit(w, &g->shape, c->rows, c->n_rows))
+		return DG_OK;
+	if (g->dtype != w->dtype) {
+		dg_err_set(err, DG_EDTYPE, "row-wise %s of '%s': the rows are %s, the variable %s",
+			   rule, c->name, dg_dtype_name(g->dtype), dg_dtype_name(w->dtype));
+		dg_err_hint(err, "send the rows in the variable's dtype");
+		return DG_EDTYPE;
+	}
+	if (w->shape.ndim < 1) {
+		dg_err_set(err, DG_ESHAPE, "row-wise %s of '%s': it is a scalar, which has no rows",
+			   rule, c->name);
+		dg_err_hint(err, "update a scalar without rows");
+		return DG_ESHAPE;
+	}
+	/* rows are ascending: the last is the largest */
+	if (c->n_rows > 0 && c->rows[c->n_rows - 1] >= w->shape.dim[0]) {
+		dg_err_set(err, DG_EINVAL, "row-wise %s of '%s': row %lld is out of range: it has "
+			   "%lld rows", rule, c->name, (long long)c->rows[c->n_rows - 1],
+			   (long long)w->shape.dim[0]);
+		dg_err_hint(err, "rows index dim 0, from 0 to %lld", (long long)w->shape.dim[0] - 1);
+		return DG_EINVAL;
+	}
+	row.dim[0] = g->shape.ndim > 0 ? g->shape.dim[0] : 0;
+	dg_shape_format(&g->shape, a, sizeof a);
+	dg_shape_format(&row, b, sizeof b);
+	dg_err_set(err, DG_ESHAPE, "row-wise %s of '%s': the rows have shape %s, the variable's "
+		   "would be %s", rule, c->name, a, b);
+	dg_err_hint(err, "send [n] + the variable's shape without its first dim");
+	return DG_ESHAPE;
+}
+
 /* Gradient against the variable: same dtype and shape. */
 static enum dg_status grad_check(const struct apply_ctx *c, struct dg_err *err)
 {
@@ -1468,6 +1634,8 @@ static enum dg_status grad_check(const struct apply_ctx *c, struct dg_err *err)
 	const struct dg_tensor *g = c->g;
 	char a[160], b[160];
 
+	if (c->rows)
+		return rows_check(c, err);
 	if (g->dtype == w->dtype && dg_shape_eq(&g->shape, &w->shape))
 		return DG_OK;   /* the common case: no message to format */
 	dg_shape_format(&g->shape, a, sizeof a);
@@ -1485,6 +1653,115 @@ static enum dg_status grad_check(const struct apply_ctx *c, struct dg_err *err)
 		dg_err_hint(err, "send an update of the variable's shape");
 		return DG_ESHAPE;
 	}
+	return DG_OK;
+}
+
+/* One row of an update and where it came from: sorting these groups the
+ * duplicates of a row and keeps them in arrival order. */
+struct rowref {
+	int64_t row, pos;
+};
+
+static int cmp_rowref(const void *a, const void *b)
+{
+	const struct rowref *x = a, *y = b;
+
+	if (x->row != y->row)
+		return x->row < y->row ? -1 : 1;
+	return (x->pos > y->pos) - (x->pos < y->pos);
+}
+
+/* rows[0..n) as rowrefs sorted by row (owned; NULL when out of memory). */
+static struct rowref *rows_sorted(const int64_t *rows, int64_t n)
+{
+	struct rowref *r = malloc((size_t)(n > 0 ? n : 1) * sizeof *r);
+
+	if (!r)
+		return NULL;
+	for (int64_t i = 0; i < n; i++)
+		r[i] = (struct rowref){ rows[i], i };
+	qsort(r, (size_t)n, sizeof *r, cmp_rowref);
+	return r;
+}
+
+static double elem_f64(enum dg_dtype dt, const void *p, int64_t i)
+{
+	return dt == DG_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
+}
+
+/* Sync, row-wise, not the last arrival: keep its rows and values. */
+static enum dg_status rows_acc_add(struct sync_acc *acc, const struct apply_ctx *c,
+				   struct dg_err *err)
+{
+	int64_t n = c->n_rows, len = c->row_len;
+
+	if (acc->r_n + n > acc->r_cap) {
+		int64_t cap = acc->r_cap * 2 > acc->r_n + n ? acc->r_cap * 2 : acc->r_n + n + 64;
+		int64_t *nr = realloc(acc->r_rows, (size_t)cap * sizeof *nr);
+		if (nr)
+			acc->r_rows = nr;
+		double *nv = nr ? realloc(acc->r_vals, (size_t)(cap * len + 1) * sizeof *nv) : NULL;
+		if (!nv)
+			return dg_err_set(err, DG_ENOMEM, "out of memory accumulating '%s'",
+					  c->name);
+		acc->r_vals = nv;
+		acc->r_cap = cap;
+	}
+	if (n)
+		memcpy(acc->r_rows + acc->r_n, c->rows, (size_t)n * sizeof *c->rows);
+	for (int64_t i = 0; i < n * len; i++)
+		acc->r_vals[acc->r_n * len + i] = elem_f64(c->g->dtype, c->g->data, i);
+	acc->r_n += n;
+	return DG_OK;
+}
+
+/* Sync, row-wise, the last arrival: the mean of count gradients over the
+ * union of their rows (a row an arrival did not send is 0 in it, as in the
+ * dense mean), into c->mean (the variable's dtype) and c->mean_rows. */
+static enum dg_status rows_mean(struct apply_ctx *c, int count, struct dg_err *err)
+{
+	const struct sync_acc *acc = &c->v->acc;
+	enum dg_dtype dt = c->g->dtype;
+	int64_t na = acc->r_n, n = na + c->n_rows, len = c->row_len, nu = 0;
+	size_t cells = (size_t)(n * len + 1);
+	int64_t *all = malloc((size_t)(n + 1) * sizeof *all);
+	struct rowref *ref = NULL;
+	double *sum = calloc(cells, sizeof *sum);
+
+	c->mean_rows = malloc((size_t)(n + 1) * sizeof *c->mean_rows);
+	c->mean = dg_alloc_aligned(cells * dg_dtype_size(dt));
+	if (all) {
+		if (na)
+			memcpy(all, acc->r_rows, (size_t)na * sizeof *all);
+		if (c->n_rows)
+			memcpy(all + na, c->rows, (size_t)c->n_rows * sizeof *all);
+		ref = rows_sorted(all, n);
+	}
+	if (!all || !ref || !sum || !c->mean_rows || !c->mean) {
+		free(all);
+		free(ref);
+		free(sum);
+		return dg_err_set(err, DG_ENOMEM, "out of memory for the mean of '%s'", c->name);
+	}
+	for (int64_t i = 0; i < n; i++) {
+		if (i == 0 || ref[i].row != ref[i - 1].row)
+			c->mean_rows[nu++] = ref[i].row;
+		double *d = sum + (nu - 1) * len;
+		int64_t p = ref[i].pos;
+		for (int64_t k = 0; k < len; k++)
+			d[k] += p < na ? acc->r_vals[p * len + k]
+				       : elem_f64(dt, c->g->data, (p - na) * len + k);
+	}
+	for (int64_t i = 0; i < nu * len; i++) {
+		if (dt == DG_F32)
+			((float *)c->mean)[i] = (float)(sum[i] / count);
+		else
+			((double *)c->mean)[i] = sum[i] / count;
+	}
+	c->n_mean_rows = nu;
+	free(all);
+	free(ref);
+	free(sum);
 	return DG_OK;
 }
 
@@ -1516,6 +1793,13 @@ static enum dg_status sync_arrive(struct apply_ctx *c, struct ps_apply_result *r
 		dg_err_hint(err, "every replica of a step must send the same replicas and backup");
 		return DG_EINVAL;
 	}
+	if (acc->count && acc->rows != (c->rows != NULL)) {
+		dg_err_set(err, DG_EINVAL, "step %lld of '%s' collects %s gradients; this one is %s",
+			   (long long)a->step, c->name, acc->rows ? "row-wise" : "dense",
+			   c->rows ? "row-wise" : "dense");
+		dg_err_hint(err, "every replica of a step must send the same kind of update");
+		return DG_EINVAL;
+	}
 	for (int i = 0; a->replica >= 0 && i < acc->n_seen; i++) {
 		if (acc->seen[i] == a->replica) {
 			dg_err_set(err, DG_ESTALE, "replica %lld already sent a gradient for step "
@@ -1524,6 +1808,11 @@ static enum dg_status sync_arrive(struct apply_ctx *c, struct ps_apply_result *r
 			dg_err_hint(err, "each replica sends one gradient per step");
 			return DG_ESTALE;
 		}
+	}
+	if (acc->count + 1 >= a->replicas - a->backup && c->rows) {
+		enum dg_status st = rows_mean(c, acc->count + 1, err);
+		*apply = st == DG_OK;
+		return st;
 	}
 	if (acc->count + 1 >= a->replicas - a->backup) {
 		/* the last arrival: mean of the sum so far and this gradient,
@@ -1541,7 +1830,7 @@ static enum dg_status sync_arrive(struct apply_ctx *c, struct ps_apply_result *r
 		*apply = true;
 		return DG_OK;
 	}
-	if (!acc->sum) {
+	if (!acc->sum && !c->rows) {
 		acc->sum = dg_alloc_aligned((size_t)numel * 8);
 		if (!acc->sum)
 			return dg_err_set(err, DG_ENOMEM, "out of memory accumulating '%s'",
@@ -1557,7 +1846,14 @@ static enum dg_status sync_arrive(struct apply_ctx *c, struct ps_apply_result *r
 		acc->seen = ns;
 		acc->cap_seen = nc;
 	}
-	ps_acc_add(c->g->dtype, numel, acc->sum, c->g->data);
+	if (c->rows) {
+		enum dg_status st = rows_acc_add(acc, c, err);
+		if (st != DG_OK)
+			return st;
+	} else {
+		ps_acc_add(c->g->dtype, numel, acc->sum, c->g->data);
+	}
+	acc->rows = c->rows != NULL;
 	if (a->replica >= 0)
 		acc->seen[acc->n_seen++] = a->replica;
 	acc->count++;
@@ -1582,12 +1878,12 @@ static enum dg_status apply_prepare(struct apply_ctx *c, struct dg_err *err)
 		bool priv = block_is_private(cur);
 		if (i && reset)
 			c->out[i] = slot_zero(c, i - 1, w);
-		else if (i || priv)
+		else if (i || priv || c->rows)   /* rows: copy all, update some */
 			c->out[i] = priv ? cur : block_copy(cur);
 		else    /* a reader holds the value: the rule writes a fresh block from it */
 			c->out[i] = block_new(cur->v.dtype, &cur->v.shape, cur->v.nbytes, NULL,
 					      false);
-		if (!i && !priv && c->out[i])
+		if (!i && !priv && !c->rows && c->out[i])
 			c->src = cur->mem;
 		if (!c->out[i])
 			return dg_err_set(err, DG_ENOMEM, "out of memory updating '%s'", c->name);
@@ -1613,6 +1909,8 @@ static enum dg_status apply_commit(struct ps_store *s, struct apply_ctx *c, uint
 				   struct dg_err *err)
 {
 	const void *g = c->mean ? c->mean : c->g->data;
+	const int64_t *rows = c->mean_rows ? c->mean_rows : c->rows;
+	int64_t n_rows = c->mean_rows ? c->n_mean_rows : c->n_rows;
 	void *slots[PS_MAX_SLOTS] = { 0 };
 	uint64_t ver[1 + PS_MAX_SLOTS];
 	double now = dg_wall_s();
@@ -1623,9 +1921,21 @@ static enum dg_status apply_commit(struct ps_store *s, struct apply_ctx *c, uint
 	for (int i = 1; c->reset && i <= c->n_slots && st == DG_OK; i++) {
 		c->out[i]->v.version = ver[i];
 		c->out[i]->v.mtime = now;
-		st = log_create(s, c->slot[i - 1]->name, c->out[i], err);
+		st = log_create(s, c->slot[i - 1]->name, c->out[i],
+				ps_rule_slot_init(c->a, i - 1), err);
 	}
-	if (st == DG_OK && s->wal && (c->a->rule == PS_ASSIGN || s->strict)) {
+	if (st == DG_OK && s->wal && rows && (c->a->rule == PS_ASSIGN || s->strict)) {
+		struct ps_wal_rec r = {
+			.type = PS_WAL_APPLY_ROWS, .name = c->name, .dtype = c->g->dtype,
+			.shape = c->g->shape, .version = ver[0], .mtime = now, .data = g,
+			.nbytes = (size_t)(n_rows * c->row_len) * dg_dtype_size(c->g->dtype),
+			.args = c->a, .rows = rows,
+			.step = c->a->step >= 0 ? c->v->sync_step + 1 : -1,
+		};
+		r.shape.dim[0] = n_rows;
+		r.data_crc = ps_wal_rows_crc(c->a, rows, n_rows, g, r.nbytes);
+		st = store_append(s, &r, lsn, err);
+	} else if (st == DG_OK && s->wal && (c->a->rule == PS_ASSIGN || s->strict)) {
 		bool assign = c->a->rule == PS_ASSIGN;
 		struct ps_wal_rec r = {
 			.type = assign ? PS_WAL_ASSIGN : PS_WAL_APPLY, .name = c->name,
@@ -1643,7 +1953,10 @@ static enum dg_status apply_commit(struct ps_store *s, struct apply_ctx *c, uint
 		return st;
 	for (int i = 0; i < c->n_slots; i++)
 		slots[i] = c->out[1 + i]->mem;
-	if (c->src)
+	if (rows)
+		ps_apply_rule_rows(c->a, c->g->dtype, c->row_len, n_rows, rows, c->out[0]->mem, g,
+				   slots);
+	else if (c->src)
 		ps_apply_rule_from(c->a, c->g->dtype, c->g->numel, c->out[0]->mem, c->src, g,
 				   slots);
 	else
@@ -1667,6 +1980,12 @@ static enum dg_status apply_locked(struct ps_store *s, struct apply_ctx *c,
 
 	if (st == DG_OK)
 		st = ps_apply_check_dtype(c->a, c->v->val->v.dtype, c->name, err);
+	if (st == DG_OK && c->rows && c->a->step >= 0 && !dg_dtype_is_float(c->g->dtype)) {
+		dg_err_set(err, DG_EDTYPE, "sync row-wise %s of '%s': it is %s",
+			   ps_rule_name(c->a->rule), c->name, dg_dtype_name(c->g->dtype));
+		dg_err_hint(err, "synchronous row-wise updates take float32 and float64 variables");
+		st = DG_EDTYPE;
+	}
 	if (st == DG_OK && c->a->step >= 0)
 		st = sync_arrive(c, res, &apply, err);
 	if (st == DG_OK && apply) {
@@ -1688,11 +2007,92 @@ static enum dg_status apply_locked(struct ps_store *s, struct apply_ctx *c,
 	return st;
 }
 
+/* The rows of a row-wise update distinct and ascending, into c: a->rows
+ * and g as they are when they already are, else sorted copies with the
+ * values of a row's duplicates summed (*own_rows, *own_vals: owned). gv is
+ * the view of the values c->g points to then. */
+static enum dg_status rows_coalesce(struct apply_ctx *c, const struct dg_tensor *g,
+				    struct dg_tensor *gv, int64_t **own_rows, void **own_vals,
+				    struct dg_err *err)
+{
+	const struct ps_apply_args *a = c->a;
+	const char *rule = ps_rule_name(a->rule);
+	size_t es = dg_dtype_size(g->dtype);
+	int64_t n = a->n_rows, len = 1, nu = 0;
+	bool sorted = true;
+	struct rowref *ref;
+
+	if (g->shape.ndim < 1 || g->shape.dim[0] != n) {
+		char b[160];
+		dg_shape_format(&g->shape, b, sizeof b);
+		dg_err_set(err, DG_ESHAPE, "row-wise %s of '%s': %lld rows but the update has shape "
+			   "%s", rule, c->name, (long long)n, b);
+		dg_err_hint(err, "send one row of values per row index: shape [n, ...]");
+		return DG_ESHAPE;
+	}
+	for (int i = 1; i < g->shape.ndim; i++)
+		len *= g->shape.dim[i];
+	for (int64_t i = 0; i < n; i++) {
+		if (a->rows[i] < 0) {
+			dg_err_set(err, DG_EINVAL, "row-wise %s of '%s': row %lld (index %lld) is "
+				   "negative", rule, c->name, (long long)a->rows[i], (long long)i);
+			dg_err_hint(err, "rows index dim 0 from 0");
+			return DG_EINVAL;
+		}
+		sorted = sorted && (i == 0 || a->rows[i] > a->rows[i - 1]);
+	}
+	c->row_len = len;
+	*gv = *g;
+	c->g = gv;
+	c->rows = a->rows;
+	c->n_rows = n;
+	if (sorted)
+		return DG_OK;
+	if (!(ref = rows_sorted(a->rows, n)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory sorting the rows of '%s'", c->name);
+	*own_rows = malloc((size_t)n * sizeof **own_rows);
+	*own_vals = dg_alloc_aligned(g->nbytes ? g->nbytes : 1);
+	if (!*own_rows || !*own_vals) {
+		free(ref);
+		return dg_err_set(err, DG_ENOMEM, "out of memory sorting the rows of '%s'", c->name);
+	}
+	for (int64_t i = 0; i < n; i++) {
+		const char *src = (const char *)g->data + (size_t)(ref[i].pos * len) * es;
+		if (i && ref[i].row == ref[i - 1].row) {
+			if (a->rule == PS_ASSIGN) {
+				dg_err_set(err, DG_EINVAL, "row-wise assign of '%s': row %lld is "
+					   "given twice", c->name, (long long)ref[i].row);
+				dg_err_hint(err, "assign each row once (other rules sum duplicates)");
+				free(ref);
+				return DG_EINVAL;
+			}
+			ps_apply_add(g->dtype, len, (char *)*own_vals + (size_t)((nu - 1) * len) * es,
+				     src);
+			continue;
+		}
+		(*own_rows)[nu] = ref[i].row;
+		if (len)
+			memcpy((char *)*own_vals + (size_t)(nu * len) * es, src, (size_t)len * es);
+		nu++;
+	}
+	free(ref);
+	gv->data = *own_vals;
+	gv->shape.dim[0] = nu;
+	gv->numel = nu * len;
+	gv->nbytes = (size_t)(nu * len) * es;
+	c->rows = *own_rows;
+	c->n_rows = nu;
+	return DG_OK;
+}
+
 enum dg_status ps_store_apply(struct ps_store *s, const char *name,
 			      const struct ps_apply_args *a, const struct dg_tensor *g,
 			      struct ps_apply_result *res, struct dg_err *err)
 {
 	struct apply_ctx c = { .name = name, .a = a, .g = g };
+	struct dg_tensor gv;
+	int64_t *own_rows = NULL;
+	void *own_vals = NULL;
 	struct ps_apply_result dummy;
 	const char *const *suffix;
 	struct var *locked[MAX_LOCKED];
@@ -1710,21 +2110,29 @@ enum dg_status ps_store_apply(struct ps_store *s, const char *name,
 		st = ps_apply_check_args(a, name, err);
 	if (st == DG_OK)
 		st = tensor_check(g, "update", name, err);
-	if (st != DG_OK)
+	if (st == DG_OK && a->rows)
+		st = rows_coalesce(&c, g, &gv, &own_rows, &own_vals, err);
+	if (st != DG_OK) {
+		free(own_rows);
+		dg_free_aligned(own_vals);
 		return st;
+	}
 	c.n_slots = ps_rule_slots(a->rule, &suffix);
 	for (int i = 0; i < c.n_slots; i++) {
 		if (strlen(name) + strlen(suffix[i]) > DG_VAR_NAME_MAX) {
 			dg_err_set(err, DG_EINVAL, "%s of '%.80s...': the slot name would "
 				   "exceed %d bytes", ps_rule_name(a->rule), name, DG_VAR_NAME_MAX);
 			dg_err_hint(err, "use a shorter variable name");
+			free(own_rows);
+			dg_free_aligned(own_vals);
 			return DG_EINVAL;
 		}
 		slot_name_make(c.slot_name[i], name, suffix[i]);
 	}
-	if (s->wal && a->rule == PS_ASSIGN && a->step < 0)
-		c.crc = ps_crc32(0, g->data, g->nbytes);   /* outside every lock */
-	else if (s->strict && a->step < 0)
+	/* outside every lock (a row-wise record's CRC is computed when logged) */
+	if (!c.rows && s->wal && a->rule == PS_ASSIGN && a->step < 0)
+		c.crc = ps_crc32(0, g->data, g->nbytes);
+	else if (!c.rows && s->strict && a->step < 0)
 		c.crc = ps_wal_apply_crc(a, g->data, g->nbytes);
 	pthread_rwlock_rdlock(&s->map);
 	for (;;) {
@@ -1760,6 +2168,9 @@ enum dg_status ps_store_apply(struct ps_store *s, const char *name,
 	}
 	pthread_rwlock_unlock(&s->map);
 	dg_free_aligned(c.mean);
+	free(c.mean_rows);
+	free(own_rows);
+	dg_free_aligned(own_vals);
 	if (st == DG_OK && lsn)
 		st = ps_wal_sync(s->wal, lsn, err);
 	return st;

@@ -126,16 +126,26 @@ enum dg_status ps_store_patch(struct ps_store *s, const char *name, uint64_t off
 enum dg_status ps_store_delete(struct ps_store *s, const char *name, uint64_t if_match,
 			       struct dg_err *err);
 
-enum ps_rule { PS_ASSIGN, PS_ASSIGN_ADD, PS_SGD, PS_MOMENTUM, PS_ADAM };
+/* The rules from PS_SGD on take lr. */
+enum ps_rule { PS_ASSIGN, PS_ASSIGN_ADD, PS_SGD, PS_MOMENTUM, PS_ADAM, PS_ADAGRAD, PS_RMSPROP };
 /* "sgd" -> PS_SGD; DG_EINVAL listing the rules otherwise. */
 enum dg_status ps_rule_parse(const char *s, enum ps_rule *out, struct dg_err *err);
 
 struct ps_apply_args {
 	enum ps_rule rule;
-	double lr;                      /* sgd, momentum, adam */
-	double momentum;                /* momentum */
+	double lr;                      /* sgd, momentum, adam, adagrad, rmsprop */
+	double momentum;                /* momentum, rmsprop */
 	bool nesterov;
-	double beta1, beta2, eps;       /* adam (defaults 0.9, 0.999, 1e-8 filled by caller) */
+	double beta1, beta2, eps;       /* adam (defaults 0.9, 0.999, 1e-8 filled by caller);
+					 * eps also rmsprop (1e-10) */
+	double rho;                     /* rmsprop: decay of the mean square (0.9) */
+	double init;                    /* adagrad: the accumulator's start (0.1);
+					 * rmsprop: the mean square's (1.0) */
+	/* Row-wise: g holds n_rows rows (g's shape [n_rows] + the variable's
+	 * shape[1:]) for rows rows[i] of dim 0; duplicates are summed first.
+	 * NULL: a dense update of the whole variable. Borrowed. */
+	const int64_t *rows;
+	int64_t n_rows;
 	int64_t step;                   /* sync mode when >= 0 */
 	int replicas;                   /* sync: N */
 	int backup;                     /* sync: K (apply after N-K arrivals) */
@@ -147,7 +157,9 @@ struct ps_apply_result {
 	int pending;                    /* sync: arrivals so far for the step */
 	int64_t step;                   /* sync: the variable's step after this call */
 };
-/* Apply a rule with g (borrowed; must match the variable's dtype and shape).
+/* Apply a rule with g (borrowed; must match the variable's dtype and shape,
+ * or with a->rows the rows' shape: a row-wise update touches those rows of
+ * the variable and of its slots only; adam's step counts applies).
  * Atomic; bumps the version once when applied. Sync mode: DG_ESTALE for a
  * step other than the variable's current one or a replica that already
  * reported. assign is durable like a put; the others are checkpointed, or
@@ -155,6 +167,20 @@ struct ps_apply_result {
 enum dg_status ps_store_apply(struct ps_store *s, const char *name,
 			      const struct ps_apply_args *a, const struct dg_tensor *g,
 			      struct ps_apply_result *res, struct dg_err *err);
+
+/* Rows rows[0..n) of dim 0 of value v (of variable name, for messages), in
+ * that order (repeats allowed), as a new tensor [n] + shape[1:] (owned, in
+ * *out). DG_EINVAL naming the first row out of range; DG_ESHAPE for a
+ * scalar. */
+enum dg_status ps_value_rows(const struct ps_value *v, const char *name, const int64_t *rows,
+			     int64_t n, struct dg_tensor **out, struct dg_err *err);
+/* Rows rows[0..n) of dim 0 of a variable of rank >= 1, in that order
+ * (repeats allowed), as a new tensor [n] + shape[1:] (owned, in *out);
+ * *version gets the version they were read at. DG_EINVAL naming the first
+ * row out of range; DG_ESHAPE for a scalar. */
+enum dg_status ps_store_get_rows(struct ps_store *s, const char *name, const int64_t *rows,
+				 int64_t n, struct dg_tensor **out, uint64_t *version,
+				 struct dg_err *err);
 
 /* Number of variables and their total bytes (slots included). */
 void ps_store_stats(struct ps_store *s, int64_t *n_vars, int64_t *bytes);

@@ -10,7 +10,7 @@
 #include "dg/tensor.h"
 #include "store.h"
 
-#define PS_RULE_COUNT 5
+#define PS_RULE_COUNT 7
 #define PS_MAX_SLOTS 3
 
 /* "sgd" for PS_SGD ("invalid" out of range). */
@@ -32,6 +32,9 @@ enum dg_status ps_apply_check_dtype(const struct ps_apply_args *a, enum dg_dtype
  * variable's dtype and shape, except a counter slot (adam_t: int64 scalar). */
 int ps_rule_slots(enum ps_rule r, const char *const **suffix);
 bool ps_rule_slot_is_counter(enum ps_rule r, int i);
+/* The value slot i starts at (every element): adagrad's and rmsprop's first
+ * slot start at a->init, the others at 0. */
+double ps_rule_slot_init(const struct ps_apply_args *a, int i);
 
 /* Run the rule in place on n elements of dt: w -= ..., slot buffers updated
  * (slots[i] as ps_rule_slots orders them; adam's counter is incremented
@@ -45,6 +48,15 @@ void ps_apply_rule(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, v
  * not overlap. */
 void ps_apply_rule_from(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, void *w,
 			const void *src, const void *g, void *const *slots);
+
+/* The rule on n_rows rows of w (row_len elements each): row rows[i] of w
+ * and of the slots takes row i of g. rows are distinct and in range (the
+ * caller coalesced them); adam's counter ticks once for the whole apply. */
+void ps_apply_rule_rows(const struct ps_apply_args *a, enum dg_dtype dt, int64_t row_len,
+			int64_t n_rows, const int64_t *rows, void *w, const void *g,
+			void *const *slots);
+/* w[n] += g[n] in dt (integers wrap): duplicate rows are summed with it. */
+void ps_apply_add(enum dg_dtype dt, int64_t n, void *w, const void *g);
 
 /* Synchronous accumulation. acc holds n 8-byte sums: double for float32 and
  * float64 variables, wrapping int64 for integer ones. */

@@ -32,7 +32,7 @@ struct dg_client {
 	struct dg_http_client *http;
 	uint64_t epoch;                 /* Dg-Epoch of the last reply that had one */
 	struct dg_buf path;             /* the path + query of the request being built */
-	struct dg_buf body;             /* enqueue bodies of several components */
+	struct dg_buf body;             /* enqueue bodies of several components; row-wise applies */
 	struct dg_http_result res;      /* the reply; its body block is reused */
 	struct queue_layout queues[QUEUE_CACHE];
 	int queue_next;                 /* round-robin slot to replace */
@@ -435,6 +435,34 @@ enum dg_status dg_var_get(struct dg_client *c, const char *name, struct dg_tenso
 		st = send_req(c, "GET", &accept_raw, 1, NULL, 0, res, err);
 	if (st == DG_OK && res->status != 200)
 		st = unexpected(c, "GET", res, err);
+	if (st == DG_OK)
+		st = decode_var(c, name, res, out, info, err);
+	res_end(c);
+	return st;
+}
+
+enum dg_status dg_var_get_rows(struct dg_client *c, const char *name,
+			       const struct dg_tensor *indices, struct dg_tensor **out,
+			       struct dg_var_info *info, struct dg_err *err)
+{
+	struct dg_http_header h[4];
+	struct dg_wire_scratch ws;
+	struct dg_http_result *res;
+	enum dg_status st;
+
+	*out = NULL;
+	if (!indices || (indices->dtype != DG_I32 && indices->dtype != DG_I64))
+		return dg_err_set(err, DG_EDTYPE, "the row indices of '%s' must be int32 or int64",
+				  name ? name : "");
+	dg_wire_request_headers(indices->dtype, &indices->shape, &ws, h);
+	h[3] = accept_raw;
+	res = res_begin(c);
+	res->aligned_body = true;       /* the body becomes the tensor's data */
+	st = path_set(c, "/v1/vars/", name, "/rows", err);
+	if (st == DG_OK)
+		st = send_req(c, "POST", h, 4, indices->data, indices->nbytes, res, err);
+	if (st == DG_OK && res->status != 200)
+		st = unexpected(c, "POST", res, err);
 	if (st == DG_OK)
 		st = decode_var(c, name, res, out, info, err);
 	res_end(c);
@@ -859,7 +887,8 @@ enum dg_status dg_var_delete(struct dg_client *c, const char *name, uint64_t if_
 static enum dg_status apply_query(struct dg_client *c, const struct dg_apply *a,
 				  struct dg_err *err)
 {
-	static const char *const rules[] = { "assign", "assign_add", "sgd", "momentum", "adam" };
+	static const char *const rules[] = { "assign", "assign_add", "sgd", "momentum", "adam",
+					     "adagrad", "rmsprop" };
 	const char *r = a->rule;
 	enum dg_status st = DG_EINVAL;
 
@@ -868,15 +897,24 @@ static enum dg_status apply_query(struct dg_client *c, const struct dg_apply *a,
 			st = DG_OK;
 	if (st != DG_OK) {
 		dg_err_set(err, DG_EINVAL, "unknown update rule '%.40s'", r ? r : "(null)");
-		dg_err_hint(err, "rules: assign, assign_add, sgd, momentum, adam");
+		dg_err_hint(err, "rules: assign, assign_add, sgd, momentum, adam, adagrad, rmsprop");
 		return st;
 	}
 	st = dg_buf_printf(&c->path, err, "?rule=%s", r);
 	bool mom = strcmp(r, "momentum") == 0, adam = strcmp(r, "adam") == 0;
-	if (st == DG_OK && (mom || adam || strcmp(r, "sgd") == 0) && a->lr != 0)
+	bool ada = strcmp(r, "adagrad") == 0, rms = strcmp(r, "rmsprop") == 0;
+	if (st == DG_OK && (mom || adam || ada || rms || strcmp(r, "sgd") == 0) && a->lr != 0)
 		st = query_double(c, "lr", a->lr, err);
-	if (st == DG_OK && mom && a->momentum != 0)
+	if (st == DG_OK && (mom || rms) && a->momentum != 0)
 		st = query_double(c, "momentum", a->momentum, err);
+	if (st == DG_OK && rms && a->rho != 0)
+		st = query_double(c, "rho", a->rho, err);
+	if (st == DG_OK && (ada || rms) && a->init != 0)
+		st = query_double(c, "init", a->init, err);
+	if (st == DG_OK && rms && a->eps != 0)
+		st = query_double(c, "eps", a->eps, err);
+	if (st == DG_OK && a->rows)
+		st = query_int(c, "row_count", a->n_rows, err);
 	if (st == DG_OK && mom && a->nesterov)
 		st = query_int(c, "nesterov", 1, err);
 	if (st == DG_OK && adam && a->beta1 != 0)
@@ -942,15 +980,32 @@ static enum dg_status var_apply(struct dg_client *c, const char *name, const str
 	enum dg_status st;
 	/* Only an async apply can answer with the value (a sync one may wait). */
 	bool want = value && a && a->step < 0;
+	const void *body = grad ? grad->data : NULL;
+	size_t len = grad ? grad->nbytes : 0;
 
 	if (value)
 		*value = NULL;
 	if (!a || !grad)
 		return dg_err_set(err, DG_EINVAL, "apply to variable '%s' without a rule or a "
 				  "gradient", name ? name : "");
+	if (a->rows && (a->n_rows < 0 || grad->shape.ndim < 1 || grad->shape.dim[0] != a->n_rows))
+		return dg_err_set(err, DG_ESHAPE, "row-wise apply to '%s': %lld rows but the "
+				  "update's dim 0 is %lld", name ? name : "", (long long)a->n_rows,
+				  grad->shape.ndim > 0 ? (long long)grad->shape.dim[0] : -1LL);
 	if ((st = path_set(c, "/v1/vars/", name, "/apply", err)) != DG_OK ||
 	    (st = apply_query(c, a, err)) != DG_OK)
 		return st;
+	if (a->rows) {
+		/* one body: the int64 row indices, then the values (the ps takes
+		 * both from one request; the rows touched are few, the copy small) */
+		size_t ib = (size_t)a->n_rows * 8;
+		c->body.len = 0;
+		if ((st = dg_buf_append(&c->body, a->rows, ib, err)) != DG_OK ||
+		    (st = dg_buf_append(&c->body, grad->data, grad->nbytes, err)) != DG_OK)
+			return st;
+		body = c->body.data;
+		len = c->body.len;
+	}
 	dg_wire_request_headers(grad->dtype, &grad->shape, &ws, h);
 	/* An async apply needs only the new version: the server answers 204
 	 * with Dg-Version and no JSON to build or parse. Asked for the value,
@@ -959,7 +1014,7 @@ static enum dg_status var_apply(struct dg_client *c, const char *name, const str
 					"return=minimal" };
 	r = res_begin(c);
 	r->aligned_body = want;         /* the body becomes the value's data */
-	st = send_req(c, "POST", h, a->step < 0 ? 4 : 3, grad->data, grad->nbytes, r, err);
+	st = send_req(c, "POST", h, a->step < 0 ? 4 : 3, body, len, r, err);
 	if (st == DG_OK && r->status != 200 && r->status != 202 && r->status != 204)
 		st = unexpected(c, "POST", r, err);
 	if (st == DG_OK && want && r->status == 200 && r->dg_dtype[0]) {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "store.h"
+#include "store_internal.h"
 
 #define N 5
 
@@ -87,7 +88,9 @@ static enum dg_status apply(struct ps_store *s, const char *name, const struct p
 static struct ps_apply_args args(enum ps_rule r)
 {
 	return (struct ps_apply_args){ .rule = r, .lr = 0.1, .momentum = 0.9, .beta1 = 0.9,
-				       .beta2 = 0.999, .eps = 1e-8, .step = -1, .replica = -1 };
+				       .beta2 = 0.999, .eps = r == PS_RMSPROP ? 1e-10 : 1e-8,
+				       .rho = 0.9, .init = r == PS_ADAGRAD ? 0.1 : 1.0,
+				       .step = -1, .replica = -1 };
 }
 
 static void assert_err(enum dg_status st, enum dg_status want, const struct dg_err *err,
@@ -132,6 +135,19 @@ static void ref_step(const struct ps_apply_args *a, int k, struct refstate *r)
 			r->w[i] -= lr_t * r->m[i] / (sqrt(r->v[i]) + a->eps);
 			break;
 		}
+		case PS_ADAGRAD:
+			if (r->t == 1)
+				r->m[i] = a->init;
+			r->m[i] += g * g;
+			r->w[i] -= a->lr * g / sqrt(r->m[i]);
+			break;
+		case PS_RMSPROP:
+			if (r->t == 1)
+				r->m[i] = a->init;
+			r->m[i] = a->rho * r->m[i] + (1 - a->rho) * g * g;
+			r->v[i] = a->momentum * r->v[i] + a->lr * g / sqrt(r->m[i] + a->eps);
+			r->w[i] -= r->v[i];
+			break;
 		case PS_ASSIGN_ADD: r->w[i] += g; break;
 		case PS_ASSIGN: r->w[i] = g; break;
 		}
@@ -166,6 +182,12 @@ static void check_against_reference(enum dg_dtype dt, const struct ps_apply_args
 			if (a->rule == PS_ADAM) {
 				cr_assert_float_eq(at(s, "w.adam_m", i), r.m[i], tol);
 				cr_assert_float_eq(at(s, "w.adam_v", i), r.v[i], tol);
+			}
+			if (a->rule == PS_ADAGRAD)
+				cr_assert_float_eq(at(s, "w.accum", i), r.m[i], tol);
+			if (a->rule == PS_RMSPROP) {
+				cr_assert_float_eq(at(s, "w.rms", i), r.m[i], tol);
+				cr_assert_float_eq(at(s, "w.rms_momentum", i), r.v[i], tol);
 			}
 		}
 		if (a->rule == PS_ADAM)
@@ -448,8 +470,12 @@ Test(apply, rule_names_parse_and_unknown_ones_list_the_rules)
 	cr_assert_eq(r, PS_ASSIGN_ADD);
 	cr_assert_eq(ps_rule_parse("adam", &r, &err), DG_OK);
 	cr_assert_eq(r, PS_ADAM);
-	assert_err(ps_rule_parse("rmsprop", &r, &err), DG_EINVAL, &err, "rmsprop");
-	cr_assert_not_null(strstr(err.hint, "momentum"));
+	cr_assert_eq(ps_rule_parse("adagrad", &r, &err), DG_OK);
+	cr_assert_eq(r, PS_ADAGRAD);
+	cr_assert_eq(ps_rule_parse("rmsprop", &r, &err), DG_OK);
+	cr_assert_eq(r, PS_RMSPROP);
+	assert_err(ps_rule_parse("adadelta", &r, &err), DG_EINVAL, &err, "adadelta");
+	cr_assert_not_null(strstr(err.hint, "rmsprop"));
 }
 
 /* --- synchronous mode ------------------------------------------------------------------------ */
@@ -752,5 +778,310 @@ Test(apply, sync_sgd_averages_half_gradients_in_double)
 	}
 	cr_assert(res.applied);
 	cr_assert_eq(at(s, "w", 3), 7.6640625, "got %.9g", at(s, "w", 3));
+	ps_store_close(s);
+}
+
+/* --- adagrad and rmsprop ------------------------------------------------------------------- */
+
+Test(apply, adagrad_starts_its_accumulator_at_init_by_hand_and_against_the_reference)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = args(PS_ADAGRAD);
+
+	put(s, "w", fill(DG_F32, 3, 1.0));
+	/* acc = 0.1 + 0.3^2 = 0.19; w = 1 - 0.1 * 0.3 / sqrt(0.19) */
+	cr_assert_eq(apply(s, "w", &a, fill(DG_F32, 3, 0.3), NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(at(s, "w.accum", 1), 0.19, 1e-7);
+	cr_assert_float_eq(at(s, "w", 1), 1 - 0.03 / sqrt(0.19), 1e-6);
+	ps_store_close(s);
+	check_against_reference(DG_F32, &a, 5);
+	check_against_reference(DG_F64, &a, 5);
+}
+
+Test(apply, rmsprop_keeps_mean_square_and_momentum_against_the_reference)
+{
+	struct ps_apply_args a = args(PS_RMSPROP);
+
+	check_against_reference(DG_F32, &a, 5);
+	check_against_reference(DG_F64, &a, 5);
+	a.momentum = 0;
+	check_against_reference(DG_F64, &a, 3);
+}
+
+Test(apply, adagrad_and_rmsprop_refuse_bad_parameters_naming_them)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = args(PS_ADAGRAD);
+
+	put(s, "w", fill(DG_F32, 3, 1.0));
+	a.init = 0;
+	assert_err(apply(s, "w", &a, fill(DG_F32, 3, 1), NULL, &err), DG_EINVAL, &err, "init=0");
+	a = args(PS_RMSPROP);
+	a.rho = 1;
+	assert_err(apply(s, "w", &a, fill(DG_F32, 3, 1), NULL, &err), DG_EINVAL, &err, "rho=1");
+	a = args(PS_RMSPROP);
+	a.eps = 0;
+	assert_err(apply(s, "w", &a, fill(DG_F32, 3, 1), NULL, &err), DG_EINVAL, &err, "eps=0");
+	a = args(PS_ADAGRAD);
+	put(s, "i", vec(DG_I32, 2, (double[]){ 1, 2 }));
+	assert_err(apply(s, "i", &a, vec(DG_I32, 2, (double[]){ 1, 2 }), NULL, &err), DG_EDTYPE,
+		   &err, "adagrad");
+	cr_assert_eq(ps_store_get(s, "w.accum", &(struct ps_value *){ 0 }, &err), DG_ENOTFOUND,
+		     "a refused apply leaves no slot");
+	ps_store_close(s);
+}
+
+/* --- row-wise ------------------------------------------------------------------------------- */
+
+/* A [rows, cols] float tensor with element (r, c) = base + 10 r + c. */
+static struct dg_tensor *table(enum dg_dtype dt, int rows, int cols, double base)
+{
+	struct dg_shape sh = dg_shape_make(2, (int64_t[]){ rows, cols });
+	struct dg_tensor *t = dg_tensor_new(dt, &sh, NULL);
+
+	cr_assert_not_null(t);
+	for (int r = 0; r < rows; r++)
+		for (int c = 0; c < cols; c++)
+			dg_tensor_set_f64(t, r * cols + c, base + 10 * r + c);
+	return t;
+}
+
+/* A [n, 1] tensor of vals. */
+static struct dg_tensor *vec2(enum dg_dtype dt, int n, const double *vals)
+{
+	struct dg_tensor *t = vec(dt, n, vals);
+
+	t->shape = dg_shape_make(2, (int64_t[]){ n, 1 });
+	return t;
+}
+
+/* The rule applied to rows (in any order, repeats summed) of an [R, C]
+ * variable gives, on the rows it touches, what the dense rule gives on a
+ * variable of those rows alone with the summed gradient; the other rows of
+ * the variable and of its slots do not move (TensorFlow's sparse applies). */
+static void rows_match_dense(enum ps_rule rule, enum dg_dtype dt)
+{
+	enum { R = 6, C = 3, NR = 4 };
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	const int64_t rows[NR] = { 4, 1, 4, 2 }, touched[3] = { 1, 2, 4 };
+	struct ps_apply_args a = args(rule), d = args(rule);
+	const char *const *suffix;
+	double tol = dt == DG_F32 ? 1e-5 : 1e-12;
+	struct dg_tensor *part = table(dt, 3, C, 0);
+
+	put(s, "sparse", table(dt, R, C, 0.5));
+	for (int i = 0; i < 3; i++)
+		for (int c = 0; c < C; c++)
+			dg_tensor_set_f64(part, i * C + c, 0.5 + 10 * (double)touched[i] + c);
+	put(s, "part", part);
+	a.rows = rows;
+	a.n_rows = NR;
+	for (int k = 0; k < 3; k++) {
+		struct dg_tensor *g = table(dt, NR, C, 0.25 * (k + 1) - 3);
+		struct dg_tensor *sum = table(dt, 3, C, 0);
+		for (int i = 0; i < 3 * C; i++)
+			dg_tensor_set_f64(sum, i, 0);
+		for (int i = 0; i < NR; i++) {
+			int j = rows[i] == 1 ? 0 : rows[i] == 2 ? 1 : 2;
+			for (int c = 0; c < C; c++)
+				dg_tensor_set_f64(sum, j * C + c, dg_tensor_get_f64(sum, j * C + c) +
+						  dg_tensor_get_f64(g, i * C + c));
+		}
+		cr_assert_eq(apply(s, "sparse", &a, g, NULL, &err), DG_OK, "%s", err.msg);
+		cr_assert_eq(apply(s, "part", &d, sum, NULL, &err), DG_OK, "%s", err.msg);
+	}
+	for (int r = 0; r < R; r++) {
+		int j = r == 1 ? 0 : r == 2 ? 1 : r == 4 ? 2 : -1;
+		for (int c = 0; c < C; c++) {
+			double x = at(s, "sparse", r * C + c);
+			double y = j >= 0 ? at(s, "part", j * C + c) : 0.5 + 10 * r + c;
+			cr_assert_float_eq(x, y, tol, "rule %d %s row %d col %d: %.9g vs %.9g",
+					   (int)rule, dg_dtype_name(dt), r, c, x, y);
+		}
+	}
+	int n_slots = ps_rule_slots(rule, &suffix);
+	for (int k = 0; k < n_slots; k++) {
+		char sn[64], pn[64];
+		snprintf(sn, sizeof sn, "sparse%s", suffix[k]);
+		snprintf(pn, sizeof pn, "part%s", suffix[k]);
+		if (rule == PS_ADAM && k == 2) {
+			cr_assert_eq(at(s, sn, 0), 3.0, "adam's counter ticks once per apply");
+			continue;
+		}
+		for (int r = 0; r < R; r++) {
+			int j = r == 1 ? 0 : r == 2 ? 1 : r == 4 ? 2 : -1;
+			for (int c = 0; c < C; c++) {
+				double x = at(s, sn, r * C + c);
+				double y = j >= 0 ? at(s, pn, j * C + c) : at(s, sn, 0 * C + c);
+				cr_assert_float_eq(x, y, tol, "%s row %d col %d: %.9g vs %.9g", sn, r,
+						   c, x, y);
+			}
+		}
+	}
+	ps_store_close(s);
+}
+
+Test(apply, every_rule_row_wise_equals_the_dense_rule_on_the_rows_it_touches)
+{
+	for (int r = PS_ASSIGN_ADD; r <= PS_RMSPROP; r++) {
+		rows_match_dense((enum ps_rule)r, DG_F32);
+		rows_match_dense((enum ps_rule)r, DG_F64);
+	}
+}
+
+Test(apply, row_wise_assign_writes_rows_and_refuses_a_row_given_twice)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = args(PS_ASSIGN);
+
+	put(s, "e", table(DG_I32, 4, 2, 0));
+	a.rows = (const int64_t[]){ 3, 0 };
+	a.n_rows = 2;
+	cr_assert_eq(apply(s, "e", &a, table(DG_I32, 2, 2, 100), NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(at(s, "e", 6), 100);       /* row 3 = row 0 of the update */
+	cr_assert_eq(at(s, "e", 7), 101);
+	cr_assert_eq(at(s, "e", 0), 110);       /* row 0 = row 1 */
+	cr_assert_eq(at(s, "e", 2), 10);        /* row 1 untouched */
+	a.rows = (const int64_t[]){ 1, 1 };
+	assert_err(apply(s, "e", &a, table(DG_I32, 2, 2, 0), NULL, &err), DG_EINVAL, &err,
+		   "row 1 is given twice");
+	ps_store_close(s);
+}
+
+Test(apply, row_wise_updates_refuse_bad_rows_and_shapes_naming_them)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = args(PS_SGD);
+
+	put(s, "e", table(DG_F32, 4, 2, 0));
+	put(s, "scalar", dg_tensor_scalar(DG_F32, 1.0, NULL));
+	a.rows = (const int64_t[]){ 0, 4 };
+	a.n_rows = 2;
+	assert_err(apply(s, "e", &a, table(DG_F32, 2, 2, 0), NULL, &err), DG_EINVAL, &err,
+		   "row 4 is out of range: it has 4 rows");
+	a.rows = (const int64_t[]){ 0, -1 };
+	assert_err(apply(s, "e", &a, table(DG_F32, 2, 2, 0), NULL, &err), DG_EINVAL, &err,
+		   "row -1 (index 1) is negative");
+	a.rows = (const int64_t[]){ 0, 1 };
+	assert_err(apply(s, "e", &a, table(DG_F32, 2, 3, 0), NULL, &err), DG_ESHAPE, &err,
+		   "the rows have shape [2,3], the variable's would be [2,2]");
+	assert_err(apply(s, "e", &a, table(DG_F32, 3, 2, 0), NULL, &err), DG_ESHAPE, &err,
+		   "2 rows but the update has shape [3,2]");
+	assert_err(apply(s, "e", &a, table(DG_F64, 2, 2, 0), NULL, &err), DG_EDTYPE, &err,
+		   "the rows are float64, the variable float32");
+	a.n_rows = 1;
+	assert_err(apply(s, "scalar", &a, table(DG_F32, 1, 1, 0), NULL, &err), DG_ESHAPE, &err,
+		   "scalar");
+	/* nothing moved */
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(at(s, "e", i), 10 * (i / 2) + i % 2);
+	ps_store_close(s);
+}
+
+Test(apply, zero_rows_is_an_apply_that_changes_nothing_but_the_version)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = args(PS_SGD);
+	struct dg_shape sh = dg_shape_make(2, (int64_t[]){ 0, 2 });
+	struct ps_apply_result res;
+	uint64_t v0;
+
+	put(s, "e", table(DG_F32, 4, 2, 0));
+	v0 = version_of(s, "e");
+	a.rows = (const int64_t[]){ 0 };
+	a.n_rows = 0;
+	cr_assert_eq(apply(s, "e", &a, dg_tensor_new(DG_F32, &sh, NULL), &res, &err), DG_OK, "%s",
+		     err.msg);
+	cr_assert(res.applied);
+	cr_assert_gt(res.version, v0);
+	cr_assert_eq(at(s, "e", 3), 11);
+	ps_store_close(s);
+}
+
+Test(apply, a_held_value_is_not_changed_by_a_row_wise_apply)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = args(PS_SGD);
+	struct ps_value *held;
+
+	put(s, "e", table(DG_F32, 4, 2, 1));
+	cr_assert_eq(ps_store_get(s, "e", &held, &err), DG_OK);
+	a.rows = (const int64_t[]){ 2 };
+	a.n_rows = 1;
+	cr_assert_eq(apply(s, "e", &a, table(DG_F32, 1, 2, 10), NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(((const float *)held->data)[4], 21.0f, "the reader's copy kept its bytes");
+	cr_assert_float_eq(at(s, "e", 4), 21 - 0.1 * 10, 1e-5);
+	cr_assert_float_eq(at(s, "e", 0), 1, 1e-6);
+	ps_value_release(held);
+	ps_store_close(s);
+}
+
+Test(apply, rows_read_back_in_the_order_asked_with_repeats)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct dg_tensor *t;
+	uint64_t ver;
+
+	put(s, "e", table(DG_F64, 5, 3, 0));
+	cr_assert_eq(ps_store_get_rows(s, "e", (const int64_t[]){ 4, 0, 4 }, 3, &t, &ver, &err),
+		     DG_OK, "%s", err.msg);
+	cr_assert_eq(t->shape.ndim, 2);
+	cr_assert_eq(t->shape.dim[0], 3);
+	cr_assert_eq(t->shape.dim[1], 3);
+	cr_assert_eq(ver, version_of(s, "e"));
+	cr_assert_eq(dg_tensor_get_f64(t, 0), 40);
+	cr_assert_eq(dg_tensor_get_f64(t, 5), 2);
+	cr_assert_eq(dg_tensor_get_f64(t, 8), 42);
+	dg_tensor_free(t);
+	assert_err(ps_store_get_rows(s, "e", (const int64_t[]){ 5 }, 1, &t, &ver, &err), DG_EINVAL,
+		   &err, "row 5 of 'e' is out of range: it has 5 rows");
+	cr_assert_null(t);
+	assert_err(ps_store_get_rows(s, "nope", (const int64_t[]){ 0 }, 1, &t, &ver, &err),
+		   DG_ENOTFOUND, &err, "nope");
+	ps_store_close(s);
+}
+
+Test(apply, sync_row_wise_applies_the_mean_over_the_union_of_the_rows)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = args(PS_SGD);
+	struct ps_apply_result res;
+
+	a.lr = 1;
+	a.step = 0;
+	a.replicas = 2;
+	put(s, "e", table(DG_F32, 4, 1, 0));    /* rows 0, 10, 20, 30 */
+	a.replica = 0;
+	a.rows = (const int64_t[]){ 1, 3, 1 };
+	a.n_rows = 3;
+	cr_assert_eq(apply(s, "e", &a, vec2(DG_F32, 3, (double[]){ 2, 4, 6 }), &res, &err), DG_OK,
+		     "%s", err.msg);
+	cr_assert_not(res.applied);
+	a.replica = 1;
+	a.rows = (const int64_t[]){ 2, 1 };
+	a.n_rows = 2;
+	struct dg_tensor *dense = fill(DG_F32, 4, 1);
+	assert_err(apply(s, "e", &(struct ps_apply_args){ .rule = PS_SGD, .lr = 1, .step = 0,
+							 .replicas = 2, .replica = 1 },
+			 table(DG_F32, 4, 1, 0), &res, &err), DG_EINVAL, &err,
+		   "collects row-wise gradients; this one is dense");
+	dg_tensor_free(dense);
+	cr_assert_eq(apply(s, "e", &a, vec2(DG_F32, 2, (double[]){ 8, 10 }), &res, &err), DG_OK,
+		     "%s", err.msg);
+	cr_assert(res.applied);
+	/* row 1: (2 + 6 + 10) / 2 = 9; row 2: 8 / 2 = 4; row 3: 4 / 2 = 2 */
+	cr_assert_float_eq(at(s, "e", 0), 0, 1e-6);
+	cr_assert_float_eq(at(s, "e", 1), 10 - 9, 1e-6);
+	cr_assert_float_eq(at(s, "e", 2), 20 - 4, 1e-6);
+	cr_assert_float_eq(at(s, "e", 3), 30 - 2, 1e-6);
 	ps_store_close(s);
 }

@@ -600,6 +600,59 @@ Test(client, apply_refuses_unknown_rules_and_wrong_dtypes)
 	dg_tensor_free(g);
 }
 
+Test(client, row_wise_applies_and_row_reads_touch_only_their_rows)
+{
+	const int64_t dims[2] = { 5, 3 }, idims[2] = { 2, 2 };
+	struct dg_tensor *t = pattern(DG_F32, 2, dims), *rows = NULL, *back;
+	struct dg_shape is = dg_shape_make(2, idims), gs = dg_shape_make(2, (int64_t[]){ 3, 3 });
+	const int64_t idx[4] = { 4, 0, 4, 4 };
+	struct dg_tensor *ind = dg_tensor_from_data(DG_I64, &is, idx, NULL);
+	struct dg_tensor *g = dg_tensor_new(DG_F32, &gs, NULL);
+	struct dg_apply ada = { .rule = "adagrad", .lr = 0.5, .step = -1, .replica = -1,
+				.rows = (const int64_t[]){ 3, 1, 3 }, .n_rows = 3 };
+	struct dg_apply_result res = { 0 };
+	struct dg_var_info info = { 0 };
+	struct dg_err err = { 0 };
+
+	put(cli, "emb", t);
+	/* the rows of a [2,2] index tensor: [2,2,3], as Gather gives them */
+	cr_assert_eq(dg_var_get_rows(cli, "emb", ind, &rows, &info, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(rows->shape.ndim, 3);
+	cr_assert_eq(rows->shape.dim[2], 3);
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(memcmp((float *)rows->data + 3 * i, (float *)t->data + 3 * idx[i], 12),
+			     0, "row %d", i);
+	cr_assert_gt(info.version, 0);
+	dg_tensor_free(rows);
+	for (int i = 0; i < 9; i++)
+		((float *)g->data)[i] = 1;
+	cr_assert_eq(dg_var_apply(cli, "emb", &ada, g, &res, &err), DG_OK, "%s", err.msg);
+	cr_assert(res.applied);
+	back = get(cli, "emb");
+	for (int r = 0; r < 5; r++) {
+		/* row 3 got two ones (g = 2: acc 0.1 + 4), row 1 one (acc 1.1) */
+		double gsum = r == 3 ? 2 : r == 1 ? 1 : 0;
+		double want = ((float *)t->data)[3 * r] -
+			      (gsum ? 0.5 * gsum / sqrt(0.1 + gsum * gsum) : 0);
+		cr_assert_float_eq(((float *)back->data)[3 * r], want, 1e-5, "row %d", r);
+	}
+	dg_tensor_free(back);
+	ada.n_rows = 2;
+	cr_assert_eq(dg_var_apply(cli, "emb", &ada, g, NULL, &err), DG_ESHAPE);
+	cr_assert_not_null(strstr(err.msg, "2 rows"), "%s", err.msg);
+	ada.n_rows = 3;
+	ada.rows = (const int64_t[]){ 3, 1, 5 };
+	cr_assert_eq(dg_var_apply(cli, "emb", &ada, g, NULL, &err), DG_EINVAL);
+	cr_assert_not_null(strstr(err.msg, "row 5 is out of range"), "%s", err.msg);
+	((int64_t *)ind->data)[1] = -1;
+	cr_assert_eq(dg_var_get_rows(cli, "emb", ind, &rows, NULL, &err), DG_EINVAL);
+	cr_assert_not_null(strstr(err.msg, "row -1"), "%s", err.msg);
+	cr_assert_null(rows);
+	dg_tensor_free(ind);
+	dg_tensor_free(g);
+	dg_tensor_free(t);
+}
+
 /* Synchronous replicas: each thread has its own client (one per thread). */
 struct replica {
 	int id;

@@ -112,7 +112,17 @@ static uint64_t put(struct ps_store *s, const char *name, struct dg_tensor *t)
 static struct ps_apply_args rule(enum ps_rule r)
 {
 	return (struct ps_apply_args){ .rule = r, .lr = 0.5, .momentum = 0.9, .beta1 = 0.9,
-				       .beta2 = 0.999, .eps = 1e-8, .step = -1, .replica = -1 };
+				       .beta2 = 0.999, .eps = 1e-8, .rho = 0.9,
+				       .init = r == PS_ADAGRAD ? 0.1 : 1.0, .step = -1, .replica = -1 };
+}
+
+/* vec(dt, rows * cols, v) as [rows, cols] */
+static struct dg_tensor *mat(enum dg_dtype dt, int rows, int cols, double v)
+{
+	struct dg_tensor *t = vec(dt, rows * cols, v);
+
+	t->shape = dg_shape_make(2, (int64_t[]){ rows, cols });
+	return t;
 }
 
 static void apply(struct ps_store *s, const char *name, struct ps_apply_args a, struct dg_tensor *g)
@@ -910,6 +920,7 @@ static struct ps_store *open_strict(unsigned secs, struct dg_err *err)
 /* The variables the strict child leaves, in the order it reports them. */
 static const char *const strict_vars[] = {
 	"s", "m", "m.momentum", "a", "a.adam_m", "a.adam_v", "a.adam_t", "c", "y",
+	"g", "g.accum", "r", "r.rms", "r.rms_momentum", "e", "e.accum", "e.adam_m", "e.adam_t",
 };
 #define N_STRICT_VARS (sizeof strict_vars / sizeof *strict_vars)
 
@@ -930,7 +941,16 @@ static void child_strict_applies(int fd)
 	put(s, "a", vec(DG_F32, 4, 2));
 	put(s, "c", vec(DG_I64, 2, 10));
 	put(s, "y", vec(DG_F64, 2, 0));
+	put(s, "g", vec(DG_F32, 3, 1));
+	put(s, "r", vec(DG_F64, 3, -1));
+	put(s, "e", mat(DG_F32, 4, 2, 0));
 	for (int i = 0; i < 7; i++) {
+		struct ps_apply_args ra = rule(i % 2 ? PS_ADAGRAD : PS_ADAM);
+		ra.rows = (const int64_t[]){ 3, (i % 4), 3 };
+		ra.n_rows = 3;
+		apply(s, "g", rule(PS_ADAGRAD), vec(DG_F32, 3, 0.5 * i - 1));
+		apply(s, "r", rule(PS_RMSPROP), vec(DG_F64, 3, 0.1 * i));
+		apply(s, "e", ra, mat(DG_F32, 3, 2, 0.5 - 0.25 * i));
 		struct ps_apply_args m = rule(PS_MOMENTUM);
 		m.nesterov = i % 2;
 		apply(s, "s", rule(PS_SGD), vec(DG_F32, 5, 0.25 * i - 1));
@@ -944,6 +964,11 @@ static void child_strict_applies(int fd)
 	if (ps_store_put(s, "a", vec(DG_F32, 6, -1), &rep, NULL, NULL, &err) != DG_OK)
 		_exit(4);
 	apply(s, "a", rule(PS_ADAM), vec(DG_F32, 6, 0.5));
+	/* a row-wise assign is logged in any durability */
+	struct ps_apply_args as = rule(PS_ASSIGN);
+	as.rows = (const int64_t[]){ 2 };
+	as.n_rows = 1;
+	apply(s, "e", as, mat(DG_F32, 1, 2, 7));
 	/* two sync steps of two replicas: the mean is logged with the step */
 	struct ps_apply_args sy = rule(PS_SGD);
 	sy.replicas = 2;
@@ -997,6 +1022,8 @@ Test(persist, durability_strict_replays_every_acknowledged_apply_after_a_crash)
 	fclose(f);
 	cr_assert_eq(at(s, "c", 1), 11.0 + 28);   /* [10 11] + 7 applies of [i, i+1] */
 	cr_assert_eq(at(s, "y", 0), -0.5 * (1.5 + 4.5));
+	cr_assert_eq(at(s, "e", 4), 7.0);
+	cr_assert_eq(at(s, "e", 5), 8.0);
 	ps_store_close(s);
 }
 

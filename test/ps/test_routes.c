@@ -972,6 +972,88 @@ Test(routes, apply_refuses_bad_rules_parameters_and_gradients)
 	expect_unchanged(W0, v);
 }
 
+Test(routes, rows_are_read_by_list_or_body_and_applied_in_both_forms)
+{
+	struct resp r;
+	char sh[64];
+	float got[6];
+	uint64_t v = put_w();     /* [[1 2 3] [4 5 6]] */
+
+	cr_assert_eq(req("GET", "/v1/vars/w?rows=1,0,1", (const char *[]){ "Accept: text/plain",
+								       NULL }, NULL, 0, &r), 200);
+	cr_assert_not_null(strstr(r.body.data, "# float32 [3,3]\n4 5 6\n1 2 3\n4 5 6"), "%.*s",
+			   (int)r.body.len, r.body.data);
+	cr_assert_eq(hdr_u64(&r, "Dg-Version"), v);
+	cr_assert_str_eq(hdr(&r, "Dg-Shape", sh, sizeof sh), "3,3");
+	resp_free(&r);
+	/* POST /rows: int64 indices of shape [1,2] -> [1,2,3] */
+	const int64_t idx[2] = { 1, 1 };
+	cr_assert_eq(req("POST", "/v1/vars/w/rows", (const char *[]){ "Dg-Dtype: int64",
+		     "Dg-Shape: 1,2", "Content-Type: application/octet-stream", NULL }, idx,
+		     sizeof idx, &r), 200);
+	cr_assert_str_eq(hdr(&r, "Dg-Shape", sh, sizeof sh), "1,2,3");
+	cr_assert_eq(r.body.len, 24);
+	cr_assert_eq(((float *)r.body.data)[5], 6);
+	resp_free(&r);
+	/* ?rows= with a text body: sgd on row 1 given twice (summed) */
+	cr_assert_eq(req("POST", "/v1/vars/w/apply?rule=sgd&lr=1&rows=1,1",
+			 (const char *[]){ "Content-Type: text/plain", NULL }, "1 1 1 2 2 2", 11,
+			 &r), 200);
+	resp_free(&r);
+	/* row_count=1 with a raw body: the index, then the row */
+	struct { int64_t row; float val[3]; } __attribute__((packed)) body = { 0, { 1, 1, 1 } };
+	cr_assert_eq(req("POST", "/v1/vars/w/apply?rule=assign&row_count=1", NULL, &body,
+			 sizeof body, &r), 200);
+	resp_free(&r);
+	get_f32("w", got, 6);
+	const float want[6] = { 1, 1, 1, 1, 2, 3 };
+	for (int i = 0; i < 6; i++)
+		cr_assert_float_eq(got[i], want[i], 1e-6, "w[%d] = %g", i, got[i]);
+}
+
+Test(routes, bad_rows_are_400_naming_what_is_wrong_and_change_nothing)
+{
+	static const struct { const char *path, *msg; } bad[] = {
+		{ "/v1/vars/w?rows=2", "row 2 of 'w' is out of range: it has 2 rows" },
+		{ "/v1/vars/w?rows=", "is not a list of rows" },
+		{ "/v1/vars/w?rows=1-0", "is not a list of rows" },
+		{ "/v1/vars/w?rows=a", "is not a list of rows" },
+		{ "/v1/vars/w?rows=0,,1", "is not a list of rows" },
+		{ "/v1/vars/w?rows=0-99999999", "names more than" },
+		{ "/v1/vars/w/apply?rule=sgd&lr=1&rows=2", "row 2 is out of range" },
+		{ "/v1/vars/w/apply?rule=sgd&lr=1&rows=0&row_count=1", "not both" },
+		{ "/v1/vars/w/apply?rule=sgd&lr=1&row_count=5", "needs 40 bytes" },
+		{ "/v1/vars/w/apply?rule=sgd&lr=1&row_count=1", "bytes of values after 1 row" },
+		{ "/v1/vars/w/apply?rule=assign&rows=0,0", "row 0 is given twice" },
+		{ "/v1/vars/w/apply?rule=adagrad&rows=0", "needs the query parameter lr" },
+		{ "/v1/vars/w/apply?rule=adagrad&lr=1&init=0&rows=0", "init=0" },
+		{ "/v1/vars/w/apply?rule=rmsprop&lr=1&rho=1&rows=0", "rho=1" },
+	};
+	static const float g[6] = { 1, 1, 1, 1, 1, 1 };
+	struct resp r;
+	uint64_t v = put_w();
+
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		bool get = !strstr(bad[i].path, "apply");
+		req(get ? "GET" : "POST", bad[i].path, NULL, get ? NULL : g,
+		    get ? 0 : (strstr(bad[i].path, "rows=0,0") ? 24 : 12), &r);
+		cr_assert_eq(r.status, 400, "%s: %ld", bad[i].path, r.status);
+		cr_assert_not_null(strstr(r.body.data, bad[i].msg), "%s: %.*s", bad[i].path,
+				   (int)r.body.len, r.body.data);
+		resp_free(&r);
+	}
+	req("GET", "/v1/vars/w?rows=0", (const char *[]){ "Range: bytes=0-3", NULL }, NULL, 0, &r);
+	expect_error(&r, 400, "invalid_argument");
+	req("POST", "/v1/vars/w/rows", (const char *[]){ "Dg-Dtype: float32", "Dg-Shape: 1",
+	    "Content-Type: application/octet-stream", NULL }, g, 4, &r);
+	expect_error(&r, 400, "dtype_mismatch");
+	cr_assert_eq(put_f32("s", g, 1, "", &r), 201);
+	resp_free(&r);
+	req("GET", "/v1/vars/s?rows=0", NULL, NULL, 0, &r);
+	expect_error(&r, 400, "shape_mismatch");
+	expect_unchanged(W0, v);
+}
+
 Test(routes, sync_apply_accumulates_three_replicas_and_applies_the_mean_once)
 {
 	static const float g1[6] = { 1, 1, 1, 1, 1, 1 }, g2[6] = { 2, 2, 2, 2, 2, 2 },

@@ -176,9 +176,15 @@ enum dg_status dg_var_delete(struct dg_client *c, const char *name, uint64_t if_
 			     struct dg_err *err);
 
 struct dg_apply {
-	const char *rule;               /* assign, assign_add, sgd, momentum, adam */
+	const char *rule;               /* assign, assign_add, sgd, momentum, adam,
+					 * adagrad, rmsprop */
 	double lr, momentum, beta1, beta2, eps;   /* as the rule needs; 0 = server default */
+	double rho, init;               /* rmsprop's decay; adagrad's/rmsprop's slot start */
 	bool nesterov;
+	/* Row-wise: grad holds n_rows rows ([n_rows] + the variable's shape[1:])
+	 * for rows rows[i] of its dim 0 (repeats summed by the ps). NULL: dense. */
+	const int64_t *rows;
+	int64_t n_rows;
 	int64_t step;                   /* sync mode: >= 0; async: -1 */
 	int replicas;                   /* sync mode */
 	int backup;                     /* sync mode: apply after replicas-backup arrivals */
@@ -197,7 +203,14 @@ struct dg_apply_result {
 	int pending;
 	int64_t step;
 };
-/* POST /apply with grad as a raw body. DG_ESTALE when a sync gradient was dropped. */
+/* POST /v1/vars/NAME/rows: the rows indices (int32/int64, any shape) name,
+ * as Gather(variable, indices) gives them: *out (owned) of shape indices'
+ * + the variable's shape[1:]; *info (may be NULL) the variable's version. */
+enum dg_status dg_var_get_rows(struct dg_client *c, const char *name,
+			       const struct dg_tensor *indices, struct dg_tensor **out,
+			       struct dg_var_info *info, struct dg_err *err);
+/* POST /apply with grad as a raw body (after the rows' int64 indices when
+ * a->rows). DG_ESTALE when a sync gradient was dropped. */
 enum dg_status dg_var_apply(struct dg_client *c, const char *name, const struct dg_apply *a,
 			    const struct dg_tensor *grad, struct dg_apply_result *res,
 			    struct dg_err *err);
