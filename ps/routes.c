@@ -460,7 +460,7 @@ static enum dg_status send_value(struct dg_http_req *r, struct dg_http_resp *w,
 
 static enum dg_status h_var_get_rows(struct ps_ctx *c, struct dg_http_req *r,
 				     struct dg_http_resp *w, const int64_t *rows, int64_t n_rows,
-				     struct dg_err *err);
+				     const struct dg_shape *lead, struct dg_err *err);
 
 static enum dg_status h_var_get(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
 				struct dg_err *err)
@@ -477,15 +477,16 @@ static enum dg_status h_var_get(void *vc, struct dg_http_req *r, struct dg_http_
 	}
 	if (list && (st = rows_arg(list, &rows, &n_rows, err)) != DG_OK)
 		return st;
-	st = h_var_get_rows(c, r, w, rows, n_rows, err);
+	st = h_var_get_rows(c, r, w, rows, n_rows, NULL, err);
 	free(rows);
 	return st;
 }
 
-/* GET (or HEAD) of a variable, or of rows of it (rows not NULL). */
+/* GET (or HEAD) of a variable, or of rows of it (rows not NULL): [n_rows]
+ * + shape[1:], or lead + shape[1:] when lead (of n_rows elements) is given. */
 static enum dg_status h_var_get_rows(struct ps_ctx *c, struct dg_http_req *r,
 				     struct dg_http_resp *w, const int64_t *rows, int64_t n_rows,
-				     struct dg_err *err)
+				     const struct dg_shape *lead, struct dg_err *err)
 {
 	struct ps_value *v = NULL;
 	struct dg_tensor *t;
@@ -521,6 +522,16 @@ static enum dg_status h_var_get_rows(struct ps_ctx *c, struct dg_http_req *r,
 	}
 	if (rows) {
 		st = ps_value_rows(v, name, rows, n_rows, &t, err);
+		if (st == DG_OK && lead && lead->ndim + v->shape.ndim - 1 > DG_MAX_DIMS) {
+			st = dg_err_set(err, DG_ESHAPE, "the rows of '%s' would have more than %d "
+					"dims", name, DG_MAX_DIMS);
+			dg_tensor_free(t);
+		} else if (st == DG_OK && lead) {
+			struct dg_shape sh = *lead;
+			for (int i = 1; i < v->shape.ndim; i++)
+				sh.dim[sh.ndim++] = v->shape.dim[i];
+			t->shape = sh;
+		}
 		if (st == DG_OK)
 			st = send_part(w, v, t, enc, err);
 		ps_value_release(v);
@@ -531,20 +542,18 @@ static enum dg_status h_var_get_rows(struct ps_ctx *c, struct dg_http_req *r,
 }
 
 /* POST /v1/vars/NAME/rows: the rows a body of int32/int64 indices names,
- * of shape indices' + the variable's shape[1:] (what Gather gives). */
+ * of shape indices' + the variable's shape[1:] (what Gather gives); the
+ * waits of GET (?min_version, ?min_step) work too. */
 static enum dg_status h_var_rows(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
 				 struct dg_err *err)
 {
 	struct ps_ctx *c = vc;
-	struct ps_value *v = NULL;
-	struct dg_tensor *idx = NULL, *t = NULL;
+	struct dg_tensor *idx = NULL;
 	int64_t *rows = NULL;
 	const char *name;
-	enum dg_encoding enc;
 	enum dg_status st;
 
 	if ((st = name_arg(r, "variable", &name, err)) != DG_OK ||
-	    (st = dg_wire_req_encoding(r, true, &enc, err)) != DG_OK ||
 	    (st = dg_wire_req_body(r, &idx, err)) != DG_OK)
 		return st;
 	if (idx->dtype != DG_I32 && idx->dtype != DG_I64) {
@@ -561,24 +570,7 @@ static enum dg_status h_var_rows(void *vc, struct dg_http_req *r, struct dg_http
 		rows[i] = idx->dtype == DG_I32 ? ((const int32_t *)idx->data)[i]
 					       : ((const int64_t *)idx->data)[i];
 	if (st == DG_OK)
-		st = ps_store_get(c->store, name, &v, err);
-	if (st == DG_OK)
-		st = ps_value_rows(v, name, rows, idx->numel, &t, err);
-	if (st == DG_OK) {
-		/* [n] + rest -> indices' shape + rest */
-		struct dg_shape sh = idx->shape;
-		if (sh.ndim + v->shape.ndim - 1 > DG_MAX_DIMS) {
-			st = dg_err_set(err, DG_ESHAPE, "the rows of '%s' would have more than %d "
-					"dims", name, DG_MAX_DIMS);
-			dg_tensor_free(t);
-		} else {
-			for (int i = 1; i < v->shape.ndim; i++)
-				sh.dim[sh.ndim++] = v->shape.dim[i];
-			t->shape = sh;
-			st = send_part(w, v, t, enc, err);
-		}
-	}
-	ps_value_release(v);
+		st = h_var_get_rows(c, r, w, rows, idx->numel, &idx->shape, err);
 	dg_tensor_free(idx);
 	free(rows);
 	return st;

@@ -401,7 +401,8 @@ static void pool_give(struct worker *w, struct pooled *p)
 
 static bool is_var_op(int kind)
 {
-	return kind == WOP_VAR_READ || kind == WOP_VAR_APPLY || kind == WOP_VAR_INIT;
+	return kind == WOP_VAR_READ || kind == WOP_VAR_APPLY || kind == WOP_VAR_INIT ||
+	       kind == WOP_VAR_GATHER;
 }
 
 /* The step-invariant nodes (in topological order, so producers come first)
@@ -627,7 +628,7 @@ static bool waits(const struct fragment *f, int v)
 
 	if (f->kind[v] == WOP_RECV)
 		return true;
-	if (f->kind[v] == WOP_VAR_READ)
+	if (f->kind[v] == WOP_VAR_READ || f->kind[v] == WOP_VAR_GATHER)
 		dg_attrs_int(attrs_of(f, v), "min_step_base", &none, &base, NULL);
 	return base >= 0;
 }
@@ -1105,20 +1106,85 @@ static double scheduled_lr(struct dg_attrs attrs, int64_t t)
 	return lr;
 }
 
+/* qsort order of {int64 row, int64 pos} pairs: by row, then position. */
+static int cmp_i64_pair(const void *a, const void *b)
+{
+	const int64_t *x = a, *y = b;
+
+	if (x[0] != y[0])
+		return x[0] < y[0] ? -1 : 1;
+	return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* Row indices (int32/int64 tensor t) as int64, deduplicated: uniq[0..*nu)
+ * ascending and inv[i] the position of element i of t in uniq (both owned).
+ * An embedding batch repeats its tokens many times; only distinct rows
+ * should cross the network (TensorFlow's unique + gather does the same). */
+static enum dg_status unique_rows(const struct dg_tensor *t, int64_t **uniq, int64_t *nu,
+				  int64_t **inv, struct dg_err *err)
+{
+	int64_t n = t->numel, k = 0;
+	struct { int64_t row, pos; } *p = malloc((size_t)(n + 1) * sizeof *p);
+
+	*uniq = malloc((size_t)(n + 1) * sizeof **uniq);
+	*inv = malloc((size_t)(n + 1) * sizeof **inv);
+	if (!p || !*uniq || !*inv) {
+		free(p);
+		free(*uniq);
+		free(*inv);
+		*uniq = *inv = NULL;
+		return dg_err_set(err, DG_ENOMEM, "out of memory for %lld row indices",
+				  (long long)n);
+	}
+	for (int64_t i = 0; i < n; i++) {
+		p[i].row = t->dtype == DG_I32 ? ((const int32_t *)t->data)[i]
+					      : ((const int64_t *)t->data)[i];
+		p[i].pos = i;
+	}
+	qsort(p, (size_t)n, sizeof *p, cmp_i64_pair);
+	for (int64_t i = 0; i < n; i++) {
+		if (i == 0 || p[i].row != p[i - 1].row)
+			(*uniq)[k++] = p[i].row;
+		(*inv)[p[i].pos] = k - 1;
+	}
+	free(p);
+	*nu = k;
+	return DG_OK;
+}
+
+/* Input k of node n, which stays alive until n completes (an I/O thread
+ * may read it); NULL when it is held on a GPU. */
+static const struct dg_tensor *input_value(const struct run *r, const struct dg_node *n, int k)
+{
+	return r->val[r->f->base[n->in[k].node] + n->in[k].index];
+}
+
+/* dst[n] += src[n] for a float gradient row. */
+static void row_add(enum dg_dtype dt, size_t n, void *dst, const void *src)
+{
+	if (dt == DG_F64)
+		for (size_t i = 0; i < n; i++)
+			((double *)dst)[i] += ((const double *)src)[i];
+	else
+		for (size_t i = 0; i < n; i++)
+			((float *)dst)[i] += ((const float *)src)[i];
+}
+
 /* VarApply: the update of training step t; a sync gradient the ps dropped
  * (409 stale) is not an error: *stale is set and the version output is -1.
  * An async apply a VarRead takes from (plan_kept) asks for the new value,
  * unless it is the run's last step, and keeps it for step t+1. */
 static enum dg_status var_apply(const struct run *r, struct dg_client *c, const struct dg_node *n,
 				const char *var, const struct dg_tensor *g, struct dg_tensor **out,
-				bool *stale, struct dg_err *err)
+				bool *stale, uint64_t *pushed, struct dg_err *err)
 {
 	int v = (int)(n - r->g->nodes);
 	struct dg_tensor *value = NULL;
 	struct dg_apply a = { .step = -1, .replica = -1 };
 	struct dg_apply_result res = { 0 };
 	double zero = 0;
-	int64_t base, izero = 0, ione = 1, iminus = -1, replicas, backup;
+	int64_t base, izero = 0, ione = 1, iminus = -1, replicas, backup, *rows = NULL;
+	struct dg_tensor *summed = NULL;
 	bool no = false, sync;
 	enum dg_status st;
 
@@ -1126,6 +1192,8 @@ static enum dg_status var_apply(const struct run *r, struct dg_client *c, const 
 
 	a.rule = str_attr(r, n, "rule");
 	a.lr = scheduled_lr(at, r->t);
+	dg_attrs_float(at, "rho", &zero, &a.rho, NULL);
+	dg_attrs_float(at, "init", &zero, &a.init, NULL);
 	dg_attrs_float(at, "momentum", &zero, &a.momentum, NULL);
 	dg_attrs_float(at, "beta1", &zero, &a.beta1, NULL);
 	dg_attrs_float(at, "beta2", &zero, &a.beta2, NULL);
@@ -1155,7 +1223,41 @@ static enum dg_status var_apply(const struct run *r, struct dg_client *c, const 
 	}
 	dg_tensor_free(r->kept[v]);     /* older than this step: never taken now */
 	r->kept[v] = NULL;
-	if (r->kept_want[v] && !sync && r->t < r->t_last)
+	if (n->n_in == 2) {
+		/* row-wise: the rows input 1 names, the values of input 0, a
+		 * repeated row's values summed here so each row travels once */
+		const struct dg_tensor *ix = input_value(r, n, 1);
+		int64_t *inv = NULL, nu;
+		if (!ix)
+			return dg_err_set(err, DG_EINTERNAL, "the rows of a row-wise apply are not "
+					  "in host memory");
+		if (ix->numel != (g->shape.ndim ? g->shape.dim[0] : -1))
+			return dg_err_set(err, DG_ESHAPE, "row-wise apply of '%s': %lld rows, %lld "
+					  "rows of values", var, (long long)ix->numel,
+					  g->shape.ndim ? (long long)g->shape.dim[0] : -1LL);
+		if ((st = unique_rows(ix, &rows, &nu, &inv, err)) != DG_OK)
+			return st;
+		if (nu < ix->numel) {
+			struct dg_shape sh = g->shape;
+			size_t rl = ix->numel ? g->numel / (size_t)ix->numel : 0;
+			sh.dim[0] = nu;
+			if (!(summed = dg_tensor_new(g->dtype, &sh, err))) {
+				free(rows);
+				free(inv);
+				return err->code;
+			}
+			for (int64_t i = 0; i < ix->numel; i++)
+				row_add(g->dtype, rl, (char *)summed->data +
+					(size_t)inv[i] * rl * dg_dtype_size(g->dtype),
+					(const char *)g->data + (size_t)i * rl * dg_dtype_size(g->dtype));
+			g = summed;
+		}
+		free(inv);
+		a.rows = rows;
+		a.n_rows = nu;
+	}
+	*pushed = g->nbytes + (uint64_t)a.n_rows * 8;
+	if (r->kept_want[v] && !sync && r->t < r->t_last && !a.rows)
 		st = dg_var_apply_value(c, var, &a, g, &res, &value, NULL, err);
 	else
 		st = dg_var_apply(c, var, &a, g, &res, err);
@@ -1174,6 +1276,8 @@ static enum dg_status var_apply(const struct run *r, struct dg_client *c, const 
 	}
 	if (st == DG_OK && !(*out = version_tensor((int64_t)res.version, err)))
 		st = err->code;
+	free(rows);
+	dg_tensor_free(summed);
 	return st;
 }
 
@@ -1217,6 +1321,92 @@ static enum dg_status var_read(const struct run *r, struct dg_client *c, const s
 		}
 		st = dg_var_wait_step(c, var, base + r->t, left < MIN_STEP_POLL_MS ? (long)left :
 				      MIN_STEP_POLL_MS, out, NULL, err);
+		if (st != DG_ETIMEOUT)
+			return st;
+		dg_err_clear(err);
+	}
+}
+
+static enum dg_status var_gather_wait(const struct run *r, struct dg_client *c, const char *var,
+				      const struct dg_tensor *uniq, int64_t base,
+				      struct dg_tensor **out, struct dg_err *err);
+
+/* out = Gather(got, inv) shaped indices' shape + got's rows: the distinct
+ * rows got ([nu] + rest) put back where the indices named them. */
+static enum dg_status expand_rows(const struct dg_tensor *got, const struct dg_tensor *indices,
+				  const int64_t *inv, struct dg_tensor **out, struct dg_err *err)
+{
+	struct dg_shape sh = indices->shape;
+	size_t rb = got->shape.dim[0] ? got->nbytes / (size_t)got->shape.dim[0] : 0;
+
+	if (sh.ndim + got->shape.ndim - 1 > DG_MAX_DIMS)
+		return dg_err_set(err, DG_ESHAPE, "the gathered rows would have more than %d dims",
+				  DG_MAX_DIMS);
+	for (int i = 1; i < got->shape.ndim; i++)
+		sh.dim[sh.ndim++] = got->shape.dim[i];
+	if (!(*out = dg_tensor_new_uninit(got->dtype, &sh, err)))
+		return err->code;
+	for (int64_t i = 0; i < indices->numel && rb; i++)
+		memcpy((char *)(*out)->data + (size_t)i * rb,
+		       (const char *)got->data + (size_t)inv[i] * rb, rb);
+	return DG_OK;
+}
+
+/* VarGather: the rows indices names, waiting for a sync step as var_read;
+ * each distinct row is asked for once. */
+static enum dg_status var_gather(const struct run *r, struct dg_client *c, const struct dg_node *n,
+				 const char *var, const struct dg_tensor *indices,
+				 struct dg_tensor **out, uint64_t *moved, struct dg_err *err)
+{
+	int64_t base, none = -1;
+	enum dg_status st;
+
+	struct dg_tensor *uniq = NULL, *got = NULL;
+	int64_t *u = NULL, *inv = NULL, nu;
+
+	dg_attrs_int(node_attrs(r, n), "min_step_base", &none, &base, NULL);
+	/* ask for each distinct row once, then expand them here */
+	if ((st = unique_rows(indices, &u, &nu, &inv, err)) != DG_OK)
+		return st;
+	struct dg_shape us = dg_shape_make(1, (int64_t[]){ nu });
+	uniq = dg_tensor_from_data(DG_I64, &us, u, err);
+	free(u);
+	st = uniq ? var_gather_wait(r, c, var, uniq, base, &got, err) : err->code;
+	if (st == DG_OK) {
+		moved[0] = uniq->nbytes;        /* the indices sent, the rows received */
+		moved[1] = got->nbytes;
+		st = expand_rows(got, indices, inv, out, err);
+	}
+	dg_tensor_free(uniq);
+	dg_tensor_free(got);
+	free(inv);
+	return st;
+}
+
+/* The rows of uniq, waiting for sync step base + t when base >= 0. */
+static enum dg_status var_gather_wait(const struct run *r, struct dg_client *c, const char *var,
+				      const struct dg_tensor *uniq, int64_t base,
+				      struct dg_tensor **out, struct dg_err *err)
+{
+	enum dg_status st;
+
+	if (base < 0)
+		return dg_var_get_rows(c, var, uniq, 0, 0, out, NULL, err);
+	for (;;) {
+		int64_t left = dg_deadline_left_ms(r->deadline);
+		if ((st = dg_rendezvous_check(r->w->rv, r->step, err)) != DG_OK)
+			return st;
+		if (left <= 0) {
+			dg_err_set(err, DG_ETIMEOUT, "it did not reach sync step %" PRId64
+				   " within %" PRId64 " ms", base + r->t, r->timeout_ms);
+			dg_err_hint(err, "another replica may be slow or gone; raise the step's "
+				    "timeout_ms or use backup replicas");
+			return DG_ETIMEOUT;
+		}
+		/* step 0 waits for nothing (min_step 0 means no wait) */
+		st = dg_var_get_rows(c, var, uniq, base + r->t,
+				     left < MIN_STEP_POLL_MS ? (long)left : MIN_STEP_POLL_MS, out,
+				     NULL, err);
 		if (st != DG_ETIMEOUT)
 			return st;
 		dg_err_clear(err);
@@ -1282,10 +1472,18 @@ static enum dg_status run_var(const struct run *r, const struct dg_node *n, int 
 		/* a value var_read took from the last apply was not pulled now */
 		if (st == DG_OK && !(had && !r->kept[src]))
 			atomic_fetch_add(&r->w->ps_bytes[1][self], (*out)->nbytes);
+	} else if (kind == WOP_VAR_GATHER) {
+		uint64_t moved[2] = { 0, 0 };
+		st = var_gather(r, p->obj, n, var, in, out, moved, err);
+		if (st == DG_OK && !dg_exec_type_ok(&n->out[0], *out, err))
+			st = err->code;
+		atomic_fetch_add(&r->w->ps_bytes[0][self], moved[0]);
+		atomic_fetch_add(&r->w->ps_bytes[1][self], moved[1]);
 	} else if (kind == WOP_VAR_APPLY) {
 		int v = (int)(n - r->g->nodes);
-		st = var_apply(r, p->obj, n, var, in, out, stale, err);
-		atomic_fetch_add(&r->w->ps_bytes[0][self], in->nbytes);
+		uint64_t pushed = in->nbytes;
+		st = var_apply(r, p->obj, n, var, in, out, stale, &pushed, err);
+		atomic_fetch_add(&r->w->ps_bytes[0][self], pushed);
 		if (st == DG_OK && r->kept[v])
 			atomic_fetch_add(&r->w->ps_bytes[1][self], r->kept[v]->nbytes);
 	} else {

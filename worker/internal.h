@@ -14,6 +14,7 @@ enum worker_opkind {
 	WOP_VAR_READ,
 	WOP_VAR_APPLY,
 	WOP_VAR_INIT,
+	WOP_VAR_GATHER,
 	WOP_QUEUE_DEQUEUE,       /* queue_ops.c, in the order of its table */
 	WOP_QUEUE_ENQUEUE,
 	WOP_QUEUE_ACK,

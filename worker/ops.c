@@ -1,4 +1,5 @@
-/* The worker-only ops of fragments (_Send, _Recv, VarRead, VarApply, VarInit):
+/* The worker-only ops of fragments (_Send, _Recv, VarRead, VarApply, VarInit,
+ * VarGather):
  * their schemas and inference, which check every attr when a fragment is
  * registered. worker_ops_register adds them to the one op registry
  * (kernels/registry.c) as layer DG_OPL_WORKER, and worker_op_find is the
@@ -141,8 +142,10 @@ static enum dg_status check_schedule_sync(struct dg_infer_ctx *c)
 
 static enum dg_status infer_var_apply(struct dg_infer_ctx *c)
 {
-	static const char *const rules[] = { "assign", "assign_add", "sgd", "momentum", "adam" };
-	static const char *const num[] = { "lr", "momentum", "beta1", "beta2", "eps" };
+	static const char *const rules[] = { "assign", "assign_add", "sgd", "momentum", "adam",
+					     "adagrad", "rmsprop" };
+	static const char *const num[] = { "lr", "momentum", "beta1", "beta2", "eps", "rho",
+					   "init" };
 	const char *rule;
 	double v;
 	bool known = false;
@@ -154,11 +157,26 @@ static enum dg_status infer_var_apply(struct dg_infer_ctx *c)
 		known |= strcmp(rule, rules[i]) == 0;
 	if (!known) {
 		dg_err_set(c->err, DG_EINVAL, "attr 'rule' is '%.40s'", rule);
-		dg_err_hint(c->err, "rules: assign, assign_add, sgd, momentum, adam");
+		dg_err_hint(c->err, "rules: assign, assign_add, sgd, momentum, adam, adagrad, rmsprop");
 		return DG_EINVAL;
 	}
 	if (check_schedule_sync(c) != DG_OK)
 		return c->err->code;
+	if (c->n_in == 2) {
+		/* row-wise: input 1 the rows of dim 0 (rank 1), input 0 their values */
+		const struct dg_ttype *val = &c->in[0], *ix = &c->in[1];
+		if (ix->dtype != DG_I32 && ix->dtype != DG_I64)
+			return dg_err_set(c->err, DG_EDTYPE, "row-wise VarApply: the rows (input 1) "
+					  "are %s, not int32 or int64", dg_dtype_name(ix->dtype));
+		if (ix->shape.ndim != 1 || val->shape.ndim < 1)
+			return dg_err_set(c->err, DG_ESHAPE, "row-wise VarApply: the rows (input 1) "
+					  "must be a vector and the values (input 0) [n, ...]");
+		if (ix->shape.dim[0] >= 0 && val->shape.dim[0] >= 0 &&
+		    ix->shape.dim[0] != val->shape.dim[0])
+			return dg_err_set(c->err, DG_ESHAPE, "row-wise VarApply: %lld rows but %lld "
+					  "rows of values", (long long)ix->shape.dim[0],
+					  (long long)val->shape.dim[0]);
+	}
 	for (size_t i = 0; i < sizeof num / sizeof *num; i++) {
 		double zero = 0;
 		if (dg_attr_float(c->attrs, num[i], &zero, &v, c->err) != DG_OK)
@@ -168,6 +186,42 @@ static enum dg_status infer_var_apply(struct dg_infer_ctx *c)
 					  ">= 0, got %g", num[i], v);
 	}
 	version_output(c);
+	return DG_OK;
+}
+
+/* VarGather: Gather(variable, indices) read from the ps, rows only. */
+static enum dg_status infer_var_gather(struct dg_infer_ctx *c)
+{
+	const struct dg_ttype *ix = &c->in[0];
+	struct dg_shape vs;
+	enum dg_dtype dt;
+	int64_t base, none = -1;
+
+	if (check_var(c) != DG_OK ||
+	    dg_attr_int(c->attrs, "min_step_base", &none, &base, c->err) != DG_OK ||
+	    dg_attr_dtype(c->attrs, "dtype", NULL, &dt, c->err) != DG_OK ||
+	    dg_attr_shape(c->attrs, "shape", true, true, &vs, c->err) != DG_OK)
+		return c->err->code;
+	if (base < -1)
+		return dg_err_set(c->err, DG_EINVAL, "attr 'min_step_base' must be >= 0 (or -1: "
+				  "no wait), got %lld", (long long)base);
+	if (ix->dtype != DG_I32 && ix->dtype != DG_I64)
+		return dg_err_set(c->err, DG_EDTYPE, "VarGather: the indices are %s, not int32 or "
+				  "int64", dg_dtype_name(ix->dtype));
+	if (vs.ndim < 1)
+		return dg_err_set(c->err, DG_ESHAPE, "VarGather: the variable is a scalar");
+	if (ix->shape.ndim < 0) {
+		c->out[0].dtype = dt;
+		c->out[0].shape.ndim = -1;
+		return DG_OK;
+	}
+	if (ix->shape.ndim + vs.ndim - 1 > DG_MAX_DIMS)
+		return dg_err_set(c->err, DG_ESHAPE, "VarGather: the result would have more than "
+				  "%d dims", DG_MAX_DIMS);
+	c->out[0].dtype = dt;
+	c->out[0].shape = ix->shape;
+	for (int i = 1; i < vs.ndim; i++)
+		c->out[0].shape.dim[c->out[0].shape.ndim++] = vs.dim[i];
 	return DG_OK;
 }
 
@@ -226,13 +280,16 @@ static const struct dg_attr_spec var_read_attrs[] = {
 static const struct dg_attr_spec var_apply_attrs[] = {
 	{ "var", DG_ATTR_STRING, true, "variable name" },
 	{ "ps", DG_ATTR_STRING, true, "host:port of the ps holding it" },
-	{ "rule", DG_ATTR_STRING, true, "assign, assign_add, sgd, momentum or adam" },
+	{ "rule", DG_ATTR_STRING, true, "assign, assign_add, sgd, momentum, adam, adagrad or "
+	  "rmsprop" },
 	{ "lr", DG_ATTR_FLOAT, false, "learning rate" },
-	{ "momentum", DG_ATTR_FLOAT, false, "momentum" },
+	{ "momentum", DG_ATTR_FLOAT, false, "momentum (momentum, rmsprop)" },
 	{ "nesterov", DG_ATTR_BOOL, false, "Nesterov momentum" },
 	{ "beta1", DG_ATTR_FLOAT, false, "adam beta1" },
 	{ "beta2", DG_ATTR_FLOAT, false, "adam beta2" },
-	{ "eps", DG_ATTR_FLOAT, false, "adam epsilon" },
+	{ "eps", DG_ATTR_FLOAT, false, "adam/rmsprop epsilon" },
+	{ "rho", DG_ATTR_FLOAT, false, "rmsprop decay (default: the ps's 0.9)" },
+	{ "init", DG_ATTR_FLOAT, false, "adagrad/rmsprop slot start (default: the ps's)" },
 	{ "schedule", DG_ATTR_STRING, false, "lr at training step t: constant (default), step "
 	  "(lr*factor^floor(t/every)), exponential (lr*factor^(t/every))" },
 	{ "every", DG_ATTR_INT, false, "schedule period in training steps (default 1)" },
@@ -242,6 +299,15 @@ static const struct dg_attr_spec var_apply_attrs[] = {
 	{ "backup", DG_ATTR_INT, false, "sync: apply after replicas - backup arrivals" },
 	{ "replica", DG_ATTR_INT, false, "sync: this replica's id (default -1: anonymous)" },
 	{ "step_base", DG_ATTR_INT, false, "sync: the ps step of training step 0" },
+	{ NULL, 0, false, NULL },
+};
+static const struct dg_attr_spec var_gather_attrs[] = {
+	{ "var", DG_ATTR_STRING, true, "variable name" },
+	{ "ps", DG_ATTR_STRING, true, "host:port of the ps holding it" },
+	{ "dtype", DG_ATTR_DTYPE, true, "the variable's dtype" },
+	{ "shape", DG_ATTR_SHAPE, true, "the variable's shape (rank >= 1)" },
+	{ "min_step_base", DG_ATTR_INT, false, "sync: at training step t wait until the "
+	  "variable's sync step is min_step_base + t (default -1: no wait)" },
 	{ NULL, 0, false, NULL },
 };
 static const struct dg_attr_spec var_init_attrs[] = {
@@ -266,14 +332,18 @@ static const struct dg_op_def worker_ops[] = {
 	{ .name = "VarRead", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
 	  .attrs = var_read_attrs, .infer = infer_var_read,
 	  .flags = DG_OPF_SOURCE | DG_OPF_STATEFUL, .doc = "read a variable from its ps" },
-	{ .name = "VarApply", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
+	{ .name = "VarApply", .min_inputs = 1, .max_inputs = 2, .n_outputs = 1,
 	  .attrs = var_apply_attrs, .infer = infer_var_apply, .flags = DG_OPF_STATEFUL,
-	  .doc = "apply an update rule to a variable on its ps; outputs the new version" },
+	  .doc = "apply an update rule to a variable on its ps (with input 1, to the rows it "
+		 "names: input 0 holds their values); outputs the new version" },
 	{ .name = "VarInit", .min_inputs = 0, .max_inputs = 0, .n_outputs = 1,
 	  .attrs = var_init_attrs, .infer = infer_var_init,
 	  .flags = DG_OPF_SOURCE | DG_OPF_STATEFUL,
 	  .doc = "create a variable on its ps unless it exists (or replace it: reset); outputs "
 		 "its version" },
+	{ .name = "VarGather", .min_inputs = 1, .max_inputs = 1, .n_outputs = 1,
+	  .attrs = var_gather_attrs, .infer = infer_var_gather, .flags = DG_OPF_STATEFUL,
+	  .doc = "Gather(variable, indices) from its ps: only the rows the indices name travel" },
 };
 #define N_WORKER_OPS ((int)(sizeof worker_ops / sizeof *worker_ops))
 

@@ -442,8 +442,9 @@ enum dg_status dg_var_get(struct dg_client *c, const char *name, struct dg_tenso
 }
 
 enum dg_status dg_var_get_rows(struct dg_client *c, const char *name,
-			       const struct dg_tensor *indices, struct dg_tensor **out,
-			       struct dg_var_info *info, struct dg_err *err)
+			       const struct dg_tensor *indices, int64_t min_step, long timeout_ms,
+			       struct dg_tensor **out, struct dg_var_info *info,
+			       struct dg_err *err)
 {
 	struct dg_http_header h[4];
 	struct dg_wire_scratch ws;
@@ -459,10 +460,20 @@ enum dg_status dg_var_get_rows(struct dg_client *c, const char *name,
 	res = res_begin(c);
 	res->aligned_body = true;       /* the body becomes the tensor's data */
 	st = path_set(c, "/v1/vars/", name, "/rows", err);
+	if (st == DG_OK && min_step > 0)
+		st = query_int(c, "min_step", min_step, err);
+	if (st == DG_OK && min_step > 0)
+		st = query_int(c, "timeout_ms", timeout_ms < 0 ? 0 : timeout_ms, err);
 	if (st == DG_OK)
 		st = send_req(c, "POST", h, 4, indices->data, indices->nbytes, res, err);
-	if (st == DG_OK && res->status != 200)
+	if (st == DG_OK && res->status == 304) {
+		dg_err_set(err, DG_ETIMEOUT, "variable '%s' did not reach step %" PRId64 " within "
+			   "%ld ms on %s", name, min_step, timeout_ms, dg_http_client_url(c->http));
+		dg_err_hint(err, "check that every replica sends its updates, or wait longer");
+		st = DG_ETIMEOUT;
+	} else if (st == DG_OK && res->status != 200) {
 		st = unexpected(c, "POST", res, err);
+	}
 	if (st == DG_OK)
 		st = decode_var(c, name, res, out, info, err);
 	res_end(c);

@@ -616,7 +616,7 @@ Test(client, row_wise_applies_and_row_reads_touch_only_their_rows)
 
 	put(cli, "emb", t);
 	/* the rows of a [2,2] index tensor: [2,2,3], as Gather gives them */
-	cr_assert_eq(dg_var_get_rows(cli, "emb", ind, &rows, &info, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_var_get_rows(cli, "emb", ind, 0, 0, &rows, &info, &err), DG_OK, "%s", err.msg);
 	cr_assert_eq(rows->shape.ndim, 3);
 	cr_assert_eq(rows->shape.dim[2], 3);
 	for (int i = 0; i < 4; i++)
@@ -645,7 +645,7 @@ Test(client, row_wise_applies_and_row_reads_touch_only_their_rows)
 	cr_assert_eq(dg_var_apply(cli, "emb", &ada, g, NULL, &err), DG_EINVAL);
 	cr_assert_not_null(strstr(err.msg, "row 5 is out of range"), "%s", err.msg);
 	((int64_t *)ind->data)[1] = -1;
-	cr_assert_eq(dg_var_get_rows(cli, "emb", ind, &rows, NULL, &err), DG_EINVAL);
+	cr_assert_eq(dg_var_get_rows(cli, "emb", ind, 0, 0, &rows, NULL, &err), DG_EINVAL);
 	cr_assert_not_null(strstr(err.msg, "row -1"), "%s", err.msg);
 	cr_assert_null(rows);
 	dg_tensor_free(ind);

@@ -365,6 +365,68 @@ Test(executor, var_init_read_apply_against_a_ps)
 	dg_tensor_free(t);
 }
 
+Test(executor, var_gather_reads_rows_and_a_row_wise_apply_sums_repeated_rows)
+{
+	char f[2048], id[24];
+	struct dg_err err = { 0 };
+	struct dg_tensor *t;
+	struct dg_rendezvous *rv = worker_rendezvous(wk[0]);
+
+	/* emb [4,2] = ones on task 1; task 0 gathers rows [[3,0],[3,3]] and
+	 * applies assign_add of 1 to the rows [3,0,3,3] (row 3 three times). */
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"init\", \"op\": \"VarInit\", \"attrs\": {\"var\": \"emb\","
+		 " \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [4,2], \"init\": \"ones\"}},"
+		 "{\"name\": \"ids\", \"op\": \"Const\", \"attrs\": {\"value\": [[3,0],[3,3]],"
+		 " \"dtype\": \"int64\"}},"
+		 "{\"name\": \"g\", \"op\": \"VarGather\", \"inputs\": [\"ids\"], \"attrs\":"
+		 " {\"var\": \"emb\", \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [4,2]}},"
+		 "{\"name\": \"rows\", \"op\": \"Const\", \"attrs\": {\"value\": [3,0,3,3],"
+		 " \"dtype\": \"int32\"}},"
+		 "{\"name\": \"v\", \"op\": \"Const\", \"attrs\": {\"value\": "
+		 "{\"dtype\": \"float32\", \"shape\": [4,2], \"value\": 1}}},"
+		 "{\"name\": \"apply\", \"op\": \"VarApply\", \"inputs\": [\"v\", \"rows\"],"
+		 " \"attrs\": {\"var\": \"emb\", \"ps\": \"%s\", \"rule\": \"assign_add\"}},"
+		 "{\"name\": \"sg\", \"op\": \"_Send\", \"inputs\": [\"g\"],"
+		 " \"attrs\": {\"key\": \"rows\", \"to\": \"%s\"}}]}",
+		 addr[1], addr[1], addr[1], addr[0]);
+	add_fragment(0, f, id, sizeof id);
+	cr_assert_eq(worker_run_fragment_local(wk[0], id, 41, 10000, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_take(rv, 41, "rows", 1000, &t, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(t->shape.ndim, 3);
+	cr_assert_eq(t->shape.dim[0], 2);
+	cr_assert_eq(t->shape.dim[2], 2);
+	dg_tensor_free(t);
+	t = read_var(1, "emb");
+	const double want[8] = { 2, 2, 1, 1, 1, 1, 4, 4 };
+	for (int i = 0; i < 8; i++)
+		cr_assert_float_eq(dg_tensor_get_f64(t, i), want[i], 1e-6, "emb[%d]", i);
+	dg_tensor_free(t);
+	/* a second run reads the updated rows */
+	cr_assert_eq(worker_run_fragment_local(wk[0], id, 42, 10000, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(dg_rendezvous_take(rv, 42, "rows", 1000, &t, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(dg_tensor_get_f64(t, 0), 4, 1e-6, "row 3 after the first apply");
+	cr_assert_float_eq(dg_tensor_get_f64(t, 2), 2, 1e-6, "row 0 after the first apply");
+	dg_tensor_free(t);
+	/* a row out of range fails the step naming it */
+	snprintf(f, sizeof f, "{\"nodes\": ["
+		 "{\"name\": \"ids\", \"op\": \"Const\", \"attrs\": {\"value\": [9],"
+		 " \"dtype\": \"int32\"}},"
+		 "{\"name\": \"g\", \"op\": \"VarGather\", \"inputs\": [\"ids\"], \"attrs\":"
+		 " {\"var\": \"emb\", \"ps\": \"%s\", \"dtype\": \"float32\", \"shape\": [4,2]}},"
+		 "{\"name\": \"sg\", \"op\": \"_Send\", \"inputs\": [\"g\"],"
+		 " \"attrs\": {\"key\": \"rows\", \"to\": \"%s\"}}]}", addr[1], addr[0]);
+	add_fragment(0, f, id, sizeof id);
+	cr_assert_neq(worker_run_fragment_local(wk[0], id, 43, 10000, &err), DG_OK);
+	cr_assert_not_null(strstr(err.msg, "row 9 of 'emb' is out of range"), "%s", err.msg);
+	cr_assert_eq(refused_status("{\"nodes\": [{\"name\": \"ids\", \"op\": \"Const\","
+				    " \"attrs\": {\"value\": [1.5]}}, {\"name\": \"g\", \"op\":"
+				    " \"VarGather\", \"inputs\": [\"ids\"], \"attrs\": {\"var\":"
+				    " \"emb\", \"ps\": \"h:1\", \"dtype\": \"float32\", \"shape\":"
+				    " [4,2]}}]}", &err), 400);
+	cr_assert_not_null(strstr(err.msg, "not int32 or int64"), "%s", err.msg);
+}
+
 Test(executor, failing_node_names_task_and_node_and_aborts_the_step)
 {
 	char f[1024], id[24];

@@ -205,10 +205,13 @@ struct dg_apply_result {
 };
 /* POST /v1/vars/NAME/rows: the rows indices (int32/int64, any shape) name,
  * as Gather(variable, indices) gives them: *out (owned) of shape indices'
- * + the variable's shape[1:]; *info (may be NULL) the variable's version. */
+ * + the variable's shape[1:]; *info (may be NULL) the variable's version.
+ * min_step > 0: first wait (at most timeout_ms) until the variable's sync
+ * step is at least min_step, as dg_var_wait_step (DG_ETIMEOUT when not). */
 enum dg_status dg_var_get_rows(struct dg_client *c, const char *name,
-			       const struct dg_tensor *indices, struct dg_tensor **out,
-			       struct dg_var_info *info, struct dg_err *err);
+			       const struct dg_tensor *indices, int64_t min_step, long timeout_ms,
+			       struct dg_tensor **out, struct dg_var_info *info,
+			       struct dg_err *err);
 /* POST /apply with grad as a raw body (after the rows' int64 indices when
  * a->rows). DG_ESTALE when a sync gradient was dropped. */
 enum dg_status dg_var_apply(struct dg_client *c, const char *name, const struct dg_apply *a,
