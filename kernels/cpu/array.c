@@ -1,8 +1,9 @@
 /* Array ops for the CPU: slicing (Slice, StridedSlice), joining and splitting
  * (Concat, Split), layout (Reshape, Transpose, ExpandDims, Squeeze), shape
- * queries (Size, Shape) and fills (Fill, ZerosLike, OnesLike). Every kernel is
- * a byte copy or a fill, so loops dispatch on the element size (1, 4, 8 bytes)
- * rather than the dtype. registry.c collects the table dg_ops_array. */
+ * queries (Size, Shape), fills (Fill, ZerosLike, OnesLike) and rows by index
+ * (Gather and its gradient's UnsortedSegmentSum). Every kernel but the segment
+ * sum is a byte copy or a fill, so loops dispatch on the element size (1, 4, 8
+ * bytes) rather than the dtype. registry.c collects the table dg_ops_array. */
 #include "cpu.h"
 #include "grad.h"
 
@@ -1601,6 +1602,263 @@ static enum dg_status ones_like_cpu(struct dg_kernel_ctx *c)
 	return DG_OK;
 }
 
+/* --- Gather, UnsortedSegmentSum ----------------------------------------- */
+
+/* Rows addressed by an integer tensor: Gather reads the rows of params that
+ * indices names, UnsortedSegmentSum adds each row of data into the row its id
+ * names. One is the other's gradient (kernels/cpu/grad.c), and the master
+ * turns Gather's into a row-wise update of an embedding table, so both check
+ * every index: a row outside the table is an error here, never a silent
+ * zero or a read past the end. */
+
+static bool is_index_dtype(enum dg_dtype dt)
+{
+	return dt == DG_I32 || dt == DG_I64;
+}
+
+static enum dg_status need_index(enum dg_dtype dt, const char *what, struct dg_err *err)
+{
+	if (is_index_dtype(dt))
+		return DG_OK;
+	dg_err_set(err, DG_EDTYPE, "%s are %s; they must be int32 or int64", what,
+		   dg_dtype_name(dt));
+	dg_err_hint(err, "Cast them to int32 or int64 first");
+	return DG_EDTYPE;
+}
+
+/* Element i of an int32 or int64 tensor. */
+static inline int64_t index_at(const struct dg_tensor *ix, int64_t i)
+{
+	return ix->dtype == DG_I32 ? ((const int32_t *)ix->data)[i] :
+				     ((const int64_t *)ix->data)[i];
+}
+
+/* DG_EINVAL for element i (value v) of the index tensor ix, called what, that
+ * is outside [0, n): named by its multi-index ("indices[1,2] = 7"), as
+ * TensorFlow does, so the offending example can be found in the batch. The
+ * caller adds the hint. */
+static enum dg_status index_outside(const struct dg_tensor *ix, const char *what, int64_t i,
+				    int64_t v, int64_t n, const char *limit, struct dg_err *err)
+{
+	int64_t idx[DG_MAX_DIMS], rest = i;
+
+	for (int k = ix->shape.ndim - 1; k >= 0; k--) {
+		idx[k] = rest % ix->shape.dim[k];     /* dims >= 1: ix has element i */
+		rest /= ix->shape.dim[k];
+	}
+	return dg_err_set(err, DG_EINVAL, "%s%s = %lld is not in [0, %lld): %s is %lld", what,
+			  ix->shape.ndim ? ints_text(idx, ix->shape.ndim).s : "", (long long)v,
+			  (long long)n, limit, (long long)n);
+}
+
+/* Gather(params, indices): y[i..., j...] = params[indices[i...], j...], so y's
+ * shape is indices' followed by params' without dim 0. Only axis 0, the
+ * default of tf.gather: the rows of a table, which is what embeddings and the
+ * row-wise updates read. Shared by inference and kernel; out gets y's shape
+ * (unknown rank when either rank is unknown, unknown dims carried over). */
+static enum dg_status gather_plan(struct dg_attrs attrs, const struct dg_ttype *params,
+				  const struct dg_ttype *indices, struct dg_shape *out,
+				  struct dg_err *err)
+{
+	static const int64_t zero = 0;
+	const struct dg_shape *ps = &params->shape, *is = &indices->shape;
+	int64_t axis;
+	enum dg_status st = dg_attrs_int(attrs, "axis", &zero, &axis, err);
+
+	if (st != DG_OK)
+		return st;
+	if (axis != 0) {
+		dg_err_set(err, DG_EINVAL, "attr 'axis' is %lld; Gather takes rows only (axis 0)",
+			   (long long)axis);
+		dg_err_hint(err, "Transpose params so that the dim to index comes first");
+		return DG_EINVAL;
+	}
+	st = need_index(indices->dtype, "the indices", err);
+	if (st != DG_OK)
+		return st;
+	if (ps->ndim == 0) {
+		dg_err_set(err, DG_ESHAPE, "params is a scalar; Gather takes rows of a tensor "
+			   "of rank >= 1");
+		return DG_ESHAPE;
+	}
+	out->ndim = -1;
+	if (ps->ndim < 0 || is->ndim < 0)
+		return DG_OK;
+	if (is->ndim + ps->ndim - 1 > DG_MAX_DIMS) {
+		return dg_err_set(err, DG_ESHAPE, "indices %s and params %s give a result of rank "
+				  "%d; at most %d dims are allowed", shape_text(is).s,
+				  shape_text(ps).s, is->ndim + ps->ndim - 1, DG_MAX_DIMS);
+	}
+	*out = *is;
+	for (int k = 1; k < ps->ndim; k++)
+		out->dim[out->ndim++] = ps->dim[k];
+	return DG_OK;
+}
+
+static enum dg_status gather_infer(struct dg_infer_ctx *c)
+{
+	c->out[0].dtype = c->in[0].dtype;
+	return gather_plan(dg_attrs_of_json(c->attrs), &c->in[0], &c->in[1], &c->out[0].shape,
+			   c->err);
+}
+
+/* Rows are contiguous in C order: one memcpy per index, whatever the dtype. */
+static enum dg_status gather_cpu(struct dg_kernel_ctx *c)
+{
+	const struct dg_tensor *p = c->in[0], *ix = c->in[1];
+	struct dg_ttype tp = cpu_ttype(p), ti = cpu_ttype(ix);
+	struct dg_shape os;
+	struct dg_tensor *y;
+	int64_t rows;
+	size_t rb;
+	enum dg_status st = gather_plan(c->attrs, &tp, &ti, &os, c->err);
+
+	if (st != DG_OK)
+		return st;
+	y = cpu_out(c, 0, p->dtype, &os);
+	if (!y)
+		return c->err ? c->err->code : DG_ENOMEM;
+	/* From the dims, not nbytes / rows: a table of 0 rows still has a row size. */
+	rows = p->shape.dim[0];
+	rb = (size_t)dims_prod(&p->shape, 1, p->shape.ndim) * dg_dtype_size(p->dtype);
+	for (int64_t i = 0; i < ix->numel; i++) {
+		int64_t r = index_at(ix, i);
+		if (r < 0 || r >= rows) {
+			index_outside(ix, "indices", i, r, rows, "params' row count", c->err);
+			dg_err_hint(c->err, "every index must name a row of params (its dim 0)");
+			return DG_EINVAL;
+		}
+		if (rb)
+			memcpy((char *)y->data + (size_t)i * rb,
+			       (const char *)p->data + (size_t)r * rb, rb);
+	}
+	return DG_OK;
+}
+
+static const struct dg_attr_spec gather_attrs[] = {
+	{ "axis", DG_ATTR_INT, false, "only 0 (the default): rows; other axes are refused" },
+	{ 0 },
+};
+
+/* UnsortedSegmentSum(data, segment_ids; num_segments): y[s, j...] = the sum of
+ * data[i..., j...] over every i with segment_ids[i...] = s, so segment_ids'
+ * shape is a prefix of data's and y's shape is [num_segments] followed by the
+ * rest of data's; a segment no id names is 0. TensorFlow's op with
+ * num_segments as an attr (the row count must be known when the graph is
+ * built, as a table's is). TensorFlow drops rows with a negative id; here any
+ * id outside [0, num_segments) is an error: a dropped row is a lost gradient. */
+static enum dg_status segment_sum_plan(struct dg_attrs attrs, const struct dg_ttype *data,
+				       const struct dg_ttype *ids, int64_t *num,
+				       struct dg_shape *out, struct dg_err *err)
+{
+	const struct dg_shape *ds = &data->shape, *is = &ids->shape;
+	enum dg_status st = dg_attrs_int(attrs, "num_segments", NULL, num, err);
+
+	if (st != DG_OK)
+		return st;
+	if (*num < 0 || *num > DG_MAX_NUMEL) {
+		return dg_err_set(err, DG_EINVAL, "attr 'num_segments' must be in 0..2^48, got "
+				  "%lld", (long long)*num);
+	}
+	if (data->dtype != DG_F32 && data->dtype != DG_F64 && !is_index_dtype(data->dtype)) {
+		return dg_err_set(err, DG_EDTYPE, "data is %s; UnsortedSegmentSum adds float32, "
+				  "float64, int32 or int64", dg_dtype_name(data->dtype));
+	}
+	st = need_index(ids->dtype, "the segment_ids", err);
+	if (st != DG_OK)
+		return st;
+	out->ndim = -1;
+	if (ds->ndim < 0 || is->ndim < 0)
+		return DG_OK;
+	bool prefix = is->ndim <= ds->ndim;
+	for (int k = 0; prefix && k < is->ndim; k++)
+		prefix = is->dim[k] < 0 || ds->dim[k] < 0 || is->dim[k] == ds->dim[k];
+	if (!prefix) {
+		dg_err_set(err, DG_ESHAPE, "segment_ids %s is not a prefix of data's shape %s",
+			   shape_text(is).s, shape_text(ds).s);
+		dg_err_hint(err, "give one id per row of data: segment_ids' shape is the leading "
+			    "dims of data's");
+		return DG_ESHAPE;
+	}
+	if (1 + ds->ndim - is->ndim > DG_MAX_DIMS) {
+		return dg_err_set(err, DG_ESHAPE, "scalar segment_ids add a dim to data %s; at "
+				  "most %d dims are allowed", shape_text(ds).s, DG_MAX_DIMS);
+	}
+	out->ndim = 1 + ds->ndim - is->ndim;
+	out->dim[0] = *num;
+	for (int k = is->ndim; k < ds->ndim; k++)
+		out->dim[1 + k - is->ndim] = ds->dim[k];
+	return DG_OK;
+}
+
+static enum dg_status segment_sum_infer(struct dg_infer_ctx *c)
+{
+	int64_t num;
+
+	c->out[0].dtype = c->in[0].dtype;
+	return segment_sum_plan(dg_attrs_of_json(c->attrs), &c->in[0], &c->in[1], &num,
+				&c->out[0].shape, c->err);
+}
+
+/* d[0..n) += s[0..n). The integer sums add as unsigned, so an overflow wraps
+ * (two's complement, as TensorFlow's kernels do in practice) where a signed
+ * add would be undefined. */
+typedef void (*add_row_fn)(void *restrict dst, const void *restrict src, int64_t n);
+
+#define DEF_ADD_ROW(name, T)                                                             \
+	static void name(void *restrict dst, const void *restrict src, int64_t n)        \
+	{                                                                                \
+		T *restrict d = dst;                                                     \
+		const T *restrict s = src;                                               \
+		for (int64_t i = 0; i < n; i++)                                          \
+			d[i] += s[i];                                                    \
+	}
+DEF_ADD_ROW(add_row_f32, float)
+DEF_ADD_ROW(add_row_f64, double)
+DEF_ADD_ROW(add_row_u32, uint32_t)
+DEF_ADD_ROW(add_row_u64, uint64_t)
+
+/* Rows in the order of the ids: each adds into its segment's row of y. */
+static enum dg_status segment_sum_cpu(struct dg_kernel_ctx *c)
+{
+	const struct dg_tensor *x = c->in[0], *ids = c->in[1];
+	struct dg_ttype tx = cpu_ttype(x), ti = cpu_ttype(ids);
+	struct dg_shape os;
+	struct dg_tensor *y;
+	int64_t num, inner;
+	size_t es = dg_dtype_size(x->dtype);
+	add_row_fn add = x->dtype == DG_F32 ? add_row_f32 : x->dtype == DG_F64 ? add_row_f64 :
+			 x->dtype == DG_I32 ? add_row_u32 : add_row_u64;
+	enum dg_status st = segment_sum_plan(c->attrs, &tx, &ti, &num, &os, c->err);
+
+	if (st != DG_OK)
+		return st;
+	y = cpu_out_zero(c, 0, x->dtype, &os);
+	if (!y)
+		return c->err ? c->err->code : DG_ENOMEM;
+	inner = dims_prod(&x->shape, ids->shape.ndim, x->shape.ndim);
+	for (int64_t i = 0; i < ids->numel; i++) {
+		int64_t s = index_at(ids, i);
+		if (s < 0 || s >= num) {
+			index_outside(ids, "segment_ids", i, s, num, "num_segments", c->err);
+			dg_err_hint(c->err, s < 0 ? "TensorFlow drops rows with a negative id; dg "
+				    "refuses them: leave those rows out of data" :
+				    "raise num_segments or fix the ids");
+			return DG_EINVAL;
+		}
+		if (inner)
+			add((char *)y->data + (size_t)(s * inner) * es,
+			    (const char *)x->data + (size_t)(i * inner) * es, inner);
+	}
+	return DG_OK;
+}
+
+static const struct dg_attr_spec segment_sum_attrs[] = {
+	{ "num_segments", DG_ATTR_INT, true, "rows of the result (>= 0); every id must be below "
+	  "it" },
+	{ 0 },
+};
+
 /* --- the table ---------------------------------------------------------- */
 
 struct dg_op_def dg_ops_array[] = {
@@ -1632,5 +1890,14 @@ struct dg_op_def dg_ops_array[] = {
 	  "zeros of x's dtype and shape" },
 	{ "OnesLike", 1, 1, 1, NULL, no_attrs, like_infer, ones_like_cpu, NULL, NULL, 0,
 	  "ones (true for bool) of x's dtype and shape" },
+	{ "Gather", 2, 2, 1, NULL, gather_attrs, gather_infer, gather_cpu, NULL, cpu_grad_gather,
+	  0, "the rows of params (input 0) that indices (input 1, int32 or int64) names: shape "
+	  "indices' + params' without dim 0; axis 0 only; an index outside [0, rows) is an "
+	  "error" },
+	{ "UnsortedSegmentSum", 2, 2, 1, NULL, segment_sum_attrs, segment_sum_infer,
+	  segment_sum_cpu, NULL, cpu_grad_unsorted_segment_sum, 0,
+	  "y[s] = sum of the rows of data (input 0) whose segment_ids (input 1, a prefix of "
+	  "data's shape) are s: shape [num_segments] + data's remaining dims; 0 where no id "
+	  "is s; an id outside [0, num_segments) is an error (TensorFlow drops negative ids)" },
 	{ 0 },
 };

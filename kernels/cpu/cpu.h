@@ -15,7 +15,7 @@ extern struct dg_op_def dg_ops_eltwise[];  /* unary, binary, compare, Where, Cas
 extern struct dg_op_def dg_ops_reduce[];   /* Sum, Mean, Max, Min, ArgMax */
 extern struct dg_op_def dg_ops_nn[];       /* Softmax, LogSoftmax, cross-entropy, OneHot */
 extern struct dg_op_def dg_ops_matmul[];   /* MatMul, BatchMatMul */
-extern struct dg_op_def dg_ops_array[];    /* Slice .. Squeeze, Size, Shape, Fill, ... */
+extern struct dg_op_def dg_ops_array[];    /* Slice .. Squeeze, Size, Shape, Fill, Gather, ... */
 extern struct dg_op_def dg_ops_random[];   /* seeded initialisers, Dropout */
 extern struct dg_op_def dg_ops_grad[];     /* gradient helpers (grad.c) */
 extern struct dg_op_def dg_ops_conv[];     /* Conv2D, pooling, their gradients */

@@ -1114,3 +1114,60 @@ enum dg_status cpu_grad_transpose(struct dg_grad_ctx *c)
 	TRY(c->din[0] = op1(c, "Transpose", c->dout[0], attrs));
 	return DG_OK;
 }
+
+/* Gather(params, indices): every output row goes back to the row of params it
+ * was read from, rows read twice adding up. Emitted as exactly these three
+ * nodes, because the master recognises the last one (master/autodiff.c,
+ * rows_of) and turns it into a row-wise update of the table instead of a
+ * dense one:
+ *   ids  = Reshape(indices; shape [-1])
+ *   vals = Reshape(g; shape [-1] + params' dims after 0)
+ *   d(params) = UnsortedSegmentSum(vals, ids; num_segments = params' dim 0)
+ * so input 0 of the UnsortedSegmentSum holds one value row per id of input 1.
+ * The shapes go into attrs, so params' shape must be known when the graph is
+ * built; it is for a Variable, the usual params. indices get no gradient. */
+enum dg_status cpu_grad_gather(struct dg_grad_ctx *c)
+{
+	const struct dg_shape *ps = &c->in_type[0].shape;
+	const char *ids, *vals;
+	json_t *shape;
+
+	if (!want(c, 0))
+		return DG_OK;
+	if (ps->ndim < 1 || ps->dim[0] < 0) {
+		dg_err_set(c->err, DG_EINVAL, "the gradient of Gather needs the row count of "
+			   "params (its dim 0), which is unknown when the graph is built");
+		dg_err_hint(c->err, "training needs the table size: give the Variable or "
+			    "Placeholder feeding params a full shape");
+		return DG_EINVAL;
+	}
+	for (int k = 1; k < ps->ndim; k++) {
+		if (ps->dim[k] < 0) {
+			dg_err_set(c->err, DG_EINVAL, "the gradient of Gather needs the size of "
+				   "params' dim %d, unknown when the graph is built", k);
+			dg_err_hint(c->err, "give the Variable or Placeholder feeding params a "
+				    "full shape");
+			return DG_EINVAL;
+		}
+	}
+	TRY(ids = op1(c, "Reshape", c->in[1], json_pack("{s:[i]}", "shape", -1)));
+	shape = json_array();
+	json_array_append_new(shape, json_integer(-1));
+	for (int k = 1; k < ps->ndim; k++)
+		json_array_append_new(shape, json_integer(ps->dim[k]));
+	TRY(vals = op1(c, "Reshape", c->dout[0], json_pack("{s:o}", "shape", shape)));
+	TRY(c->din[0] = op2(c, "UnsortedSegmentSum", vals, ids,
+			    json_pack("{s:I}", "num_segments", (json_int_t)ps->dim[0])));
+	return DG_OK;
+}
+
+/* UnsortedSegmentSum(data, ids): data row i went into output row ids[i], so its
+ * gradient is that row of g, Gather(g, ids), of data's shape (ids' shape +
+ * the rest of data's). Exact: the forward refused every id outside the rows
+ * of g. The ids get no gradient. */
+enum dg_status cpu_grad_unsorted_segment_sum(struct dg_grad_ctx *c)
+{
+	if (want(c, 0))
+		TRY(c->din[0] = op2(c, "Gather", c->dout[0], c->in[1], NULL));
+	return DG_OK;
+}

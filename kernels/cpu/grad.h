@@ -43,5 +43,8 @@ enum dg_status cpu_grad_concat(struct dg_grad_ctx *c);
 enum dg_status cpu_grad_split(struct dg_grad_ctx *c);
 enum dg_status cpu_grad_reshape_like(struct dg_grad_ctx *c);   /* Reshape, ExpandDims, Squeeze */
 enum dg_status cpu_grad_transpose(struct dg_grad_ctx *c);
+/* DG_EINVAL when params' shape is unknown: the table size goes into an attr. */
+enum dg_status cpu_grad_gather(struct dg_grad_ctx *c);
+enum dg_status cpu_grad_unsorted_segment_sum(struct dg_grad_ctx *c);
 
 #endif

@@ -1247,3 +1247,416 @@ Test(array, data_movement_ops_carry_16_bit_floats_bit_for_bit)
 		dg_tensor_free(x);
 	}
 }
+
+/* --- Gather, UnsortedSegmentSum ------------------------------------------------ */
+
+/* Two inputs, one output, must succeed. */
+static struct dg_tensor *run2(const char *op, const char *attrs, const struct dg_tensor *a,
+			      const struct dg_tensor *b)
+{
+	struct dg_err err = { 0 };
+	struct dg_tensor *y = NULL;
+	const struct dg_tensor *in[2] = { a, b };
+	enum dg_status st = run(op, attrs, in, 2, &y, 1, &err);
+
+	cr_assert_eq(st, DG_OK, "%s %s failed: %s", op, attrs ? attrs : "", err.msg);
+	cr_assert_not_null(y);
+	return y;
+}
+
+/* Must fail with code, a message containing needle and a hint containing
+ * hint (when not NULL); no output left. */
+static void fails2(const char *op, const char *attrs, const struct dg_tensor *a,
+		   const struct dg_tensor *b, enum dg_status code, const char *needle,
+		   const char *hint)
+{
+	struct dg_err err = { 0 };
+	struct dg_tensor *y = NULL;
+	const struct dg_tensor *in[2] = { a, b };
+	enum dg_status st = run(op, attrs, in, 2, &y, 1, &err);
+
+	cr_assert_eq(st, code, "%s %s: want code %d, got %d (%s)", op, attrs ? attrs : "",
+		     code, st, err.msg);
+	cr_assert_null(y);
+	cr_assert_not_null(strstr(err.msg, needle), "message '%s' lacks '%s'", err.msg, needle);
+	cr_assert_not_null(strstr(err.msg, op), "message '%s' does not name %s", err.msg, op);
+	if (hint)
+		cr_assert_not_null(strstr(err.hint, hint), "hint '%s' lacks '%s'", err.hint, hint);
+}
+
+/* Inference of a two-input, one-output op. */
+static enum dg_status infer2(const char *op, const char *attrs, struct dg_ttype a,
+			     struct dg_ttype b, struct dg_ttype *out, struct dg_err *err)
+{
+	struct dg_ttype in[2] = { a, b };
+	const struct dg_op_def *d = dg_op_find(op);
+	json_t *j = attrs_of(attrs ? attrs : "{}");
+	struct dg_infer_ctx c = {
+		.attrs = j, .n_in = 2, .in = in, .n_out = 1, .out = out, .err = err,
+	};
+	enum dg_status st;
+
+	cr_assert_not_null(d);
+	st = d->infer(&c);
+	json_decref(j);
+	return st;
+}
+
+Test(array, gather_picks_rows_of_a_float32_matrix_repeats_included)
+{
+	int32_t i1[] = { 3, 1, 3 };
+	int64_t i2[] = { 0, 3, 3, 0 };
+	struct dg_tensor *p = iota(DG_F32, SH(4, 3)), *ix = mk(DG_I32, SH(3), i1);
+	struct dg_tensor *y = run2("Gather", NULL, p, ix);
+
+	cr_assert_eq(y->dtype, DG_F32);
+	expect_shape(y, SH(3, 3));
+	expect_vals(y, VALS(9, 10, 11, 3, 4, 5, 9, 10, 11));
+	dg_tensor_free(y);
+	dg_tensor_free(ix);
+	/* 2-d int64 indices: shape [2,2] + [3] */
+	ix = mk(DG_I64, SH(2, 2), i2);
+	y = run2("Gather", "{\"axis\":0}", p, ix);
+	expect_shape(y, SH(2, 2, 3));
+	expect_vals(y, VALS(0, 1, 2, 9, 10, 11, 9, 10, 11, 0, 1, 2));
+	dg_tensor_free(y);
+	dg_tensor_free(ix);
+	dg_tensor_free(p);
+}
+
+Test(array, gather_with_a_scalar_index_drops_the_row_dim)
+{
+	int64_t two = 2;
+	int32_t four = 4;
+	struct dg_tensor *p = iota(DG_F64, SH(4, 3)), *ix = mk(DG_I64, SH0, &two);
+	struct dg_tensor *y = run2("Gather", NULL, p, ix);
+
+	expect_shape(y, SH(3));
+	expect_vals(y, VALS(6, 7, 8));
+	dg_tensor_free(y);
+	dg_tensor_free(ix);
+	dg_tensor_free(p);
+	/* a 1-d table and a scalar index: a scalar */
+	p = iota(DG_I64, SH(5));
+	ix = mk(DG_I32, SH0, &four);
+	y = run2("Gather", NULL, p, ix);
+	cr_assert_eq(y->dtype, DG_I64);
+	expect_shape(y, SH0);
+	expect_vals(y, VALS(4));
+	dg_tensor_free(y);
+	dg_tensor_free(ix);
+	dg_tensor_free(p);
+}
+
+Test(array, gather_copies_rows_of_any_dtype_bit_for_bit)
+{
+	uint16_t h[6] = { 0x3c00, 0x7e00, 0x8000, 0x0001, 0xfc00, 0x3555 };
+	uint8_t b[6] = { 1, 0, 0, 1, 1, 1 };
+	int32_t i[] = { 2, 0 };
+	struct dg_tensor *ix = mk(DG_I32, SH(2), i);
+	struct dg_tensor *p = mk(DG_F16, SH(3, 2), h), *y = run2("Gather", NULL, p, ix);
+	const uint16_t *t = y->data;
+
+	cr_assert_eq(y->dtype, DG_F16);
+	cr_assert(t[0] == 0xfc00 && t[1] == 0x3555 && t[2] == 0x3c00 && t[3] == 0x7e00);
+	dg_tensor_free(y);
+	dg_tensor_free(p);
+	p = mk(DG_BOOL, SH(3, 1, 2), b);
+	y = run2("Gather", NULL, p, ix);
+	expect_shape(y, SH(2, 1, 2));
+	expect_vals(y, VALS(1, 1, 1, 0));
+	dg_tensor_free(y);
+	dg_tensor_free(p);
+	p = iota(DG_U8, SH(3, 0));      /* rows of no bytes */
+	y = run2("Gather", NULL, p, ix);
+	expect_shape(y, SH(2, 0));
+	dg_tensor_free(y);
+	dg_tensor_free(p);
+	dg_tensor_free(ix);
+}
+
+Test(array, gather_with_empty_indices_gives_an_empty_result)
+{
+	struct dg_tensor *p = iota(DG_F32, SH(4, 3)), *ix = mk(DG_I64, SH(0), NULL);
+	struct dg_tensor *y = run2("Gather", NULL, p, ix);
+
+	expect_shape(y, SH(0, 3));
+	dg_tensor_free(y);
+	dg_tensor_free(ix);
+	ix = mk(DG_I32, SH(2, 0), NULL);
+	y = run2("Gather", NULL, p, ix);
+	expect_shape(y, SH(2, 0, 3));
+	dg_tensor_free(y);
+	dg_tensor_free(p);
+	/* a table of no rows is fine as long as nothing is read from it */
+	p = iota(DG_F32, SH(0, 3));
+	y = run2("Gather", NULL, p, ix);
+	expect_shape(y, SH(2, 0, 3));
+	dg_tensor_free(y);
+	dg_tensor_free(ix);
+	dg_tensor_free(p);
+}
+
+Test(array, gather_refuses_an_index_outside_the_rows_naming_value_and_position)
+{
+	int32_t i2[] = { 0, 1, 4, 2 };
+	int64_t neg[] = { 1, -1 }, nine = 9, zero = 0;
+	struct dg_tensor *p = iota(DG_F32, SH(4, 3)), *ix = mk(DG_I32, SH(2, 2), i2);
+
+	fails2("Gather", NULL, p, ix, DG_EINVAL,
+	       "indices[1,0] = 4 is not in [0, 4): params' row count is 4", "row of params");
+	dg_tensor_free(ix);
+	ix = mk(DG_I64, SH(2), neg);
+	fails2("Gather", NULL, p, ix, DG_EINVAL, "indices[1] = -1 is not in [0, 4)", NULL);
+	dg_tensor_free(ix);
+	ix = mk(DG_I64, SH0, &nine);
+	fails2("Gather", NULL, p, ix, DG_EINVAL, "indices = 9 is not in [0, 4)", NULL);
+	dg_tensor_free(ix);
+	dg_tensor_free(p);
+	p = iota(DG_F32, SH(0, 3));
+	ix = mk(DG_I64, SH(1), &zero);
+	fails2("Gather", NULL, p, ix, DG_EINVAL, "indices[0] = 0 is not in [0, 0)", NULL);
+	dg_tensor_free(ix);
+	dg_tensor_free(p);
+}
+
+Test(array, gather_refuses_bad_dtypes_ranks_and_axes)
+{
+	float fi[] = { 0 };
+	int32_t i[] = { 0 };
+	struct dg_tensor *p = iota(DG_F32, SH(4, 3)), *ix = mk(DG_I32, SH(1), i);
+	struct dg_tensor *fx = mk(DG_F32, SH(1), fi), *s = iota(DG_F32, SH0);
+	struct dg_tensor *deep = mk(DG_I32, SH(1, 1, 1, 1, 1, 1), i);
+	struct dg_tensor *p4 = iota(DG_F32, SH(1, 1, 1, 2));
+
+	fails2("Gather", NULL, p, fx, DG_EDTYPE, "the indices are float32; they must be int32 or "
+	       "int64", "Cast");
+	fails2("Gather", NULL, s, ix, DG_ESHAPE, "params is a scalar", NULL);
+	fails2("Gather", "{\"axis\":1}", p, ix, DG_EINVAL, "attr 'axis' is 1; Gather takes rows "
+	       "only (axis 0)", "Transpose");
+	fails2("Gather", "{\"axis\":-2}", p, ix, DG_EINVAL, "attr 'axis' is -2", NULL);
+	fails2("Gather", "{\"batch_dims\":1}", p, ix, DG_EINVAL, "batch_dims", NULL);
+	fails2("Gather", NULL, p4, deep, DG_ESHAPE, "give a result of rank 9; at most 8", NULL);
+	dg_tensor_free(p);
+	dg_tensor_free(ix);
+	dg_tensor_free(fx);
+	dg_tensor_free(s);
+	dg_tensor_free(deep);
+	dg_tensor_free(p4);
+}
+
+Test(array, gather_infers_shapes_with_unknown_dims_and_ranks)
+{
+	struct dg_ttype out, unknown = tt(DG_F32, SH(1));
+	struct dg_err err = { 0 };
+
+	unknown.shape.ndim = -1;
+	cr_assert_eq(infer2("Gather", NULL, tt(DG_F64, SH(-1, 3)), tt(DG_I64, SH(2, -1)), &out,
+			    &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(out.dtype, DG_F64);
+	expect_tshape(&out, SH(2, -1, 3));
+	cr_assert_eq(infer2("Gather", NULL, tt(DG_F32, SH(5, -1)), tt(DG_I32, SH0), &out, &err),
+		     DG_OK, "%s", err.msg);
+	expect_tshape(&out, SH(-1));
+	cr_assert_eq(infer2("Gather", NULL, unknown, tt(DG_I32, SH(2)), &out, &err), DG_OK);
+	cr_assert_eq(out.shape.ndim, -1);
+	unknown.dtype = DG_I64;
+	cr_assert_eq(infer2("Gather", NULL, tt(DG_F32, SH(5, 2)), unknown, &out, &err), DG_OK);
+	cr_assert_eq(out.shape.ndim, -1);
+	cr_assert_eq(infer2("Gather", NULL, tt(DG_F32, SH(5, 2)), tt(DG_U8, SH(2)), &out, &err),
+		     DG_EDTYPE);
+	cr_assert_eq(infer2("Gather", NULL, tt(DG_F32, SH0), tt(DG_I32, SH(2)), &out, &err),
+		     DG_ESHAPE);
+	cr_assert_eq(infer2("Gather", "{\"axis\":1}", tt(DG_F32, SH(5, 2)), tt(DG_I32, SH(2)),
+			    &out, &err), DG_EINVAL);
+	cr_assert_not_null(strstr(err.msg, "axis"), "%s", err.msg);
+}
+
+Test(array, unsorted_segment_sum_adds_rows_into_their_segments)
+{
+	int32_t ids[] = { 2, 0, 2, 0 };
+	struct dg_tensor *x = iota(DG_F32, SH(4, 2)), *s = mk(DG_I32, SH(4), ids);
+	struct dg_tensor *y = run2("UnsortedSegmentSum", "{\"num_segments\":4}", x, s);
+
+	/* rows [0,1] [2,3] [4,5] [6,7]: segment 0 = rows 1 + 3, 2 = rows 0 + 2, 1 and 3 empty */
+	cr_assert_eq(y->dtype, DG_F32);
+	expect_shape(y, SH(4, 2));
+	expect_vals(y, VALS(8, 10, 0, 0, 4, 6, 0, 0));
+	dg_tensor_free(y);
+	dg_tensor_free(s);
+	dg_tensor_free(x);
+}
+
+Test(array, unsorted_segment_sum_takes_2d_int64_ids_and_scalar_ids)
+{
+	int64_t ids[] = { 1, 1, 0, 1 }, one = 1;
+	struct dg_tensor *x = iota(DG_F64, SH(2, 2, 3)), *s = mk(DG_I64, SH(2, 2), ids);
+	struct dg_tensor *y = run2("UnsortedSegmentSum", "{\"num_segments\":2}", x, s);
+
+	/* segment 0 = x[1,0]; segment 1 = x[0,0] + x[0,1] + x[1,1] */
+	expect_shape(y, SH(2, 3));
+	expect_vals(y, VALS(6, 7, 8, 12, 15, 18));
+	dg_tensor_free(y);
+	dg_tensor_free(s);
+	dg_tensor_free(x);
+	/* ids of data's whole shape: one element per id */
+	x = iota(DG_F64, SH(2, 2));
+	s = mk(DG_I64, SH(2, 2), ids);
+	y = run2("UnsortedSegmentSum", "{\"num_segments\":3}", x, s);
+	expect_shape(y, SH(3));
+	expect_vals(y, VALS(2, 4, 0));
+	dg_tensor_free(y);
+	dg_tensor_free(s);
+	dg_tensor_free(x);
+	/* a scalar id: the whole of data is one row */
+	x = iota(DG_F32, SH(2));
+	s = mk(DG_I64, SH0, &one);
+	y = run2("UnsortedSegmentSum", "{\"num_segments\":3}", x, s);
+	expect_shape(y, SH(3, 2));
+	expect_vals(y, VALS(0, 0, 0, 1, 0, 0));
+	dg_tensor_free(y);
+	dg_tensor_free(s);
+	dg_tensor_free(x);
+}
+
+Test(array, unsorted_segment_sum_of_integers_wraps_like_twos_complement)
+{
+	int32_t d32[] = { INT32_MAX, 1, -5 }, ids[] = { 0, 0, 1 };
+	int64_t d64[] = { INT64_MAX, 1, 7 };
+	struct dg_tensor *s = mk(DG_I32, SH(3), ids);
+	struct dg_tensor *x = mk(DG_I32, SH(3), d32);
+	struct dg_tensor *y = run2("UnsortedSegmentSum", "{\"num_segments\":2}", x, s);
+
+	cr_assert_eq(y->dtype, DG_I32);
+	cr_assert_eq(((int32_t *)y->data)[0], INT32_MIN);
+	cr_assert_eq(((int32_t *)y->data)[1], -5);
+	dg_tensor_free(y);
+	dg_tensor_free(x);
+	x = mk(DG_I64, SH(3), d64);
+	y = run2("UnsortedSegmentSum", "{\"num_segments\":2}", x, s);
+	cr_assert_eq(y->dtype, DG_I64);
+	cr_assert_eq(((int64_t *)y->data)[0], INT64_MIN);
+	cr_assert_eq(((int64_t *)y->data)[1], 7);
+	dg_tensor_free(y);
+	dg_tensor_free(x);
+	dg_tensor_free(s);
+}
+
+Test(array, unsorted_segment_sum_with_no_ids_gives_zeros)
+{
+	struct dg_tensor *x = iota(DG_F32, SH(0, 3)), *s = mk(DG_I32, SH(0), NULL);
+	struct dg_tensor *y = run2("UnsortedSegmentSum", "{\"num_segments\":2}", x, s);
+
+	expect_shape(y, SH(2, 3));
+	expect_vals(y, VALS(0, 0, 0, 0, 0, 0));
+	dg_tensor_free(y);
+	y = run2("UnsortedSegmentSum", "{\"num_segments\":0}", x, s);
+	expect_shape(y, SH(0, 3));
+	dg_tensor_free(y);
+	dg_tensor_free(s);
+	dg_tensor_free(x);
+}
+
+Test(array, unsorted_segment_sum_refuses_ids_outside_the_segments)
+{
+	int32_t neg[] = { 0, -1, 2 }, big[] = { 0, 1, 3 };
+	int64_t zero = 0;
+	struct dg_tensor *x = iota(DG_F32, SH(3, 2)), *s = mk(DG_I32, SH(3), neg);
+	const char *a = "{\"num_segments\":3}";
+
+	/* TensorFlow would drop row 1; a dropped row is a lost gradient */
+	fails2("UnsortedSegmentSum", a, x, s, DG_EINVAL,
+	       "segment_ids[1] = -1 is not in [0, 3): num_segments is 3", "TensorFlow drops");
+	dg_tensor_free(s);
+	s = mk(DG_I32, SH(3), big);
+	fails2("UnsortedSegmentSum", a, x, s, DG_EINVAL, "segment_ids[2] = 3 is not in [0, 3)",
+	       "raise num_segments");
+	dg_tensor_free(s);
+	dg_tensor_free(x);
+	x = iota(DG_F32, SH(1));
+	s = mk(DG_I64, SH(1), &zero);
+	fails2("UnsortedSegmentSum", "{\"num_segments\":0}", x, s, DG_EINVAL,
+	       "segment_ids[0] = 0 is not in [0, 0)", NULL);
+	dg_tensor_free(s);
+	dg_tensor_free(x);
+}
+
+Test(array, unsorted_segment_sum_refuses_bad_shapes_dtypes_and_attrs)
+{
+	int32_t ids[] = { 0, 0, 0 };
+	float fids[] = { 0, 0, 0 };
+	struct dg_tensor *x = iota(DG_F32, SH(3, 2)), *s = mk(DG_I32, SH(3), ids);
+	struct dg_tensor *s2 = mk(DG_I32, SH(2), ids), *s3 = mk(DG_I32, SH(3, 2, 1), NULL);
+	struct dg_tensor *fs = mk(DG_F32, SH(3), fids), *b = iota(DG_BOOL, SH(3, 2));
+	struct dg_tensor *x8 = iota(DG_F32, SH(1, 1, 1, 1, 1, 1, 1, 2)), *s0 = mk(DG_I32, SH0, ids);
+	const char *a = "{\"num_segments\":2}";
+
+	fails2("UnsortedSegmentSum", a, x, s2, DG_ESHAPE,
+	       "segment_ids [2] is not a prefix of data's shape [3,2]", "one id per row");
+	fails2("UnsortedSegmentSum", a, x, s3, DG_ESHAPE, "segment_ids [3,2,1] is not a prefix",
+	       NULL);
+	fails2("UnsortedSegmentSum", a, x, fs, DG_EDTYPE, "the segment_ids are float32", "Cast");
+	fails2("UnsortedSegmentSum", a, b, s, DG_EDTYPE, "data is bool; UnsortedSegmentSum adds "
+	       "float32, float64, int32 or int64", NULL);
+	fails2("UnsortedSegmentSum", a, x8, s0, DG_ESHAPE, "at most 8 dims", NULL);
+	fails2("UnsortedSegmentSum", NULL, x, s, DG_EINVAL, "missing required attr "
+	       "'num_segments'", NULL);
+	fails2("UnsortedSegmentSum", "{\"num_segments\":-1}", x, s, DG_EINVAL,
+	       "attr 'num_segments' must be in 0..2^48, got -1", NULL);
+	fails2("UnsortedSegmentSum", "{\"num_segments\":1.5}", x, s, DG_EINVAL, "num_segments",
+	       NULL);
+	dg_tensor_free(x);
+	dg_tensor_free(s);
+	dg_tensor_free(s2);
+	dg_tensor_free(s3);
+	dg_tensor_free(fs);
+	dg_tensor_free(b);
+	dg_tensor_free(x8);
+	dg_tensor_free(s0);
+}
+
+Test(array, unsorted_segment_sum_infers_shapes_with_unknown_dims_and_ranks)
+{
+	struct dg_ttype out, unknown = tt(DG_I32, SH(1));
+	struct dg_err err = { 0 };
+	const char *a = "{\"num_segments\":5}";
+
+	unknown.shape.ndim = -1;
+	cr_assert_eq(infer2("UnsortedSegmentSum", a, tt(DG_F64, SH(-1, 4)), tt(DG_I64, SH(-1)),
+			    &out, &err), DG_OK, "%s", err.msg);
+	cr_assert_eq(out.dtype, DG_F64);
+	expect_tshape(&out, SH(5, 4));
+	cr_assert_eq(infer2("UnsortedSegmentSum", a, tt(DG_F32, SH(2, -1, 3)), tt(DG_I32, SH(2, 7)),
+			    &out, &err), DG_OK, "%s", err.msg);
+	expect_tshape(&out, SH(5, 3));
+	cr_assert_eq(infer2("UnsortedSegmentSum", a, tt(DG_F32, SH(2, 3)), unknown, &out, &err),
+		     DG_OK);
+	cr_assert_eq(out.shape.ndim, -1);
+	unknown.dtype = DG_F32;
+	cr_assert_eq(infer2("UnsortedSegmentSum", a, unknown, tt(DG_I32, SH(2)), &out, &err),
+		     DG_OK);
+	cr_assert_eq(out.shape.ndim, -1);
+	cr_assert_eq(infer2("UnsortedSegmentSum", a, tt(DG_F32, SH(2, 3)), tt(DG_I32, SH(3)),
+			    &out, &err), DG_ESHAPE);
+	cr_assert_eq(infer2("UnsortedSegmentSum", NULL, tt(DG_F32, SH(2, 3)), tt(DG_I32, SH(2)),
+			    &out, &err), DG_EINVAL);
+	cr_assert_eq(infer2("UnsortedSegmentSum", a, tt(DG_U8, SH(2, 3)), tt(DG_I32, SH(2)),
+			    &out, &err), DG_EDTYPE);
+}
+
+/* The gradient pair: UnsortedSegmentSum(Gather(p, i), i) adds each picked row
+ * once per time it was picked, so row r is p[r] times its count in i. */
+Test(array, segment_sum_of_a_gather_scales_rows_by_their_counts)
+{
+	int32_t i[] = { 1, 3, 1, 1 };
+	struct dg_tensor *p = iota(DG_F32, SH(4, 2)), *ix = mk(DG_I32, SH(2, 2), i);
+	struct dg_tensor *g = run2("Gather", NULL, p, ix);
+	struct dg_tensor *y = run2("UnsortedSegmentSum", "{\"num_segments\":4}", g, ix);
+
+	expect_shape(y, SH(4, 2));
+	expect_vals(y, VALS(0, 0, 6, 9, 0, 0, 6, 7));
+	dg_tensor_free(y);
+	dg_tensor_free(g);
+	dg_tensor_free(ix);
+	dg_tensor_free(p);
+}

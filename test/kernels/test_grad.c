@@ -462,6 +462,175 @@ Test(grad, reshape_transpose_expand_dims_and_squeeze)
 	gradcheck("{\"name\": \"y\", \"op\": \"Squeeze\", \"inputs\": [\"x\"]}", s, 1);
 }
 
+Test(grad, gather_adds_the_gradients_of_repeated_rows)
+{
+	/* 8 indices into 5 rows: some row is read twice or more */
+	struct in_spec two[] = {
+		X("p", 2, 5, 3),
+		{ .name = "i", .ndim = 2, .dim = { 2, 4 }, .lo = 0, .hi = 5, .dt = DG_I32 },
+	};
+	struct in_spec scalar[] = {
+		X("p", 3, 4, 2, 3),
+		{ .name = "i", .ndim = 0, .lo = 0, .hi = 4, .dt = DG_I64 },
+	};
+	struct in_spec table1d[] = {
+		X("p", 1, 6),
+		{ .name = "i", .ndim = 1, .dim = { 9 }, .lo = 0, .hi = 6, .dt = DG_I64,
+		  .unknown0 = true },
+	};
+	const char *gather = "{\"name\": \"y\", \"op\": \"Gather\", \"inputs\": [\"p\", \"i\"]}";
+
+	gradcheck(gather, two, N(two));
+	gradcheck(gather, scalar, N(scalar));
+	gradcheck(gather, table1d, N(table1d));
+	/* a bag of embeddings: the rows averaged per example */
+	gradcheck("{\"name\": \"e\", \"op\": \"Gather\", \"inputs\": [\"p\", \"i\"]},"
+		  "{\"name\": \"y\", \"op\": \"Mean\", \"inputs\": [\"e\"], "
+		  "\"attrs\": {\"axis\": 1}}", two, N(two));
+}
+
+Test(grad, unsorted_segment_sum_sends_each_row_its_segments_gradient)
+{
+	/* ids in 0..3 of 5 segments: segment 4 (at least) is empty */
+	struct in_spec rows[] = {
+		X("d", 2, 6, 3),
+		{ .name = "s", .ndim = 1, .dim = { 6 }, .lo = 0, .hi = 4, .dt = DG_I32 },
+	};
+	struct in_spec grid[] = {
+		{ .name = "d", .ndim = 3, .dim = { 2, 3, 2 }, .lo = -1, .hi = 1, .wrt = true,
+		  .unknown0 = true },
+		{ .name = "s", .ndim = 2, .dim = { 2, 3 }, .lo = 0, .hi = 3, .dt = DG_I64,
+		  .unknown0 = true },
+	};
+
+	gradcheck("{\"name\": \"y\", \"op\": \"UnsortedSegmentSum\", \"inputs\": [\"d\", "
+		  "\"s\"], \"attrs\": {\"num_segments\": 5}}", rows, N(rows));
+	gradcheck("{\"name\": \"y\", \"op\": \"UnsortedSegmentSum\", \"inputs\": [\"d\", "
+		  "\"s\"], \"attrs\": {\"num_segments\": 3}}", grid, N(grid));
+}
+
+/* The node of doc named ref (a "name" or "name:0" ref), or NULL. */
+static json_t *doc_node(const json_t *doc, const char *ref)
+{
+	size_t i, n = strcspn(ref, ":");
+	json_t *node;
+
+	json_array_foreach(json_object_get(doc, "nodes"), i, node) {
+		const char *name = json_string_value(json_object_get(node, "name"));
+		if (strlen(name) == n && strncmp(name, ref, n) == 0)
+			return node;
+	}
+	return NULL;
+}
+
+/* Input k of a node of doc, as a node of doc. */
+static json_t *doc_input(const json_t *doc, const json_t *node, size_t k)
+{
+	const char *ref = json_string_value(json_array_get(json_object_get(node, "inputs"), k));
+
+	cr_assert_not_null(ref, "no input %zu", k);
+	return doc_node(doc, ref);
+}
+
+/* The master turns d(table) into a row-wise update when it is exactly
+ * UnsortedSegmentSum(Reshape(g; [-1] + rows' dims), Reshape(indices; [-1]);
+ * num_segments = rows) (master/autodiff.c, rows_of): check that structure,
+ * then the values (each row gets the count of its reads). */
+Test(grad, gather_gradient_is_a_segment_sum_of_flattened_rows_and_ids)
+{
+	const char *text = "{\"nodes\": ["
+		"{\"name\": \"p\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
+		"\"float32\", \"shape\": [7, 2, 3]}},"
+		"{\"name\": \"i\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
+		"\"int64\", \"shape\": [-1, 4]}},"
+		"{\"name\": \"e\", \"op\": \"Gather\", \"inputs\": [\"p\", \"i\"]},"
+		"{\"name\": \"loss\", \"op\": \"Sum\", \"inputs\": [\"e\"]}]}";
+	struct dg_graph *g = parse(text), *gg;
+	const char *wrt[1] = { "p" };
+	json_t *doc, *uss, *vals, *ids, *shape;
+	char **refs;
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(dg_autodiff(g, "loss", wrt, 1, &doc, &refs, &err), DG_OK, "%s", err.msg);
+	uss = doc_node(doc, refs[0]);
+	cr_assert_not_null(uss, "%s", refs[0]);
+	cr_assert_str_eq(json_string_value(json_object_get(uss, "op")), "UnsortedSegmentSum");
+	cr_assert_eq(json_array_size(json_object_get(uss, "inputs")), 2);
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(uss, "attrs"),
+							"num_segments")), 7);
+	vals = doc_input(doc, uss, 0);
+	ids = doc_input(doc, uss, 1);
+	cr_assert(vals && ids, "the inputs are gradient nodes");
+	cr_assert_str_eq(json_string_value(json_object_get(vals, "op")), "Reshape");
+	shape = json_object_get(json_object_get(vals, "attrs"), "shape");
+	cr_assert_eq(json_array_size(shape), 3);
+	cr_assert(json_integer_value(json_array_get(shape, 0)) == -1 &&
+		  json_integer_value(json_array_get(shape, 1)) == 2 &&
+		  json_integer_value(json_array_get(shape, 2)) == 3, "values shape [-1,2,3]");
+	cr_assert_str_eq(json_string_value(json_object_get(ids, "op")), "Reshape");
+	shape = json_object_get(json_object_get(ids, "attrs"), "shape");
+	cr_assert(json_array_size(shape) == 1 &&
+		  json_integer_value(json_array_get(shape, 0)) == -1, "ids shape [-1]");
+	/* the ids are the forward indices themselves, "i" */
+	cr_assert_eq(doc_input(doc, ids, 0), doc_node(doc, "i"));
+
+	/* i = [[0, 6, 6, 1]]: rows 0 and 1 read once, row 6 twice */
+	gg = dg_graph_from_json(doc, dg_op_find, &err);
+	cr_assert_not_null(gg, "%s", err.msg);
+	struct dg_shape ps = dg_shape_make(3, (int64_t[]){ 7, 2, 3 });
+	struct dg_shape is = dg_shape_make(2, (int64_t[]){ 1, 4 });
+	struct dg_tensor *p = dg_tensor_new(DG_F32, &ps, NULL);
+	struct dg_tensor *ix = dg_tensor_from_data(DG_I64, &is, (int64_t[]){ 0, 6, 6, 1 }, NULL);
+	struct dg_feed f[2] = { { "p", p }, { "i", ix } };
+	struct dg_tensor *out[1] = { 0 };
+	cr_assert_eq(dg_exec_run(gg, f, 2, (const char *const *)refs, 1, out, NULL, &err), DG_OK,
+		     "%s", err.msg);
+	for (int64_t k = 0; k < 42; k++) {
+		int64_t r = k / 6;
+		double want = r == 6 ? 2 : r <= 1 ? 1 : 0;
+		cr_assert_float_eq(dg_tensor_get_f64(out[0], k), want, 0, "element %lld",
+				   (long long)k);
+	}
+	dg_tensor_free(out[0]);
+	dg_tensor_free(p);
+	dg_tensor_free(ix);
+	dg_graph_free(gg);
+	dg_autodiff_free_refs(refs, 1);
+	json_decref(doc);
+	dg_graph_free(g);
+}
+
+Test(grad, gather_gradient_needs_the_table_size_when_the_graph_is_built)
+{
+	static const char *const shapes[2] = { "[-1, 3]", "[4, -1]" };
+	static const char *const needles[2] = { "row count of params", "params' dim 1" };
+	const char *wrt[1] = { "p" };
+
+	for (int k = 0; k < 2; k++) {
+		char text[1024];
+		json_t *doc = NULL;
+		char **refs = NULL;
+		struct dg_err err = { 0 };
+
+		snprintf(text, sizeof text, "{\"nodes\": ["
+			 "{\"name\": \"p\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
+			 "\"float64\", \"shape\": %s}},"
+			 "{\"name\": \"i\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": "
+			 "\"int32\", \"shape\": [2]}},"
+			 "{\"name\": \"e\", \"op\": \"Gather\", \"inputs\": [\"p\", \"i\"]},"
+			 "{\"name\": \"loss\", \"op\": \"Sum\", \"inputs\": [\"e\"]}]}",
+			 shapes[k]);
+		struct dg_graph *g = parse(text);
+		cr_assert_eq(dg_autodiff(g, "loss", wrt, 1, &doc, &refs, &err), DG_EINVAL,
+			     "%s: %s", shapes[k], err.msg);
+		cr_assert(strstr(err.msg, needles[k]), "%s", err.msg);
+		cr_assert(strstr(err.hint, "full shape"), "%s", err.hint);
+		cr_assert_null(doc);
+		cr_assert_null(refs);
+		dg_graph_free(g);
+	}
+}
+
 static void conv_case(const char *attrs, int64_t h, int64_t w, int64_t kh, int64_t kw)
 {
 	char nodes[512];

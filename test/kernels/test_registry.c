@@ -17,7 +17,8 @@ static const char *const required_ops[] = {
 	"SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits", "Slice",
 	"StridedSlice", "Concat", "Split", "Reshape", "Transpose", "ExpandDims", "Squeeze", "Cast",
 	"Size", "Shape", "Equal", "Less", "Greater", "Where", "Fill", "ZerosLike", "OnesLike",
-	"RandomUniform", "RandomNormal", "TruncatedNormal", "GlorotUniform",
+	"RandomUniform", "RandomNormal", "TruncatedNormal", "GlorotUniform", "Gather",
+	"UnsortedSegmentSum",
 };
 
 Test(registry, every_required_op_is_registered)
