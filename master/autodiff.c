@@ -329,9 +329,79 @@ void dg_autodiff_free_refs(char **refs, int n)
 	free(refs);
 }
 
+/* The node of the new document named ref (no ":k"), or NULL. */
+static json_t *doc_node(const struct builder *b, const char *ref)
+{
+	json_t *n;
+	size_t i;
+
+	if (strchr(ref, ':'))
+		return NULL;
+	json_array_foreach(b->nodes, i, n)
+		if (strcmp(json_string_value(json_object_get(n, "name")), ref) == 0)
+			return n;
+	return NULL;
+}
+
+/* Is every contribution to value e an UnsortedSegmentSum(values, rows)? Then
+ * *vals and *rows get the row-wise gradient: the one pair, or each
+ * concatenated along dim 0 (rows as int64). *vals NULL: no. */
+static enum dg_status rows_of(struct builder *b, struct dg_grad_ctx *c, struct dg_edge e,
+			      const char **vals, const char **rows)
+{
+	const struct contrib *a = &b->acc[b->base[e.node] + e.index];
+	const char **vs = calloc((size_t)a->n + 1, sizeof *vs);
+	const char **rs = calloc((size_t)a->n + 1, sizeof *rs);
+	enum dg_status st = DG_OK;
+
+	*vals = *rows = NULL;
+	if (a->n == 0)
+		goto out;
+	if (!vs || !rs) {
+		st = dg_err_set(b->err, DG_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int k = 0; k < a->n; k++) {
+		json_t *n = doc_node(b, a->v[k]), *in = json_object_get(n, "inputs");
+		if (!n || strcmp(json_string_value(json_object_get(n, "op")),
+				 "UnsortedSegmentSum") != 0 || json_array_size(in) != 2)
+			goto out;
+		if (!(vs[k] = pool_add(b, strdup(json_string_value(json_array_get(in, 0))))) ||
+		    !(rs[k] = pool_add(b, strdup(json_string_value(json_array_get(in, 1)))))) {
+			st = b->err->code;
+			goto out;
+		}
+	}
+	if (a->n == 1) {
+		*vals = vs[0];
+		*rows = rs[0];
+		goto out;
+	}
+	b->fwd = b->g->nodes[e.node].name;     /* "grad/<var>/...": the variable's sum */
+	b->device = b->g->nodes[e.node].device;
+	for (int k = 0; k < a->n; k++) {
+		rs[k] = ctx_add(c, "Cast", &rs[k], 1, json_pack("{s:s}", "dtype", "int64"));
+		if (!rs[k]) {
+			st = b->err->code;
+			goto out;
+		}
+	}
+	*vals = ctx_add(c, "Concat", vs, a->n, json_pack("{s:i}", "axis", 0));
+	*rows = *vals ? ctx_add(c, "Concat", rs, a->n, json_pack("{s:i}", "axis", 0)) : NULL;
+	if (!*rows) {
+		*vals = NULL;
+		st = b->err->code;
+	}
+out:
+	free(vs);
+	free(rs);
+	return st;
+}
+
 /* The backward pass proper, on a builder whose document is set up. */
 static enum dg_status backward(struct builder *b, struct dg_edge loss, const struct dg_edge *wrt,
-			       int n_wrt, const char *const *wrt_refs, bool zeros, char **res)
+			       int n_wrt, const char *const *wrt_refs, bool zeros, char **res,
+			       char **rows)
 {
 	const struct dg_graph *g = b->g;
 	bool *reach = calloc((size_t)g->n_nodes + 1, sizeof *reach);
@@ -363,7 +433,14 @@ static enum dg_status backward(struct builder *b, struct dg_edge loss, const str
 		if (reach[g->order[i]])
 			st = grad_node(b, g->order[i], wrt, n_wrt, reach);
 	for (int i = 0; i < n_wrt && st == DG_OK; i++) {
-		const char *r = NULL;
+		const char *r = NULL, *rr = NULL;
+		if (rows && (st = rows_of(b, &c, wrt[i], &r, &rr)) != DG_OK)
+			break;
+		if (rr) {
+			if (!(res[i] = strdup(r)) || !(rows[i] = strdup(rr)))
+				st = dg_err_set(b->err, DG_ENOMEM, "out of memory");
+			continue;
+		}
 		st = contrib_sum(b, &c, wrt[i].node, wrt[i].index, &r);
 		if (st == DG_OK && !r && zeros) {
 			b->fwd = g->nodes[wrt[i].node].name;
@@ -387,7 +464,7 @@ enum dg_status dg_autodiff_ex(const struct dg_graph *g, const char *loss_ref,
 	struct dg_err local = { 0 };
 	struct builder b = { .g = g, .err = err ? err : &local };
 	struct dg_edge loss, *wrt = NULL;
-	char **res = NULL;
+	char **res = NULL, **rows = NULL;
 	json_t *doc = NULL;
 	struct dg_graph *check = NULL;
 	enum dg_status st;
@@ -402,6 +479,12 @@ enum dg_status dg_autodiff_ex(const struct dg_graph *g, const char *loss_ref,
 	st = resolve(g, loss_ref, "loss", &loss, b.err);
 	wrt = calloc((size_t)n_wrt + 1, sizeof *wrt);
 	res = calloc((size_t)n_wrt + 1, sizeof *res);
+	if (opts && opts->row_refs) {
+		*opts->row_refs = NULL;
+		rows = calloc((size_t)n_wrt + 1, sizeof *rows);
+		if (!rows)
+			st = st == DG_OK ? dg_err_set(b.err, DG_ENOMEM, "out of memory") : st;
+	}
 	b.base = calloc((size_t)g->n_nodes + 1, sizeof *b.base);
 	if (st == DG_OK && (!wrt || !res || !b.base))
 		st = dg_err_set(b.err, DG_ENOMEM, "out of memory");
@@ -421,7 +504,7 @@ enum dg_status dg_autodiff_ex(const struct dg_graph *g, const char *loss_ref,
 	}
 	if (st == DG_OK)
 		st = backward(&b, loss, wrt, n_wrt, wrt_refs, opts && opts->zeros_for_unreachable,
-			      res);
+			      res, rows);
 	if (st == DG_OK) {
 		/* A gradient function that built something invalid is our bug; say so
 		 * here, naming the node, rather than when the graph runs. */
@@ -443,10 +526,13 @@ enum dg_status dg_autodiff_ex(const struct dg_graph *g, const char *loss_ref,
 	if (st != DG_OK) {
 		json_decref(doc);
 		dg_autodiff_free_refs(res, n_wrt);
+		dg_autodiff_free_refs(rows, n_wrt);
 		return st;
 	}
 	*out_doc = doc;
 	*grad_refs = res;
+	if (rows)
+		*opts->row_refs = rows;
 	return DG_OK;
 }
 

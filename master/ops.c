@@ -67,13 +67,15 @@ const struct dg_op_def *place_variable_op(void)
 
 static const struct dg_attr_spec apply_attrs[] = {
 	{ "variable", DG_ATTR_STRING, true, "the Variable node the gradient updates" },
-	{ "rule", DG_ATTR_STRING, true, "sgd, momentum or adam" },
+	{ "rule", DG_ATTR_STRING, true, "sgd, momentum, adam, adagrad or rmsprop" },
 	{ "lr", DG_ATTR_FLOAT, false, "learning rate (> 0)" },
-	{ "momentum", DG_ATTR_FLOAT, false, "momentum (rule momentum)" },
+	{ "momentum", DG_ATTR_FLOAT, false, "momentum (rules momentum, rmsprop)" },
 	{ "nesterov", DG_ATTR_BOOL, false, "Nesterov momentum" },
 	{ "beta1", DG_ATTR_FLOAT, false, "adam beta1" },
 	{ "beta2", DG_ATTR_FLOAT, false, "adam beta2" },
-	{ "eps", DG_ATTR_FLOAT, false, "adam epsilon" },
+	{ "eps", DG_ATTR_FLOAT, false, "adam/rmsprop epsilon" },
+	{ "rho", DG_ATTR_FLOAT, false, "rmsprop decay" },
+	{ "init", DG_ATTR_FLOAT, false, "adagrad/rmsprop accumulator start" },
 	{ "schedule", DG_ATTR_STRING, false, "constant (default), step or exponential" },
 	{ "every", DG_ATTR_INT, false, "schedule period in training steps (>= 1)" },
 	{ "factor", DG_ATTR_FLOAT, false, "schedule decay factor (> 0)" },
@@ -110,11 +112,15 @@ static enum dg_status apply_infer(struct dg_infer_ctx *c)
 		st = dg_attr_int(c->attrs, "replica", &i0, &replica, c->err);
 	if (st != DG_OK)
 		return st;
-	if (strcmp(rule, "sgd") && strcmp(rule, "momentum") && strcmp(rule, "adam")) {
+	if (strcmp(rule, "sgd") && strcmp(rule, "momentum") && strcmp(rule, "adam") &&
+	    strcmp(rule, "adagrad") && strcmp(rule, "rmsprop")) {
 		dg_err_set(c->err, DG_EINVAL, "attr 'rule' is '%.64s'", rule);
-		dg_err_hint(c->err, "use sgd, momentum or adam");
+		dg_err_hint(c->err, "use sgd, momentum, adam, adagrad or rmsprop");
 		return DG_EINVAL;
 	}
+	if (c->n_in == 2 && (c->in[1].dtype != DG_I32 && c->in[1].dtype != DG_I64))
+		return dg_err_set(c->err, DG_EDTYPE, "the rows (input 1) are %s; they must be "
+				  "int32 or int64", dg_dtype_name(c->in[1].dtype));
 	if (strcmp(rule, "momentum") == 0 && !json_object_get(c->attrs, "momentum"))
 		return dg_err_set(c->err, DG_EINVAL, "rule momentum needs attr 'momentum'");
 	if (strcmp(sched, "constant") && strcmp(sched, "step") && strcmp(sched, "exponential")) {
@@ -140,13 +146,14 @@ static enum dg_status apply_infer(struct dg_infer_ctx *c)
 static const struct dg_op_def apply_def = {
 	.name = "ApplyGradient",
 	.min_inputs = 1,
-	.max_inputs = 1,
+	.max_inputs = 2,
 	.n_outputs = 1,
 	.attrs = apply_attrs,
 	.infer = apply_infer,
 	.flags = DG_OPF_STATEFUL,
-	.doc = "apply the input gradient to a Variable with an update rule on its ps; outputs "
-	       "the new version (training jobs)",
+	.doc = "apply the input gradient to a Variable with an update rule on its ps (with "
+	       "input 1, a row-wise gradient: input 0 the values of the rows input 1 names); "
+	       "outputs the new version (training jobs)",
 };
 
 const struct dg_op_def *place_apply_gradient_op(void)
@@ -221,13 +228,16 @@ enum dg_status master_check_apply(const struct dg_graph *g, int n, struct dg_err
 			   g->nodes[v].name, dg_dtype_name(vt->dtype));
 		return DG_EDTYPE;
 	}
-	bool ok = gt->shape.ndim < 0 || gt->shape.ndim == vt->shape.ndim;
-	for (int i = 0; ok && gt->shape.ndim > 0 && i < gt->shape.ndim; i++)
+	bool rows = nd->n_in == 2;      /* values [n] + shape[1:] */
+	bool ok = gt->shape.ndim < 0 || (gt->shape.ndim == vt->shape.ndim && (!rows || vt->shape.ndim));
+	for (int i = rows ? 1 : 0; ok && gt->shape.ndim > 0 && i < gt->shape.ndim; i++)
 		ok = gt->shape.dim[i] < 0 || gt->shape.dim[i] == vt->shape.dim[i];
 	if (!ok) {
 		dg_err_set(err, DG_ESHAPE, "node '%s' (ApplyGradient): the gradient's shape does "
 			   "not match variable '%s'", nd->name, g->nodes[v].name);
-		dg_err_hint(err, "the gradient must have the variable's shape");
+		dg_err_hint(err, rows ? "row-wise: the values must be [n] + the variable's shape "
+				   "without its first dim" : "the gradient must have the variable's "
+				   "shape");
 		return DG_ESHAPE;
 	}
 	return DG_OK;

@@ -217,6 +217,41 @@ static enum dg_status cut_apply(struct cutter *ct, int n, json_t *inputs, struct
 	return add_node(&ct->main[ct->p->task[n]], nd->name, "VarApply", inputs, a, err);
 }
 
+/* Gather(Variable, indices) n as a VarGather on its task (inputs: the
+ * indices' ref, taken): only the rows the indices name leave the ps. */
+static enum dg_status cut_gather(struct cutter *ct, int n, json_t *inputs, struct dg_err *err)
+{
+	const struct dg_node *nd = &ct->g->nodes[n], *vn = &ct->g->nodes[nd->in[0].node];
+	const char *var;
+	json_t *in = json_array();
+
+	if (!in || json_array_append(in, json_array_get(inputs, 1))) {
+		json_decref(in);
+		json_decref(inputs);
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	}
+	json_decref(inputs);
+	if (dg_attr_string(vn->attrs, "var", vn->name, &var, err) != DG_OK) {
+		json_decref(in);
+		return DG_EINVAL;
+	}
+	return add_node(&ct->main[ct->p->task[n]], nd->name, "VarGather", in,
+			json_pack("{s:s, s:s, s:s, s:o}", "var", var, "ps",
+				  ct->c->tasks[ct->p->task[nd->in[0].node]].address, "dtype",
+				  dg_dtype_name(vn->out[0].dtype), "shape",
+				  shape_json(&vn->out[0].shape)), err);
+}
+
+/* Is node n a Gather of a Variable's rows (run as a VarGather)? */
+static bool gathers_variable(const struct cutter *ct, int n)
+{
+	const struct dg_node *nd = &ct->g->nodes[n];
+
+	return strcmp(nd->op->name, "Gather") == 0 && nd->n_in == 2 &&
+	       master_is_variable(&ct->g->nodes[nd->in[0].node]) &&
+	       !(ct->p->gpu && ct->p->gpu[n] >= 0);
+}
+
 /* Node n of the graph, as it appears in its task's fragments. */
 static enum dg_status cut_node(struct cutter *ct, int n, struct dg_err *err)
 {
@@ -249,9 +284,14 @@ static enum dg_status cut_node(struct cutter *ct, int n, struct dg_err *err)
 		return DG_EINVAL;
 	}
 	json_t *inputs = json_array();
+	bool gather = gathers_variable(ct, n);
 	if (!inputs)
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	for (int i = 0; st == DG_OK && i < nd->n_in; i++) {
+		if (gather && i == 0) {         /* the variable: read by VarGather */
+			json_array_append_new(inputs, json_null());
+			continue;
+		}
 		st = value_on(ct, t, nd->in[i], name, err);
 		if (st == DG_OK)
 			json_array_append_new(inputs, json_string(name));
@@ -262,6 +302,8 @@ static enum dg_status cut_node(struct cutter *ct, int n, struct dg_err *err)
 	}
 	if (master_is_apply(nd))
 		return cut_apply(ct, n, inputs, err);
+	if (gather)
+		return cut_gather(ct, n, inputs, err);
 	if (master_is_queue_op(nd))
 		return cut_queue_op(ct, n, inputs, err);
 	st = add_node(&ct->main[t], nd->name, nd->op->name, inputs, json_incref(nd->attrs), err);

@@ -176,9 +176,10 @@ static enum dg_status epoch_size(const struct dg_graph *g, const bool *need,
 	return DG_OK;
 }
 
-/* The ApplyGradient node of variable var for replica r (owned, or NULL). */
+/* The ApplyGradient node of variable var for replica r (owned, or NULL);
+ * rows (not NULL): a row-wise gradient, grad the values of those rows. */
 static json_t *apply_node(const struct train_spec *s, const char *var, const char *grad,
-			  int R, int r)
+			  const char *rows, int R, int r)
 {
 	char name[DG_GRAPH_MAX_NAME + 16];
 	json_t *a = json_pack("{s:s, s:s, s:f, s:s, s:b, s:i, s:i, s:i}", "variable", var,
@@ -199,10 +200,20 @@ static json_t *apply_node(const struct train_spec *s, const char *var, const cha
 		json_object_set_new(a, "beta1", json_real(s->beta1));
 		json_object_set_new(a, "beta2", json_real(s->beta2));
 		json_object_set_new(a, "eps", json_real(s->eps));
+	} else if (strcmp(s->rule, "adagrad") == 0) {
+		json_object_set_new(a, "init", json_real(s->init));
+	} else if (strcmp(s->rule, "rmsprop") == 0) {
+		json_object_set_new(a, "momentum", json_real(s->momentum));
+		json_object_set_new(a, "rho", json_real(s->rho));
+		json_object_set_new(a, "eps", json_real(s->eps));
+		json_object_set_new(a, "init", json_real(s->init));
 	}
 	snprintf(name, sizeof name, "_train/apply/%s", var);
 	/* No device: placement puts it with its gradient (place.h), so the
 	 * gradient goes from the task that computed it straight to the ps. */
+	if (rows)
+		return json_pack("{s:s, s:s, s:[s,s], s:o}", "name", name, "op", "ApplyGradient",
+				 "inputs", grad, rows, "attrs", a);
 	return json_pack("{s:s, s:s, s:[s], s:o}", "name", name, "op", "ApplyGradient",
 			 "inputs", grad, "attrs", a);
 }
@@ -308,9 +319,9 @@ static enum dg_status wait_for_applies(const struct train_layout *L, const struc
 
 static enum dg_status build_replica(const struct train_spec *s, const struct dg_cluster *c,
 				    const struct train_layout *L, const json_t *ad_doc,
-				    char *const *grads, const struct train_towers *tw,
-				    json_t *colocate, const bool *wait, const struct train_plan *p,
-				    int r, struct dg_err *err)
+				    char *const *grads, char *const *rows,
+				    const struct train_towers *tw, json_t *colocate, const bool *wait,
+				    const struct train_plan *p, int r, struct dg_err *err)
 {
 	struct train_replica *rep = &p->rep[r];
 	char what[64];
@@ -332,7 +343,7 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 		return st;
 	nodes = json_object_get(rep->doc, "nodes");
 	for (int i = 0; i < p->n_vars; i++) {
-		json_t *n = apply_node(s, p->var_nodes[i], grads[i], p->n_replicas, r);
+		json_t *n = apply_node(s, p->var_nodes[i], grads[i], rows[i], p->n_replicas, r);
 		if (!n || json_array_append_new(nodes, n))
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
 		rep->targets[i] = strdup(json_string_value(json_object_get(n, "name")));
@@ -382,10 +393,12 @@ static enum dg_status build_eval(const struct dg_graph *g, const struct train_sp
 /* The float Variables the loss depends on, in file order; their gradients. */
 static enum dg_status trained_vars(const struct dg_graph *g, const struct train_spec *s,
 				   const bool *need, struct train_plan *p, json_t **ad_doc,
-				   char ***grads, int *n_grads, struct dg_err *err)
+				   char ***grads, char ***rows, int *n_grads, struct dg_err *err)
 {
 	const struct dg_op_def *var_op = place_variable_op();
-	struct dg_autodiff_opts ao = { .prefix = "grad/", .lookup = master_op_find };
+	/* an embedding read only through Gather gets a row-wise gradient */
+	struct dg_autodiff_opts ao = { .prefix = "grad/", .lookup = master_op_find,
+				       .row_refs = rows };
 	const char **wrt = calloc((size_t)g->n_nodes + 1, sizeof *wrt);
 	int n = 0, kept = 0;
 	enum dg_status st;
@@ -425,8 +438,9 @@ static enum dg_status trained_vars(const struct dg_graph *g, const struct train_
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
 		}
 		(*grads)[kept] = (*grads)[i];
+		(*rows)[kept] = (*rows)[i];
 		if (kept != i)
-			(*grads)[i] = NULL;
+			(*grads)[i] = (*rows)[i] = NULL;
 		p->n_vars = ++kept;
 	}
 	free(wrt);
@@ -651,7 +665,7 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 	const struct train_spec *ps = s;
 	bool *need = NULL, *wait = NULL;
 	json_t *ad_doc = NULL, *colocate = NULL;
-	char **grads = NULL;
+	char **grads = NULL, **rows = NULL;
 	int n_grads = 0, R, K = s->towers > 1 ? s->towers : 1;
 	struct dg_edge loss;
 	enum dg_status st;
@@ -690,7 +704,7 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 	if (!out->queue)
 		out->examples_per_step *= K;
 	out->steps = s->epochs > 0 ? s->epochs * out->steps_per_epoch : s->steps;
-	if ((st = trained_vars(pg, ps, need, out, &ad_doc, &grads, &n_grads, err)) != DG_OK)
+	if ((st = trained_vars(pg, ps, need, out, &ad_doc, &grads, &rows, &n_grads, err)) != DG_OK)
 		goto out;
 	if ((st = place_sums(ad_doc, out, &colocate, err)) != DG_OK)
 		goto out;
@@ -706,13 +720,14 @@ enum dg_status train_plan_build(const struct dg_graph *g, const struct train_spe
 		goto out;
 	}
 	for (int r = 0; st == DG_OK && r < R; r++)
-		st = build_replica(ps, c, &L, ad_doc, grads, K > 1 ? &tw : NULL, colocate, wait, out,
-				   r, err);
+		st = build_replica(ps, c, &L, ad_doc, grads, rows, K > 1 ? &tw : NULL, colocate, wait,
+				   out, r, err);
 	if (st == DG_OK)
 		st = build_eval(g, s, c, &L, out, err);
 out:
 	/* one slot per wrt; the kept ones were moved to the front, NULL behind */
 	dg_autodiff_free_refs(grads, n_grads);
+	dg_autodiff_free_refs(rows, n_grads);
 	json_decref(ad_doc);
 	json_decref(colocate);
 	free(wait);

@@ -897,6 +897,7 @@ enum dg_status train_setup(struct master *m, struct job *j, struct dg_err *err)
 			if (tr->spec.sync) {
 				patch_nodes(rp->part.frags[f].doc, "VarApply", "step_base", tr);
 				patch_nodes(rp->part.frags[f].doc, "VarRead", "min_step_base", tr);
+				patch_nodes(rp->part.frags[f].doc, "VarGather", "min_step_base", tr);
 			}
 			st = step_register(m, &rp->part.frags[f], rp->frags[f].id, err);
 		}

@@ -132,9 +132,12 @@ static enum dg_status get_choice(const json_t *obj, const char *path, const char
 			return DG_OK;
 		}
 	dg_err_set(err, DG_EINVAL, "%s.%s is '%.64s'", path, key, s);
-	dg_err_hint(err, "use %s%s%s%s%s", choices[0], choices[1] ? " or " : "",
-		    choices[1] ? choices[1] : "", choices[1] && choices[2] ? " or " : "",
-		    choices[1] && choices[2] ? choices[2] : "");
+	char list[256];
+	size_t len = 0;
+	for (int i = 0; choices[i] && len < sizeof list; i++)
+		len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+					i == 0 ? "" : choices[i + 1] ? ", " : " or ", choices[i]);
+	dg_err_hint(err, "use %s", list);
 	return DG_EINVAL;
 }
 
@@ -174,12 +177,12 @@ static const char *const top_keys[] = {
 	"aggregate", "microbatches", NULL,
 };
 static const char *const opt_keys[] = {
-	"rule", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", NULL,
+	"rule", "lr", "momentum", "nesterov", "beta1", "beta2", "eps", "rho", "init", NULL,
 };
 static const char *const sched_keys[] = { "kind", "every", "factor", NULL };
 static const char *const eval_keys[] = { "fetch", "every_epochs", "every_steps", "barrier",
 					 NULL };
-static const char *const rules[] = { "sgd", "momentum", "adam", NULL };
+static const char *const rules[] = { "sgd", "momentum", "adam", "adagrad", "rmsprop", NULL };
 static const char *const kinds[] = { "constant", "step", "exponential", NULL };
 static const char *const modes[] = { "async", "sync", NULL };
 static const char *const aggregates[] = { "mean", "sum", NULL };
@@ -192,14 +195,16 @@ static enum dg_status missing(struct dg_err *err, const char *key, const char *h
 	return DG_EINVAL;
 }
 
-/* A key that only applies to some rule: refused elsewhere so typos surface. */
+/* A key that only applies to some rules (need, or also need2 when not NULL):
+ * refused elsewhere so typos surface. */
 static enum dg_status only_for(const json_t *opt, const char *key, const char *rule,
-			       const char *need, struct dg_err *err)
+			       const char *need, const char *need2, struct dg_err *err)
 {
-	if (!json_object_get(opt, key) || strcmp(rule, need) == 0)
+	if (!json_object_get(opt, key) || strcmp(rule, need) == 0 ||
+	    (need2 && strcmp(rule, need2) == 0))
 		return DG_OK;
-	dg_err_set(err, DG_EINVAL, "training.optimizer.%s applies to rule %s, not %s", key, need,
-		   rule);
+	dg_err_set(err, DG_EINVAL, "training.optimizer.%s applies to rule %s%s%s, not %s", key,
+		   need, need2 ? " and " : "", need2 ? need2 : "", rule);
 	dg_err_hint(err, "remove it or use \"rule\": \"%s\"", need);
 	return DG_EINVAL;
 }
@@ -215,15 +220,26 @@ static enum dg_status parse_optimizer(const json_t *opt, struct train_spec *s, s
 	if ((st = check_object(opt, p, opt_keys, err)) != DG_OK)
 		return st;
 	if (!json_object_get(opt, "rule"))
-		return missing(err, "training.optimizer.rule", "use sgd, momentum or adam");
+		return missing(err, "training.optimizer.rule",
+			       "use sgd, momentum, adam, adagrad or rmsprop");
 	if ((st = get_choice(opt, p, "rule", rules, s->rule, sizeof s->rule, err)) != DG_OK)
 		return st;
-	if ((st = only_for(opt, "momentum", s->rule, "momentum", err)) != DG_OK ||
-	    (st = only_for(opt, "nesterov", s->rule, "momentum", err)) != DG_OK ||
-	    (st = only_for(opt, "beta1", s->rule, "adam", err)) != DG_OK ||
-	    (st = only_for(opt, "beta2", s->rule, "adam", err)) != DG_OK ||
-	    (st = only_for(opt, "eps", s->rule, "adam", err)) != DG_OK)
+	if ((st = only_for(opt, "momentum", s->rule, "momentum", "rmsprop", err)) != DG_OK ||
+	    (st = only_for(opt, "nesterov", s->rule, "momentum", NULL, err)) != DG_OK ||
+	    (st = only_for(opt, "beta1", s->rule, "adam", NULL, err)) != DG_OK ||
+	    (st = only_for(opt, "beta2", s->rule, "adam", NULL, err)) != DG_OK ||
+	    (st = only_for(opt, "eps", s->rule, "adam", "rmsprop", err)) != DG_OK ||
+	    (st = only_for(opt, "rho", s->rule, "rmsprop", NULL, err)) != DG_OK ||
+	    (st = only_for(opt, "init", s->rule, "adagrad", "rmsprop", err)) != DG_OK)
 		return st;
+	/* TensorFlow 1.x's defaults */
+	if (strcmp(s->rule, "adagrad") == 0)
+		s->init = 0.1;
+	if (strcmp(s->rule, "rmsprop") == 0) {
+		s->rho = 0.9;
+		s->eps = 1e-10;
+		s->init = 1.0;
+	}
 	if (strcmp(s->rule, "adam") == 0) {
 		s->lr = 0.001;
 		s->beta1 = 0.9;
@@ -244,7 +260,9 @@ static enum dg_status parse_optimizer(const json_t *opt, struct train_spec *s, s
 	    (st = get_num(opt, p, "momentum", 0, 2, 1, &s->momentum, err)) != DG_OK ||
 	    (st = get_bool(opt, p, "nesterov", &s->nesterov, err)) != DG_OK ||
 	    (st = get_num(opt, p, "beta1", 0, 2, 1, &s->beta1, err)) != DG_OK ||
-	    (st = get_num(opt, p, "beta2", 0, 2, 1, &s->beta2, err)) != DG_OK)
+	    (st = get_num(opt, p, "beta2", 0, 2, 1, &s->beta2, err)) != DG_OK ||
+	    (st = get_num(opt, p, "rho", 0, 2, 1, &s->rho, err)) != DG_OK ||
+	    (st = get_num(opt, p, "init", 0, 1, 1e300, &s->init, err)) != DG_OK)
 		return st;
 	return get_num(opt, p, "eps", 0, 1, 1e300, &s->eps, err);
 }

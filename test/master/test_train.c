@@ -223,8 +223,16 @@ Test(train, spec_parse_refuses_each_bad_key_or_value_naming_it)
 		{ "{'optimizer':{'rule':'sgd','lr':0.1},'steps':1}", "training.loss is missing" },
 		{ "{'loss':3,'optimizer':{'rule':'sgd','lr':0.1},'steps':1}", "training.loss" },
 		{ "{'loss':'l','steps':1}", "training.optimizer is missing" },
-		{ "{'loss':'l','optimizer':{'rule':'rmsprop','lr':0.1},'steps':1}",
-		  "training.optimizer.rule is 'rmsprop'" },
+		{ "{'loss':'l','optimizer':{'rule':'adadelta','lr':0.1},'steps':1}",
+		  "training.optimizer.rule is 'adadelta'" },
+		{ "{'loss':'l','optimizer':{'rule':'adagrad','lr':0.1,'rho':0.9},'steps':1}",
+		  "training.optimizer.rho applies to rule rmsprop, not adagrad" },
+		{ "{'loss':'l','optimizer':{'rule':'sgd','lr':0.1,'eps':0.1},'steps':1}",
+		  "training.optimizer.eps applies to rule adam and rmsprop, not sgd" },
+		{ "{'loss':'l','optimizer':{'rule':'rmsprop','lr':0.1,'rho':1},'steps':1}",
+		  "training.optimizer.rho is 1; it must be in [0, 1)" },
+		{ "{'loss':'l','optimizer':{'rule':'adagrad','lr':0.1,'init':0},'steps':1}",
+		  "training.optimizer.init is 0; it must be > 0" },
 		{ "{'loss':'l','optimizer':{'rule':'sgd'},'steps':1}",
 		  "training.optimizer.lr is missing" },
 		{ "{'loss':'l','optimizer':{'rule':'sgd','lr':-1},'steps':1}",
@@ -519,6 +527,79 @@ static const char linreg[] =
 static const char cluster_2ps1w[] =
 	"{'ps': ['127.0.0.1:7000', '127.0.0.1:7001'], 'worker': ['127.0.0.1:7010']}";
 
+/* An embedding table read only through Gather (twice) and one also read
+ * densely: the first is read with VarGather and updated row-wise (the two
+ * lookups' rows and values concatenated), the second as before. */
+static const char embed[] =
+	"{'nodes': ["
+	"{'name':'ids','op':'Const','attrs':{'value':[[1,3],[3,0]],'dtype':'int32'}},"
+	"{'name':'ids2','op':'Const','attrs':{'value':[2],'dtype':'int64'}},"
+	"{'name':'emb','op':'Variable','attrs':{'shape':[5,2]}},"
+	"{'name':'d','op':'Variable','attrs':{'shape':[5,2]}},"
+	"{'name':'e','op':'Gather','inputs':['emb','ids']},"
+	"{'name':'e2','op':'Gather','inputs':['emb','ids2']},"
+	"{'name':'f','op':'Gather','inputs':['d','ids']},"
+	"{'name':'s1','op':'Sum','inputs':['e']},"
+	"{'name':'s2','op':'Sum','inputs':['e2']},"
+	"{'name':'s3','op':'Sum','inputs':['f']},"
+	"{'name':'s4','op':'Sum','inputs':['d']},"
+	"{'name':'l1','op':'Add','inputs':['s1','s2']},"
+	"{'name':'l2','op':'Add','inputs':['s3','s4']},"
+	"{'name':'loss','op':'Add','inputs':['l1','l2']}"
+	"], 'fetch': ['loss']}";
+
+Test(train, a_table_read_only_through_gather_is_pulled_and_updated_by_rows)
+{
+	struct dg_cluster *c = cl(cluster_1ps2w);
+	struct dg_graph *g = gr(embed), *rg;
+	struct train_spec s;
+	struct train_plan p;
+	struct placement pl;
+	struct partition part;
+	struct dg_err err = { 0 };
+
+	spec("{'loss':'loss','optimizer':{'rule':'adagrad','lr':0.5},'steps':3}", &s);
+	cr_assert_eq(train_plan_build(g, &s, c, &p, &err), DG_OK, "%s (%s)", err.msg, err.hint);
+	partition_replica(&p, 0, c, NULL, &rg, &pl, &part);
+	cr_assert_eq(part.n_frags, 1);
+	const struct place_fragment *f = &part.frags[0];
+	cr_assert_eq(count_op(f->doc, "VarGather"), 3, "e, e2 and f read rows");
+	cr_assert_eq(count_op(f->doc, "VarRead"), 1, "d is also read whole, emb never");
+	json_t *ge = node_in(f->doc, "e");
+	cr_assert_str_eq(json_string_value(json_object_get(ge, "op")), "VarGather");
+	cr_assert_str_eq(json_string_value(json_array_get(json_object_get(ge, "inputs"), 0)), "ids");
+	cr_assert_eq(json_array_size(json_object_get(ge, "inputs")), 1);
+	json_t *ae = node_in(f->doc, "_train/apply/emb"), *ad = node_in(f->doc, "_train/apply/d");
+	cr_assert_eq(json_array_size(json_object_get(ae, "inputs")), 2, "emb: values and rows");
+	cr_assert_eq(json_array_size(json_object_get(ad, "inputs")), 1, "d: a dense gradient");
+	cr_assert_str_eq(json_string_value(json_object_get(json_object_get(ae, "attrs"), "rule")),
+			 "adagrad");
+	cr_assert_float_eq(json_number_value(json_object_get(json_object_get(ae, "attrs"),
+							     "init")), 0.1, 1e-12);
+	/* two lookups: the rows are concatenated as int64 */
+	const char *rows = json_string_value(json_array_get(json_object_get(ae, "inputs"), 1));
+	json_t *rn = node_in(f->doc, rows);
+	cr_assert_str_eq(json_string_value(json_object_get(rn, "op")), "Concat", "%s", rows);
+	struct dg_graph *wg = dg_graph_from_json(f->doc, worker_op_find, &err);
+	cr_assert_not_null(wg, "the worker refuses the fragment: %s", err.msg);
+	const struct dg_node *an = &wg->nodes[dg_graph_find(wg, "_train/apply/emb")];
+	const struct dg_ttype *vt = &wg->nodes[an->in[0].node].out[an->in[0].index];
+	const struct dg_ttype *it = &wg->nodes[an->in[1].node].out[an->in[1].index];
+	cr_assert_eq(vt->shape.ndim, 2);
+	cr_assert_eq(vt->shape.dim[0], 5, "4 + 1 looked-up rows");
+	cr_assert_eq(vt->shape.dim[1], 2);
+	cr_assert_eq(it->dtype, DG_I64);
+	cr_assert_eq(it->shape.dim[0], 5);
+	dg_graph_free(wg);
+	partition_deinit(&part);
+	placement_deinit(&pl);
+	dg_graph_free(rg);
+	train_plan_deinit(&p);
+	train_spec_deinit(&s);
+	dg_graph_free(g);
+	dg_cluster_free(c);
+}
+
 Test(train, replica_graph_gradients_match_the_analytic_ones)
 {
 	struct dg_cluster *c = cl(cluster_2ps1w);
@@ -765,9 +846,9 @@ Test(train, apply_gradient_is_placed_with_its_gradient_and_checked_against_its_v
 	char *j = dq("{'nodes':[{'name':'v','op':'Variable','attrs':{'shape':[2]}},"
 		     "{'name':'g','op':'Const','attrs':{'value':[1.5,2]}},"
 		     "{'name':'ap','op':'ApplyGradient','inputs':['g'],"
-		     " 'attrs':{'variable':'v','rule':'rmsprop','lr':0.1}}]}");
+		     " 'attrs':{'variable':'v','rule':'adadelta','lr':0.1}}]}");
 	cr_assert_null(dg_graph_parse(j, strlen(j), master_op_find, &err));
-	cr_assert(strstr(err.msg, "rmsprop"), "%s", err.msg);
+	cr_assert(strstr(err.msg, "adadelta"), "%s", err.msg);
 	free(j);
 	dg_cluster_free(c);
 }

@@ -19,6 +19,14 @@ struct dg_autodiff_opts {
 	dg_op_lookup_fn lookup;       /* validates the result; NULL: dg_op_find. Pass
 				       * the lookup g was parsed with (e.g. the
 				       * worker's, which knows VarRead) */
+	/* Non-NULL: gradients may come back row-wise (TensorFlow's
+	 * IndexedSlices). A wrt whose every contribution is an
+	 * UnsortedSegmentSum(values, rows) (what Gather's gradient is) gets
+	 * grad_refs[i] = the values ([n] + wrt's shape[1:]) and (*row_refs)[i]
+	 * = the rows (int vector), those of several contributions
+	 * concatenated; the others get (*row_refs)[i] NULL. Owned as grad_refs
+	 * (dg_autodiff_free_refs). */
+	char ***row_refs;
 };
 
 /* Differentiate loss_ref ("node" or "node:k" of g, a float tensor) with

@@ -16,7 +16,7 @@
 
 struct train_spec {
 	char *loss; char **metrics; int n_metrics;          /* refs */
-	char rule[16]; double lr, momentum, beta1, beta2, eps; bool nesterov;
+	char rule[16]; double lr, momentum, beta1, beta2, eps, rho, init; bool nesterov;
 	char schedule[16]; int64_t every; double factor;   /* "constant" | "step" | "exponential" */
 	int64_t epochs, steps;                              /* as given (0 = not given) */
 	int64_t batch;                                      /* 0 = as in the graph */
