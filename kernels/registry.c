@@ -20,6 +20,7 @@
 static struct dg_op_def *const families[] = {
 	dg_ops_basic, dg_ops_eltwise, dg_ops_reduce, dg_ops_nn,
 	dg_ops_matmul, dg_ops_array, dg_ops_random, dg_ops_grad, dg_ops_data, dg_ops_conv,
+	dg_ops_norm,
 };
 
 #define MAX_OPS 256

@@ -19,6 +19,7 @@ extern struct dg_op_def dg_ops_array[];    /* Slice .. Squeeze, Size, Shape, Fil
 extern struct dg_op_def dg_ops_random[];   /* seeded initialisers, Dropout */
 extern struct dg_op_def dg_ops_grad[];     /* gradient helpers (grad.c) */
 extern struct dg_op_def dg_ops_conv[];     /* Conv2D, pooling, their gradients */
+extern struct dg_op_def dg_ops_norm[];     /* FusedBatchNorm and its gradient */
 extern struct dg_op_def dg_ops_data[];     /* IdxReader, NpyReader, CsvReader (data.c) */
 
 /* Allocate output i of the kernel (uninitialised contents); on failure sets

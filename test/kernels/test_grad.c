@@ -683,6 +683,48 @@ Test(grad, dropout_passes_the_gradient_through_the_same_mask)
 		  "\"attrs\": {\"rate\": 0.4, \"seed\": 9}}", in, N(in));
 }
 
+Test(grad, fused_batch_norm_for_x_scale_and_offset_in_training_and_inference)
+{
+	struct in_spec in[] = { X("x", 4, 3, 2, 2, 3), X("scale", 1, 3), X("offset", 1, 3) };
+	struct in_spec in2[] = { X("x", 2, 5, 4), X("scale", 1, 4), X("offset", 1, 4) };
+	struct in_spec in3[] = { X("x", 2, 5, 4), X("scale", 1, 4), X("offset", 1, 4),
+				 X("mean", 1, 4), X("var", 1, 4) };
+
+	/* NHWC: statistics over 3 x 2 x 2 positions per channel */
+	gradcheck("{\"name\": \"y\", \"op\": \"FusedBatchNorm\", \"inputs\": [\"x\", \"scale\", "
+		  "\"offset\"]}", in, N(in));
+	gradcheck("{\"name\": \"y\", \"op\": \"FusedBatchNorm\", \"inputs\": [\"x\", \"scale\", "
+		  "\"offset\"], \"attrs\": {\"epsilon\": 0.01}}", in2, N(in2));
+	/* inference: mean and variance are given (the variance kept positive) */
+	in3[3].wrt = in3[4].wrt = false;
+	in3[4].lo = 0.5;
+	in3[4].hi = 2;
+	gradcheck("{\"name\": \"y\", \"op\": \"FusedBatchNorm\", \"inputs\": [\"x\", \"scale\", "
+		  "\"offset\", \"mean\", \"var\"], \"attrs\": {\"is_training\": false}}", in3,
+		  N(in3));
+}
+
+Test(grad, the_batch_moments_of_fused_batch_norm_have_no_gradient)
+{
+	struct dg_graph *g = parse("{\"nodes\": ["
+		"{\"name\": \"x\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": \"float64\", "
+		"\"shape\": [4, 2]}},"
+		"{\"name\": \"s\", \"op\": \"Placeholder\", \"attrs\": {\"dtype\": \"float64\", "
+		"\"shape\": [2]}},"
+		"{\"name\": \"bn\", \"op\": \"FusedBatchNorm\", \"inputs\": [\"x\", \"s\", \"s\"]},"
+		"{\"name\": \"loss\", \"op\": \"Sum\", \"inputs\": [\"bn:1\"]}]}");
+	const char *wrt[] = { "x" };
+	json_t *doc = NULL;
+	char **refs = NULL;
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(dg_autodiff(g, "loss", wrt, 1, &doc, &refs, &err), DG_EUNSUPPORTED);
+	cr_assert(strstr(err.msg, "batch mean and variance (outputs 1 and 2) have no gradient"),
+		  "%s", err.msg);
+	cr_assert(strstr(err.msg, "'bn'"), "names the node: %s", err.msg);
+	dg_graph_free(g);
+}
+
 Test(grad, shared_inputs_sum_their_gradients)
 {
 	struct in_spec x[] = { X("x", 1, 5) };

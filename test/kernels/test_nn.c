@@ -603,3 +603,121 @@ Test(nn, one_hot_puts_on_value_at_each_index_and_off_elsewhere)
 	dg_tensor_free(f);
 	dg_tensor_free(x);
 }
+
+/* --- FusedBatchNorm ------------------------------------------------------------------ */
+
+/* Run op with n inputs and 3 outputs; the status. */
+static enum dg_status run3(const char *op, const char *attrs, const struct dg_tensor *const *in,
+			   int n, struct dg_tensor **out, struct dg_err *err)
+{
+	json_t *j = attrs ? json_loads(attrs, 0, NULL) : NULL;
+	enum dg_status st = dg_op_run(dg_op_find(op), j, in, n, out, 3, 0, err);
+
+	json_decref(j);
+	return st;
+}
+
+Test(nn, fused_batch_norm_normalises_each_channel_and_returns_the_batch_moments)
+{
+	const int64_t xd[2] = { 4, 2 }, cd[1] = { 2 };
+	const double xv[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	struct dg_tensor *x = mk(DG_F32, 2, xd, xv), *sc = mk(DG_F32, 1, cd, (double[]){ 1, 2 });
+	struct dg_tensor *of = mk(DG_F32, 1, cd, (double[]){ 0, 1 });
+	struct dg_tensor *out[3] = { 0 };
+	struct dg_err err = { 0 };
+	double inv = 1 / sqrt(5 + 0.001), y[8];
+
+	cr_assert_eq(run3("FusedBatchNorm", NULL, (const struct dg_tensor *[]){ x, sc, of }, 3,
+			  out, &err), DG_OK, "%s", err.msg);
+	/* channel 0: 1 3 5 7 (mean 4, biased variance 5); channel 1: 2 4 6 8 */
+	for (int i = 0; i < 8; i++)
+		y[i] = (xv[i] - (i % 2 ? 5 : 4)) * inv * (i % 2 ? 2 : 1) + (i % 2 ? 1 : 0);
+	expect_vals(out[0], y, 1e-6, "y");
+	expect_vals(out[1], (double[]){ 4, 5 }, 1e-7, "batch mean");
+	expect_vals(out[2], (double[]){ 20.0 / 3, 20.0 / 3 }, 1e-6, "batch variance (m-1)");
+	for (int k = 0; k < 3; k++)
+		dg_tensor_free(out[k]);
+	/* inference: the given moments, passed through as outputs 1 and 2 */
+	struct dg_tensor *mean = mk(DG_F32, 1, cd, (double[]){ 0, 1 });
+	struct dg_tensor *var = mk(DG_F32, 1, cd, (double[]){ 4, 1 });
+	cr_assert_eq(run3("FusedBatchNorm", "{\"is_training\": false, \"epsilon\": 1e-9}",
+			  (const struct dg_tensor *[]){ x, sc, of, mean, var }, 5, out, &err), DG_OK,
+		     "%s", err.msg);
+	expect_vals(out[0], (double[]){ 0.5, 3, 1.5, 7, 2.5, 11, 3.5, 15 }, 1e-6, "inference y");
+	expect_vals(out[2], (double[]){ 4, 1 }, 0, "variance passed through");
+	for (int k = 0; k < 3; k++)
+		dg_tensor_free(out[k]);
+	dg_tensor_free(mean);
+	dg_tensor_free(var);
+	dg_tensor_free(x);
+	dg_tensor_free(sc);
+	dg_tensor_free(of);
+}
+
+Test(nn, fused_batch_norm_of_nhwc_float64_matches_a_reference)
+{
+	const int64_t xd[4] = { 3, 4, 5, 6 }, cd[1] = { 6 };
+	struct dg_tensor *x = rnd(DG_F64, 4, xd, -3, 5, 11), *sc = rnd(DG_F64, 1, cd, 0.5, 2, 12);
+	struct dg_tensor *of = rnd(DG_F64, 1, cd, -1, 1, 13), *out[3] = { 0 };
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(run3("FusedBatchNorm", NULL, (const struct dg_tensor *[]){ x, sc, of }, 3,
+			  out, &err), DG_OK, "%s", err.msg);
+	for (int k = 0; k < 6; k++) {
+		double s = 0, ss = 0, m = 60;
+		for (int r = 0; r < 60; r++)
+			s += dg_tensor_get_f64(x, r * 6 + k);
+		for (int r = 0; r < 60; r++)
+			ss += pow(dg_tensor_get_f64(x, r * 6 + k) - s / m, 2);
+		cr_assert_float_eq(dg_tensor_get_f64(out[1], k), s / m, 1e-12);
+		cr_assert_float_eq(dg_tensor_get_f64(out[2], k), ss / (m - 1), 1e-11);
+		/* y of each channel: mean offset, standard deviation scale (eps aside) */
+		double ys = 0, yss = 0;
+		for (int r = 0; r < 60; r++)
+			ys += dg_tensor_get_f64(out[0], r * 6 + k);
+		for (int r = 0; r < 60; r++)
+			yss += pow(dg_tensor_get_f64(out[0], r * 6 + k) - ys / m, 2);
+		cr_assert_float_eq(ys / m, dg_tensor_get_f64(of, k), 1e-12);
+		cr_assert_float_eq(sqrt(yss / m), dg_tensor_get_f64(sc, k), 1e-3);
+	}
+	for (int k = 0; k < 3; k++)
+		dg_tensor_free(out[k]);
+	dg_tensor_free(x);
+	dg_tensor_free(sc);
+	dg_tensor_free(of);
+}
+
+Test(nn, fused_batch_norm_refuses_bad_inputs_naming_them)
+{
+	const int64_t xd[2] = { 4, 3 }, cd[1] = { 3 }, c2[1] = { 2 };
+	struct dg_tensor *x = mk(DG_F32, 2, xd, NULL), *sc = mk(DG_F32, 1, cd, NULL);
+	struct dg_tensor *s2 = mk(DG_F32, 1, c2, NULL), *xi = mk(DG_I32, 2, xd, NULL);
+	struct dg_tensor *sd = mk(DG_F64, 1, cd, NULL), *out[3] = { 0 };
+	struct dg_err err = { 0 };
+	static const struct {
+		const char *attrs, *msg;
+		int which;      /* 0: scale [2]; 1: int x; 2: float64 scale; 3: 3 inputs */
+	} bad[] = {
+		{ NULL, "input 1 has shape [2]; it must be [3]", 0 },
+		{ NULL, "x is int32", 1 },
+		{ NULL, "input 1 is float64, x float32", 2 },
+		{ "{\"is_training\": false}", "is_training false needs 5 inputs", 3 },
+		{ "{\"epsilon\": 0}", "attr 'epsilon' must be finite and > 0", 3 },
+	};
+
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		const struct dg_tensor *in[3] = { bad[i].which == 1 ? xi : x,
+						  bad[i].which == 0 ? s2 : bad[i].which == 2 ? sd : sc,
+						  sc };
+		cr_assert_neq(run3("FusedBatchNorm", bad[i].attrs, in, 3, out, &err), DG_OK,
+			      "case %zu accepted", i);
+		cr_assert(strstr(err.msg, bad[i].msg), "case %zu: '%s' lacks '%s'", i, err.msg,
+			  bad[i].msg);
+		cr_assert_null(out[0]);
+	}
+	dg_tensor_free(x);
+	dg_tensor_free(sc);
+	dg_tensor_free(s2);
+	dg_tensor_free(xi);
+	dg_tensor_free(sd);
+}

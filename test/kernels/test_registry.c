@@ -64,6 +64,7 @@ Test(registry, every_family_op_is_in_the_index)
 	const struct dg_op_def *const families[] = {
 		dg_ops_basic, dg_ops_eltwise, dg_ops_reduce, dg_ops_nn,
 		dg_ops_matmul, dg_ops_array, dg_ops_random, dg_ops_grad, dg_ops_data, dg_ops_conv,
+		dg_ops_norm,
 	};
 	int total = 0;
 
