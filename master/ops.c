@@ -156,6 +156,54 @@ static const struct dg_op_def apply_def = {
 	       "outputs the new version (training jobs)",
 };
 
+/* ---------------------------------------------------- AssignMovingAverage op */
+
+static const struct dg_attr_spec ema_attrs[] = {
+	{ "variable", DG_ATTR_STRING, true, "the Variable node averaged (not trained)" },
+	{ "decay", DG_ATTR_FLOAT, false, "variable = decay variable + (1 - decay) input "
+	  "(default 0.99)" },
+	{ NULL, 0, false, NULL },
+};
+
+static enum dg_status ema_infer(struct dg_infer_ctx *c)
+{
+	double def = 0.99, decay;
+	enum dg_status st = dg_attr_float(c->attrs, "decay", &def, &decay, c->err);
+
+	if (st != DG_OK)
+		return st;
+	if (!(decay >= 0 && decay <= 1))
+		return dg_err_set(c->err, DG_EINVAL, "attr 'decay' is %g; it must be in [0, 1]",
+				  decay);
+	if (!dg_dtype_is_float(c->in[0].dtype))
+		return dg_err_set(c->err, DG_EDTYPE, "the value is %s; it must be a float",
+				  dg_dtype_name(c->in[0].dtype));
+	c->out[0].dtype = DG_I64;
+	c->out[0].shape.ndim = 0;
+	return DG_OK;
+}
+
+/* Run on every training step like the gradients' applies (batch norm's
+ * moving mean and variance); partitioned as a VarApply of rule
+ * moving_average, placed like an ApplyGradient (with its input). */
+static const struct dg_op_def ema_def = {
+	.name = "AssignMovingAverage",
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.n_outputs = 1,
+	.attrs = ema_attrs,
+	.infer = ema_infer,
+	.flags = DG_OPF_STATEFUL,
+	.doc = "update a Variable on its ps to decay * itself + (1 - decay) * the input (an "
+	       "exponential moving average, e.g. of FusedBatchNorm's batch moments); a "
+	       "training job runs it every step; outputs the new version",
+};
+
+bool master_is_moving_average(const struct dg_node *n)
+{
+	return n->op == &ema_def;
+}
+
 const struct dg_op_def *place_apply_gradient_op(void)
 {
 	return &apply_def;
@@ -165,7 +213,7 @@ static pthread_once_t registered = PTHREAD_ONCE_INIT;
 
 static void register_ops(void)
 {
-	const struct dg_op_def *ops[] = { &variable_def, &apply_def, master_queue_op() };
+	const struct dg_op_def *ops[] = { &variable_def, &apply_def, &ema_def, master_queue_op() };
 	struct dg_err err = { 0 };
 
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
@@ -192,7 +240,7 @@ bool master_is_variable(const struct dg_node *n)
 
 bool master_is_apply(const struct dg_node *n)
 {
-	return n->op == &apply_def;
+	return n->op == &apply_def || n->op == &ema_def;
 }
 
 /* The Variable node an ApplyGradient updates, or -1 with *err set. */
@@ -203,8 +251,8 @@ int master_apply_target(const struct dg_graph *g, int n, struct dg_err *err)
 	int v = var ? dg_graph_find(g, var) : -1;
 
 	if (v < 0 || !master_is_variable(&g->nodes[v])) {
-		dg_err_set(err, DG_EINVAL, "node '%s' (ApplyGradient): attr 'variable' '%.128s' "
-			   "is not a Variable node of the graph", nd->name, var ? var : "");
+		dg_err_set(err, DG_EINVAL, "node '%s' (%s): attr 'variable' '%.128s' is not a "
+			   "Variable node of the graph", nd->name, nd->op->name, var ? var : "");
 		dg_err_hint(err, "name the Variable node the gradient belongs to");
 		return -1;
 	}
@@ -223,8 +271,8 @@ enum dg_status master_check_apply(const struct dg_graph *g, int n, struct dg_err
 	gt = &g->nodes[nd->in[0].node].out[nd->in[0].index];
 	vt = &g->nodes[v].out[0];
 	if (gt->dtype != vt->dtype) {
-		dg_err_set(err, DG_EDTYPE, "node '%s' (ApplyGradient): the gradient is %s but "
-			   "variable '%s' is %s", nd->name, dg_dtype_name(gt->dtype),
+		dg_err_set(err, DG_EDTYPE, "node '%s' (%s): the input is %s but variable '%s' is "
+			   "%s", nd->name, nd->op->name, dg_dtype_name(gt->dtype),
 			   g->nodes[v].name, dg_dtype_name(vt->dtype));
 		return DG_EDTYPE;
 	}
@@ -233,8 +281,8 @@ enum dg_status master_check_apply(const struct dg_graph *g, int n, struct dg_err
 	for (int i = rows ? 1 : 0; ok && gt->shape.ndim > 0 && i < gt->shape.ndim; i++)
 		ok = gt->shape.dim[i] < 0 || gt->shape.dim[i] == vt->shape.dim[i];
 	if (!ok) {
-		dg_err_set(err, DG_ESHAPE, "node '%s' (ApplyGradient): the gradient's shape does "
-			   "not match variable '%s'", nd->name, g->nodes[v].name);
+		dg_err_set(err, DG_ESHAPE, "node '%s' (%s): the input's shape does not match "
+			   "variable '%s'", nd->name, nd->op->name, g->nodes[v].name);
 		dg_err_hint(err, rows ? "row-wise: the values must be [n] + the variable's shape "
 				   "without its first dim" : "the gradient must have the variable's "
 				   "shape");

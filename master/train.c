@@ -317,6 +317,26 @@ static enum dg_status wait_for_applies(const struct train_layout *L, const struc
 	return DG_OK;
 }
 
+/* Every AssignMovingAverage of the graph (batch norm's moving mean and
+ * variance) runs each step, like the applies: a target of the replica. */
+static enum dg_status moving_average_targets(struct train_replica *rep, const json_t *nodes,
+					     struct dg_err *err)
+{
+	json_t *n;
+	size_t i;
+
+	json_array_foreach(nodes, i, n) {
+		const char *op = json_string_value(json_object_get(n, "op"));
+		if (!op || strcmp(op, "AssignMovingAverage") != 0)
+			continue;
+		if (!(rep->targets[rep->n_targets] =
+			      strdup(json_string_value(json_object_get(n, "name")))))
+			return dg_err_set(err, DG_ENOMEM, "out of memory");
+		rep->n_targets++;
+	}
+	return DG_OK;
+}
+
 static enum dg_status build_replica(const struct train_spec *s, const struct dg_cluster *c,
 				    const struct train_layout *L, const json_t *ad_doc,
 				    char *const *grads, char *const *rows,
@@ -329,7 +349,9 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 	enum dg_status st;
 
 	rep->doc = json_deep_copy(ad_doc);
-	rep->targets = calloc((size_t)p->n_vars + (size_t)L->group + 1, sizeof *rep->targets);
+	rep->targets = calloc((size_t)p->n_vars + (size_t)L->group +
+			      json_array_size(json_object_get(ad_doc, "nodes")) + 1,
+			      sizeof *rep->targets);
 	rep->fetch = calloc((size_t)s->n_metrics + 2 + (size_t)p->n_extra, sizeof *rep->fetch);
 	rep->reasons = tw && tw->reasons ? json_deep_copy(tw->reasons) : json_object();
 	rep->colocate = json_incref(colocate);
@@ -351,6 +373,8 @@ static enum dg_status build_replica(const struct train_spec *s, const struct dg_
 			return dg_err_set(err, DG_ENOMEM, "out of memory");
 		rep->n_targets = i + 1;
 	}
+	if ((st = moving_average_targets(rep, nodes, err)) != DG_OK)
+		return st;
 	if (L->group > 1 && (st = wait_for_applies(L, c, p, r, wait, rep, nodes, err)) != DG_OK)
 		return st;
 	rep->fetch[0] = strdup(s->loss);

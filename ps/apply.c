@@ -18,10 +18,10 @@
 static const char *const rule_names[PS_RULE_COUNT] = {
 	[PS_ASSIGN] = "assign", [PS_ASSIGN_ADD] = "assign_add", [PS_SGD] = "sgd",
 	[PS_MOMENTUM] = "momentum", [PS_ADAM] = "adam", [PS_ADAGRAD] = "adagrad",
-	[PS_RMSPROP] = "rmsprop",
+	[PS_RMSPROP] = "rmsprop", [PS_MOVING_AVERAGE] = "moving_average",
 };
 
-#define RULE_LIST "assign, assign_add, sgd, momentum, adam, adagrad, rmsprop"
+#define RULE_LIST "assign, assign_add, sgd, momentum, adam, adagrad, rmsprop, moving_average"
 
 const char *ps_rule_name(enum ps_rule r)
 {
@@ -112,7 +112,7 @@ enum dg_status ps_apply_check_args(const struct ps_apply_args *a, const char *na
 		dg_err_hint(err, "use one of " RULE_LIST);
 		return DG_EINVAL;
 	}
-	if (a->rule >= PS_SGD) {
+	if (a->rule >= PS_SGD && a->rule <= PS_RMSPROP) {
 		if (!(a->lr >= 0) || !isfinite(a->lr))
 			return bad_param(err, rule, "lr", a->lr, name, "finite and >= 0");
 	}
@@ -127,6 +127,8 @@ enum dg_status ps_apply_check_args(const struct ps_apply_args *a, const char *na
 		if (!(a->eps > 0) || !isfinite(a->eps))
 			return bad_param(err, rule, "eps", a->eps, name, "finite and > 0");
 	}
+	if (a->rule == PS_MOVING_AVERAGE && !(a->rho >= 0 && a->rho <= 1))
+		return bad_param(err, rule, "decay", a->rho, name, "in [0, 1]");
 	if (a->rows && a->n_rows < 0)
 		return bad_param(err, rule, "rows", (double)a->n_rows, name, ">= 0");
 	if (a->rule == PS_ADAM) {
@@ -291,6 +293,19 @@ DEF_ADAGRAD(adagrad_f64, double, sqrt)
 DEF_RMSPROP(rmsprop_f32, float, sqrtf)
 DEF_RMSPROP(rmsprop_f64, double, sqrt)
 
+/* An exponential moving average of the values g (batch norm's statistics):
+ * w = decay * w + (1 - decay) * g, as w -= (1 - decay) * (w - g) in
+ * TensorFlow's assign_moving_average, all [n] */
+#define DEF_EMA(NAME, T)                                                                     \
+	static void NAME(int64_t n, T *restrict w, const T *restrict g, T decay)             \
+	{                                                                                    \
+		const T c = (T)1 - decay;                                                    \
+		for (int64_t i = 0; i < n; i++)                                              \
+			w[i] -= c * (w[i] - g[i]);                                           \
+	}
+DEF_EMA(ema_f32, float)
+DEF_EMA(ema_f64, double)
+
 /* w[n] += g[n]; integers wrap around (added as unsigned, as TensorFlow does) */
 #define DEF_ADD(NAME, T, U)                                                                  \
 	static void NAME(int64_t n, T *restrict w, const T *restrict g)                      \
@@ -400,6 +415,12 @@ void ps_apply_rule(const struct ps_apply_args *a, enum dg_dtype dt, int64_t n, v
 		else
 			rmsprop_f64(n, w, g, slots[0], slots[1], a->lr, a->rho, a->momentum,
 				    a->eps);
+		break;
+	case PS_MOVING_AVERAGE:
+		if (f32)
+			ema_f32(n, w, g, (float)a->rho);
+		else
+			ema_f64(n, w, g, a->rho);
 		break;
 	}
 }

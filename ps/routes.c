@@ -811,14 +811,22 @@ static enum dg_status apply_rule_args(const struct dg_http_req *r, struct ps_app
 
 	if (!rule) {
 		dg_err_set(err, DG_EINVAL, "apply needs the query parameter rule");
-		dg_err_hint(err, "rules: assign, assign_add, sgd, momentum, adam, adagrad, rmsprop");
+		dg_err_hint(err, "rules: assign, assign_add, sgd, momentum, adam, adagrad, rmsprop, "
+			    "moving_average");
 		return DG_EINVAL;
 	}
 	if ((st = ps_rule_parse(rule, &a->rule, err)) != DG_OK)
 		return st;
+	if (a->rule == PS_MOVING_AVERAGE) {
+		if (dg_http_query(r, "rho")) {
+			dg_err_set(err, DG_EINVAL, "rule moving_average takes decay, not rho");
+			return DG_EINVAL;
+		}
+		return query_real(r, "decay", false, 0.99, 0, 1, &a->rho, err);
+	}
 	/* adam alone has a default learning rate (TensorFlow's 0.001) */
 	bool rms = a->rule == PS_RMSPROP, ada = a->rule == PS_ADAGRAD;
-	if ((st = query_real(r, "lr", a->rule >= PS_SGD && a->rule != PS_ADAM, 0.001, -DBL_MAX,
+	if ((st = query_real(r, "lr", a->rule != PS_ADAM && a->rule >= PS_SGD, 0.001, -DBL_MAX,
 			     DBL_MAX, &a->lr, err)) != DG_OK ||
 	    (st = query_real(r, "momentum", a->rule == PS_MOMENTUM, 0, -DBL_MAX, DBL_MAX,
 			     &a->momentum, err)) != DG_OK ||

@@ -126,8 +126,9 @@ enum dg_status ps_store_patch(struct ps_store *s, const char *name, uint64_t off
 enum dg_status ps_store_delete(struct ps_store *s, const char *name, uint64_t if_match,
 			       struct dg_err *err);
 
-/* The rules from PS_SGD on take lr. */
-enum ps_rule { PS_ASSIGN, PS_ASSIGN_ADD, PS_SGD, PS_MOMENTUM, PS_ADAM, PS_ADAGRAD, PS_RMSPROP };
+/* The rules from PS_SGD to PS_RMSPROP take lr. */
+enum ps_rule { PS_ASSIGN, PS_ASSIGN_ADD, PS_SGD, PS_MOMENTUM, PS_ADAM, PS_ADAGRAD, PS_RMSPROP,
+	       PS_MOVING_AVERAGE };
 /* "sgd" -> PS_SGD; DG_EINVAL listing the rules otherwise. */
 enum dg_status ps_rule_parse(const char *s, enum ps_rule *out, struct dg_err *err);
 
@@ -138,7 +139,8 @@ struct ps_apply_args {
 	bool nesterov;
 	double beta1, beta2, eps;       /* adam (defaults 0.9, 0.999, 1e-8 filled by caller);
 					 * eps also rmsprop (1e-10) */
-	double rho;                     /* rmsprop: decay of the mean square (0.9) */
+	double rho;                     /* rmsprop: decay of the mean square (0.9);
+					 * moving_average: its decay (0.99) */
 	double init;                    /* adagrad: the accumulator's start (0.1);
 					 * rmsprop: the mean square's (1.0) */
 	/* Row-wise: g holds n_rows rows (g's shape [n_rows] + the variable's

@@ -10,7 +10,7 @@
 #include "dg/tensor.h"
 #include "store.h"
 
-#define PS_RULE_COUNT 7
+#define PS_RULE_COUNT 8
 #define PS_MAX_SLOTS 3
 
 /* "sgd" for PS_SGD ("invalid" out of range). */

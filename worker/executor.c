@@ -1193,6 +1193,10 @@ static enum dg_status var_apply(const struct run *r, struct dg_client *c, const 
 	a.rule = str_attr(r, n, "rule");
 	a.lr = scheduled_lr(at, r->t);
 	dg_attrs_float(at, "rho", &zero, &a.rho, NULL);
+	if (strcmp(a.rule, "moving_average") == 0) {
+		double def = 0.99;
+		dg_attrs_float(at, "decay", &def, &a.rho, NULL);
+	}
 	dg_attrs_float(at, "init", &zero, &a.init, NULL);
 	dg_attrs_float(at, "momentum", &zero, &a.momentum, NULL);
 	dg_attrs_float(at, "beta1", &zero, &a.beta1, NULL);

@@ -143,9 +143,9 @@ static enum dg_status check_schedule_sync(struct dg_infer_ctx *c)
 static enum dg_status infer_var_apply(struct dg_infer_ctx *c)
 {
 	static const char *const rules[] = { "assign", "assign_add", "sgd", "momentum", "adam",
-					     "adagrad", "rmsprop" };
+					     "adagrad", "rmsprop", "moving_average" };
 	static const char *const num[] = { "lr", "momentum", "beta1", "beta2", "eps", "rho",
-					   "init" };
+					   "init", "decay" };
 	const char *rule;
 	double v;
 	bool known = false;
@@ -157,7 +157,8 @@ static enum dg_status infer_var_apply(struct dg_infer_ctx *c)
 		known |= strcmp(rule, rules[i]) == 0;
 	if (!known) {
 		dg_err_set(c->err, DG_EINVAL, "attr 'rule' is '%.40s'", rule);
-		dg_err_hint(c->err, "rules: assign, assign_add, sgd, momentum, adam, adagrad, rmsprop");
+		dg_err_hint(c->err, "rules: assign, assign_add, sgd, momentum, adam, adagrad, rmsprop, "
+			    "moving_average");
 		return DG_EINVAL;
 	}
 	if (check_schedule_sync(c) != DG_OK)
@@ -280,8 +281,8 @@ static const struct dg_attr_spec var_read_attrs[] = {
 static const struct dg_attr_spec var_apply_attrs[] = {
 	{ "var", DG_ATTR_STRING, true, "variable name" },
 	{ "ps", DG_ATTR_STRING, true, "host:port of the ps holding it" },
-	{ "rule", DG_ATTR_STRING, true, "assign, assign_add, sgd, momentum, adam, adagrad or "
-	  "rmsprop" },
+	{ "rule", DG_ATTR_STRING, true, "assign, assign_add, sgd, momentum, adam, adagrad, "
+	  "rmsprop or moving_average" },
 	{ "lr", DG_ATTR_FLOAT, false, "learning rate" },
 	{ "momentum", DG_ATTR_FLOAT, false, "momentum (momentum, rmsprop)" },
 	{ "nesterov", DG_ATTR_BOOL, false, "Nesterov momentum" },
@@ -290,6 +291,8 @@ static const struct dg_attr_spec var_apply_attrs[] = {
 	{ "eps", DG_ATTR_FLOAT, false, "adam/rmsprop epsilon" },
 	{ "rho", DG_ATTR_FLOAT, false, "rmsprop decay (default: the ps's 0.9)" },
 	{ "init", DG_ATTR_FLOAT, false, "adagrad/rmsprop slot start (default: the ps's)" },
+	{ "decay", DG_ATTR_FLOAT, false, "moving_average: w = decay w + (1 - decay) input "
+	  "(default 0.99)" },
 	{ "schedule", DG_ATTR_STRING, false, "lr at training step t: constant (default), step "
 	  "(lr*factor^floor(t/every)), exponential (lr*factor^(t/every))" },
 	{ "every", DG_ATTR_INT, false, "schedule period in training steps (default 1)" },

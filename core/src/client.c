@@ -899,7 +899,7 @@ static enum dg_status apply_query(struct dg_client *c, const struct dg_apply *a,
 				  struct dg_err *err)
 {
 	static const char *const rules[] = { "assign", "assign_add", "sgd", "momentum", "adam",
-					     "adagrad", "rmsprop" };
+					     "adagrad", "rmsprop", "moving_average" };
 	const char *r = a->rule;
 	enum dg_status st = DG_EINVAL;
 
@@ -908,7 +908,8 @@ static enum dg_status apply_query(struct dg_client *c, const struct dg_apply *a,
 			st = DG_OK;
 	if (st != DG_OK) {
 		dg_err_set(err, DG_EINVAL, "unknown update rule '%.40s'", r ? r : "(null)");
-		dg_err_hint(err, "rules: assign, assign_add, sgd, momentum, adam, adagrad, rmsprop");
+		dg_err_hint(err, "rules: assign, assign_add, sgd, momentum, adam, adagrad, rmsprop, "
+			    "moving_average");
 		return st;
 	}
 	st = dg_buf_printf(&c->path, err, "?rule=%s", r);
@@ -920,6 +921,8 @@ static enum dg_status apply_query(struct dg_client *c, const struct dg_apply *a,
 		st = query_double(c, "momentum", a->momentum, err);
 	if (st == DG_OK && rms && a->rho != 0)
 		st = query_double(c, "rho", a->rho, err);
+	if (st == DG_OK && strcmp(r, "moving_average") == 0)
+		st = query_double(c, "decay", a->rho, err);   /* 0 is a valid decay */
 	if (st == DG_OK && (ada || rms) && a->init != 0)
 		st = query_double(c, "init", a->init, err);
 	if (st == DG_OK && rms && a->eps != 0)

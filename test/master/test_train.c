@@ -600,6 +600,77 @@ Test(train, a_table_read_only_through_gather_is_pulled_and_updated_by_rows)
 	dg_cluster_free(c);
 }
 
+/* Batch norm: the moving averages are updated each step (targets), by a
+ * VarApply of rule moving_average, and are not trained. */
+Test(train, moving_averages_are_targets_applied_on_the_ps_and_not_trained)
+{
+	struct dg_cluster *c = cl(cluster_1ps2w);
+	struct dg_graph *g = gr("{'nodes': ["
+		"{'name':'x','op':'Const','attrs':{'value':[[1.5,2],[3,5],[0,1]]}},"
+		"{'name':'gamma','op':'Variable','attrs':{'shape':[2],'init':'ones'}},"
+		"{'name':'beta','op':'Variable','attrs':{'shape':[2]}},"
+		"{'name':'mean','op':'Variable','attrs':{'shape':[2]}},"
+		"{'name':'bn','op':'FusedBatchNorm','inputs':['x','gamma','beta']},"
+		"{'name':'up','op':'AssignMovingAverage','inputs':['bn:1'],"
+		" 'attrs':{'variable':'mean','decay':0.9}},"
+		"{'name':'sq','op':'Square','inputs':['bn']},"
+		"{'name':'loss','op':'Sum','inputs':['sq']}]}"), *rg;
+	struct train_spec s;
+	struct train_plan p;
+	struct placement pl;
+	struct partition part;
+	struct dg_err err = { 0 };
+
+	spec("{'loss':'loss','optimizer':{'rule':'sgd','lr':0.1},'steps':2}", &s);
+	cr_assert_eq(train_plan_build(g, &s, c, &p, &err), DG_OK, "%s (%s)", err.msg, err.hint);
+	cr_assert_eq(p.n_vars, 2, "gamma and beta are trained, mean is not");
+	bool target = false;
+	for (int i = 0; i < p.rep[1].n_targets; i++)
+		target |= strcmp(p.rep[1].targets[i], "up") == 0;
+	cr_assert(target, "the moving average is a target of every replica");
+	partition_replica(&p, 1, c, NULL, &rg, &pl, &part);
+	json_t *up = node_in(part.frags[0].doc, "up"), *a = json_object_get(up, "attrs");
+	cr_assert_str_eq(json_string_value(json_object_get(up, "op")), "VarApply");
+	cr_assert_str_eq(json_string_value(json_object_get(a, "rule")), "moving_average");
+	cr_assert_str_eq(json_string_value(json_object_get(a, "var")), "mean");
+	cr_assert_float_eq(json_number_value(json_object_get(a, "decay")), 0.9, 1e-12);
+	cr_assert_null(json_object_get(a, "variable"));
+	struct dg_graph *wg = dg_graph_from_json(part.frags[0].doc, worker_op_find, &err);
+	cr_assert_not_null(wg, "the worker refuses the fragment: %s", err.msg);
+	dg_graph_free(wg);
+	partition_deinit(&part);
+	placement_deinit(&pl);
+	dg_graph_free(rg);
+	train_plan_deinit(&p);
+	train_spec_deinit(&s);
+	dg_graph_free(g);
+	/* a moving average of another shape, or of a node that is no Variable */
+	static const char *const bad[][2] = {
+		{ "{'nodes':[{'name':'m','op':'Variable','attrs':{'shape':[3]}},"
+		  "{'name':'v','op':'Const','attrs':{'value':[1.5,2]}},"
+		  "{'name':'u','op':'AssignMovingAverage','inputs':['v'],"
+		  " 'attrs':{'variable':'m'}}]}", "the input's shape does not match variable 'm'" },
+		{ "{'nodes':[{'name':'v','op':'Const','attrs':{'value':[1.5,2]}},"
+		  "{'name':'u','op':'AssignMovingAverage','inputs':['v'],"
+		  " 'attrs':{'variable':'v'}}]}", "(AssignMovingAverage): attr 'variable' 'v' is not "
+		  "a Variable" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		g = gr(bad[i][0]);
+		cr_assert_neq(place_graph(g, c, NULL, &pl, &err), DG_OK);
+		cr_assert(strstr(err.msg, bad[i][1]), "%s", err.msg);
+		dg_graph_free(g);
+	}
+	char *j = dq("{'nodes':[{'name':'m','op':'Variable','attrs':{'shape':[2]}},"
+		     "{'name':'v','op':'Const','attrs':{'value':[1.5,2]}},"
+		     "{'name':'u','op':'AssignMovingAverage','inputs':['v'],"
+		     " 'attrs':{'variable':'m','decay':1.5}}]}");
+	cr_assert_null(dg_graph_parse(j, strlen(j), master_op_find, &err));
+	cr_assert(strstr(err.msg, "attr 'decay' is 1.5; it must be in [0, 1]"), "%s", err.msg);
+	free(j);
+	dg_cluster_free(c);
+}
+
 Test(train, replica_graph_gradients_match_the_analytic_ones)
 {
 	struct dg_cluster *c = cl(cluster_2ps1w);

@@ -148,6 +148,7 @@ static void ref_step(const struct ps_apply_args *a, int k, struct refstate *r)
 			r->v[i] = a->momentum * r->v[i] + a->lr * g / sqrt(r->m[i] + a->eps);
 			r->w[i] -= r->v[i];
 			break;
+		case PS_MOVING_AVERAGE: r->w[i] = a->rho * r->w[i] + (1 - a->rho) * g; break;
 		case PS_ASSIGN_ADD: r->w[i] += g; break;
 		case PS_ASSIGN: r->w[i] = g; break;
 		}
@@ -809,6 +810,28 @@ Test(apply, rmsprop_keeps_mean_square_and_momentum_against_the_reference)
 	check_against_reference(DG_F64, &a, 3);
 }
 
+Test(apply, moving_average_moves_decay_of_the_way_to_the_value)
+{
+	struct ps_store *s = open_mem();
+	struct dg_err err = { 0 };
+	struct ps_apply_args a = args(PS_MOVING_AVERAGE);
+
+	a.rho = 0.75;
+	put(s, "m", fill(DG_F32, 3, 4.0));
+	/* 0.75 * 4 + 0.25 * 8 = 5, then 0.75 * 5 + 0.25 * 8 = 5.75 */
+	cr_assert_eq(apply(s, "m", &a, fill(DG_F32, 3, 8), NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(at(s, "m", 2), 5.0, 1e-6);
+	cr_assert_eq(apply(s, "m", &a, fill(DG_F32, 3, 8), NULL, &err), DG_OK, "%s", err.msg);
+	cr_assert_float_eq(at(s, "m", 0), 5.75, 1e-6);
+	a.rho = 1.5;
+	assert_err(apply(s, "m", &a, fill(DG_F32, 3, 8), NULL, &err), DG_EINVAL, &err,
+		   "decay=1.5");
+	ps_store_close(s);
+	a.rho = 0.9;
+	check_against_reference(DG_F32, &a, 4);
+	check_against_reference(DG_F64, &a, 4);
+}
+
 Test(apply, adagrad_and_rmsprop_refuse_bad_parameters_naming_them)
 {
 	struct ps_store *s = open_mem();
@@ -926,7 +949,7 @@ static void rows_match_dense(enum ps_rule rule, enum dg_dtype dt)
 
 Test(apply, every_rule_row_wise_equals_the_dense_rule_on_the_rows_it_touches)
 {
-	for (int r = PS_ASSIGN_ADD; r <= PS_RMSPROP; r++) {
+	for (int r = PS_ASSIGN_ADD; r <= PS_MOVING_AVERAGE; r++) {
 		rows_match_dense((enum ps_rule)r, DG_F32);
 		rows_match_dense((enum ps_rule)r, DG_F64);
 	}

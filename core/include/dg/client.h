@@ -177,9 +177,10 @@ enum dg_status dg_var_delete(struct dg_client *c, const char *name, uint64_t if_
 
 struct dg_apply {
 	const char *rule;               /* assign, assign_add, sgd, momentum, adam,
-					 * adagrad, rmsprop */
+					 * adagrad, rmsprop, moving_average */
 	double lr, momentum, beta1, beta2, eps;   /* as the rule needs; 0 = server default */
-	double rho, init;               /* rmsprop's decay; adagrad's/rmsprop's slot start */
+	double rho, init;               /* rmsprop's decay (moving_average's: its decay);
+					 * adagrad's/rmsprop's slot start */
 	bool nesterov;
 	/* Row-wise: grad holds n_rows rows ([n_rows] + the variable's shape[1:])
 	 * for rows rows[i] of its dim 0 (repeats summed by the ps). NULL: dense. */
