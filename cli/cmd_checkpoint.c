@@ -329,7 +329,9 @@ static int export_cmd(const struct ckpt_args *a)
 
 /* --- restore DIR --------------------------------------------------------------- */
 
-static const char *const slot_suffix[] = { ".momentum", ".adam_m", ".adam_v", ".adam_t" };
+/* the ps's slot names (ps/apply.c, doc/http-api.md) */
+static const char *const slot_suffix[] = { ".momentum", ".adam_m", ".adam_v", ".adam_t",
+					   ".accum", ".rms", ".rms_momentum" };
 
 /* One variable to restore: which manifest entry, the entry of the variable
  * whose slot it is (itself otherwise), and the task it goes to. */
