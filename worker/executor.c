@@ -1293,27 +1293,21 @@ static enum dg_status var_apply(const struct run *r, struct dg_client *c, const 
  * build's steps are longer than this). */
 #define KEPT_MAX_AGE_US 5000
 
-/* VarRead; with min_step_base >= 0 it waits until the variable's sync step
- * reaches min_step_base + t (step t-1 applied), in polls that notice an abort.
- * An async one takes the value step t-1's apply kept (var_apply), if any. */
-static enum dg_status var_read(const struct run *r, struct dg_client *c, const struct dg_node *n,
-			       const char *var, struct dg_tensor **out, struct dg_err *err)
+/* Read var (whole, or the rows uniq names when not NULL); with base >= 0
+ * first wait until its sync step reaches base + t (step t-1 applied), in
+ * polls that notice an abort of the step. */
+static enum dg_status read_at_step(const struct run *r, struct dg_client *c, const char *var,
+				   const struct dg_tensor *uniq, int64_t base,
+				   struct dg_tensor **out, struct dg_err *err)
 {
-	int64_t base, none = -1;
-	int src = r->kept_src[n - r->g->nodes];
 	enum dg_status st;
 
-	dg_attrs_int(node_attrs(r, n), "min_step_base", &none, &base, NULL);
-	if (base < 0 && src >= 0 && r->kept[src] && r->kept_t[src] == r->t - 1 &&
-	    (r->f->batch_node < 0 || dg_mono_us() - r->kept_us[src] <= KEPT_MAX_AGE_US)) {
-		*out = r->kept[src];
-		r->kept[src] = NULL;
-		return DG_OK;
-	}
 	if (base < 0)
-		return dg_var_get(c, var, out, NULL, err);
+		return uniq ? dg_var_get_rows(c, var, uniq, 0, 0, out, NULL, err)
+			    : dg_var_get(c, var, out, NULL, err);
 	for (;;) {
 		int64_t left = dg_deadline_left_ms(r->deadline);
+		long poll = left < MIN_STEP_POLL_MS ? (long)left : MIN_STEP_POLL_MS;
 		if ((st = dg_rendezvous_check(r->w->rv, r->step, err)) != DG_OK)
 			return st;
 		if (left <= 0) {
@@ -1323,17 +1317,32 @@ static enum dg_status var_read(const struct run *r, struct dg_client *c, const s
 				    "timeout_ms or use backup replicas");
 			return DG_ETIMEOUT;
 		}
-		st = dg_var_wait_step(c, var, base + r->t, left < MIN_STEP_POLL_MS ? (long)left :
-				      MIN_STEP_POLL_MS, out, NULL, err);
+		st = uniq ? dg_var_get_rows(c, var, uniq, base + r->t, poll, out, NULL, err)
+			  : dg_var_wait_step(c, var, base + r->t, poll, out, NULL, err);
 		if (st != DG_ETIMEOUT)
 			return st;
 		dg_err_clear(err);
 	}
 }
 
-static enum dg_status var_gather_wait(const struct run *r, struct dg_client *c, const char *var,
-				      const struct dg_tensor *uniq, int64_t base,
-				      struct dg_tensor **out, struct dg_err *err);
+/* VarRead; with min_step_base >= 0 it waits until the variable's sync step
+ * reaches min_step_base + t (step t-1 applied), in polls that notice an abort.
+ * An async one takes the value step t-1's apply kept (var_apply), if any. */
+static enum dg_status var_read(const struct run *r, struct dg_client *c, const struct dg_node *n,
+			       const char *var, struct dg_tensor **out, struct dg_err *err)
+{
+	int64_t base, none = -1;
+	int src = r->kept_src[n - r->g->nodes];
+
+	dg_attrs_int(node_attrs(r, n), "min_step_base", &none, &base, NULL);
+	if (base < 0 && src >= 0 && r->kept[src] && r->kept_t[src] == r->t - 1 &&
+	    (r->f->batch_node < 0 || dg_mono_us() - r->kept_us[src] <= KEPT_MAX_AGE_US)) {
+		*out = r->kept[src];
+		r->kept[src] = NULL;
+		return DG_OK;
+	}
+	return read_at_step(r, c, var, NULL, base, out, err);
+}
 
 /* out = Gather(got, inv) shaped indices' shape + got's rows: the distinct
  * rows got ([nu] + rest) put back where the indices named them. */
@@ -1375,7 +1384,7 @@ static enum dg_status var_gather(const struct run *r, struct dg_client *c, const
 	struct dg_shape us = dg_shape_make(1, (int64_t[]){ nu });
 	uniq = dg_tensor_from_data(DG_I64, &us, u, err);
 	free(u);
-	st = uniq ? var_gather_wait(r, c, var, uniq, base, &got, err) : err->code;
+	st = uniq ? read_at_step(r, c, var, uniq, base, &got, err) : err->code;
 	if (st == DG_OK) {
 		moved[0] = uniq->nbytes;        /* the indices sent, the rows received */
 		moved[1] = got->nbytes;
@@ -1385,36 +1394,6 @@ static enum dg_status var_gather(const struct run *r, struct dg_client *c, const
 	dg_tensor_free(got);
 	free(inv);
 	return st;
-}
-
-/* The rows of uniq, waiting for sync step base + t when base >= 0. */
-static enum dg_status var_gather_wait(const struct run *r, struct dg_client *c, const char *var,
-				      const struct dg_tensor *uniq, int64_t base,
-				      struct dg_tensor **out, struct dg_err *err)
-{
-	enum dg_status st;
-
-	if (base < 0)
-		return dg_var_get_rows(c, var, uniq, 0, 0, out, NULL, err);
-	for (;;) {
-		int64_t left = dg_deadline_left_ms(r->deadline);
-		if ((st = dg_rendezvous_check(r->w->rv, r->step, err)) != DG_OK)
-			return st;
-		if (left <= 0) {
-			dg_err_set(err, DG_ETIMEOUT, "it did not reach sync step %" PRId64
-				   " within %" PRId64 " ms", base + r->t, r->timeout_ms);
-			dg_err_hint(err, "another replica may be slow or gone; raise the step's "
-				    "timeout_ms or use backup replicas");
-			return DG_ETIMEOUT;
-		}
-		/* step 0 waits for nothing (min_step 0 means no wait) */
-		st = dg_var_get_rows(c, var, uniq, base + r->t,
-				     left < MIN_STEP_POLL_MS ? (long)left : MIN_STEP_POLL_MS, out,
-				     NULL, err);
-		if (st != DG_ETIMEOUT)
-			return st;
-		dg_err_clear(err);
-	}
 }
 
 /* VarInit: create the variable unless it exists; with "reset" replace it. */

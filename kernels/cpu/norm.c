@@ -184,6 +184,17 @@ static enum dg_status bn_run_check(struct dg_kernel_ctx *c, int first, struct bn
 	return DG_OK;
 }
 
+/* Outputs 0 (x's shape) and 1, 2 ([ch]), all of x's dtype. */
+static enum dg_status bn_outputs(struct dg_kernel_ctx *c, const struct dg_tensor *x, int64_t ch)
+{
+	struct dg_shape cs = dg_shape_make(1, (int64_t[]){ ch });
+
+	if (!cpu_out(c, 0, x->dtype, &x->shape) || !cpu_out(c, 1, x->dtype, &cs) ||
+	    !cpu_out(c, 2, x->dtype, &cs))
+		return c->err ? c->err->code : DG_ENOMEM;
+	return DG_OK;
+}
+
 /* y = (x - mean) / sqrt(var + eps) * scale + offset; outputs 1 and 2: the
  * batch's mean and its variance with Bessel's correction (m / (m - 1)),
  * what TensorFlow returns for the moving averages, or in inference the
@@ -191,7 +202,6 @@ static enum dg_status bn_run_check(struct dg_kernel_ctx *c, int first, struct bn
 static enum dg_status k_bn(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *x = c->in[0], *scale = c->in[1], *offset = c->in[2];
-	struct dg_shape cs;
 	struct bn o;
 	int64_t m, ch;
 	double *mean, *var;
@@ -199,10 +209,8 @@ static enum dg_status k_bn(struct dg_kernel_ctx *c)
 
 	if (st != DG_OK)
 		return st;
-	cs = dg_shape_make(1, (int64_t[]){ ch });
-	if (!cpu_out(c, 0, x->dtype, &x->shape) || !cpu_out(c, 1, x->dtype, &cs) ||
-	    !cpu_out(c, 2, x->dtype, &cs))
-		return c->err ? c->err->code : DG_ENOMEM;
+	if ((st = bn_outputs(c, x, ch)) != DG_OK)
+		return st;
 	mean = malloc((size_t)(2 * ch + 1) * sizeof *mean);
 	if (!mean)
 		return dg_err_set(c->err, DG_ENOMEM, "out of memory");
@@ -238,7 +246,6 @@ static enum dg_status k_bn(struct dg_kernel_ctx *c)
 static enum dg_status k_bn_grad(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *dy = c->in[0], *x = c->in[1], *scale = c->in[2];
-	struct dg_shape cs;
 	struct bn o;
 	int64_t m, ch;
 	double *mean, *inv, *sdy, *sdyx;
@@ -249,10 +256,8 @@ static enum dg_status k_bn_grad(struct dg_kernel_ctx *c)
 				(long long)dy->numel, (long long)x->numel);
 	if (st != DG_OK)
 		return st;
-	cs = dg_shape_make(1, (int64_t[]){ ch });
-	if (!cpu_out(c, 0, x->dtype, &x->shape) || !cpu_out(c, 1, x->dtype, &cs) ||
-	    !cpu_out(c, 2, x->dtype, &cs))
-		return c->err ? c->err->code : DG_ENOMEM;
+	if ((st = bn_outputs(c, x, ch)) != DG_OK)
+		return st;
 	mean = calloc((size_t)(4 * ch + 1), sizeof *mean);
 	if (!mean)
 		return dg_err_set(c->err, DG_ENOMEM, "out of memory");
