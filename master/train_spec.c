@@ -261,7 +261,8 @@ static enum dg_status parse_optimizer(const json_t *opt, struct train_spec *s, s
 	    (st = get_bool(opt, p, "nesterov", &s->nesterov, err)) != DG_OK ||
 	    (st = get_num(opt, p, "beta1", 0, 2, 1, &s->beta1, err)) != DG_OK ||
 	    (st = get_num(opt, p, "beta2", 0, 2, 1, &s->beta2, err)) != DG_OK ||
-	    (st = get_num(opt, p, "rho", 0, 2, 1, &s->rho, err)) != DG_OK ||
+	    /* 0 is refused: the workers' requests send rho only when it is not 0 */
+	    (st = get_num(opt, p, "rho", 0, 3, 1, &s->rho, err)) != DG_OK ||
 	    (st = get_num(opt, p, "init", 0, 1, 1e300, &s->init, err)) != DG_OK)
 		return st;
 	return get_num(opt, p, "eps", 0, 1, 1e300, &s->eps, err);

@@ -295,7 +295,8 @@ DEF_RMSPROP(rmsprop_f64, double, sqrt)
 
 /* An exponential moving average of the values g (batch norm's statistics):
  * w = decay * w + (1 - decay) * g, as w -= (1 - decay) * (w - g) in
- * TensorFlow's assign_moving_average, all [n] */
+ * Keras' BatchNormalization (TensorFlow's assign_moving_average without
+ * zero_debias), all [n] */
 #define DEF_EMA(NAME, T)                                                                     \
 	static void NAME(int64_t n, T *restrict w, const T *restrict g, T decay)             \
 	{                                                                                    \

@@ -966,6 +966,14 @@ enum dg_status ps_value_rows(const struct ps_value *v, const char *name, const i
 	shape.dim[0] = n;
 	/* a value is immutable while held: the rows are copied without a lock */
 	rb = v->shape.dim[0] ? v->nbytes / (size_t)v->shape.dim[0] : 0;
+	/* repeats may ask for more bytes than the variable has: bounded */
+	if (rb && (uint64_t)n > PS_MAX_ROWS_BYTES / rb) {
+		dg_err_set(err, DG_EINVAL, "%lld rows of '%s' would be %.1f GiB; at most %d GiB a "
+			   "read", (long long)n, name, (double)n * (double)rb / (1 << 30),
+			   (int)(PS_MAX_ROWS_BYTES >> 30));
+		dg_err_hint(err, "ask for each row once, or in parts");
+		return DG_EINVAL;
+	}
 	if (!(t = dg_tensor_new_uninit(v->dtype, &shape, err)))
 		return err && err->code != DG_OK ? err->code : DG_ENOMEM;
 	for (int64_t i = 0; i < n && rb; i++)
@@ -1538,8 +1546,11 @@ static struct block *slot_zero(const struct apply_ctx *c, int i, const struct ps
 
 	if (ps_rule_slot_is_counter(c->a->rule, i))
 		return block_new(DG_I64, &scalar, 8, NULL, true);
-	b = block_new(w->dtype, &w->shape, w->nbytes, NULL, x == 0);
-	if (b && x != 0)
+	/* block_fill writes float32 and float64; any other block is zeroed */
+	bool fill = x != 0 && (w->dtype == DG_F32 || w->dtype == DG_F64);
+
+	b = block_new(w->dtype, &w->shape, w->nbytes, NULL, !fill);
+	if (b && fill)
 		block_fill(b, x);
 	return b;
 }

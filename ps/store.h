@@ -170,10 +170,12 @@ enum dg_status ps_store_apply(struct ps_store *s, const char *name,
 			      const struct ps_apply_args *a, const struct dg_tensor *g,
 			      struct ps_apply_result *res, struct dg_err *err);
 
+/* The most bytes one read of rows may give (repeats allowed). */
+#define PS_MAX_ROWS_BYTES ((uint64_t)1 << 30)
 /* Rows rows[0..n) of dim 0 of value v (of variable name, for messages), in
  * that order (repeats allowed), as a new tensor [n] + shape[1:] (owned, in
- * *out). DG_EINVAL naming the first row out of range; DG_ESHAPE for a
- * scalar. */
+ * *out). DG_EINVAL naming the first row out of range, or for more than
+ * PS_MAX_ROWS_BYTES; DG_ESHAPE for a scalar. */
 enum dg_status ps_value_rows(const struct ps_value *v, const char *name, const int64_t *rows,
 			     int64_t n, struct dg_tensor **out, struct dg_err *err);
 /* Rows rows[0..n) of dim 0 of a variable of rank >= 1, in that order

@@ -1347,11 +1347,16 @@ static enum dg_status var_read(const struct run *r, struct dg_client *c, const s
 /* out = Gather(got, inv) shaped indices' shape + got's rows: the distinct
  * rows got ([nu] + rest) put back where the indices named them. */
 static enum dg_status expand_rows(const struct dg_tensor *got, const struct dg_tensor *indices,
-				  const int64_t *inv, struct dg_tensor **out, struct dg_err *err)
+				  const int64_t *inv, int64_t nu, struct dg_tensor **out,
+				  struct dg_err *err)
 {
 	struct dg_shape sh = indices->shape;
 	size_t rb = got->shape.dim[0] ? got->nbytes / (size_t)got->shape.dim[0] : 0;
 
+	if (got->shape.ndim < 1 || got->shape.dim[0] != nu)
+		return dg_err_set(err, DG_EIO, "the ps answered %lld rows for %lld asked",
+				  got->shape.ndim ? (long long)got->shape.dim[0] : -1LL,
+				  (long long)nu);
 	if (sh.ndim + got->shape.ndim - 1 > DG_MAX_DIMS)
 		return dg_err_set(err, DG_ESHAPE, "the gathered rows would have more than %d dims",
 				  DG_MAX_DIMS);
@@ -1388,7 +1393,7 @@ static enum dg_status var_gather(const struct run *r, struct dg_client *c, const
 	if (st == DG_OK) {
 		moved[0] = uniq->nbytes;        /* the indices sent, the rows received */
 		moved[1] = got->nbytes;
-		st = expand_rows(got, indices, inv, out, err);
+		st = expand_rows(got, indices, inv, nu, out, err);
 	}
 	dg_tensor_free(uniq);
 	dg_tensor_free(got);

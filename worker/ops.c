@@ -169,6 +169,11 @@ static enum dg_status infer_var_apply(struct dg_infer_ctx *c)
 		if (ix->dtype != DG_I32 && ix->dtype != DG_I64)
 			return dg_err_set(c->err, DG_EDTYPE, "row-wise VarApply: the rows (input 1) "
 					  "are %s, not int32 or int64", dg_dtype_name(ix->dtype));
+		/* the worker sums repeated rows' values in their dtype */
+		if (val->dtype != DG_F32 && val->dtype != DG_F64)
+			return dg_err_set(c->err, DG_EDTYPE, "row-wise VarApply: the values (input "
+					  "0) are %s, not float32 or float64",
+					  dg_dtype_name(val->dtype));
 		if (ix->shape.ndim != 1 || val->shape.ndim < 1)
 			return dg_err_set(c->err, DG_ESHAPE, "row-wise VarApply: the rows (input 1) "
 					  "must be a vector and the values (input 0) [n, ...]");

@@ -1069,6 +1069,14 @@ Test(apply, rows_read_back_in_the_order_asked_with_repeats)
 	cr_assert_null(t);
 	assert_err(ps_store_get_rows(s, "nope", (const int64_t[]){ 0 }, 1, &t, &ver, &err),
 		   DG_ENOTFOUND, &err, "nope");
+	/* repeats may not make a read larger than PS_MAX_ROWS_BYTES: 300 rows of 4 MiB */
+	struct dg_shape big = dg_shape_make(2, (int64_t[]){ 2, 1 << 20 });
+	int64_t *rep = calloc(300, sizeof *rep);
+	put(s, "big", dg_tensor_new(DG_F32, &big, NULL));
+	assert_err(ps_store_get_rows(s, "big", rep, 300, &t, &ver, &err), DG_EINVAL, &err,
+		   "300 rows of 'big' would be 1.2 GiB; at most 1 GiB a read");
+	cr_assert_null(t);
+	free(rep);
 	ps_store_close(s);
 }
 

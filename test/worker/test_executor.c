@@ -425,6 +425,15 @@ Test(executor, var_gather_reads_rows_and_a_row_wise_apply_sums_repeated_rows)
 				    " \"emb\", \"ps\": \"h:1\", \"dtype\": \"float32\", \"shape\":"
 				    " [4,2]}}]}", &err), 400);
 	cr_assert_not_null(strstr(err.msg, "not int32 or int64"), "%s", err.msg);
+	/* the worker sums repeated rows in float32 or float64 only */
+	cr_assert_eq(refused_status("{\"nodes\": [{\"name\": \"r\", \"op\": \"Const\","
+				    " \"attrs\": {\"value\": [0, 0], \"dtype\": \"int32\"}},"
+				    " {\"name\": \"v\", \"op\": \"Const\", \"attrs\": {\"value\":"
+				    " [[1], [2]], \"dtype\": \"int32\"}}, {\"name\": \"a\", \"op\":"
+				    " \"VarApply\", \"inputs\": [\"v\", \"r\"], \"attrs\": {\"var\":"
+				    " \"emb\", \"ps\": \"h:1\", \"rule\": \"assign_add\"}}]}", &err),
+		     400);
+	cr_assert_not_null(strstr(err.msg, "the values (input 0) are int32"), "%s", err.msg);
 }
 
 Test(executor, failing_node_names_task_and_node_and_aborts_the_step)
