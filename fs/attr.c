@@ -132,6 +132,49 @@ int dgfs_stat_var(struct dgfs *fs, const struct dgfs_path *p, struct stat *st)
 	return 0;
 }
 
+int dgfs_stat_rows(struct dgfs *fs, const char *name, struct stat *st)
+{
+	struct dgfs_path p = { .view = DGFS_VARS };
+	struct dg_err err = { 0 };
+	struct dg_var_info v;
+	const char *list;
+	int task;
+
+	if (strlen(name) < sizeof p.name)
+		strcpy(p.name, name);
+	/* NAME itself (a variable, or a directory of them) is a directory */
+	if (!name[0] || dgfs_stat_var(fs, &p, st) == 0) {
+		dgfs_fill_dir(st);
+		return 0;
+	}
+	if (!dgfs_rows_split(name, p.name, sizeof p.name, &list))
+		return -ENOENT;
+	enum dg_status s = dgfs_var_find(fs, p.name, false, &v, &task, &err);
+	if (s != DG_OK)
+		return s == DG_ENOTFOUND ? -ENOENT : dgfs_fail(name, "stat rows/", &err);
+	dgfs_fill_file(fs, st, 0444, 0, v.mtime);
+	return 0;
+}
+
+enum dg_status dgfs_text_rows(struct dgfs *fs, const char *name, struct dg_buf *out,
+			      struct dg_err *err)
+{
+	char var[DG_VAR_NAME_MAX + 1];
+	const char *list;
+	struct dg_var_info v;
+	int task;
+	enum dg_status st;
+
+	if (!dgfs_rows_split(name, var, sizeof var, &list))
+		return dg_err_set(err, DG_ENOTFOUND, "rows/%s names no rows", name);
+	if ((st = dgfs_var_find(fs, var, false, &v, &task, err)) != DG_OK)
+		return st;
+	struct dg_client *c = dgfs_client_get(fs, task, err);
+	st = c ? dg_var_get_rows_encoded(c, var, list, DG_ENC_TEXT, out, NULL, err) : err->code;
+	dgfs_client_put(fs, task, c, st);
+	return st;
+}
+
 /* GET /v1/queues of every task: names appended to out (NUL-separated). */
 static enum dg_status queue_names(struct dgfs *fs, struct dg_buf *out, struct dg_err *err)
 {

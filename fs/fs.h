@@ -78,6 +78,7 @@ enum dgfs_view {
 	DGFS_VARS, DGFS_TEXT, DGFS_NPY, /* "/vars/...", "/text/...", "/npy/..." */
 	DGFS_QUEUES,                    /* "/queues/..." */
 	DGFS_JOBS,                      /* "/jobs/..." */
+	DGFS_ROWS,                      /* "/rows/NAME/LIST": some rows, as text */
 };
 
 struct dgfs_path {
@@ -95,6 +96,10 @@ struct dgfs_path {
 int dgfs_path_parse(const char *path, struct dgfs_path *out);
 /* Is this view one of vars/, text/, npy/? */
 bool dgfs_view_is_var(enum dgfs_view v);
+/* rows/ names "NAME/LIST": the variable (var, n bytes) and the list of rows
+ * (*list, into name: digits, commas and dashes, as GET ?rows= takes it).
+ * false when the last component is no such list. */
+bool dgfs_rows_split(const char *name, char *var, size_t n, const char **list);
 
 /* --- cache.c ---------------------------------------------------------------- */
 

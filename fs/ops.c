@@ -71,6 +71,8 @@ static int dgfs_getattr(const char *path, struct stat *st, struct fuse_file_info
 		return 0;
 	case DGFS_JOBS:
 		return dgfs_stat_jobs(fs, p.name, st);
+	case DGFS_ROWS:
+		return dgfs_stat_rows(fs, p.name, st);
 	case DGFS_QUEUES:
 		if (!p.name[0]) {
 			dgfs_fill_dir(st);
@@ -88,7 +90,8 @@ static int dgfs_getattr(const char *path, struct stat *st, struct fuse_file_info
 static int dgfs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
 			struct fuse_file_info *fi, enum fuse_readdir_flags flags)
 {
-	static const char *const top[] = { "cluster", "vars", "text", "npy", "queues", "jobs" };
+	static const char *const top[] = { "cluster", "vars", "text", "npy", "queues", "jobs",
+					   "rows" };
 	struct dgfs *fs = state();
 	struct dgfs_path p;
 	struct stat st;
@@ -109,6 +112,12 @@ static int dgfs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off
 		return dgfs_readdir_jobs(fs, p.name, buf, filler);
 	if (p.view == DGFS_QUEUES)
 		return p.name[0] ? -ENOTDIR : dgfs_readdir_queues(fs, buf, filler);
+	if (p.view == DGFS_ROWS) {
+		/* the lists of rows are named, not listed: a directory of none */
+		struct stat st2;
+		int r = dgfs_stat_rows(fs, p.name, &st2);
+		return r ? r : S_ISDIR(st2.st_mode) ? 0 : -ENOTDIR;
+	}
 	if (p.name[0]) {
 		if ((rc = dgfs_stat_var(fs, &p, &st)) != 0)
 			return rc;
@@ -194,6 +203,8 @@ static int open_generated(struct dgfs *fs, const char *path, const struct dgfs_p
 			return -ENOENT;
 		}
 		st = dgfs_job_file(fs, id, file, &h->buf, &err);
+	} else if (p->view == DGFS_ROWS) {
+		st = dgfs_text_rows(fs, p->name, &h->buf, &err);
 	} else {
 		st = dgfs_text_queue(fs, p->name, &h->buf, &err);
 	}
@@ -206,11 +217,13 @@ static int open_generated(struct dgfs *fs, const char *path, const struct dgfs_p
 	return 0;
 }
 
-/* Opens that need no variable: /cluster, queues/NAME, jobs/ID/FILE. */
+/* Opens whose content is made at open: /cluster, queues/NAME,
+ * jobs/ID/FILE, rows/NAME/LIST. */
 static bool is_generated(const struct dgfs_path *p)
 {
 	return p->view == DGFS_CLUSTER || (p->view == DGFS_QUEUES && p->name[0]) ||
-	       (p->view == DGFS_JOBS && strchr(p->name, '/'));
+	       (p->view == DGFS_JOBS && strchr(p->name, '/')) ||
+	       (p->view == DGFS_ROWS && strchr(p->name, '/'));
 }
 
 /* What an open of a variable's file may not ask for. 0 or -errno. */

@@ -141,6 +141,9 @@ void dgfs_fill_file(struct dgfs *fs, struct stat *st, mode_t mode, uint64_t size
 int dgfs_stat_var(struct dgfs *fs, const struct dgfs_path *p, struct stat *st);
 int dgfs_stat_queue(struct dgfs *fs, const char *name);
 int dgfs_stat_jobs(struct dgfs *fs, const char *name, struct stat *st);
+/* rows/: the directory, NAME (a directory when NAME is a variable or a
+ * prefix of some) and NAME/LIST (a read-only file, size 0: made at open). */
+int dgfs_stat_rows(struct dgfs *fs, const char *name, struct stat *st);
 /* The entries of a directory, to filler. 0 or -errno. */
 int dgfs_readdir_vars(struct dgfs *fs, const struct dgfs_path *p, void *buf,
 		      fuse_fill_dir_t filler, enum fuse_readdir_flags flags);
@@ -151,5 +154,8 @@ int dgfs_readdir_jobs(struct dgfs *fs, const char *name, void *buf,
 enum dg_status dgfs_text_cluster(struct dgfs *fs, struct dg_buf *out, struct dg_err *err);
 enum dg_status dgfs_text_queue(struct dgfs *fs, const char *name, struct dg_buf *out,
 			       struct dg_err *err);
+/* The content of rows/NAME/LIST: those rows of NAME as text (GET ?rows=). */
+enum dg_status dgfs_text_rows(struct dgfs *fs, const char *name, struct dg_buf *out,
+			      struct dg_err *err);
 
 #endif

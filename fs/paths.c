@@ -11,12 +11,29 @@ static const struct {
 	enum dgfs_view view;
 } views[] = {
 	{ "vars", DGFS_VARS }, { "text", DGFS_TEXT }, { "npy", DGFS_NPY },
-	{ "queues", DGFS_QUEUES }, { "jobs", DGFS_JOBS },
+	{ "queues", DGFS_QUEUES }, { "jobs", DGFS_JOBS }, { "rows", DGFS_ROWS },
 };
 
 bool dgfs_view_is_var(enum dgfs_view v)
 {
 	return v == DGFS_VARS || v == DGFS_TEXT || v == DGFS_NPY;
+}
+
+bool dgfs_rows_split(const char *name, char *var, size_t n, const char **list)
+{
+	const char *slash = strrchr(name, '/');
+	size_t len;
+
+	if (!slash || slash == name || !slash[1] || strlen(slash + 1) > 4096 ||
+	    strspn(slash + 1, "0123456789,-") != strlen(slash + 1))
+		return false;
+	len = (size_t)(slash - name);
+	if (len >= n)
+		return false;
+	memcpy(var, name, len);
+	var[len] = '\0';
+	*list = slash + 1;
+	return true;
 }
 
 int dgfs_path_parse(const char *path, struct dgfs_path *out)

@@ -490,8 +490,10 @@ static const char *accept_of(enum dg_encoding enc, struct dg_err *err)
 	return dg_encoding_mime(enc);
 }
 
-enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg_encoding enc,
-				  struct dg_buf *out, struct dg_var_info *info, struct dg_err *err)
+/* GET of a variable (rows: ?rows= of it, or NULL) in an encoding. */
+static enum dg_status get_encoded(struct dg_client *c, const char *name, const char *rows,
+				  enum dg_encoding enc, struct dg_buf *out, struct dg_var_info *info,
+				  struct dg_err *err)
 {
 	struct dg_http_header h = { "Accept", NULL };
 	struct dg_http_result *res;
@@ -500,8 +502,17 @@ enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg
 
 	if ((h.value = accept_of(enc, err)) == NULL)
 		return DG_EINVAL;
+	/* the list goes into the URL as it is: digits, commas and dashes only */
+	if (rows && (!rows[0] || strlen(rows) > 4096 ||
+		     strspn(rows, "0123456789,-") != strlen(rows))) {
+		dg_err_set(err, DG_EINVAL, "'%.60s' is not a list of rows", rows);
+		dg_err_hint(err, "e.g. 3, 0-99 (inclusive) or 7,1,20-29");
+		return DG_EINVAL;
+	}
 	res = res_begin(c);
 	st = path_set(c, "/v1/vars/", name, "", err);
+	if (st == DG_OK && rows)
+		st = dg_buf_printf(&c->path, err, "%crows=%s", query_sep(c), rows);
 	if (st == DG_OK)
 		st = send_req(c, "GET", &h, 1, NULL, 0, res, err);
 	if (st == DG_OK && res->status != 200)
@@ -520,6 +531,19 @@ enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg
 		*info = v;
 	res_end(c);
 	return st;
+}
+
+enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg_encoding enc,
+				  struct dg_buf *out, struct dg_var_info *info, struct dg_err *err)
+{
+	return get_encoded(c, name, NULL, enc, out, info, err);
+}
+
+enum dg_status dg_var_get_rows_encoded(struct dg_client *c, const char *name, const char *rows,
+				       enum dg_encoding enc, struct dg_buf *out,
+				       struct dg_var_info *info, struct dg_err *err)
+{
+	return get_encoded(c, name, rows, enc, out, info, err);
 }
 
 /* dg_var_get_stream's adapter: decodes the headers before the first byte. */

@@ -225,8 +225,8 @@ ok "dg mount -f mounts the cluster"
 
 # --- browsing -------------------------------------------------------------------
 sh 'ls'
-check "the root lists cluster, vars, text, npy, queues, jobs" \
-	"$([[ $(tr '\n' ' ' <"$TMP/out") == "cluster jobs npy queues text vars " ]]; echo $?)"
+check "the root lists cluster, vars, text, npy, queues, jobs, rows" \
+	"$([[ $(tr '\n' ' ' <"$TMP/out") == "cluster jobs npy queues rows text vars " ]]; echo $?)"
 
 sh 'ls -l vars'
 check "ls -l vars: w1 is a 128-byte file (nbytes of float32 [4,8]), layer1 a directory" \
@@ -255,6 +255,25 @@ sh 'echo $(stat -c %s text/w1) $(cat text/w1 | wc -c) \
 check "text/ and npy/ report their true sizes in stat" \
 	"$(read -r a b c d <"$TMP/out"
 		[[ $rc -eq 0 && $a == "$b" && $c == "$d" && $c -gt 128 ]]; echo $?)"
+
+# rows/NAME/LIST: some rows of a variable as text, without its whole value
+sh 'cat rows/w1/3,0-1'
+check "cat rows/w1/3,0-1 prints rows 3, 0 and 1 of w1 as text" \
+	"$([[ $rc -eq 0 && $(head -n 1 "$TMP/out") == '# float32 [3,8]' &&
+		$(sed -n 2p "$TMP/out") == "$(sed -n 5p "$TMP/w1.get")" &&
+		$(sed -n 3p "$TMP/out") == "$(sed -n 2p "$TMP/w1.get")" ]]; echo $?)"
+sh 'stat -c %F rows rows/w1 rows/layer1 rows/w1/2; cat rows/layer1/w/0'
+check "rows/, rows/w1 and rows/layer1 are directories, rows/w1/2 a file; names with '/' work" \
+	"$([[ $rc -eq 0 && $(head -n 3 "$TMP/out" | sort -u) == directory &&
+		$(sed -n 4p "$TMP/out") == 'regular empty file' &&
+		$(sed -n 5p "$TMP/out") == '# float32 [1]' ]]; echo $?)"
+sh 'cat rows/w1/4'
+check "a row out of range is EINVAL" \
+	"$([[ $rc -ne 0 ]] && grep -q 'Invalid argument' "$TMP/err"; echo $?)"
+sh 'cat rows/nope/1 || true; echo x > rows/w1/0'
+check "rows of a missing variable are ENOENT; rows/ is read-only" \
+	"$([[ $rc -ne 0 ]] && grep -q 'No such file' "$TMP/err" &&
+		grep -qE 'Operation not permitted|Read-only' "$TMP/err"; echo $?)"
 
 sh 'getfattr -d vars/w1'
 v=$(version_of w1)

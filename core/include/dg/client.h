@@ -84,6 +84,12 @@ enum dg_status dg_var_stat(struct dg_client *c, const char *name, struct dg_var_
 /* GET raw -> owned tensor; info (may be NULL) gets the headers. */
 enum dg_status dg_var_get(struct dg_client *c, const char *name, struct dg_tensor **out,
 			  struct dg_var_info *info, struct dg_err *err);
+/* GET ?rows=ROWS (a list as the ps takes it: "3", "0-99", "7,1,20-29") in
+ * an encoding, appended to out; info gets the variable's headers (its
+ * Dg-Shape is the rows'). DG_EINVAL for a list with other characters. */
+enum dg_status dg_var_get_rows_encoded(struct dg_client *c, const char *name, const char *rows,
+				       enum dg_encoding enc, struct dg_buf *out,
+				       struct dg_var_info *info, struct dg_err *err);
 /* GET in an encoding, appended to out. */
 enum dg_status dg_var_get_encoded(struct dg_client *c, const char *name, enum dg_encoding enc,
 				  struct dg_buf *out, struct dg_var_info *info, struct dg_err *err);
