@@ -94,11 +94,12 @@ void master_jobs_free(struct master *m);
 
 /* ------------------------------------------------ the master's ops (ops.c) */
 
-/* Whether node n is a Variable / an update of one on its ps (ApplyGradient
- * or AssignMovingAverage) / an AssignMovingAverage. */
+/* Whether node n is a Variable / an update of one on its ps (ApplyGradient,
+ * AssignMovingAverage, Assign, AssignAdd); the ps rule of such an update
+ * other than ApplyGradient (whose attr carries it), else NULL. */
 bool master_is_variable(const struct dg_node *n);
 bool master_is_apply(const struct dg_node *n);
-bool master_is_moving_average(const struct dg_node *n);
+const char *master_apply_rule(const struct dg_node *n);
 /* The Variable node the ApplyGradient node n updates, or -1 with *err set. */
 int master_apply_target(const struct dg_graph *g, int n, struct dg_err *err);
 /* ApplyGradient node n's gradient has its Variable's dtype and known shape. */

@@ -1,6 +1,6 @@
 /* The master's own ops (doc/ops.md): Variable (a variable on a ps task, read
- * by the replicas that use it) and ApplyGradient (an update rule applied to
- * it), their schemas and shape inference, and the graph questions placement
+ * by the replicas that use it) and the ops that update it on its ps
+ * (ApplyGradient, AssignMovingAverage, Assign, AssignAdd), their schemas and shape inference, and the graph questions placement
  * and partitioning ask about them. Neighbours: place.c and partition.c. */
 #include <pthread.h>
 #include <stdio.h>
@@ -199,9 +199,60 @@ static const struct dg_op_def ema_def = {
 	       "training job runs it every step; outputs the new version",
 };
 
-bool master_is_moving_average(const struct dg_node *n)
+/* ------------------------------------------------------ Assign, AssignAdd */
+
+static const struct dg_attr_spec assign_attrs[] = {
+	{ "variable", DG_ATTR_STRING, true, "the Variable node written" },
+	{ NULL, 0, false, NULL },
+};
+
+/* The value's dtype and shape are checked against the Variable's by
+ * master_check_apply, like a gradient's. */
+static enum dg_status assign_infer(struct dg_infer_ctx *c)
 {
-	return n->op == &ema_def;
+	c->out[0].dtype = DG_I64;
+	c->out[0].shape.ndim = 0;
+	return DG_OK;
+}
+
+/* TensorFlow's tf.assign and tf.assign_add (Python's initialisers run them);
+ * partitioned as a VarApply of rule assign or assign_add, placed like an
+ * ApplyGradient (with its input). */
+static const struct dg_op_def assign_def = {
+	.name = "Assign",
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.n_outputs = 1,
+	.attrs = assign_attrs,
+	.infer = assign_infer,
+	.flags = DG_OPF_STATEFUL,
+	.doc = "write the input into a Variable on its ps (its dtype and shape); outputs "
+	       "the variable's new version",
+};
+
+static const struct dg_op_def assign_add_def = {
+	.name = "AssignAdd",
+	.min_inputs = 1,
+	.max_inputs = 1,
+	.n_outputs = 1,
+	.attrs = assign_attrs,
+	.infer = assign_infer,
+	.flags = DG_OPF_STATEFUL,
+	.doc = "add the input to a Variable on its ps (its dtype and shape); outputs the "
+	       "variable's new version",
+};
+
+/* The ps rule an apply node of the master runs (VarApply's attr 'rule'), or
+ * NULL for ApplyGradient, whose attrs carry it. */
+const char *master_apply_rule(const struct dg_node *n)
+{
+	if (n->op == &ema_def)
+		return "moving_average";
+	if (n->op == &assign_def)
+		return "assign";
+	if (n->op == &assign_add_def)
+		return "assign_add";
+	return NULL;
 }
 
 const struct dg_op_def *place_apply_gradient_op(void)
@@ -213,7 +264,8 @@ static pthread_once_t registered = PTHREAD_ONCE_INIT;
 
 static void register_ops(void)
 {
-	const struct dg_op_def *ops[] = { &variable_def, &apply_def, &ema_def, master_queue_op() };
+	const struct dg_op_def *ops[] = { &variable_def, &apply_def, &ema_def, &assign_def,
+					   &assign_add_def, master_queue_op() };
 	struct dg_err err = { 0 };
 
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
@@ -240,7 +292,8 @@ bool master_is_variable(const struct dg_node *n)
 
 bool master_is_apply(const struct dg_node *n)
 {
-	return n->op == &apply_def || n->op == &ema_def;
+	return n->op == &apply_def || n->op == &ema_def || n->op == &assign_def ||
+	       n->op == &assign_add_def;
 }
 
 /* The Variable node an ApplyGradient updates, or -1 with *err set. */

@@ -192,7 +192,7 @@ static enum dg_status cut_queue_op(struct cutter *ct, int n, json_t *inputs, str
 	return add_node(&ct->main[ct->p->task[n]], nd->name, nd->op->name, inputs, a, err);
 }
 
-/* ApplyGradient (or AssignMovingAverage: rule moving_average) n as a
+/* ApplyGradient (or AssignMovingAverage, Assign, AssignAdd: master_apply_rule) n as a
  * VarApply on its task (inputs taken): the Variable's ps var name and
  * address, the other attrs as given. */
 static enum dg_status cut_apply(struct cutter *ct, int n, json_t *inputs, struct dg_err *err)
@@ -214,8 +214,8 @@ static enum dg_status cut_apply(struct cutter *ct, int n, json_t *inputs, struct
 	}
 	json_object_del(a, "variable");
 	json_object_set_new(a, "var", json_string(var));
-	if (master_is_moving_average(nd))
-		json_object_set_new(a, "rule", json_string("moving_average"));
+	if (master_apply_rule(nd))
+		json_object_set_new(a, "rule", json_string(master_apply_rule(nd)));
 	json_object_set_new(a, "ps", json_string(ct->c->tasks[ct->p->task[v]].address));
 	return add_node(&ct->main[ct->p->task[n]], nd->name, "VarApply", inputs, a, err);
 }

@@ -529,6 +529,64 @@ Test(jobs, variables_are_initialised_once_and_read_where_used)
 	json_decref(st);
 }
 
+/* Run the job g (a format with one %s for the fetch) fetching name; its value. */
+static double fetch_value(const char *g, const char *name)
+{
+	char body[1024];
+	json_t *st;
+
+	snprintf(body, sizeof body, g, name);
+	const char *id = run_job(body, &st);
+	cr_assert_str_eq(json_string_value(json_object_get(st, "state")), "done", "%s",
+			 json_dumps(json_object_get(st, "error"), 0));
+	json_decref(st);
+	return result_value(id, name);
+}
+
+/* Assign and AssignAdd write a Variable on its ps (TensorFlow's tf.assign, what
+ * Python's initialisers run): the value replaces it, or adds to it; an int64
+ * counter counts; a value of another dtype than the Variable's is refused. */
+Test(jobs, assign_and_assign_add_write_the_variable_on_its_ps)
+{
+#define W0 "'/job:worker/task:0'"
+#define W1 "'/job:worker/task:1'"
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	const char *g = "{'graph': {'nodes': ["
+		"{'name':'w','op':'Variable','attrs':{'shape':[2],'init':'ones','var':'test/aw'},"
+		"'device':" W0 "},"
+		"{'name':'n','op':'Variable','attrs':{'shape':[],'dtype':'int64','var':'test/an'},"
+		"'device':" W1 "},"
+		"{'name':'v','op':'Const','attrs':{'value':[5.0, 2.0]},'device':" W0 "},"
+		"{'name':'one','op':'Const','attrs':{'value':1,'dtype':'int64'},'device':" W1 "},"
+		"{'name':'a','op':'Assign','inputs':['v'],'attrs':{'variable':'w'},'device':" W0 "},"
+		"{'name':'b','op':'AssignAdd','inputs':['v'],'attrs':{'variable':'w'},'device':" W0 "},"
+		"{'name':'c','op':'AssignAdd','inputs':['one'],'attrs':{'variable':'n'},'device':" W1 "},"
+		"{'name':'s','op':'Sum','inputs':['w'],'device':" W1 "}]}, 'fetch': ['%s']}";
+
+	cr_assert_float_eq(fetch_value(g, "s"), 2.0, 1e-6);     /* created: ones */
+	fetch_value(g, "a");
+	cr_assert_float_eq(fetch_value(g, "s"), 7.0, 1e-6);
+	fetch_value(g, "b");
+	cr_assert_float_eq(fetch_value(g, "s"), 14.0, 1e-6);
+	fetch_value(g, "c");
+	fetch_value(g, "c");
+	cr_assert_float_eq(fetch_value(g, "n"), 2.0, 1e-6);
+
+	cr_assert_eq(req("POST", "/v1/jobs", "{'graph': {'nodes': ["
+			 "{'name':'w','op':'Variable','attrs':{'shape':[2],'var':'test/aw'},'device':"
+			 W0 "},"
+			 "{'name':'one','op':'Const','attrs':{'value':1,'dtype':'int64'},'device':" W0 "},"
+			 "{'name':'a','op':'Assign','inputs':['one'],'attrs':{'variable':'w'},'device':" W0 "}]},"
+			 "'fetch': ['a']}", NULL, 0, &res, &err), DG_EDTYPE);
+#undef W0
+#undef W1
+	cr_assert_eq(res.status, 400);
+	cr_assert(strstr(err.msg, "node 'a' (Assign): the input is int64 but variable 'w' is "
+			 "float32"), "%s", err.msg);
+	dg_http_result_deinit(&res);
+}
+
 /* Async training where every step subtracts exactly 0.5 from w (loss = sum(w * 1), sgd lr
  * 0.5), 2 replicas, an eval of w every 3 steps: an eval that sees exactly b steps of each
  * replica reads w = -0.5 * 2b = -b, at mean replica step b. Without eval.barrier the
