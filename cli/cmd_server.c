@@ -457,6 +457,15 @@ static int serve(const struct server_args *a, const struct task_place *t, const 
 	snprintf(self, sizeof self, "%s%s%s:%d", strchr(t->host, ':') ? "[" : "", t->host,
 		 strchr(t->host, ':') ? "]" : "", port);
 	worker_set_address(wk, self);
+	/* A spec's port 0 picks a free port: this task's own entry (which the
+	 * master places on and sends ps addresses from) becomes the bound address,
+	 * so a one-task cluster on port 0 (Python's create_local_server) can
+	 * address itself. Before the port is announced, so before any job. */
+	if (t->port == 0 &&
+	    dg_cluster_set_address(t->cluster, t->job, t->index, self, &err) != DG_OK) {
+		stop_all(s, ms, wk);
+		return cli_fail(&err);
+	}
 	worker_set_local_queues(wk, ps_server_enqueue, s);
 	if (a->port_file && write_port_file(a->port_file, port, &err) != DG_OK) {
 		stop_all(s, ms, wk);

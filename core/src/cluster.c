@@ -517,6 +517,23 @@ const struct dg_task_addr *dg_cluster_task(const struct dg_cluster *c, const cha
 	return NULL;
 }
 
+enum dg_status dg_cluster_set_address(struct dg_cluster *c, const char *job, int index,
+				      const char *address, struct dg_err *err)
+{
+	char *a;
+
+	if (!dg_cluster_task(c, job, index, err))
+		return err ? err->code : DG_ENOTFOUND;
+	if (!(a = strdup(address)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	for (int i = 0; i < c->n_tasks; i++)
+		if (c->tasks[i].index == index && strcmp(c->tasks[i].job, job) == 0) {
+			free(c->tasks[i].address);
+			c->tasks[i].address = a;
+		}
+	return DG_OK;
+}
+
 int dg_cluster_job_size(const struct dg_cluster *c, const char *job)
 {
 	int n = 0;

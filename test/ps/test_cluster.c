@@ -90,6 +90,20 @@ Test(cluster, port_zero_may_repeat_across_tasks)
 	dg_cluster_free(c);
 }
 
+/* A server bound on a spec's port 0 writes its address into its own copy. */
+Test(cluster, set_address_replaces_one_task_and_refuses_a_missing_one)
+{
+	struct dg_cluster *c = parse_ok("{\"local\": [\"127.0.0.1:0\", \"127.0.0.1:0\"]}");
+	struct dg_err err = { 0 };
+
+	cr_assert_eq(dg_cluster_set_address(c, "local", 1, "127.0.0.1:4321", &err), DG_OK);
+	assert_task(c, 0, "local", 0, "127.0.0.1:0");
+	assert_task(c, 1, "local", 1, "127.0.0.1:4321");
+	cr_assert_eq(dg_cluster_set_address(c, "local", 2, "127.0.0.1:1", &err), DG_ENOTFOUND);
+	cr_assert(strstr(err.msg, "task /job:local/task:2 is not in the cluster"), "%s", err.msg);
+	dg_cluster_free(c);
+}
+
 Test(cluster, missing_task_names_the_task_and_the_jobs_there_are)
 {
 	struct dg_cluster *c = parse_ok("{\"ps\": [\"h:1\"], \"worker\": [\"h:2\", \"h:3\"]}");

@@ -36,6 +36,10 @@ void dg_cluster_free(struct dg_cluster *c);
  * exist). Borrowed from c. */
 const struct dg_task_addr *dg_cluster_task(const struct dg_cluster *c, const char *job,
 					   int index, struct dg_err *err);
+/* Replace task job/index's address (a spec's port 0, once the server bound
+ * one): DG_ENOTFOUND as dg_cluster_task, DG_ENOMEM. */
+enum dg_status dg_cluster_set_address(struct dg_cluster *c, const char *job, int index,
+				      const char *address, struct dg_err *err);
 /* Number of tasks of a job (0 if absent). */
 int dg_cluster_job_size(const struct dg_cluster *c, const char *job);
 
