@@ -1633,22 +1633,39 @@ static inline int64_t index_at(const struct dg_tensor *ix, int64_t i)
 				     ((const int64_t *)ix->data)[i];
 }
 
-/* DG_EINVAL for element i (value v) of the index tensor ix, called what, that
- * is outside [0, n): named by its multi-index ("indices[1,2] = 7"), as
- * TensorFlow does, so the offending example can be found in the batch. The
- * caller adds the hint. */
-static enum dg_status index_outside(const struct dg_tensor *ix, const char *what, int64_t i,
+/* DG_EINVAL for element i (value v) of an index tensor of shape ix, called
+ * what, that is outside [0, n): named by its multi-index ("indices[1,2] =
+ * 7"), as TensorFlow does, so the offending example can be found in the
+ * batch. The caller adds the hint. */
+static enum dg_status index_outside(const struct dg_shape *ix, const char *what, int64_t i,
 				    int64_t v, int64_t n, const char *limit, struct dg_err *err)
 {
 	int64_t idx[DG_MAX_DIMS], rest = i;
 
-	for (int k = ix->shape.ndim - 1; k >= 0; k--) {
-		idx[k] = rest % ix->shape.dim[k];     /* dims >= 1: ix has element i */
-		rest /= ix->shape.dim[k];
+	for (int k = ix->ndim - 1; k >= 0; k--) {
+		idx[k] = rest % ix->dim[k];     /* dims >= 1: ix has element i */
+		rest /= ix->dim[k];
 	}
 	return dg_err_set(err, DG_EINVAL, "%s%s = %lld is not in [0, %lld): %s is %lld", what,
-			  ix->shape.ndim ? ints_text(idx, ix->shape.ndim).s : "", (long long)v,
-			  (long long)n, limit, (long long)n);
+			  ix->ndim ? ints_text(idx, ix->ndim).s : "", (long long)v, (long long)n,
+			  limit, (long long)n);
+}
+
+enum dg_status cpu_gather_index_err(const struct dg_shape *ix, int64_t i, int64_t v, int64_t rows,
+				    struct dg_err *err)
+{
+	index_outside(ix, "indices", i, v, rows, "params' row count", err);
+	dg_err_hint(err, "every index must name a row of params (its dim 0)");
+	return DG_EINVAL;
+}
+
+enum dg_status cpu_segment_id_err(const struct dg_shape *ix, int64_t i, int64_t v, int64_t num,
+				  struct dg_err *err)
+{
+	index_outside(ix, "segment_ids", i, v, num, "num_segments", err);
+	dg_err_hint(err, v < 0 ? "TensorFlow drops rows with a negative id; dg refuses them: "
+		    "leave those rows out of data" : "raise num_segments or fix the ids");
+	return DG_EINVAL;
 }
 
 /* Gather(params, indices): y[i..., j...] = params[indices[i...], j...], so y's
@@ -1723,11 +1740,8 @@ static enum dg_status gather_cpu(struct dg_kernel_ctx *c)
 	rb = (size_t)dims_prod(&p->shape, 1, p->shape.ndim) * dg_dtype_size(p->dtype);
 	for (int64_t i = 0; i < ix->numel; i++) {
 		int64_t r = index_at(ix, i);
-		if (r < 0 || r >= rows) {
-			index_outside(ix, "indices", i, r, rows, "params' row count", c->err);
-			dg_err_hint(c->err, "every index must name a row of params (its dim 0)");
-			return DG_EINVAL;
-		}
+		if (r < 0 || r >= rows)
+			return cpu_gather_index_err(&ix->shape, i, r, rows, c->err);
 		if (rb)
 			memcpy((char *)y->data + (size_t)i * rb,
 			       (const char *)p->data + (size_t)r * rb, rb);
@@ -1839,13 +1853,8 @@ static enum dg_status segment_sum_cpu(struct dg_kernel_ctx *c)
 	inner = dims_prod(&x->shape, ids->shape.ndim, x->shape.ndim);
 	for (int64_t i = 0; i < ids->numel; i++) {
 		int64_t s = index_at(ids, i);
-		if (s < 0 || s >= num) {
-			index_outside(ids, "segment_ids", i, s, num, "num_segments", c->err);
-			dg_err_hint(c->err, s < 0 ? "TensorFlow drops rows with a negative id; dg "
-				    "refuses them: leave those rows out of data" :
-				    "raise num_segments or fix the ids");
-			return DG_EINVAL;
-		}
+		if (s < 0 || s >= num)
+			return cpu_segment_id_err(&ids->shape, i, s, num, c->err);
 		if (inner)
 			add((char *)y->data + (size_t)(s * inner) * es,
 			    (const char *)x->data + (size_t)(i * inner) * es, inner);

@@ -1,7 +1,8 @@
 /* Convolution and pooling over NHWC images, as TensorFlow lays them out:
  * Conv2D (filters HWIO), its gradients Conv2DBackpropInput and
  * Conv2DBackpropFilter, MaxPool2D and AvgPool2D with MaxPool2DGrad and
- * AvgPool2DGrad. float32 and float64. Registered via dg_ops_conv.
+ * AvgPool2DGrad. float32 and float64. Registered via dg_ops_conv. The
+ * geometry and its checks (cpu_conv_geometry, cpu.h) are kernels/cuda's too.
  *
  * Why im2col + GEMM, and why this layout: with NHWC input and HWIO filters,
  * one output pixel's receptive field read in (ky, kx, channel) order is a
@@ -29,18 +30,6 @@
 
 /* The patch matrix of one block of images stays under this. */
 #define CONV_COL_BYTES ((size_t)16 << 20)
-
-/* The geometry of one convolution or pooling: input [n, h, w, c], window
- * kh x kw (pooling: oc = c), strides, dilations, output oh x ow, and the
- * padding before the first row and column (SAME pads evenly, the extra one
- * after, as TensorFlow does). -1 where unknown (inference). */
-struct geom {
-	int64_t n, h, w, c;
-	int64_t kh, kw, oc;
-	int64_t sh, sw, dh, dw;
-	int64_t oh, ow, pt, pl;
-	bool same;
-};
 
 /* A window attr: [k] (both dims), [kh, kw] or TensorFlow's [1, kh, kw, 1]. */
 static enum dg_status read_pair(struct dg_attrs a, const char *key, bool required,
@@ -128,9 +117,10 @@ static enum dg_status float_dtype(enum dg_dtype dt, const char *what, struct dg_
 
 /* The geometry of a Conv2D (filter f, HWIO) or a pooling (f NULL: window and
  * channels from attrs) over input x, from the attrs; checks everything that
- * inference and kernels must both refuse. */
-static enum dg_status geometry(struct dg_attrs a, const struct dg_ttype *x,
-			       const struct dg_ttype *f, struct geom *g, struct dg_err *err)
+ * inference and kernels (these and kernels/cuda's) must all refuse. */
+enum dg_status cpu_conv_geometry(struct dg_attrs a, const struct dg_ttype *x,
+				 const struct dg_ttype *f, struct cpu_conv_geom *g,
+				 struct dg_err *err)
 {
 	const struct dg_shape *xs = &x->shape;
 	enum dg_status st;
@@ -205,7 +195,7 @@ static enum dg_status geometry(struct dg_attrs a, const struct dg_ttype *x,
 	return DG_OK;
 }
 
-static void out_type(const struct geom *g, enum dg_dtype dt, struct dg_ttype *out)
+static void out_type(const struct cpu_conv_geom *g, enum dg_dtype dt, struct dg_ttype *out)
 {
 	out->dtype = dt;
 	out->shape.ndim = 4;
@@ -215,22 +205,34 @@ static void out_type(const struct geom *g, enum dg_dtype dt, struct dg_ttype *ou
 	out->shape.dim[3] = g->oc;
 }
 
-/* A run-time check that t has exactly shape want (the gradient's dout). */
-static enum dg_status same_shape(const struct dg_tensor *t, const struct dg_ttype *want,
-				 const char *what, struct dg_err *err)
+/* A run-time check that t is exactly the forward output's type (a
+ * gradient's dout, MaxPool2DGrad's y). */
+enum dg_status cpu_conv_check_out(const struct cpu_conv_geom *g, enum dg_dtype dt,
+				  const struct dg_ttype *t, const char *what, struct dg_err *err)
 {
+	struct dg_ttype want;
 	char a[96], b[96];
 
-	if (dg_shape_eq(&t->shape, &want->shape) && t->dtype == want->dtype)
+	out_type(g, dt, &want);
+	if (dg_shape_eq(&t->shape, &want.shape) && t->dtype == want.dtype)
 		return DG_OK;
 	dg_shape_format(&t->shape, a, sizeof a);
-	dg_shape_format(&want->shape, b, sizeof b);
+	dg_shape_format(&want.shape, b, sizeof b);
 	return dg_err_set(err, DG_ESHAPE, "%s is %s %s; the forward output is %s %s", what,
-			  dg_dtype_name(t->dtype), a, dg_dtype_name(want->dtype), b);
+			  dg_dtype_name(t->dtype), a, dg_dtype_name(want.dtype), b);
+}
+
+/* The same check of tensor t. */
+static enum dg_status same_shape(const struct cpu_conv_geom *g, enum dg_dtype dt,
+				 const struct dg_tensor *t, const char *what, struct dg_err *err)
+{
+	struct dg_ttype tt = cpu_ttype(t);
+
+	return cpu_conv_check_out(g, dt, &tt, what, err);
 }
 
 /* BLAS takes ints: rows of a block, K and OC must fit. */
-static enum dg_status blas_fits(const struct geom *g, int64_t rows, struct dg_err *err)
+static enum dg_status blas_fits(const struct cpu_conv_geom *g, int64_t rows, struct dg_err *err)
 {
 	if (rows > INT_MAX || g->kh * g->kw * g->c > INT_MAX || g->oc > INT_MAX)
 		return dg_err_set(err, DG_ETOOLARGE, "the convolution's matrices exceed the "
@@ -243,7 +245,7 @@ static enum dg_status blas_fits(const struct geom *g, int64_t rows, struct dg_er
 /* Images per block: whole images whose patch matrix fits CONV_COL_BYTES (at
  * least one: one image's patches are what they are). per: one image's patch
  * bytes, checked against overflow. */
-static int64_t block_images(const struct geom *g, size_t per)
+static int64_t block_images(const struct cpu_conv_geom *g, size_t per)
 {
 	int64_t b = per ? (int64_t)(CONV_COL_BYTES / per) : g->n;
 
@@ -252,7 +254,7 @@ static int64_t block_images(const struct geom *g, size_t per)
 
 /* One image's patch matrix in bytes (oh*ow rows of kh*kw*c), or false when
  * the product overflows. */
-static bool patch_bytes(const struct geom *g, size_t esize, size_t *out)
+static bool patch_bytes(const struct cpu_conv_geom *g, size_t esize, size_t *out)
 {
 	int64_t v = 1;
 	const int64_t f[5] = { g->oh, g->ow, g->kh, g->kw, g->c };
@@ -264,7 +266,7 @@ static bool patch_bytes(const struct geom *g, size_t esize, size_t *out)
 }
 
 /* No patches needed: a 1x1 window, stride 1, no padding. */
-static bool pointwise(const struct geom *g)
+static bool pointwise(const struct cpu_conv_geom *g)
 {
 	return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pt == 0 && g->pl == 0;
 }
@@ -272,8 +274,8 @@ static bool pointwise(const struct geom *g)
 /* The patches of images [i0, i0 + nb) of x into col [nb*oh*ow, K]. Without
  * dilation a patch row's kw positions are adjacent in the image: one copy
  * of kw * c values when they are all inside it. */
-static void im2col(const struct geom *g, const char *x, int64_t i0, int64_t nb, size_t esize,
-		   char *col)
+static void im2col(const struct cpu_conv_geom *g, const char *x, int64_t i0, int64_t nb,
+		   size_t esize, char *col)
 {
 	size_t run = (size_t)g->c * esize, row = (size_t)g->kw * run;
 
@@ -303,7 +305,8 @@ static void im2col(const struct geom *g, const char *x, int64_t i0, int64_t nb, 
 
 /* Add the patch gradients dcol [nb*oh*ow, K] back into dx (images i0..). */
 #define DEFINE_COL2IM(T, name)                                                               \
-	static void name(const struct geom *g, const T *dcol, int64_t i0, int64_t nb, T *dx) \
+	static void name(const struct cpu_conv_geom *g, const T *dcol, int64_t i0,           \
+			 int64_t nb, T *dx)                                                  \
 	{                                                                                    \
 		for (int64_t b = i0; b < i0 + nb; b++)                                       \
 			for (int64_t oy = 0; oy < g->oh; oy++)                               \
@@ -356,9 +359,9 @@ static const struct dg_attr_spec conv_attrs[] = {
 
 static enum dg_status conv_infer(struct dg_infer_ctx *c)
 {
-	struct geom g;
-	enum dg_status st = geometry(dg_attrs_of_json(c->attrs), &c->in[0], &c->in[1], &g,
-				     c->err);
+	struct cpu_conv_geom g;
+	enum dg_status st = cpu_conv_geometry(dg_attrs_of_json(c->attrs), &c->in[0], &c->in[1],
+					      &g, c->err);
 
 	if (st == DG_OK)
 		out_type(&g, c->in[0].dtype, &c->out[0]);
@@ -367,13 +370,13 @@ static enum dg_status conv_infer(struct dg_infer_ctx *c)
 
 /* The geometry of kernel c's Conv2D-family call from its input x and filter f. */
 static enum dg_status run_geometry(const struct dg_kernel_ctx *c, const struct dg_tensor *x,
-				   const struct dg_tensor *f, struct geom *g)
+				   const struct dg_tensor *f, struct cpu_conv_geom *g)
 {
 	struct dg_ttype tx = cpu_ttype(x), tf;
 
 	if (f)
 		tf = cpu_ttype(f);
-	return geometry(c->attrs, &tx, f ? &tf : NULL, g, c->err);
+	return cpu_conv_geometry(c->attrs, &tx, f ? &tf : NULL, g, c->err);
 }
 
 /* What a Conv2D-family kernel needs: its BLAS, the block size and a patch
@@ -385,7 +388,7 @@ struct conv_run {
 	char *col;
 };
 
-static enum dg_status conv_begin(const struct dg_kernel_ctx *c, const struct geom *g,
+static enum dg_status conv_begin(const struct dg_kernel_ctx *c, const struct cpu_conv_geom *g,
 				 enum dg_dtype dt, struct conv_run *r)
 {
 	enum dg_status st;
@@ -413,8 +416,8 @@ static enum dg_status conv_begin(const struct dg_kernel_ctx *c, const struct geo
 }
 
 /* The patch matrix of images [i0, i0 + nb): r->col, or x itself when pointwise. */
-static const char *patches(const struct geom *g, struct conv_run *r, const struct dg_tensor *x,
-			   int64_t i0, int64_t nb)
+static const char *patches(const struct cpu_conv_geom *g, struct conv_run *r,
+			   const struct dg_tensor *x, int64_t i0, int64_t nb)
 {
 	if (!r->col)
 		return (const char *)x->data + (size_t)(i0 * g->h * g->w * g->c) * r->esize;
@@ -422,7 +425,7 @@ static const char *patches(const struct geom *g, struct conv_run *r, const struc
 	return r->col;
 }
 
-static bool empty(const struct geom *g)
+static bool empty(const struct cpu_conv_geom *g)
 {
 	return g->n == 0 || g->oh == 0 || g->ow == 0 || g->oc == 0 || g->c == 0;
 }
@@ -430,7 +433,7 @@ static bool empty(const struct geom *g)
 static enum dg_status conv_cpu(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *x = c->in[0], *f = c->in[1];
-	struct geom g;
+	struct cpu_conv_geom g;
 	struct dg_ttype ot;
 	struct conv_run r;
 	struct dg_tensor *y;
@@ -458,9 +461,9 @@ static enum dg_status conv_cpu(struct dg_kernel_ctx *c)
  * Conv2DBackpropFilter the filter's (input `like`). */
 static enum dg_status conv_grad_infer(struct dg_infer_ctx *c, int like)
 {
-	struct geom g;
-	enum dg_status st = geometry(dg_attrs_of_json(c->attrs), &c->in[0], &c->in[1], &g,
-				     c->err);
+	struct cpu_conv_geom g;
+	enum dg_status st = cpu_conv_geometry(dg_attrs_of_json(c->attrs), &c->in[0], &c->in[1],
+					      &g, c->err);
 
 	if (st == DG_OK)
 		c->out[0] = c->in[like];
@@ -474,18 +477,16 @@ static enum dg_status conv_dfilter_infer(struct dg_infer_ctx *c) { return conv_g
  * checked against the forward's output, the zeroed output shaped like input
  * `like`, and (unless the convolution is empty: *done) the BLAS and patch
  * buffer in r. */
-static enum dg_status conv_grad_begin(struct dg_kernel_ctx *c, int like, struct geom *g,
+static enum dg_status conv_grad_begin(struct dg_kernel_ctx *c, int like, struct cpu_conv_geom *g,
 				      struct conv_run *r, struct dg_tensor **out, bool *done)
 {
 	const struct dg_tensor *x = c->in[0], *f = c->in[1], *dy = c->in[2];
-	struct dg_ttype ot;
 	enum dg_status st = run_geometry(c, x, f, g);
 
 	*done = true;
 	if (st != DG_OK)
 		return st;
-	out_type(g, x->dtype, &ot);
-	if ((st = same_shape(dy, &ot, "the output gradient", c->err)) != DG_OK)
+	if ((st = same_shape(g, x->dtype, dy, "the output gradient", c->err)) != DG_OK)
 		return st;
 	if (!(*out = cpu_out_zero(c, 0, x->dtype, &c->in[like]->shape)))
 		return c->err ? c->err->code : DG_ENOMEM;
@@ -499,7 +500,7 @@ static enum dg_status conv_grad_begin(struct dg_kernel_ctx *c, int like, struct 
 static enum dg_status conv_dinput_cpu(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *x = c->in[0], *f = c->in[1], *dy = c->in[2];
-	struct geom g;
+	struct cpu_conv_geom g;
 	struct conv_run r;
 	struct dg_tensor *dx;
 	bool done;
@@ -531,7 +532,7 @@ static enum dg_status conv_dinput_cpu(struct dg_kernel_ctx *c)
 static enum dg_status conv_dfilter_cpu(struct dg_kernel_ctx *c)
 {
 	const struct dg_tensor *x = c->in[0], *dy = c->in[2];
-	struct geom g;
+	struct cpu_conv_geom g;
 	struct conv_run r;
 	struct dg_tensor *df;
 	bool done;
@@ -561,8 +562,9 @@ static const struct dg_attr_spec pool_attrs[] = {
 
 static enum dg_status pool_infer(struct dg_infer_ctx *c)
 {
-	struct geom g;
-	enum dg_status st = geometry(dg_attrs_of_json(c->attrs), &c->in[0], NULL, &g, c->err);
+	struct cpu_conv_geom g;
+	enum dg_status st = cpu_conv_geometry(dg_attrs_of_json(c->attrs), &c->in[0], NULL, &g,
+					      c->err);
 
 	if (st == DG_OK)
 		out_type(&g, c->in[0].dtype, &c->out[0]);
@@ -572,8 +574,9 @@ static enum dg_status pool_infer(struct dg_infer_ctx *c)
 /* The gradient ops take (x, [y,] dy) and output x's type. */
 static enum dg_status pool_grad_infer(struct dg_infer_ctx *c)
 {
-	struct geom g;
-	enum dg_status st = geometry(dg_attrs_of_json(c->attrs), &c->in[0], NULL, &g, c->err);
+	struct cpu_conv_geom g;
+	enum dg_status st = cpu_conv_geometry(dg_attrs_of_json(c->attrs), &c->in[0], NULL, &g,
+					      c->err);
 
 	if (st == DG_OK)
 		c->out[0] = c->in[0];
@@ -582,7 +585,7 @@ static enum dg_status pool_grad_infer(struct dg_infer_ctx *c)
 
 /* The window of output (oy, ox): rows [y0, y1) and columns [x0, x1) of the
  * input, clipped to it (padding excluded). */
-static void window(const struct geom *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1,
+static void window(const struct cpu_conv_geom *g, int64_t oy, int64_t ox, int64_t *y0, int64_t *y1,
 		   int64_t *x0, int64_t *x1)
 {
 	*y0 = oy * g->sh - g->pt;
@@ -596,7 +599,7 @@ static void window(const struct geom *g, int64_t oy, int64_t ox, int64_t *y0, in
 /* Each pooled output: its window's max or mean per channel (a SAME window
  * always holds at least one input position). For max, NaN wins. */
 #define DEFINE_POOL(T, name)                                                                 \
-	static void name(const struct geom *g, const T *x, bool max, T *y)                   \
+	static void name(const struct cpu_conv_geom *g, const T *x, bool max, T *y)          \
 	{                                                                                    \
 		for (int64_t b = 0; b < g->n; b++)                                           \
 			for (int64_t oy = 0; oy < g->oh; oy++)                               \
@@ -661,9 +664,9 @@ DEFINE_POOL(double, pool_f64)
 			d[k] = (set ? 0 : d[k]) + dy[k] * inv;                               \
 	}                                                                                    \
 	/* The scalar path of one window (max with NaN or infinity in it). */               \
-	static void name##_slow(const struct geom *g, const T *x, const T *dy, T *dx,        \
-				int64_t b, int64_t y0, int64_t y1, int64_t x0, int64_t x1,   \
-				bool set)                                                    \
+	static void name##_slow(const struct cpu_conv_geom *g, const T *x, const T *dy,      \
+				T *dx, int64_t b, int64_t y0, int64_t y1, int64_t x0,        \
+				int64_t x1, bool set)                                        \
 	{                                                                                    \
 		for (int64_t iy = y0; set && iy < y1; iy++)                                  \
 			memset(dx + ((b * g->h + iy) * g->w + x0) * g->c, 0,                 \
@@ -682,8 +685,8 @@ DEFINE_POOL(double, pool_f64)
 			dx[at] += dy[k];                                                     \
 		}                                                                            \
 	}                                                                                    \
-	static void name(const struct geom *g, const T *x, const T *y, const T *dy, bool max, \
-			 T *dx, T *taken, bool set)                                          \
+	static void name(const struct cpu_conv_geom *g, const T *x, const T *y, const T *dy, \
+			 bool max, T *dx, T *taken, bool set)                                \
 	{                                                                                    \
 		for (int64_t b = 0; b < g->n; b++)                                           \
 			for (int64_t oy = 0; oy < g->oh; oy++)                               \
@@ -722,7 +725,7 @@ DEFINE_POOL_GRAD(double, pool_grad_f64)
 static enum dg_status pool_run(struct dg_kernel_ctx *c, bool max)
 {
 	const struct dg_tensor *x = c->in[0];
-	struct geom g;
+	struct cpu_conv_geom g;
 	struct dg_ttype ot;
 	struct dg_tensor *y;
 	enum dg_status st = run_geometry(c, x, NULL, &g);
@@ -748,16 +751,14 @@ static enum dg_status pool_grad_run(struct dg_kernel_ctx *c, bool max)
 {
 	const struct dg_tensor *x = c->in[0], *y = max ? c->in[1] : NULL;
 	const struct dg_tensor *dy = c->in[max ? 2 : 1];
-	struct geom g;
-	struct dg_ttype ot;
+	struct cpu_conv_geom g;
 	struct dg_tensor *dx;
 	enum dg_status st = run_geometry(c, x, NULL, &g);
 
 	if (st != DG_OK)
 		return st;
-	out_type(&g, x->dtype, &ot);
-	if ((st = same_shape(dy, &ot, "the output gradient", c->err)) != DG_OK ||
-	    (y && (st = same_shape(y, &ot, "the forward output", c->err)) != DG_OK))
+	if ((st = same_shape(&g, x->dtype, dy, "the output gradient", c->err)) != DG_OK ||
+	    (y && (st = same_shape(&g, x->dtype, y, "the forward output", c->err)) != DG_OK))
 		return st;
 	/* Windows that tile the input exactly (each position in one window, the
 	 * usual 2x2 stride 2) write dx once: no zeroing, no read-modify-write. */

@@ -53,6 +53,40 @@ double cpu_sum_f64(const double *x, int64_t n);
 float cpu_max_f32(const float *x, int64_t n);
 double cpu_max_f64(const double *x, int64_t n);
 
+/* The geometry of one convolution or pooling over NHWC images (conv.c):
+ * input [n, h, w, c], window kh x kw (pooling: oc = c), strides, dilations,
+ * output oh x ow, and the padding before the first row and column (SAME pads
+ * evenly, the extra one after, as TensorFlow does). -1 where unknown
+ * (inference). Shared with kernels/cuda, whose kernels walk the same numbers. */
+struct cpu_conv_geom {
+	int64_t n, h, w, c;
+	int64_t kh, kw, oc;
+	int64_t sh, sw, dh, dw;
+	int64_t oh, ow, pt, pl;
+	bool same;
+};
+
+/* The geometry of a Conv2D-family op (filter f, HWIO) or a pooling (f NULL:
+ * window and channels from attrs a) over input x, with every check inference
+ * and the kernels make (DG_EDTYPE, DG_ESHAPE, DG_EINVAL with the message). */
+enum dg_status cpu_conv_geometry(struct dg_attrs a, const struct dg_ttype *x,
+				 const struct dg_ttype *f, struct cpu_conv_geom *g,
+				 struct dg_err *err);
+/* DG_ESHAPE (naming `what`) unless t is exactly the forward output of g in
+ * dtype dt: a gradient's dout, MaxPool2DGrad's y. */
+enum dg_status cpu_conv_check_out(const struct cpu_conv_geom *g, enum dg_dtype dt,
+				  const struct dg_ttype *t, const char *what, struct dg_err *err);
+
+/* The errors of an index outside its range (array.c), for the kernels that
+ * check indices on a device too: element i (value v) of indices of shape ix
+ * given to Gather, whose params have `rows` rows, or of segment_ids given to
+ * UnsortedSegmentSum with num_segments `num`. DG_EINVAL with the message and
+ * hint of the CPU kernel. */
+enum dg_status cpu_gather_index_err(const struct dg_shape *ix, int64_t i, int64_t v, int64_t rows,
+				    struct dg_err *err);
+enum dg_status cpu_segment_id_err(const struct dg_shape *ix, int64_t i, int64_t v, int64_t num,
+				  struct dg_err *err);
+
 /* One Philox4x32-10 block (Salmon et al. 2011): out = bijection_key(ctr). The
  * counter-based generator behind the random ops (random.c); exposed so tests
  * can check the published known-answer vectors. */
