@@ -1,7 +1,8 @@
 /* What the C files of kernels/cuda share: the stream object behind struct
  * dg_cuda_stream, the DG_CUDA_TRY family that turns cudaError_t and
  * cublasStatus_t into DG_EDEVICE with the driver's own text, and the op
- * families implemented in C (matmul.c). Included only inside kernels/cuda. */
+ * families implemented in C (matmul.c, conv_gemm.c). Included only inside
+ * kernels/cuda. */
 #ifndef DG_CUDA_INTERNAL_H
 #define DG_CUDA_INTERNAL_H
 
@@ -52,10 +53,30 @@ static inline enum dg_status dg_cublas_check(cublasStatus_t e, struct dg_err *er
 /* Make device current for the calling thread (the runtime's per-thread state). */
 enum dg_status cuda_set_device(int device, struct dg_err *err);
 
+/* At least n bytes of s's own work memory in *p (dispatch.c): valid for work
+ * queued on s until the next call, which may sync s to grow it. */
+enum dg_status cuda_stream_scratch(struct dg_cuda_stream *s, size_t n, void **p,
+				   struct dg_err *err);
+
 /* MatMul (bmm false) and BatchMatMul (bmm true) through cuBLAS: in[0], in[1]
  * on s's GPU, out allocated by the caller with the inferred shape. */
 enum dg_status cuda_matmul(struct dg_cuda_stream *s, bool bmm, struct dg_attrs attrs,
 			   const struct dg_cuda_tensor *x, const struct dg_cuda_tensor *y,
 			   struct dg_cuda_tensor *o, struct dg_err *err);
+
+/* The Conv2D family (conv_gemm.c), by the op's inputs: Conv2D(x, f),
+ * Conv2DBackpropInput(x, f, dy) and Conv2DBackpropFilter(x, f, dy) into o,
+ * allocated by the caller with the inferred type; dy NULL for the forward. */
+enum cuda_conv_kind { CUDA_CONV, CUDA_CONV_DINPUT, CUDA_CONV_DFILTER };
+enum dg_status cuda_conv(struct dg_cuda_stream *s, enum cuda_conv_kind kind, struct dg_attrs attrs,
+			 const struct dg_cuda_tensor *x, const struct dg_cuda_tensor *f,
+			 const struct dg_cuda_tensor *dy, struct dg_cuda_tensor *o,
+			 struct dg_err *err);
+/* MaxPool2D and AvgPool2D (dy NULL: y = o) and their gradients (dy given; y
+ * the forward output for MaxPool2DGrad, NULL for AvgPool2DGrad) into o. */
+enum dg_status cuda_pool(struct dg_cuda_stream *s, bool max, struct dg_attrs attrs,
+			 const struct dg_cuda_tensor *x, const struct dg_cuda_tensor *y,
+			 const struct dg_cuda_tensor *dy, struct dg_cuda_tensor *o,
+			 struct dg_err *err);
 
 #endif

@@ -1,8 +1,9 @@
-/* The host launchers of the .cu files, callable from C (dispatch.c) and defined
- * in C++ (eltwise.cu, reduce.cu, nn.cu, array.cu, random.cu, grad.cu). Plain
- * types only: the C glue checks shapes and attrs and turns the returned
- * cudaError_t into DG_EDEVICE (DG_CUDA_TRY in cuda_internal.h). Every launcher
- * queues work on stream s and returns without waiting. */
+/* The host launchers of the .cu files, callable from C (dispatch.c, conv_gemm.c)
+ * and defined in C++ (eltwise.cu, reduce.cu, nn.cu, array.cu, random.cu,
+ * grad.cu, conv.cu). Plain types only: the C glue checks shapes and
+ * attrs and turns the returned cudaError_t into DG_EDEVICE (DG_CUDA_TRY in
+ * cuda_internal.h). Every launcher queues work on stream s and returns
+ * without waiting. */
 #ifndef DG_CUDA_LAUNCH_H
 #define DG_CUDA_LAUNCH_H
 
@@ -118,6 +119,38 @@ cudaError_t dgc_uniform(int dt, void *y, int64_t n, struct dgc_philox g, double 
  * 65535 attempts lowers *bad to its first element index. */
 cudaError_t dgc_normal(int dt, void *y, int64_t n, struct dgc_philox g, double mean, double sd,
 		       int truncated, unsigned long long *bad, cudaStream_t s);
+
+/* The geometry of a convolution or pooling, kernels/cpu/cpu.h's struct
+ * cpu_conv_geom: input [n, h, w, c] (NHWC), window kh x kw with dilations dh,
+ * dw and strides sh, sw, output [n, oh, ow, oc], and pt rows and pl columns
+ * of padding before the first. */
+struct dgc_conv {
+	int64_t n, h, w, c;
+	int64_t kh, kw, oc;
+	int64_t sh, sw, dh, dw;
+	int64_t oh, ow, pt, pl;
+};
+/* The patch matrix of images [i0, i0 + nb) of x (float32 or float64 dt): col
+ * [nb*oh*ow, kh*kw*c], one row per output pixel in (ky, kx, channel) order, 0
+ * where a tap falls in the padding. kh*kw*c <= INT_MAX. */
+cudaError_t dgc_im2col(int dt, const struct dgc_conv *g, const void *x, int64_t i0, int64_t nb,
+		       void *col, cudaStream_t s);
+/* Images [i0, i0 + nb) of dx (every element written) from their patch
+ * gradients dcol [nb*oh*ow, kh*kw*c]: each element the sum of the entries of
+ * the taps that read it. */
+cudaError_t dgc_col2im(int dt, const struct dgc_conv *g, const void *dcol, int64_t i0,
+		       int64_t nb, void *dx, cudaStream_t s);
+/* MaxPool2D (max != 0; NaN wins) or AvgPool2D (padding not counted) of x into
+ * y [n, oh, ow, c]. */
+cudaError_t dgc_pool(int dt, const struct dgc_conv *g, const void *x, void *y, int max,
+		     cudaStream_t s);
+/* The gradient dx (x's shape, every element written) of a pooling from dy [n,
+ * oh, ow, c]: MaxPool2DGrad when max (arg: device memory for n*oh*ow*c
+ * positions; x and the forward output y are read), each window's dy to its
+ * first maximum; AvgPool2DGrad otherwise (x, y and arg unused), spread
+ * evenly. */
+cudaError_t dgc_pool_grad(int dt, const struct dgc_conv *g, const void *x, const void *y,
+			  const void *dy, void *dx, int max, int64_t *arg, cudaStream_t s);
 
 #ifdef __cplusplus
 }

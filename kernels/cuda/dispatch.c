@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../cpu/cpu.h"
 #include "../philox.h"
 #include "cuda_kernels.h"
 #include "cuda_launch.h"
@@ -118,8 +119,8 @@ static enum dg_status flag_read(struct dg_cuda_stream *s, unsigned long long *v,
  * stream, so work queued on s may use it while later work queues behind: no
  * other stream can be handed it. Growing waits for s before releasing the old
  * block to the shared cache. */
-static enum dg_status stream_scratch(struct dg_cuda_stream *s, size_t n, void **p,
-				     struct dg_err *err)
+enum dg_status cuda_stream_scratch(struct dg_cuda_stream *s, size_t n, void **p,
+				   struct dg_err *err)
 {
 	enum dg_status st = DG_OK;
 
@@ -485,7 +486,7 @@ static enum dg_status reduce_masked(struct dg_cuda_ctx *r, int op, const struct 
 	cols = kept.st[0][kept.nd - 1] == 1 && o->numel > 1;
 	need = dgc_reduce_scratch(o->numel, count, cols);
 	if (need) {
-		st = stream_scratch(r->s, need, &scratch, r->err);
+		st = cuda_stream_scratch(r->s, need, &scratch, r->err);
 		if (st != DG_OK)
 			return st;
 	}
@@ -786,6 +787,28 @@ static enum dg_status run_zeros(struct dg_cuda_ctx *r)
 			     r->err);
 }
 
+/* --- convolution and pooling (kernels/cpu/conv.c) -------------------------------- */
+
+/* Conv2D(x, f), Conv2DBackpropInput(x, f, dy), Conv2DBackpropFilter(x, f, dy). */
+static enum dg_status run_conv(struct dg_cuda_ctx *r, int kind)
+{
+	return cuda_conv(r->s, (enum cuda_conv_kind)kind, r->attrs, r->in[0], r->in[1],
+			 r->n_in > 2 ? r->in[2] : NULL, r->out[0], r->err);
+}
+
+/* MaxPool2D(x), AvgPool2D(x). */
+static enum dg_status run_pool(struct dg_cuda_ctx *r, bool max)
+{
+	return cuda_pool(r->s, max, r->attrs, r->in[0], NULL, NULL, r->out[0], r->err);
+}
+
+/* MaxPool2DGrad(x, y, dy), AvgPool2DGrad(x, dy). */
+static enum dg_status run_pool_grad(struct dg_cuda_ctx *r, bool max)
+{
+	return cuda_pool(r->s, max, r->attrs, r->in[0], max ? r->in[1] : NULL,
+			 r->in[max ? 2 : 1], r->out[0], r->err);
+}
+
 /* --- gradient helpers (kernels/cpu/grad.c) --------------------------------------- */
 
 static enum dg_status shape_pair_err(struct dg_cuda_ctx *r, const char *fmt, const struct dg_shape *a,
@@ -873,7 +896,7 @@ static enum dg_status run_sum_to(struct dg_cuda_ctx *r)
 static enum dg_status scalar_on_device(struct dg_cuda_ctx *r, enum dg_dtype dt, double v, void **p)
 {
 	float f = (float)v;
-	enum dg_status st = stream_scratch(r->s, sizeof v, p, r->err);
+	enum dg_status st = cuda_stream_scratch(r->s, sizeof v, p, r->err);
 
 	/* Pageable source: the call returns once the bytes are staged. */
 	if (st == DG_OK)
@@ -1052,6 +1075,13 @@ KERNEL_OF(k_truncated_normal, run_random, RND_TRUNCATED)
 KERNEL_OF(k_relu_grad, run_grad_ew, G_RELU)
 KERNEL_OF(k_sigmoid_grad, run_grad_ew, G_SIGMOID)
 KERNEL_OF(k_tanh_grad, run_grad_ew, G_TANH)
+KERNEL_OF(k_conv, run_conv, CUDA_CONV)
+KERNEL_OF(k_conv_dinput, run_conv, CUDA_CONV_DINPUT)
+KERNEL_OF(k_conv_dfilter, run_conv, CUDA_CONV_DFILTER)
+KERNEL_OF(k_max_pool, run_pool, true)
+KERNEL_OF(k_avg_pool, run_pool, false)
+KERNEL_OF(k_max_pool_grad, run_pool_grad, true)
+KERNEL_OF(k_avg_pool_grad, run_pool_grad, false)
 #undef KERNEL_OF
 
 const struct dg_cuda_kernel_entry dg_cuda_kernels[] = {
@@ -1079,6 +1109,10 @@ const struct dg_cuda_kernel_entry dg_cuda_kernels[] = {
 	{ "SparseSoftmaxCrossEntropyGrad", run_sparse_grad }, { "SumToShapeOf", run_sum_to },
 	{ "UnreduceLike", run_unreduce }, { "SliceGrad", run_slice_grad },
 	{ "ReshapeLike", run_reshape_like },
+	{ "Conv2D", k_conv }, { "Conv2DBackpropInput", k_conv_dinput },
+	{ "Conv2DBackpropFilter", k_conv_dfilter }, { "MaxPool2D", k_max_pool },
+	{ "AvgPool2D", k_avg_pool }, { "MaxPool2DGrad", k_max_pool_grad },
+	{ "AvgPool2DGrad", k_avg_pool_grad },
 	{ NULL, NULL },
 };
 

@@ -158,46 +158,59 @@ static void expect_close(const struct dg_tensor *c, const struct dg_tensor *g, s
 	}
 }
 
-/* Run op on the CPU and the GPU with the same inputs (borrowed) and compare;
- * when the CPU refuses, the GPU must refuse with the same code. */
-static void parity(const char *opname, const char *js, struct dg_tensor *const *in, int n_in,
-		   uint64_t step, struct tol t)
+/* Run op on the CPU and the GPU with the same inputs (borrowed) and compare
+ * its n_out outputs; when the CPU refuses, the GPU must refuse with the same
+ * code. */
+static void parity_n(const char *opname, const char *js, struct dg_tensor *const *in, int n_in,
+		     int n_out, uint64_t step, struct tol t)
 {
 	const struct dg_op_def *op = dg_op_find(opname);
 	json_t *a = attrs_of(js);
 	struct dg_err ec = { 0 }, eg = { 0 };
-	struct dg_tensor *cpu = NULL, *back = NULL;
-	struct dg_cuda_tensor *din[8] = { 0 }, *gout = NULL;
+	struct dg_tensor *cpu[4] = { 0 }, *back = NULL;
+	struct dg_cuda_tensor *din[8] = { 0 }, *gout[4] = { 0 };
 	char what[256];
 	enum dg_status sc, sg;
 
 	cr_assert_not_null(op, "op %s is not registered", opname);
 	cr_assert(dg_cuda_supports(op), "%s has no CUDA kernel", opname);
+	cr_assert(n_out >= 1 && n_out <= 4);
 	snprintf(what, sizeof what, "%s %s", opname, js ? js : "{}");
 	for (int i = 0; i < n_in; i++) {
 		din[i] = dg_cuda_upload(S, in[i], &eg);
 		cr_assert_not_null(din[i], "%s: upload %d: %s", what, i, eg.msg);
 	}
-	sc = dg_op_run(op, a, (const struct dg_tensor *const *)in, n_in, &cpu, 1, step, &ec);
-	sg = dg_cuda_run(S, op, a, (const struct dg_cuda_tensor *const *)din, n_in, &gout, 1,
+	sc = dg_op_run(op, a, (const struct dg_tensor *const *)in, n_in, cpu, n_out, step, &ec);
+	sg = dg_cuda_run(S, op, a, (const struct dg_cuda_tensor *const *)din, n_in, gout, n_out,
 			 step, &eg);
 	if (sc != DG_OK) {
 		cr_assert_eq(sg, sc, "%s: cpu failed %d (%s), gpu gave %d (%s)", what, sc, ec.msg,
 			     sg, eg.msg);
-		cr_assert_null(gout);
+		for (int k = 0; k < n_out; k++)
+			cr_assert_null(gout[k]);
 	} else {
 		cr_assert_eq(sg, DG_OK, "%s: gpu failed: %s", what, eg.msg);
 		cr_assert_eq(dg_cuda_stream_sync(S, &eg), DG_OK, "%s: %s", what, eg.msg);
-		back = dg_cuda_download(S, gout, &eg);
-		cr_assert_not_null(back, "%s: download: %s", what, eg.msg);
-		expect_close(cpu, back, t, what);
+		for (int k = 0; k < n_out; k++) {
+			back = dg_cuda_download(S, gout[k], &eg);
+			cr_assert_not_null(back, "%s: download: %s", what, eg.msg);
+			expect_close(cpu[k], back, t, what);
+			dg_tensor_free(back);
+		}
 	}
-	dg_tensor_free(cpu);
-	dg_tensor_free(back);
-	dg_cuda_tensor_free(gout);
+	for (int k = 0; k < n_out; k++) {
+		dg_tensor_free(cpu[k]);
+		dg_cuda_tensor_free(gout[k]);
+	}
 	for (int i = 0; i < n_in; i++)
 		dg_cuda_tensor_free(din[i]);
 	json_decref(a);
+}
+
+static void parity(const char *opname, const char *js, struct dg_tensor *const *in, int n_in,
+		   uint64_t step, struct tol t)
+{
+	parity_n(opname, js, in, n_in, 1, step, t);
 }
 
 static void parity1(const char *op, const char *js, enum dg_dtype dt, const char *shape,
@@ -924,6 +937,181 @@ Test(cuda, slice_grad_reshape_like_and_ones_like_match_cpu)
 		for (size_t s = 0; s < NS1; s++)
 			parity1("OnesLike", NULL, ALL[d], SHAPES1[s], G_ANY, EXACT);
 	}
+}
+
+/* --- convolution and pooling (kernels/cpu/conv.c) ---------------------------------------- */
+
+/* A tensor of t's shape (another dtype allowed), values of kind g. */
+static struct dg_tensor *mk_like(enum dg_dtype dt, const struct dg_shape *shape, enum gen g)
+{
+	char s[128];
+
+	dg_shape_format(shape, s, sizeof s);
+	return mk(dt, s, g);
+}
+
+/* The CPU's output of op on in (NULL when the CPU refuses): the forward
+ * value a gradient test needs (its shape, or MaxPool2DGrad's y). */
+static struct dg_tensor *cpu_value(const char *opname, const char *js, struct dg_tensor *const *in,
+				   int n_in)
+{
+	json_t *a = attrs_of(js);
+	struct dg_tensor *y = NULL;
+	enum dg_status st = dg_op_run(dg_op_find(opname), a, (const struct dg_tensor *const *)in,
+				      n_in, &y, 1, 0, NULL);
+
+	json_decref(a);
+	return st == DG_OK ? y : NULL;
+}
+
+/* Conv2D and both its gradients on x [xs] and filter [fs]: values in [0, 1)
+ * (sums without cancellation, so the relative tolerance holds), dy of the
+ * forward's shape. Where the CPU refuses the forward, the gradients are run
+ * with x as dy: both sides refuse them too. */
+static void conv_case(const char *js, enum dg_dtype dt, const char *xs, const char *fs)
+{
+	struct dg_tensor *in[3] = { mk(dt, xs, G_PROB), mk(dt, fs, G_PROB), NULL };
+	struct dg_tensor *y = cpu_value("Conv2D", js, in, 2);
+
+	parity("Conv2D", js, in, 2, 0, RED);
+	in[2] = y ? mk_like(dt, &y->shape, G_PROB) : mk_like(dt, &in[0]->shape, G_PROB);
+	parity("Conv2DBackpropInput", js, in, 3, 0, RED);
+	parity("Conv2DBackpropFilter", js, in, 3, 0, RED);
+	for (int i = 0; i < 3; i++)
+		dg_tensor_free(in[i]);
+	dg_tensor_free(y);
+}
+
+/* x shape, filter shape, attrs: strides, SAME/VALID, dilations, pointwise,
+ * windows larger than the image, empty batches and channels, and the CPU's
+ * refusals (a VALID window larger than the image; strides with dilations). */
+static const char *const CONV[][3] = {
+	{ "2,9,11,3", "3,3,3,5", "{\"padding\":\"SAME\"}" },
+	{ "2,9,11,3", "3,3,3,5", "{\"padding\":\"VALID\",\"strides\":[2,2]}" },
+	{ "3,10,7,4", "2,3,4,6", "{\"padding\":\"SAME\",\"strides\":[1,2,3,1]}" },
+	{ "1,17,16,2", "4,4,2,3", "{\"padding\":\"SAME\",\"strides\":[3]}" },
+	{ "2,12,13,2", "3,2,2,4", "{\"padding\":\"VALID\",\"dilations\":[2,3]}" },
+	{ "1,8,9,3", "3,3,3,2", "{\"padding\":\"SAME\",\"dilations\":[2]}" },
+	{ "2,5,6,7", "1,1,7,3", "{\"padding\":\"VALID\"}" },
+	{ "2,5,6,7", "1,1,7,3", "{\"padding\":\"SAME\"}" },
+	{ "2,7,7,3", "1,1,3,4", "{\"padding\":\"SAME\",\"strides\":2}" },
+	{ "1,3,4,2", "5,5,2,3", "{\"padding\":\"SAME\"}" },
+	{ "1,1,1,1", "1,1,1,1", "{\"padding\":\"VALID\"}" },
+	{ "0,5,5,3", "3,3,3,2", "{\"padding\":\"SAME\"}" },
+	{ "2,5,5,0", "3,3,0,2", "{\"padding\":\"SAME\"}" },
+	{ "1,2,2,1", "3,3,1,1", "{\"padding\":\"VALID\"}" },
+	{ "1,9,9,1", "3,3,1,1", "{\"padding\":\"SAME\",\"strides\":2,\"dilations\":2}" },
+};
+
+Test(cuda, conv2d_and_its_gradients_match_cpu)
+{
+	NEED_GPU();
+	for (size_t c = 0; c < sizeof CONV / sizeof CONV[0]; c++)
+		for (int d = 0; d < 2; d++)
+			conv_case(CONV[c][2], FLOATS[d], CONV[c][0], CONV[c][1]);
+}
+
+/* 30 images of 64x64x32 with a 3x3 window: 4.7 MB of patches each, so the
+ * GPU's 128 MiB blocks split the batch (28 + 2 images): the filter's
+ * gradient adds blocks, the input's gathers each block's patches back. */
+Test(cuda, conv2d_gradients_add_up_over_blocks_of_images)
+{
+	NEED_GPU();
+	conv_case("{\"padding\":\"SAME\"}", DG_F32, "30,64,64,32", "3,3,32,4");
+}
+
+Test(cuda, conv2d_gradients_refuse_a_wrong_dy_like_cpu)
+{
+	struct dg_tensor *in[3] = { mk(DG_F32, "2,6,6,3", G_PROB), mk(DG_F32, "3,3,3,4", G_PROB),
+				    mk(DG_F32, "2,6,6,5", G_PROB) };
+
+	NEED_GPU();
+	parity("Conv2DBackpropInput", "{\"padding\":\"SAME\"}", in, 3, 0, RED);
+	parity("Conv2DBackpropFilter", "{\"padding\":\"SAME\"}", in, 3, 0, RED);
+	dg_tensor_free(in[2]);
+	in[2] = mk(DG_F64, "2,6,6,4", G_PROB);     /* the right shape, another dtype */
+	parity("Conv2DBackpropFilter", "{\"padding\":\"SAME\"}", in, 3, 0, RED);
+	for (int i = 0; i < 3; i++)
+		dg_tensor_free(in[i]);
+}
+
+/* Pooling windows: tiling (2x2 stride 2), overlapping (3x3 stride 1 and 2),
+ * uneven, larger than the image (SAME), the whole image, odd sizes. */
+static const char *const POOL[][2] = {
+	{ "2,8,6,3", "{\"ksize\":2,\"strides\":2,\"padding\":\"VALID\"}" },
+	{ "2,9,7,3", "{\"ksize\":3,\"strides\":2,\"padding\":\"SAME\"}" },
+	{ "3,7,5,2", "{\"ksize\":[1,3,3,1],\"strides\":[1,1,1,1],\"padding\":\"SAME\"}" },
+	{ "1,11,10,5", "{\"ksize\":[2,3],\"strides\":[1,2],\"padding\":\"VALID\"}" },
+	{ "2,3,4,2", "{\"ksize\":5,\"padding\":\"SAME\"}" },
+	{ "2,5,7,3", "{\"ksize\":[5,7],\"padding\":\"VALID\"}" },
+	{ "1,13,13,1", "{\"ksize\":3,\"strides\":3,\"padding\":\"SAME\"}" },
+	{ "0,4,4,2", "{\"ksize\":2,\"padding\":\"SAME\"}" },
+	{ "2,3,3,2", "{\"ksize\":4,\"padding\":\"VALID\"}" },
+};
+
+/* MaxPool2D, AvgPool2D and their gradients on x; MaxPool2DGrad gets the
+ * CPU's forward output as y (and, as a second case, an unrelated y, which
+ * neither side finds in the windows). */
+static void pool_case(const char *js, struct dg_tensor *x)
+{
+	struct dg_tensor *y = cpu_value("MaxPool2D", js, &x, 1);
+	struct dg_tensor *dy = mk_like(x->dtype, y ? &y->shape : &x->shape, G_ANY);
+	struct dg_tensor *in[3] = { x, y ? y : dy, dy };
+
+	parity("MaxPool2D", js, &x, 1, 0, EXACT);
+	parity("AvgPool2D", js, &x, 1, 0, ELT);
+	parity("MaxPool2DGrad", js, in, 3, 0, ELT);
+	in[1] = dy;
+	parity("AvgPool2DGrad", js, in, 2, 0, ELT);
+	in[1] = mk_like(x->dtype, &dy->shape, G_ANY);
+	parity("MaxPool2DGrad", js, in, 3, 0, ELT);
+	dg_tensor_free(in[1]);
+	dg_tensor_free(dy);
+	dg_tensor_free(y);
+}
+
+Test(cuda, max_and_avg_pooling_and_gradients_match_cpu)
+{
+	NEED_GPU();
+	for (size_t c = 0; c < sizeof POOL / sizeof POOL[0]; c++) {
+		for (int d = 0; d < 2; d++) {
+			/* ties: the first maximum of a window gets the gradient */
+			struct dg_tensor *x = mk(FLOATS[d], POOL[c][0], G_TIES);
+			pool_case(POOL[c][1], x);
+			dg_tensor_free(x);
+			x = mk(FLOATS[d], POOL[c][0], G_ANY);
+			pool_case(POOL[c][1], x);
+			dg_tensor_free(x);
+		}
+	}
+}
+
+/* NaN wins a window, infinities are maxima like any other (the CPU's scalar
+ * path of the gradient); a wrong dy or y is refused by both. */
+Test(cuda, pooling_handles_nan_and_infinities_like_cpu)
+{
+	static const char js[] = "{\"ksize\":3,\"strides\":2,\"padding\":\"SAME\"}";
+
+	NEED_GPU();
+	for (int d = 0; d < 2; d++) {
+		struct dg_tensor *x = mk(FLOATS[d], "2,9,9,3", G_TIES);
+		dg_tensor_set_f64(x, 5, NAN);
+		dg_tensor_set_f64(x, 40, INFINITY);
+		dg_tensor_set_f64(x, 41, -INFINITY);
+		dg_tensor_set_f64(x, 100, INFINITY);
+		dg_tensor_set_f64(x, 103, INFINITY);
+		dg_tensor_set_f64(x, 300, NAN);
+		dg_tensor_set_f64(x, 303, NAN);
+		pool_case(js, x);
+		dg_tensor_free(x);
+	}
+	struct dg_tensor *in[3] = { mk(DG_F32, "2,9,9,3", G_ANY), mk(DG_F32, "2,5,5,3", G_ANY),
+				    mk(DG_F32, "2,5,4,3", G_ANY) };
+	parity("MaxPool2DGrad", js, in, 3, 0, ELT);
+	parity("AvgPool2DGrad", js, (struct dg_tensor *[]){ in[0], in[2] }, 2, 0, ELT);
+	parity("MaxPool2DGrad", js, (struct dg_tensor *[]){ in[0], in[2], in[1] }, 3, 0, ELT);
+	for (int i = 0; i < 3; i++)
+		dg_tensor_free(in[i]);
 }
 
 /* --- the executor on GPU placements (worker/exec.c) ------------------------------------ */
