@@ -63,6 +63,22 @@ cudaError_t dgc_cast(int from, int to, const void *x, void *y, int64_t n,
 cudaError_t dgc_copy(void *dst, int64_t dst_off, const void *src, int64_t src_off,
 		     const struct dgc_walk *w, int64_t n, int esz, cudaStream_t s);
 
+/* Whether each of the n indices ix (int32 when idt is DGC_I32, else int64) lies
+ * in [0, limit): the smallest position of one outside lowers *bad. */
+cudaError_t dgc_index_check(int idt, const void *ix, int64_t n, int64_t limit,
+			    unsigned long long *bad, cudaStream_t s);
+/* Gather: y[i, j] = p[ix[i], j] for i < n_ix, j < inner, of esz-byte elements
+ * (esz = 1, 2, 4 or 8); an index outside [0, rows) leaves its row of y
+ * unwritten (dgc_index_check reports it). */
+cudaError_t dgc_gather(int idt, const void *p, const void *ix, void *y, int64_t n_ix,
+		       int64_t inner, int64_t rows, int esz, cudaStream_t s);
+/* UnsortedSegmentSum: y[ids[i], j] += x[i, j] for i < n_ids, j < inner, into y
+ * zeroed by the caller; dt float32, float64, int32 or int64 (integers wrap).
+ * Atomic adds: float sums come in any order. ids outside [0, num) are skipped
+ * (dgc_index_check reports them). */
+cudaError_t dgc_segment_sum(int dt, int idt, const void *x, const void *ids, void *y,
+			    int64_t n_ids, int64_t inner, int64_t num, cudaStream_t s);
+
 /* dst[0..n) = the low esz bytes of pattern (esz = 1, 2, 4 or 8), e.g. OnesLike. */
 cudaError_t dgc_fill(void *dst, int64_t n, int esz, uint64_t pattern, cudaStream_t s);
 
@@ -93,6 +109,12 @@ cudaError_t dgc_xent(int dt, const void *x, const void *lab, void *loss, int64_t
  * outside [0, n) stores NaN and lowers *bad to its row. */
 cudaError_t dgc_sparse_xent(int dt, int ldt, const void *x, const void *lab, void *loss,
 			    int64_t rows, int64_t n, unsigned long long *bad, cudaStream_t s);
+
+/* OneHot: y[i, j] = j == ix[i] ? on : off for i < n, j < depth, y float32 or
+ * float64 (dt), indices int32 (idt DGC_I32) or int64; an index outside [0,
+ * depth) gives a row of off. */
+cudaError_t dgc_one_hot(int dt, int idt, const void *ix, void *y, int64_t n, int64_t depth,
+			double on, double off, cudaStream_t s);
 
 /* The fused gradient helpers of grad.cu: o = f(g, v) over n elements of float
  * dtype dt, with v the forward input (ReluGrad) or output (Sigmoid, Tanh). */

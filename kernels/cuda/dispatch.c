@@ -787,7 +787,7 @@ static enum dg_status run_zeros(struct dg_cuda_ctx *r)
 			     r->err);
 }
 
-/* --- convolution and pooling (kernels/cpu/conv.c) -------------------------------- */
+/* --- CNN and sparse ops (kernels/cpu/conv.c, array.c, nn.c) ---------------------- */
 
 /* Conv2D(x, f), Conv2DBackpropInput(x, f, dy), Conv2DBackpropFilter(x, f, dy). */
 static enum dg_status run_conv(struct dg_cuda_ctx *r, int kind)
@@ -807,6 +807,120 @@ static enum dg_status run_pool_grad(struct dg_cuda_ctx *r, bool max)
 {
 	return cuda_pool(r->s, max, r->attrs, r->in[0], max ? r->in[1] : NULL,
 			 r->in[max ? 2 : 1], r->out[0], r->err);
+}
+
+/* Element i of the int32 or int64 tensor ix, read back through the stream's
+ * pinned word (a sync): the value an index error names. */
+static enum dg_status index_at(struct dg_cuda_ctx *r, const struct dg_cuda_tensor *ix, int64_t i,
+			       int64_t *v)
+{
+	size_t es = dg_dtype_size(ix->dtype);
+	enum dg_status st = DG_CUDA_CHECK(cudaMemcpyAsync(r->s->flag_host,
+							  (const char *)ix->data + (size_t)i * es,
+							  es, cudaMemcpyDeviceToHost, r->s->s),
+					  r->err);
+	int32_t v32;
+
+	if (st == DG_OK)
+		st = DG_CUDA_CHECK(cudaStreamSynchronize(r->s->s), r->err);
+	if (st != DG_OK)
+		return st;
+	if (ix->dtype == DG_I32) {
+		memcpy(&v32, r->s->flag_host, sizeof v32);
+		*v = v32;
+	} else {
+		memcpy(v, r->s->flag_host, sizeof *v);
+	}
+	return DG_OK;
+}
+
+/* The end of Gather (gather true) or UnsortedSegmentSum, launched after
+ * flag_reset and dgc_index_check with status st: read the flag (a sync) and
+ * turn the first index outside [0, limit) into the CPU kernel's error, which
+ * names its position and value. */
+static enum dg_status indices_checked(struct dg_cuda_ctx *r, enum dg_status st,
+				      const struct dg_cuda_tensor *ix, bool gather, int64_t limit)
+{
+	unsigned long long bad;
+	int64_t v = 0;
+
+	if (st == DG_OK)
+		st = flag_read(r->s, &bad, r->err);
+	if (st != DG_OK || bad == ~0ull)
+		return st;
+	st = index_at(r, ix, (int64_t)bad, &v);
+	if (st != DG_OK)
+		return st;
+	return gather ? cpu_gather_index_err(&ix->shape, (int64_t)bad, v, limit, r->err)
+		      : cpu_segment_id_err(&ix->shape, (int64_t)bad, v, limit, r->err);
+}
+
+/* Gather(params, indices): rows of params, any dtype. Every index is checked
+ * (even when the rows are empty, as the CPU's loop does), so this syncs. */
+static enum dg_status run_gather(struct dg_cuda_ctx *r)
+{
+	const struct dg_cuda_tensor *p = r->in[0], *ix = r->in[1];
+	int64_t rows = p->shape.dim[0], inner = 1;      /* params has rank >= 1 */
+	enum dg_status st;
+
+	for (int k = 1; k < p->shape.ndim; k++)
+		inner *= p->shape.dim[k];
+	if (ix->numel == 0)
+		return DG_OK;
+	st = flag_reset(r->s, r->err);
+	if (st == DG_OK)
+		st = launched(r, dgc_index_check((int)ix->dtype, ix->data, ix->numel, rows,
+						 r->s->flag, r->s->s));
+	if (st == DG_OK)
+		st = launched(r, dgc_gather((int)ix->dtype, p->data, ix->data, r->out[0]->data,
+					    ix->numel, inner, rows, (int)dg_dtype_size(p->dtype),
+					    r->s->s));
+	return indices_checked(r, st, ix, true, rows);
+}
+
+/* UnsortedSegmentSum(data, segment_ids; num_segments): zeros, then each row
+ * of data added into its segment's; ids checked like Gather's (a sync). */
+static enum dg_status run_segment_sum(struct dg_cuda_ctx *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0], *ids = r->in[1];
+	struct dg_cuda_tensor *y = r->out[0];
+	int64_t num = y->shape.dim[0], inner = 1;       /* y is [num_segments, ...] */
+	enum dg_status st = DG_OK;
+
+	for (int k = ids->shape.ndim; k < x->shape.ndim; k++)
+		inner *= x->shape.dim[k];
+	if (y->nbytes)
+		st = DG_CUDA_CHECK(cudaMemsetAsync(y->data, 0, y->nbytes, r->s->s), r->err);
+	if (st != DG_OK || ids->numel == 0)
+		return st;
+	st = flag_reset(r->s, r->err);
+	if (st == DG_OK)
+		st = launched(r, dgc_index_check((int)ids->dtype, ids->data, ids->numel, num,
+						 r->s->flag, r->s->s));
+	if (st == DG_OK)
+		st = launched(r, dgc_segment_sum((int)x->dtype, (int)ids->dtype, x->data,
+						 ids->data, y->data, ids->numel, inner, num,
+						 r->s->s));
+	return indices_checked(r, st, ids, false, num);
+}
+
+/* OneHot(indices): the depth is the output's last dim; an index outside it
+ * gives a row of off_value, not an error (the CPU's rule). */
+static enum dg_status run_one_hot(struct dg_cuda_ctx *r)
+{
+	const struct dg_cuda_tensor *ix = r->in[0];
+	struct dg_cuda_tensor *o = r->out[0];
+	const double one = 1, zero = 0;
+	double on, off;
+	enum dg_status st = dg_attrs_float(r->attrs, "on_value", &one, &on, r->err);
+
+	if (st == DG_OK)
+		st = dg_attrs_float(r->attrs, "off_value", &zero, &off, r->err);
+	if (st != DG_OK || o->numel == 0)
+		return st;
+	return launched(r, dgc_one_hot((int)o->dtype, (int)ix->dtype, ix->data, o->data,
+				       ix->numel, o->shape.dim[o->shape.ndim - 1], on, off,
+				       r->s->s));
 }
 
 /* --- gradient helpers (kernels/cpu/grad.c) --------------------------------------- */
@@ -1113,6 +1227,8 @@ const struct dg_cuda_kernel_entry dg_cuda_kernels[] = {
 	{ "Conv2DBackpropFilter", k_conv_dfilter }, { "MaxPool2D", k_max_pool },
 	{ "AvgPool2D", k_avg_pool }, { "MaxPool2DGrad", k_max_pool_grad },
 	{ "AvgPool2DGrad", k_avg_pool_grad },
+	{ "Gather", run_gather }, { "UnsortedSegmentSum", run_segment_sum },
+	{ "OneHot", run_one_hot },
 	{ NULL, NULL },
 };
 

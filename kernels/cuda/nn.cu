@@ -2,7 +2,8 @@
  * thread per row (x viewed [outer, n, inner], a row is the n classes of one
  * (outer, inner) pair): max, then the sum of exponentials in double, then the
  * outputs. A row whose max is not finite gives NaN, as in kernels/cpu/nn.c.
- * Simple rather than fast: the class axis of a training step is short. */
+ * Simple rather than fast: the class axis of a training step is short. And
+ * OneHot, one thread per output element. */
 #include "cuda_common.cuh"
 
 #include <math.h>
@@ -161,4 +162,45 @@ extern "C" cudaError_t dgc_sparse_xent(int dt, int ldt, const void *x, const voi
 	if (dt == DGC_F64)
 		return sparse_t<double>(ldt, x, lab, loss, rows, n, bad, s);
 	return cudaErrorInvalidValue;
+}
+
+/* The CPU's values: on and off rounded once from double to T. */
+template <typename T, typename I>
+__global__ void k_one_hot(const I *__restrict__ ix, T *__restrict__ y, int64_t n, int64_t depth,
+			  T on, T off)
+{
+	int64_t stride = (int64_t)gridDim.x * blockDim.x;
+
+	for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+		int64_t i = e / depth;
+		y[e] = (int64_t)ix[i] == e - i * depth ? on : off;
+	}
+}
+
+template <typename T>
+static void one_hot_t(int idt, const void *ix, void *y, int64_t n, int64_t depth, double on,
+		      double off, cudaStream_t s)
+{
+	if (idt == DGC_I32)
+		k_one_hot<T, int32_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>(
+			(const int32_t *)ix, (T *)y, n, depth, (T)on, (T)off);
+	else
+		k_one_hot<T, int64_t><<<dgc_blocks(n), DGC_BLOCK, 0, s>>>(
+			(const int64_t *)ix, (T *)y, n, depth, (T)on, (T)off);
+}
+
+extern "C" cudaError_t dgc_one_hot(int dt, int idt, const void *ix, void *y, int64_t n,
+				   int64_t depth, double on, double off, cudaStream_t s)
+{
+	int64_t total = n * depth;
+
+	if (total <= 0)
+		return cudaSuccess;
+	if (dt == DGC_F32)
+		one_hot_t<float>(idt, ix, y, total, depth, on, off, s);
+	else if (dt == DGC_F64)
+		one_hot_t<double>(idt, ix, y, total, depth, on, off, s);
+	else
+		return cudaErrorInvalidValue;
+	return dgc_launched();
 }

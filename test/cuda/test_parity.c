@@ -939,7 +939,7 @@ Test(cuda, slice_grad_reshape_like_and_ones_like_match_cpu)
 	}
 }
 
-/* --- convolution and pooling (kernels/cpu/conv.c) ---------------------------------------- */
+/* --- CNN and sparse ops (conv.c, array.c, nn.c) ------------------------------------------ */
 
 /* A tensor of t's shape (another dtype allowed), values of kind g. */
 static struct dg_tensor *mk_like(enum dg_dtype dt, const struct dg_shape *shape, enum gen g)
@@ -962,6 +962,40 @@ static struct dg_tensor *cpu_value(const char *opname, const char *js, struct dg
 
 	json_decref(a);
 	return st == DG_OK ? y : NULL;
+}
+
+/* Both sides refuse op on in with the same code, message and hint (after
+ * each side's prefix, "op:" or "op on GPU k:"): the data-dependent errors. */
+static void refused_alike(const char *opname, const char *js, struct dg_tensor *const *in,
+			  int n_in)
+{
+	const struct dg_op_def *op = dg_op_find(opname);
+	json_t *a = attrs_of(js);
+	struct dg_err ec = { 0 }, eg = { 0 };
+	struct dg_tensor *cpu = NULL;
+	struct dg_cuda_tensor *din[4] = { 0 }, *gout = NULL;
+	enum dg_status sc, sg;
+
+	for (int i = 0; i < n_in; i++) {
+		din[i] = dg_cuda_upload(S, in[i], &eg);
+		cr_assert_not_null(din[i], "%s: upload %d: %s", opname, i, eg.msg);
+	}
+	sc = dg_op_run(op, a, (const struct dg_tensor *const *)in, n_in, &cpu, 1, 0, &ec);
+	sg = dg_cuda_run(S, op, a, (const struct dg_cuda_tensor *const *)din, n_in, &gout, 1, 0,
+			 &eg);
+	cr_assert_neq(sc, DG_OK, "%s %s: the CPU accepted the case", opname, js);
+	cr_assert_eq(sg, sc, "%s: cpu %d (%s), gpu %d (%s)", opname, sc, ec.msg, sg, eg.msg);
+	cr_assert_null(gout);
+	/* the same text after "Gather: " (CPU) and "Gather on GPU 0: " */
+	cr_assert(strstr(ec.msg, ": ") && strstr(eg.msg, ": "), "%s: %s | %s", opname, ec.msg,
+		  eg.msg);
+	cr_assert_str_eq(strstr(eg.msg, ": "), strstr(ec.msg, ": "), "%s: messages differ",
+			 opname);
+	cr_assert_str_eq(eg.hint, ec.hint, "%s: hints differ", opname);
+	dg_tensor_free(cpu);
+	for (int i = 0; i < n_in; i++)
+		dg_cuda_tensor_free(din[i]);
+	json_decref(a);
 }
 
 /* Conv2D and both its gradients on x [xs] and filter [fs]: values in [0, 1)
@@ -1112,6 +1146,152 @@ Test(cuda, pooling_handles_nan_and_infinities_like_cpu)
 	parity("MaxPool2DGrad", js, (struct dg_tensor *[]){ in[0], in[2], in[1] }, 3, 0, ELT);
 	for (int i = 0; i < 3; i++)
 		dg_tensor_free(in[i]);
+}
+
+/* An int32 or int64 tensor of shape s with the values v[i % nv]. */
+static struct dg_tensor *mk_ints(enum dg_dtype dt, const char *s, const int64_t *v, int nv)
+{
+	struct dg_tensor *t = mk(dt, s, G_PROB);
+
+	for (int64_t i = 0; i < t->numel; i++)
+		dg_tensor_set_f64(t, i, (double)v[i % nv]);
+	return t;
+}
+
+Test(cuda, gather_matches_cpu_for_every_dtype_and_index_type)
+{
+	/* params, indices: rows, 1-d params, empty rows, scalar and empty indices */
+	static const char *const sh[][2] = {
+		{ "7,5", "9" }, { "10", "4,3" }, { "4,3,2", "2,3" }, { "6,0", "5" }, { "5,3", "" },
+		{ "5,3", "0" }, { "3,1025", "2,2" }, { "1,1", "1" },
+	};
+	static const int64_t good[] = { 2, 0, 4, 1, 0, 3, 0, 1, 2, 0 };
+
+	NEED_GPU();
+	for (size_t c = 0; c < sizeof sh / sizeof sh[0]; c++) {
+		for (size_t d = 0; d < N_ALL; d++) {
+			for (int l = 0; l < 2; l++) {
+				struct dg_tensor *in[2] = { mk(ALL[d], sh[c][0], G_ANY), NULL };
+				int64_t rows = in[0]->shape.dim[0], v[10];
+				for (int i = 0; i < 10; i++)
+					v[i] = good[i] % rows;
+				in[1] = mk_ints(l ? DG_I64 : DG_I32, sh[c][1], v, 10);
+				parity("Gather", NULL, in, 2, 0, EXACT);
+				dg_tensor_free(in[0]);
+				dg_tensor_free(in[1]);
+			}
+		}
+	}
+}
+
+/* Any index outside [0, rows) is refused by both, naming the first one (by
+ * its position in indices) and its value; also when rows are empty. */
+Test(cuda, gather_refuses_indices_outside_params_like_cpu)
+{
+	static const char *const sh[][2] = { { "7,5", "3,4" }, { "6,0", "5" }, { "0,3", "2" } };
+
+	NEED_GPU();
+	for (size_t c = 0; c < 3; c++) {
+		for (int l = 0; l < 2; l++) {
+			struct dg_tensor *in[2] = { mk(DG_F32, sh[c][0], G_ANY), NULL };
+			int64_t rows = in[0]->shape.dim[0];
+			int64_t v[] = { 0, 1, rows, -1, rows + 5, 0 };
+			in[1] = mk_ints(l ? DG_I64 : DG_I32, sh[c][1], rows ? v : v + 2, 4);
+			refused_alike("Gather", NULL, in, 2);
+			dg_tensor_free(in[1]);
+			int64_t neg[] = { 0, -3, 1 };
+			in[1] = mk_ints(l ? DG_I64 : DG_I32, sh[c][1], neg, 3);
+			refused_alike("Gather", NULL, in, 2);
+			dg_tensor_free(in[0]);
+			dg_tensor_free(in[1]);
+		}
+	}
+	struct dg_tensor *in[2] = { mk(DG_F32, "4,3", G_ANY), mk_ints(DG_I64, "2",
+				    (const int64_t[]){ 1, INT64_C(1) << 40 }, 2) };
+	refused_alike("Gather", NULL, in, 2);
+	dg_tensor_free(in[0]);
+	dg_tensor_free(in[1]);
+}
+
+Test(cuda, unsorted_segment_sum_matches_cpu)
+{
+	/* data, segment_ids, num_segments */
+	static const struct { const char *x, *ids; int num; } cs[] = {
+		{ "7,5", "7", 4 }, { "3,4,2", "3,4", 5 }, { "6", "6", 3 }, { "5,0", "5", 3 },
+		{ "0,3", "0", 2 }, { "0", "0", 0 }, { "9,1025", "9", 2 }, { "4097", "4097", 7 },
+	};
+	static const enum dg_dtype dts[] = { DG_F32, DG_F64, DG_I32, DG_I64 };
+
+	NEED_GPU();
+	for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+		char js[64];
+		snprintf(js, sizeof js, "{\"num_segments\":%d}", cs[c].num);
+		for (size_t d = 0; d < 4; d++) {
+			for (int l = 0; l < 2; l++) {
+				int64_t v[7];
+				for (int i = 0; i < 7; i++)
+					v[i] = cs[c].num ? (i * 5 + 2) % cs[c].num : 0;
+				/* floats in [0, 1): atomic adds in any order stay within RED */
+				struct dg_tensor *in[2] = {
+					mk(dts[d], cs[c].x, dg_dtype_is_float(dts[d]) ? G_PROB
+										 : G_ANY),
+					mk_ints(l ? DG_I64 : DG_I32, cs[c].ids, v, 7),
+				};
+				parity("UnsortedSegmentSum", js, in, 2, 0,
+				       dg_dtype_is_float(dts[d]) ? RED : EXACT);
+				dg_tensor_free(in[0]);
+				dg_tensor_free(in[1]);
+			}
+		}
+	}
+}
+
+/* An id outside [0, num_segments): refused by both, negative ids with
+ * TensorFlow's note in the hint; also for rows of nothing. */
+Test(cuda, unsorted_segment_sum_refuses_ids_outside_like_cpu)
+{
+	static const char *const sh[][2] = { { "6,3", "6" }, { "2,3,4", "2,3" }, { "4,0", "4" } };
+	static const int64_t big[] = { 0, 1, 3, 2, 0, 5 }, neg[] = { 0, 2, -1, 1, 0, 0 };
+
+	NEED_GPU();
+	for (size_t c = 0; c < 3; c++) {
+		for (int l = 0; l < 2; l++) {
+			enum dg_dtype it = l ? DG_I64 : DG_I32;
+			struct dg_tensor *in[2] = { mk(DG_F32, sh[c][0], G_ANY),
+						    mk_ints(it, sh[c][1], big, 6) };
+			refused_alike("UnsortedSegmentSum", "{\"num_segments\":3}", in, 2);
+			dg_tensor_free(in[1]);
+			in[1] = mk_ints(it, sh[c][1], neg, 6);
+			refused_alike("UnsortedSegmentSum", "{\"num_segments\":3}", in, 2);
+			dg_tensor_free(in[0]);
+			dg_tensor_free(in[1]);
+		}
+	}
+}
+
+Test(cuda, one_hot_matches_cpu_including_indices_outside_depth)
+{
+	static const char *const sh[] = { "7", "3,4", "", "0", "1000" };
+	static const char *const at[] = {
+		"{\"depth\":5}", "{\"depth\":5,\"on_value\":2.5,\"off_value\":-1}",
+		"{\"depth\":1,\"dtype\":\"float64\"}", "{\"depth\":7,\"dtype\":\"float64\","
+		"\"on_value\":0.1,\"off_value\":1e-40}",
+	};
+	static const int64_t v[] = { 0, 4, -1, 2, 5, 1, 3, 1000000, 6 };
+
+	NEED_GPU();
+	for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+		for (size_t a = 0; a < sizeof at / sizeof at[0]; a++) {
+			for (int l = 0; l < 2; l++) {
+				struct dg_tensor *x = mk_ints(l ? DG_I64 : DG_I32, sh[s], v, 9);
+				parity("OneHot", at[a], &x, 1, 0, EXACT);
+				dg_tensor_free(x);
+			}
+		}
+	}
+	struct dg_tensor *f = mk(DG_F32, "3", G_ANY);   /* float indices: both refuse */
+	parity("OneHot", "{\"depth\":3}", &f, 1, 0, EXACT);
+	dg_tensor_free(f);
 }
 
 /* --- the executor on GPU placements (worker/exec.c) ------------------------------------ */
