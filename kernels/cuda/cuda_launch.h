@@ -1,6 +1,6 @@
 /* The host launchers of the .cu files, callable from C (dispatch.c, conv_gemm.c)
  * and defined in C++ (eltwise.cu, reduce.cu, nn.cu, array.cu, random.cu,
- * grad.cu, conv.cu). Plain types only: the C glue checks shapes and
+ * grad.cu, conv.cu, norm.cu). Plain types only: the C glue checks shapes and
  * attrs and turns the returned cudaError_t into DG_EDEVICE (DG_CUDA_TRY in
  * cuda_internal.h). Every launcher queues work on stream s and returns
  * without waiting. */
@@ -142,6 +142,12 @@ cudaError_t dgc_uniform(int dt, void *y, int64_t n, struct dgc_philox g, double 
 cudaError_t dgc_normal(int dt, void *y, int64_t n, struct dgc_philox g, double mean, double sd,
 		       int truncated, unsigned long long *bad, cudaStream_t s);
 
+/* Dropout of n elements (float32 or float64): y[i] = x[i] / (1 - rate) where
+ * the 24-bit uniform of word i % 4 of Philox block i / 4 is at least
+ * (float)rate, else 0 (kernels/cpu/random.c's mask, bit for bit). */
+cudaError_t dgc_dropout(int dt, const void *x, void *y, int64_t n, struct dgc_philox g,
+			double rate, cudaStream_t s);
+
 /* The geometry of a convolution or pooling, kernels/cpu/cpu.h's struct
  * cpu_conv_geom: input [n, h, w, c] (NHWC), window kh x kw with dilations dh,
  * dw and strides sh, sw, output [n, oh, ow, oc], and pt rows and pl columns
@@ -173,6 +179,22 @@ cudaError_t dgc_pool(int dt, const struct dgc_conv *g, const void *x, void *y, i
  * evenly. */
 cudaError_t dgc_pool_grad(int dt, const struct dgc_conv *g, const void *x, const void *y,
 			  const void *dy, void *dx, int max, int64_t *arg, cudaStream_t s);
+
+/* FusedBatchNorm over x viewed [m, ch] (ch >= 1; float32 or float64 dt):
+ * mean_in and var_in NULL: x's own moments (in double), var_out Bessel-
+ * corrected; else the given statistics, copied out. y = (x - mean) /
+ * sqrt(var + eps) * scale + offset. scratch: device memory of at least
+ * dgc_bn_scratch(m, ch) bytes. */
+size_t dgc_bn_scratch(int64_t m, int64_t ch);
+cudaError_t dgc_bn(int dt, const void *x, const void *scale, const void *offset,
+		   const void *mean_in, const void *var_in, void *y, void *mean_out, void *var_out,
+		   int64_t m, int64_t ch, double eps, void *scratch, cudaStream_t s);
+/* FusedBatchNormGrad: dx, dscale (sum of dy * xhat) and doffset (sum of dy)
+ * of y = xhat * scale + offset; statistics as in dgc_bn. Same scratch. */
+cudaError_t dgc_bn_grad(int dt, const void *dy, const void *x, const void *scale,
+			const void *mean_in, const void *var_in, void *dx, void *dscale,
+			void *doffset, int64_t m, int64_t ch, double eps, void *scratch,
+			cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -787,7 +787,7 @@ static enum dg_status run_zeros(struct dg_cuda_ctx *r)
 			     r->err);
 }
 
-/* --- CNN and sparse ops (kernels/cpu/conv.c, array.c, nn.c) ---------------------- */
+/* --- CNN and sparse ops (kernels/cpu/conv.c, norm.c, array.c, nn.c, random.c) ---- */
 
 /* Conv2D(x, f), Conv2DBackpropInput(x, f, dy), Conv2DBackpropFilter(x, f, dy). */
 static enum dg_status run_conv(struct dg_cuda_ctx *r, int kind)
@@ -921,6 +921,57 @@ static enum dg_status run_one_hot(struct dg_cuda_ctx *r)
 	return launched(r, dgc_one_hot((int)o->dtype, (int)ix->dtype, ix->data, o->data,
 				       ix->numel, o->shape.dim[o->shape.ndim - 1], on, off,
 				       r->s->s));
+}
+
+/* Dropout(x; rate, seed): the CPU's mask of (seed, step, index). */
+static enum dg_status run_dropout(struct dg_cuda_ctx *r)
+{
+	const struct dg_cuda_tensor *x = r->in[0];
+	double rate = 0;
+	int64_t seed = 0;
+	enum dg_status st = dg_attrs_float(r->attrs, "rate", NULL, &rate, r->err);
+
+	if (st == DG_OK)
+		st = dg_attrs_int(r->attrs, "seed", NULL, &seed, r->err);
+	if (st != DG_OK || x->numel == 0)
+		return st;
+	return launched(r, dgc_dropout((int)x->dtype, x->data, r->out[0]->data, x->numel,
+				       philox_of((uint64_t)seed, r->step), rate, r->s->s));
+}
+
+/* FusedBatchNorm(x, scale, offset[, mean, variance]) and FusedBatchNormGrad(dy,
+ * x, scale[, mean, variance]): x [..., ch] is [m, ch]; inference has checked
+ * the inputs (and that is_training false comes with 5). */
+static enum dg_status run_bn(struct dg_cuda_ctx *r, bool grad)
+{
+	const struct dg_cuda_tensor *x = r->in[grad ? 1 : 0];
+	int64_t ch = x->shape.dim[x->shape.ndim - 1], m = ch ? x->numel / ch : 0;
+	const double eps_def = 0.001;
+	const bool yes = true;
+	const void *mean = NULL, *var = NULL;
+	double eps;
+	bool training;
+	void *scratch = NULL;
+	enum dg_status st = dg_attrs_float(r->attrs, "epsilon", &eps_def, &eps, r->err);
+
+	if (st == DG_OK)
+		st = dg_attrs_bool(r->attrs, "is_training", &yes, &training, r->err);
+	if (st != DG_OK || ch == 0)
+		return st;
+	if (!training) {
+		mean = r->in[3]->data;
+		var = r->in[4]->data;
+	}
+	st = cuda_stream_scratch(r->s, dgc_bn_scratch(m, ch), &scratch, r->err);
+	if (st != DG_OK)
+		return st;
+	if (!grad)
+		return launched(r, dgc_bn((int)x->dtype, x->data, r->in[1]->data, r->in[2]->data,
+					  mean, var, r->out[0]->data, r->out[1]->data,
+					  r->out[2]->data, m, ch, eps, scratch, r->s->s));
+	return launched(r, dgc_bn_grad((int)x->dtype, r->in[0]->data, x->data, r->in[2]->data,
+				       mean, var, r->out[0]->data, r->out[1]->data,
+				       r->out[2]->data, m, ch, eps, scratch, r->s->s));
 }
 
 /* --- gradient helpers (kernels/cpu/grad.c) --------------------------------------- */
@@ -1196,6 +1247,8 @@ KERNEL_OF(k_max_pool, run_pool, true)
 KERNEL_OF(k_avg_pool, run_pool, false)
 KERNEL_OF(k_max_pool_grad, run_pool_grad, true)
 KERNEL_OF(k_avg_pool_grad, run_pool_grad, false)
+KERNEL_OF(k_bn, run_bn, false)
+KERNEL_OF(k_bn_grad, run_bn, true)
 #undef KERNEL_OF
 
 const struct dg_cuda_kernel_entry dg_cuda_kernels[] = {
@@ -1228,7 +1281,8 @@ const struct dg_cuda_kernel_entry dg_cuda_kernels[] = {
 	{ "AvgPool2D", k_avg_pool }, { "MaxPool2DGrad", k_max_pool_grad },
 	{ "AvgPool2DGrad", k_avg_pool_grad },
 	{ "Gather", run_gather }, { "UnsortedSegmentSum", run_segment_sum },
-	{ "OneHot", run_one_hot },
+	{ "OneHot", run_one_hot }, { "Dropout", run_dropout },
+	{ "FusedBatchNorm", k_bn }, { "FusedBatchNormGrad", k_bn_grad },
 	{ NULL, NULL },
 };
 

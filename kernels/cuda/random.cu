@@ -1,4 +1,4 @@
-/* The seeded initialisers on the GPU, value for value the stream of
+/* The seeded initialisers and Dropout on the GPU, value for value the stream of
  * kernels/cpu/random.c: Philox4x32-10 of kernels/philox.h keyed by the seed,
  * counter (block, attempt, step), one thread per Philox block; every element's
  * math (uniforms, normals, truncation, scaling) is philox.h's, shared with the
@@ -126,6 +126,43 @@ extern "C" cudaError_t dgc_normal(int dt, void *y, int64_t n, struct dgc_philox 
 	else if (dt == DGC_F64)
 		k_normal<double><<<dgc_blocks((n + 1) / 2), DGC_BLOCK, 0, s>>>(
 			(double *)y, n, g, mean, sd, truncated, bad);
+	else
+		return cudaErrorInvalidValue;
+	return dgc_launched();
+}
+
+/* Dropout: one thread per Philox block of four elements, both dtypes (the
+ * CPU's loop). The scaling is the CPU's: x widened to double, times the
+ * double 1 / (1 - rate), rounded once to T. */
+template <typename T>
+__global__ void k_dropout(const T *__restrict__ x, T *__restrict__ y, int64_t n,
+			  struct dgc_philox g, float rate, double scale)
+{
+	int64_t nb = (n + 3) / 4, stride = (int64_t)gridDim.x * blockDim.x;
+
+	for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < nb; b += stride) {
+		uint32_t w[4];
+		philox(g, (uint64_t)b, 0, w);
+		for (int j = 0; j < 4 && b * 4 + j < n; j++) {
+			bool keep = dg_philox_u24(w[j]) >= rate;
+			y[b * 4 + j] = keep ? (T)__dmul_rn((double)x[b * 4 + j], scale) : (T)0;
+		}
+	}
+}
+
+extern "C" cudaError_t dgc_dropout(int dt, const void *x, void *y, int64_t n,
+				   struct dgc_philox g, double rate, cudaStream_t s)
+{
+	double scale = 1.0 / (1.0 - rate);
+
+	if (n <= 0)
+		return cudaSuccess;
+	if (dt == DGC_F32)
+		k_dropout<float><<<dgc_blocks((n + 3) / 4), DGC_BLOCK, 0, s>>>(
+			(const float *)x, (float *)y, n, g, (float)rate, scale);
+	else if (dt == DGC_F64)
+		k_dropout<double><<<dgc_blocks((n + 3) / 4), DGC_BLOCK, 0, s>>>(
+			(const double *)x, (double *)y, n, g, (float)rate, scale);
 	else
 		return cudaErrorInvalidValue;
 	return dgc_launched();

@@ -939,7 +939,7 @@ Test(cuda, slice_grad_reshape_like_and_ones_like_match_cpu)
 	}
 }
 
-/* --- CNN and sparse ops (conv.c, array.c, nn.c) ------------------------------------------ */
+/* --- CNN and sparse ops (conv.c, norm.c, array.c, nn.c, random.c) ---------------------- */
 
 /* A tensor of t's shape (another dtype allowed), values of kind g. */
 static struct dg_tensor *mk_like(enum dg_dtype dt, const struct dg_shape *shape, enum gen g)
@@ -1292,6 +1292,73 @@ Test(cuda, one_hot_matches_cpu_including_indices_outside_depth)
 	struct dg_tensor *f = mk(DG_F32, "3", G_ANY);   /* float indices: both refuse */
 	parity("OneHot", "{\"depth\":3}", &f, 1, 0, EXACT);
 	dg_tensor_free(f);
+}
+
+/* The mask is the CPU's bit for bit: the same Philox words for every element,
+ * every step and seed; kept values scaled exactly as the CPU does. */
+Test(cuda, dropout_keeps_exactly_the_cpu_elements)
+{
+	static const char *const at[] = {
+		"{\"rate\":0.5,\"seed\":7}", "{\"rate\":0,\"seed\":1}",
+		"{\"rate\":0.9,\"seed\":-5}", "{\"rate\":0.1,\"seed\":123456789012}",
+		"{\"rate\":0.999999,\"seed\":3}",
+	};
+	static const uint64_t steps[] = { 0, 1, 4294967297ull };
+
+	NEED_GPU();
+	for (size_t s = 0; s < NS1; s++) {
+		for (int d = 0; d < 2; d++) {
+			struct dg_tensor *x = mk(FLOATS[d], SHAPES1[s], G_ANY);
+			for (size_t a = 0; a < sizeof at / sizeof at[0]; a++)
+				for (size_t st = 0; st < 3; st++)
+					parity("Dropout", at[a], &x, 1, steps[st], EXACT);
+			dg_tensor_free(x);
+		}
+	}
+	parity1("Dropout", "{\"rate\":1,\"seed\":1}", DG_F32, "5", G_ANY, EXACT);  /* refused */
+	parity1("Dropout", "{\"rate\":0.5,\"seed\":1}", DG_I32, "5", G_ANY, EXACT);
+}
+
+/* FusedBatchNorm(x, scale, offset[, mean, var]) with its three outputs, and
+ * FusedBatchNormGrad(dy, x, scale[, mean, var]) with its three. */
+static void bn_case(const char *js, enum dg_dtype dt, const char *xs, bool given)
+{
+	struct dg_tensor *x = mk(dt, xs, G_ANY);
+	struct dg_shape cs = dg_shape_make(1, (int64_t[]){ x->shape.ndim ?
+						 x->shape.dim[x->shape.ndim - 1] : 1 });
+	struct dg_tensor *in[5] = { x, mk_like(dt, &cs, G_POS), mk_like(dt, &cs, G_ANY),
+				    mk_like(dt, &cs, G_ANY), mk_like(dt, &cs, G_POS) };
+	struct dg_tensor *g[5] = { mk_like(dt, &x->shape, G_ANY), x, in[1], in[3], in[4] };
+
+	parity_n("FusedBatchNorm", js, in, given ? 5 : 3, 3, 0, RED);
+	parity_n("FusedBatchNormGrad", js, g, given ? 5 : 3, 3, 0, RED);
+	for (int i = 0; i < 5; i++)
+		dg_tensor_free(in[i]);
+	dg_tensor_free(g[0]);
+}
+
+Test(cuda, fused_batch_norm_and_its_gradient_match_cpu)
+{
+	/* NHWC and [N, C]; one row (no Bessel correction); no rows; no channels */
+	static const char *const sh[] = { "64,10", "4,5,6,7", "1,3", "0,4", "5,0", "2,3,3,129",
+					  "20000,3" };
+
+	NEED_GPU();
+	for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+		for (int d = 0; d < 2; d++) {
+			bn_case("{}", FLOATS[d], sh[s], false);
+			bn_case("{\"epsilon\":1e-5,\"is_training\":true}", FLOATS[d], sh[s], false);
+			bn_case("{\"is_training\":false}", FLOATS[d], sh[s], true);
+			bn_case("{\"is_training\":false,\"epsilon\":0.1}", FLOATS[d], sh[s], true);
+		}
+	}
+	bn_case("{\"is_training\":false}", DG_F32, "4,3", false);     /* refused: 3 inputs */
+	bn_case("{\"epsilon\":0}", DG_F32, "4,3", false);             /* refused: epsilon */
+	struct dg_tensor *in[3] = { mk(DG_F32, "4,3", G_ANY), mk(DG_F32, "4", G_POS),
+				    mk(DG_F32, "3", G_ANY) };
+	parity_n("FusedBatchNorm", NULL, in, 3, 3, 0, RED);           /* refused: scale [4] */
+	for (int i = 0; i < 3; i++)
+		dg_tensor_free(in[i]);
 }
 
 /* --- the executor on GPU placements (worker/exec.c) ------------------------------------ */
