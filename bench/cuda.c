@@ -1,7 +1,8 @@
 /* bench_cuda: dg's CUDA kernels (dg_cuda_run on device tensors, output
  * allocation from the caching allocator included) against baselines measured
  * in the same run on the same GPU: cublasSgemm called directly for MatMul (and
- * cublasGemmEx with float32 accumulation for float16/bfloat16 MatMul), and
+ * cublasGemmEx with float32 accumulation for float16/bfloat16 MatMul) and for
+ * Conv2D (the sgemm of its im2col shape on patches already in memory), and
  * cudaMemcpy device-to-device bandwidth for Add and Sum; then one training step
  * of the 784-256-10 MLP (batch 64) run by dg_exec_run on /gpu:0 against the CPU.
  * The one file outside kernels/cuda that includes CUDA headers: its baselines
@@ -155,6 +156,53 @@ static void bench_matmul(struct dg_cuda_stream *s, cublasHandle_t h, cudaStream_
 	cudaFree(c);
 	dg_cuda_tensor_free(a);
 	dg_cuda_tensor_free(b);
+}
+
+/* Conv2D forward, 3x3 SAME stride 1 on [n, hw, hw, c] to oc channels, against
+ * cublasSgemm of its im2col shape called directly: [M = n*hw*hw, K = 9c] x [K,
+ * oc], the product dg computes after building the patches (in blocks of images
+ * when they exceed its bound). The ratio sgemm / Conv2D is what the patches
+ * cost; target at least 0.5. */
+static void bench_conv(struct dg_cuda_stream *s, cublasHandle_t h, cudaStream_t cs, int64_t n,
+		       int64_t hw, int64_t c, int64_t oc, int reps)
+{
+	int64_t xd[4] = { n, hw, hw, c }, fd[4] = { 3, 3, c, oc };
+	struct dg_cuda_tensor *x = dev_f32(s, 4, xd, 6), *f = dev_f32(s, 4, fd, 7);
+	const struct dg_cuda_tensor *in[2] = { x, f };
+	int64_t m = n * hw * hw, k = 9 * c;
+	double t[32], tdg, tref, flop = 2.0 * (double)m * (double)k * (double)oc;
+	const float one = 1.0f, zero = 0.0f;
+	int batch = flop < 2e10 ? 20 : 4;       /* >= 2 ms a sample */
+	void *col, *y;
+
+	cuda_ok(cudaMalloc(&col, (size_t)(m * k) * sizeof(float)), "cudaMalloc");
+	cuda_ok(cudaMalloc(&y, (size_t)(m * oc) * sizeof(float)), "cudaMalloc");
+	/* finite, non-zero patches (0x3c3c3c3c is about 0.0115) */
+	cuda_ok(cudaMemsetAsync(col, 0x3c, (size_t)(m * k) * sizeof(float), cs), "cudaMemsetAsync");
+	tdg = time_dg(s, "Conv2D", "{\"padding\":\"SAME\"}", in, 2, reps, batch);
+	for (int r = -1; r < reps; r++) {
+		double t0 = bench_now_s();
+		/* row-major y[M, oc] = col[M, K] f[K, oc], as dg calls it */
+		for (int b = 0; b < batch; b++)
+			blas_ok(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)oc, (int)m, (int)k,
+					    &one, f->data, (int)oc, col, (int)k, &zero, y, (int)oc),
+				"cublasSgemm");
+		cuda_ok(cudaStreamSynchronize(cs), "sync");
+		if (r >= 0)
+			t[r] = (bench_now_s() - t0) / batch;
+	}
+	tref = bench_median(t, reps);
+	printf("Conv2D [%lld,%lld,%lld,%lld] 3x3x%lld SAME f32  dg %8.3f ms %8.1f GFLOP/s | "
+	       "cuBLAS sgemm [%lld,%lld]x[%lld,%lld] %8.3f ms | ratio %.3f%s\n", (long long)n,
+	       (long long)hw, (long long)hw, (long long)c, (long long)oc, tdg * 1e3,
+	       flop / tdg * 1e-9, (long long)m, (long long)k, (long long)k, (long long)oc,
+	       tref * 1e3, tref / tdg, tref / tdg < 0.5 ? "  (below 0.5)" : "");
+	if (tref / tdg < 0.5)
+		failures++;
+	cudaFree(col);
+	cudaFree(y);
+	dg_cuda_tensor_free(x);
+	dg_cuda_tensor_free(f);
 }
 
 /* Device-to-device copy of `bytes`: seconds per copy (the bandwidth baseline:
@@ -315,6 +363,12 @@ int main(int argc, char **argv)
 			continue;
 		bench_matmul(s, h, cs, DG_F16, sizes[i], quick ? 3 : 7);
 		bench_matmul(s, h, cs, DG_BF16, sizes[i], quick ? 3 : 7);
+	}
+	/* a mid-network layer, an early wide one (its patches in blocks), a deep one */
+	bench_conv(s, h, cs, 32, 28, 128, 128, quick ? 3 : 7);
+	if (!quick) {
+		bench_conv(s, h, cs, 64, 56, 64, 64, 7);
+		bench_conv(s, h, cs, 16, 14, 256, 256, 7);
 	}
 	bench_bandwidth(s, cs, (int64_t)1 << (quick ? 24 : 26), quick ? 3 : 7);
 	bench_mlp(quick ? 10 : 50);
