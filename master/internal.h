@@ -100,6 +100,12 @@ void master_jobs_free(struct master *m);
 bool master_is_variable(const struct dg_node *n);
 bool master_is_apply(const struct dg_node *n);
 const char *master_apply_rule(const struct dg_node *n);
+/* The Minimize op (minimize.c); whether g has one; g replaced by itself with
+ * each Minimize lowered to its loss's gradient, an ApplyGradient per trained
+ * Variable and the Concat of their new versions (jobs of plain steps). */
+const struct dg_op_def *master_minimize_op(void);
+bool master_has_minimize(const struct dg_graph *g);
+enum dg_status master_lower_minimize(struct dg_graph **g, struct dg_err *err);
 /* The Variable node the ApplyGradient node n updates, or -1 with *err set. */
 int master_apply_target(const struct dg_graph *g, int n, struct dg_err *err);
 /* ApplyGradient node n's gradient has its Variable's dtype and known shape. */

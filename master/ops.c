@@ -265,7 +265,7 @@ static pthread_once_t registered = PTHREAD_ONCE_INIT;
 static void register_ops(void)
 {
 	const struct dg_op_def *ops[] = { &variable_def, &apply_def, &ema_def, &assign_def,
-					   &assign_add_def, master_queue_op() };
+					   &assign_add_def, master_minimize_op(), master_queue_op() };
 	struct dg_err err = { 0 };
 
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)

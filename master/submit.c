@@ -282,6 +282,8 @@ static enum dg_status job_build(struct master *m, struct job *j, const json_t *b
 	if (st == DG_OK && !training &&
 	    !(j->g = dg_graph_from_json(json_object_get(body, "graph"), master_op_find, err)))
 		st = err ? err->code : DG_EINVAL;
+	if (st == DG_OK && !training && master_has_minimize(j->g))
+		st = master_lower_minimize(&j->g, err);
 	if (st == DG_OK) {
 		/* The graph is valid: now ask every task what it holds and has. */
 		probe_tasks(m, bytes, gpu, reach, errs, j->task_epoch);

@@ -366,6 +366,14 @@ static enum dg_status build_plan(struct master *m, struct train *tr, const json_
 	json_decref(gdoc);
 	if (!ug)
 		return err ? err->code : DG_EINVAL;
+	if (master_has_minimize(ug)) {
+		dg_graph_free(ug);
+		dg_err_set(err, DG_EINVAL, "a training job's graph has a Minimize node: the "
+			   "training section differentiates its loss itself");
+		dg_err_hint(err, "remove the Minimize node, or submit it without \"training\" "
+			    "to run one step of it");
+		return DG_EINVAL;
+	}
 	st = train_plan_build(ug, &tr->spec, m->cluster, &tr->plan, err);
 	dg_graph_free(ug);
 	return st;

@@ -587,6 +587,65 @@ Test(jobs, assign_and_assign_add_write_the_variable_on_its_ps)
 	dg_http_result_deinit(&res);
 }
 
+/* Minimize (Python's optimizer.minimize) in a plain job: each step fetched runs
+ * the loss's gradient and the sgd apply with the step's feeds; w -> 3 fits
+ * y = 3x. Its errors name the node. */
+Test(jobs, minimize_trains_with_fed_values_in_plain_steps)
+{
+#define W0 "'/job:worker/task:0'"
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	const char *g = "{'graph': {'nodes': ["
+		"{'name':'w','op':'Variable','attrs':{'shape':[1],'var':'test/mw'},'device':" W0 "},"
+		"{'name':'x','op':'Placeholder','attrs':{'shape':[4]},'device':" W0 "},"
+		"{'name':'y','op':'Placeholder','attrs':{'shape':[4]},'device':" W0 "},"
+		"{'name':'p','op':'Mul','inputs':['x','w'],'device':" W0 "},"
+		"{'name':'d','op':'Sub','inputs':['p','y'],'device':" W0 "},"
+		"{'name':'sq','op':'Square','inputs':['d'],'device':" W0 "},"
+		"{'name':'loss','op':'Mean','inputs':['sq'],'device':" W0 "},"
+		"{'name':'w1','op':'Sum','inputs':['w'],'device':" W0 "},"
+		"{'name':'train','op':'Minimize','inputs':['loss'],"
+		"'attrs':{'rule':'sgd','lr':0.05},'device':" W0 "}]}, "
+		"'feeds': {'x': [1.0, 2, 3, 4], 'y': [3.0, 6, 9, 12]}, 'fetch': ['%s']}";
+
+	for (int i = 0; i < 30; i++)
+		fetch_value(g, "train");
+	cr_assert_float_eq(fetch_value(g, "w1"), 3.0, 1e-3);
+	cr_assert_float_eq(fetch_value(g, "loss"), 0.0, 1e-4);
+
+	cr_assert_eq(req("POST", "/v1/jobs", "{'graph': {'nodes': ["
+			 "{'name':'c','op':'Const','attrs':{'value':1.5},'device':" W0 "},"
+			 "{'name':'t','op':'Minimize','inputs':['c'],'attrs':{'rule':'sgd'},"
+			 "'device':" W0 "}]}, 'fetch': ['t']}", NULL, 0, &res, &err), DG_EINVAL);
+	cr_assert_eq(res.status, 400);
+	cr_assert(strstr(err.msg, "node 't' (Minimize): the loss depends on no float Variable"),
+		  "%s", err.msg);
+	dg_http_result_deinit(&res);
+	cr_assert_eq(req("POST", "/v1/jobs", "{'graph': {'nodes': ["
+			 "{'name':'c','op':'Const','attrs':{'value':1.5},'device':" W0 "},"
+			 "{'name':'t','op':'Minimize','inputs':['c'],'attrs':{'rule':'sgd',"
+			 "'variables':['c']},'device':" W0 "}]}, 'fetch': ['t']}", NULL, 0, &res,
+			 &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "attr 'variables' names 'c', which is not a float Variable"),
+		  "%s", err.msg);
+	dg_http_result_deinit(&res);
+	cr_assert_eq(req("POST", "/v1/jobs", "{'graph': {'nodes': ["
+			 "{'name':'c','op':'Const','attrs':{'value':1.5},'device':" W0 "},"
+			 "{'name':'t','op':'Minimize','inputs':['c'],'attrs':{'rule':'sgdd'},"
+			 "'device':" W0 "}]}, 'fetch': ['t']}", NULL, 0, &res, &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "attr 'rule' is 'sgdd'"), "%s", err.msg);
+	dg_http_result_deinit(&res);
+	cr_assert_eq(req("POST", "/v1/jobs", "{'graph': {'nodes': ["
+			 "{'name':'w','op':'Variable','attrs':{'shape':[1],'var':'test/mw'}},"
+			 "{'name':'loss','op':'Sum','inputs':['w']},"
+			 "{'name':'t','op':'Minimize','inputs':['loss'],'attrs':{'rule':'sgd'}}],"
+			 "'training': {'loss': 'loss', 'steps': 1, 'optimizer': {'rule': 'sgd', "
+			 "'lr': 0.1}}}}", NULL, 0, &res, &err), DG_EINVAL);
+	cr_assert(strstr(err.msg, "a training job's graph has a Minimize node"), "%s", err.msg);
+	dg_http_result_deinit(&res);
+#undef W0
+}
+
 /* Async training where every step subtracts exactly 0.5 from w (loss = sum(w * 1), sgd lr
  * 0.5), 2 replicas, an eval of w every 3 steps: an eval that sees exactly b steps of each
  * replica reads w = -0.5 * 2b = -b, at mean replica step b. Without eval.barrier the
