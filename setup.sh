@@ -12,11 +12,12 @@ cd "$(dirname "$0")"
 # libclang-rt-14-dev (libFuzzer's runtime, which clang does not pull in without
 # recommends) build the fuzz targets (doc/fuzzing.md). python3-torch: the
 # convolution tests compare with PyTorch's (test/integration/conv_torch.py),
-# and bench/train's baselines are PyTorch.
+# and bench/train's baselines are PyTorch. iproute2: the Python seed programs'
+# test runs them on their own ports in a private network namespace (ip link).
 PACKAGES="gcc pkg-config meson ninja-build python3 libjansson-dev libopenblas-dev
 libopenblas0-pthread libmicrohttpd-dev libcurl4-openssl-dev libfuse3-dev fuse3 zlib1g-dev
 libcriterion-dev dataset-fashion-mnist python3-numpy python3-torch attr curl clang
-libclang-rt-14-dev openssl"
+libclang-rt-14-dev openssl iproute2"
 
 say() { printf '==> %s\n' "$*"; }
 
@@ -61,11 +62,33 @@ configure() {
 # directory configured before keeps the level it was made with.
 STRICT="-Dwarning_level=3 -Dwerror=true"
 
-# build [meson options...]: the release build in build/.
+# build [meson options...]: the release build in build/, and the Python
+# package (python/dg) made importable by Debian's python3 from this tree.
 build() {
 	say "building (build/)"
 	configure build "$@"
 	ninja -C build
+	python_path
+}
+
+# A .pth file in Debian's python3 module path that points at python/, so that
+# /usr/bin/python3 -c 'import dg' works after a build (as pip install -e
+# would); without root or sudo, the PYTHONPATH line to use instead.
+python_path() {
+	site=$(/usr/bin/python3 -c 'import site; print([p for p in site.getsitepackages() if p.startswith("/usr/local/")][0])' 2>/dev/null) || site=""
+	pth="$site/dg-source.pth"
+	if [ -n "$site" ] && [ "$(cat "$pth" 2>/dev/null)" = "$PWD/python" ]; then
+		return
+	fi
+	if [ -n "$site" ] && { [ "$(id -u)" -eq 0 ] || command -v sudo >/dev/null 2>&1; }; then
+		SUDO=""
+		[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+		$SUDO mkdir -p "$site"
+		echo "$PWD/python" | $SUDO tee "$pth" >/dev/null
+		say "python3 imports dg from $PWD/python ($pth)"
+	else
+		say "to import dg in python3: export PYTHONPATH=$PWD/python"
+	fi
 }
 
 demo() {

@@ -200,20 +200,23 @@ class Server:
         self._address = "%s:%d" % (host, port)
 
     def _pump(self, proc):
-        """Copy the server's stderr to ours, keeping the last lines for errors."""
+        """Copy the server's stderr to ours, keeping the last lines for errors.
+        With $DG_SERVER_QUIET=1 its own "dg: " lines are not copied (anything
+        else, such as a sanitizer's report, still is)."""
         quiet = os.environ.get("DG_SERVER_QUIET") == "1"
         for raw in proc.stderr:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self._tail = (self._tail + [line])[-20:]
-            if not quiet:
+            if not (quiet and (line.startswith("dg: ") or " dg: " in line[:40])):
                 print(line, file=sys.stderr, flush=True)
 
     def join(self):
         """Wait until the server stops (for ever, unless it is stopped or fails)."""
-        if self._proc is None:
-            raise RuntimeError("the server is not started")
+        p = self._proc
+        if p is None:
+            raise RuntimeError("the server is not started (or was stopped)")
         try:
-            rc = self._proc.wait()
+            rc = p.wait()
         except KeyboardInterrupt:
             self.stop()
             raise
@@ -230,6 +233,7 @@ class Server:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        self._proc = None
         if self in _servers:
             _servers.remove(self)
         if self._tmp is not None:
