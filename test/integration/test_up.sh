@@ -50,7 +50,22 @@ check() {
 out_has() { grep -qF -- "$1" "$TMP/out"; }
 err_has() { grep -qF -- "$1" "$TMP/err"; }
 # A pid that runs and is not a zombie.
-alive() { [[ -r /proc/$1/stat ]] && ! awk '{ exit !($3 == "Z" || $3 == "X") }' "/proc/$1/stat" 2>/dev/null; }
+# The stat file is read once: a zombie reaped between two reads is gone, not
+# alive (a second read that fails must not count as "not a zombie").
+alive() {
+	local s
+	s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+	s=${s##*) }
+	[[ -n $s && ${s:0:1} != Z && ${s:0:1} != X ]]
+}
+# none_alive PID...: no pid runs; a survivor's stat line goes to stderr.
+none_alive() {
+	local p
+	for p in "$@"; do
+		alive "$p" && { cat "/proc/$p/stat" >&2; return 1; }
+	done
+	return 0
+}
 # Column COL of the status table row of task TASK (BYTES takes two: "0 B").
 col() { awk -v t="$1" -v c="$2" '$1 == t { print $c }' "$TMP/out"; }
 
@@ -170,10 +185,7 @@ check "dg down (no --dir: the last dg up) stops the live tasks" \
 	bash -c "test $rc = 0 && grep -qF 'stopped 3 tasks of $C' '$TMP/out'"
 # Gone: no /proc entry, or dead but not reaped (Z, X), as dg down decides; a
 # survivor's state is printed.
-check "no server of the cluster is left" \
-	bash -c "for p in ${pids[*]}; do [[ -r /proc/\$p/stat ]] &&
-		 ! awk '{ exit !(\$3 == \"Z\" || \$3 == \"X\") }' /proc/\$p/stat &&
-		 { cat /proc/\$p/stat; exit 1; }; done; exit 0"
+check "no server of the cluster is left" none_alive "${pids[@]}"
 check "dg down removed the pid and port files and the link" \
 	bash -c "! ls '$C'/*.pid '$C'/*.port >/dev/null 2>&1 &&
 		 test ! -e '$XDG_RUNTIME_DIR/dg/cluster.json' &&
