@@ -118,7 +118,8 @@ static const json_t *find_queue(const json_t *nodes, const char *name)
 	return NULL;
 }
 
-/* Give queue op node n the components and ids of the Queue it names. */
+/* Check that queue op node n names a Queue; give an enqueue or dequeue the
+ * components and ids of that Queue. */
 static enum dg_status expand_node(const json_t *nodes, json_t *n, struct dg_err *err)
 {
 	const char *name = json_string_value(json_object_get(n, "name"));
@@ -135,6 +136,8 @@ static enum dg_status expand_node(const json_t *nodes, json_t *n, struct dg_err 
 			    "{\"capacity\": ..., \"components\": [...]}}", q);
 		return DG_EINVAL;
 	}
+	if (strcmp(op_of(n), "QueueDequeueMany") != 0 && strcmp(op_of(n), "QueueEnqueueMany") != 0)
+		return DG_OK;   /* QueueSize, QueueClose, QueueAck: the name is all they need */
 	qa = json_object_get(qn, "attrs");
 	comps = json_object_get(qa, "components");
 	ids = json_object_get(qa, "ids");

@@ -419,6 +419,13 @@ enum dg_status master_job_start(struct master *m, const char *id, struct dg_err 
 		claimed = true;
 	}
 	pthread_mutex_unlock(&m->mu);
+	/* A plain job's queues exist before its fragments run: created on their
+	 * ps when missing, kept (with what they hold) when there with the same
+	 * settings, so that one job enqueues and a later one dequeues. A
+	 * training job creates its queue in its thread (train_feed.c). */
+	for (int n = 0; st == DG_OK && !j->tr && n < j->g->n_nodes; n++)
+		if (master_is_queue(&j->g->nodes[n]))
+			st = master_queue_create(m, &j->g->nodes[n], j->pl.task[n], false, err);
 	/* A training job registers its fragments in its thread (train_setup):
 	 * after the variables are initialised and their sync steps read. */
 	for (int i = 0; st == DG_OK && !j->tr && i < j->part.n_init; i++)

@@ -587,6 +587,47 @@ Test(jobs, assign_and_assign_add_write_the_variable_on_its_ps)
 	dg_http_result_deinit(&res);
 }
 
+/* A Queue in plain jobs (Python's FIFOQueue in sess.run): the first job that
+ * names it creates it on its task, later ones find what the earlier ones
+ * enqueued; QueueSize and QueueClose need only its name; the same name with
+ * other settings is refused before anything runs. */
+Test(jobs, a_queue_outlives_the_plain_job_that_made_it)
+{
+#define W0 "'/job:worker/task:0'"
+#define Q "{'name':'pq','op':'Queue','attrs':{'capacity':%d,'components':" \
+	"[{'dtype':'float32','shape':[2]}]},'device':" W0 "},"
+	struct dg_http_result res;
+	struct dg_err err = { 0 };
+	char g[1024], body[1024];
+	const char *nodes = "{'graph': {'nodes': [" Q
+		"{'name':'v','op':'Const','attrs':{'value':[[1.0,2],[3,4],[5,6]]},'device':" W0 "},"
+		"{'name':'enq','op':'QueueEnqueueMany','inputs':['v'],'attrs':{'queue':'pq',"
+		"'epochs':1,'shuffle':false,'close':false},'device':" W0 "},"
+		"{'name':'size','op':'QueueSize','attrs':{'queue':'pq'},'device':" W0 "},"
+		"{'name':'close','op':'QueueClose','attrs':{'queue':'pq'},'device':" W0 "},"
+		"{'name':'d','op':'QueueDequeueMany','attrs':{'queue':'pq','batch':2},'device':" W0 "},"
+		"{'name':'s','op':'Sum','inputs':['d'],'device':" W0 "}]}, 'fetch': ['%%s']}";
+
+	/* Each fetch once: cr_assert_float_eq would run its job twice. */
+	const char *order[] = { "enq", "size", "s", "size", "close" };
+	const double want[] = { 3, 3, 10 /* 1 + 2 + 3 + 4: FIFO */, 1, 1 };
+	snprintf(g, sizeof g, nodes, 10);
+	for (int i = 0; i < 5; i++) {
+		double got = fetch_value(g, order[i]);
+		cr_assert_float_eq(got, want[i], 1e-6, "%s: %g", order[i], got);
+	}
+
+	snprintf(g, sizeof g, nodes, 20);
+	snprintf(body, sizeof body, g, "size");
+	cr_assert_eq(req("POST", "/v1/jobs", body, NULL, 0, &res, &err), DG_EEXIST, "%s",
+		     err.msg);
+	cr_assert_eq(res.status, 409);
+	cr_assert(strstr(err.msg, "queue 'pq' exists with capacity 10, not 20"), "%s", err.msg);
+	dg_http_result_deinit(&res);
+#undef Q
+#undef W0
+}
+
 /* Minimize (Python's optimizer.minimize) in a plain job: each step fetched runs
  * the loss's gradient and the sgd apply with the step's feeds; w -> 3 fits
  * y = 3x. Its errors name the node. */
