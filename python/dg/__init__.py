@@ -12,6 +12,7 @@ from .framework import (DeviceSpec, Dimension, Graph, GraphKeys, Operation, Tens
                         convert_to_tensor, device, get_collection, get_default_graph, group,
                         name_scope, no_op, reset_default_graph, set_random_seed)
 from .ops import *                                              # noqa: F401,F403
+from .queues import FIFOQueue, QueueBase, RandomShuffleQueue   # noqa: F401
 from .session import ConfigProto, InteractiveSession, Session, get_default_session  # noqa: F401
 from .variables import *                                        # noqa: F401,F403
 from .variables import glorot_uniform_initializer as glorot_uniform  # noqa: F401

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import ssl
+import threading
 
 import numpy as np
 
@@ -52,13 +53,30 @@ def split_target(target):
 
 
 class Client:
-    """Requests to one server over one kept-alive connection."""
+    """Requests to one server over a kept-alive connection per thread (a
+    session is used by queue runners' threads and the caller's at once)."""
 
     def __init__(self, address, token=None, timeout=600):
         self.scheme, self.address = split_target(address)
         self.token = token
         self.timeout = timeout
-        self._conn = None
+        self._tl = threading.local()
+        self._lock = threading.Lock()
+        self._all = set()               # every thread's open connection, for close()
+
+    @property
+    def _conn(self):
+        return getattr(self._tl, "conn", None)
+
+    @_conn.setter
+    def _conn(self, conn):
+        old = getattr(self._tl, "conn", None)
+        with self._lock:
+            if old is not None:
+                self._all.discard(old)
+            if conn is not None:
+                self._all.add(conn)
+        self._tl.conn = conn
 
     def _connect(self):
         host, _, port = self.address.rpartition(":")
@@ -69,10 +87,19 @@ class Client:
                                                context=ctx)
         return http.client.HTTPConnection(host, int(port), timeout=self.timeout)
 
-    def close(self):
+    def _drop(self):
+        """Close this thread's connection."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def close(self):
+        """Close every thread's connection (a later request opens a new one)."""
+        with self._lock:
+            conns, self._all = self._all, set()
+        for c in conns:
+            c.close()
+        self._tl.conn = None
 
     def request(self, method, path, body=None, headers=None, ok=(200, 201, 204)):
         """(status, response headers, body bytes); an answer outside ``ok`` raises
@@ -94,16 +121,16 @@ class Client:
                 data = resp.read()
                 break
             except _RETRYABLE as e:
-                self.close()
+                self._drop()
                 if fresh or attempt:    # a kept-alive connection the server closed: once more
                     raise errors.from_dg("unavailable", "cannot reach %s://%s: %s"
                                          % (self.scheme, self.address, e)) from None
             except OSError as e:
-                self.close()
+                self._drop()
                 raise errors.from_dg("unavailable", "cannot reach %s://%s: %s"
                                      % (self.scheme, self.address, e)) from None
         if resp.getheader("Connection", "").lower() == "close":
-            self.close()
+            self._drop()
         if resp.status not in ok:
             raise error_of(resp.status, data, "%s %s" % (method, path))
         return resp.status, resp, data

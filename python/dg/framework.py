@@ -28,6 +28,7 @@ class GraphKeys:
     TRAIN_OP = "train_op"
     UPDATE_OPS = "update_ops"
     LOSSES = "losses"
+    QUEUE_RUNNERS = "queue_runners"
 
 
 # --- shapes ------------------------------------------------------------------
@@ -75,6 +76,15 @@ class TensorShape:
 
     def is_fully_defined(self):
         return self._dims is not None and all(d is not None for d in self._dims)
+
+    def is_compatible_with(self, other):
+        """Whether the two shapes can be the same: equal ranks and sizes where
+        both are known (an unknown rank fits any)."""
+        other = TensorShape(other)
+        if self._dims is None or other._dims is None:
+            return True
+        return len(self._dims) == len(other._dims) and all(
+            a is None or b is None or a == b for a, b in zip(self._dims, other._dims))
 
     def num_elements(self):
         if not self.is_fully_defined():
@@ -257,11 +267,12 @@ class Operation:
 
     def _deps(self):
         """The operations this node needs in a graph document: its inputs' and,
-        for an update of a Variable, that Variable's."""
+        for an update of a Variable or a use of a Queue, that node's."""
         deps = [t.op for t in self.inputs]
-        var = self.attrs.get("variable") if isinstance(self.attrs, dict) else None
-        if var is not None:
-            deps.append(self.graph.get_operation_by_name(var))
+        for key in ("variable", "queue"):
+            ref = self.attrs.get(key) if isinstance(self.attrs, dict) else None
+            if ref is not None:
+                deps.append(self.graph.get_operation_by_name(ref))
         return deps + list(self.control_inputs)
 
     def run(self, feed_dict=None, session=None):

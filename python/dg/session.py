@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.parse
 
 import numpy as np
@@ -146,6 +147,7 @@ class Session:
         self._timeout_ms = timeout_ms
         self._client = Client(self.target, self._token) if self.target else None
         self._local = None
+        self._local_lock = threading.Lock()     # queue runners' threads share the session
         self._closed = False
         self._docs = {}
         self._entered = []
@@ -270,11 +272,14 @@ class Session:
     def _job_client(self):
         if self._client is not None:
             return self._client
-        if self._local is None:
-            from .train import Server
-            srv = Server.create_local_server(config=self.config)
-            self._local = (srv, Client(srv.target, self._token))
-        return self._local[1]
+        with self._local_lock:
+            if self._local is None:
+                from .train import Server
+                srv = Server.create_local_server(config=self.config, start=False)
+                srv._quiet = True
+                srv.start()
+                self._local = (srv, Client(srv.target, self._token))
+            return self._local[1]
 
     def _run_job(self, ops, refs, feeds):
         c = self._job_client()

@@ -137,6 +137,7 @@ class Server:
         self._proc = None
         self._tmp = None
         self._tail = []
+        self._quiet = False
         if start:
             self.start()
 
@@ -201,9 +202,10 @@ class Server:
 
     def _pump(self, proc):
         """Copy the server's stderr to ours, keeping the last lines for errors.
-        With $DG_SERVER_QUIET=1 its own "dg: " lines are not copied (anything
+        With $DG_SERVER_QUIET=1, and for a session's private server (its errors
+        reach the caller as exceptions), its own "dg: " lines are not copied (anything
         else, such as a sanitizer's report, still is)."""
-        quiet = os.environ.get("DG_SERVER_QUIET") == "1"
+        quiet = self._quiet or os.environ.get("DG_SERVER_QUIET") == "1"
         for raw in proc.stderr:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             self._tail = (self._tail + [line])[-20:]
@@ -456,10 +458,23 @@ def training_graph(train_op, epochs=None, steps=None, batch=None, metrics=None, 
         section["reinit"] = True
     section.update(extra or {})
     want = [loss] + list(metrics.values()) + list(eval.values())
+    ops = _needed_ops(g, want)
+    # A queue's enqueue_many ops are the job's feeders (TensorFlow's queue
+    # runners): the training section sets their epochs, and they close the
+    # queue after the last one.
+    queues = {o.name for o in ops if o.type == "Queue"}
+    feeders = [o for o in g._ops
+               if o.type == "QueueEnqueueMany" and o.attrs.get("queue") in queues]
+    if feeders:
+        keep = {id(o) for o in ops + _needed_ops(g, [f.outputs[0] for f in feeders])}
+        ops = [o for o in g._ops if id(o) in keep]
     out = {"version": 1}
     if doc:
         out["doc"] = doc
-    out.update(g.as_graph_def(ops=[o for o in _needed_ops(g, want) if o.type != "Minimize"]))
+    out.update(g.as_graph_def(ops=[o for o in ops if o.type != "Minimize"]))
+    for n in out["nodes"]:
+        if n["op"] == "QueueEnqueueMany" and n.get("attrs", {}).get("close") is False:
+            n["attrs"] = {k: v for k, v in n["attrs"].items() if k != "close"}
     if eval:
         out["fetch"] = [t._ref for t in eval.values()]
     out["training"] = section
@@ -526,3 +541,11 @@ def fit(train_op, target=None, cluster=None, token_file=None, progress=True, **k
 def _fw_dumps(doc):
     from .framework import pretty
     return pretty(doc)
+
+
+# --- input threads (queue_runner.py) ----------------------------------------------
+from .queue_runner import (Coordinator, QueueRunner, add_queue_runner,  # noqa: E402
+                           batch, shuffle_batch, start_queue_runners)
+
+__all__ += ["Coordinator", "QueueRunner", "add_queue_runner", "start_queue_runners", "batch",
+            "shuffle_batch"]
