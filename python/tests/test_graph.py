@@ -7,18 +7,11 @@ import unittest
 import numpy as np
 
 import dg as tf
+import util
 from util import SRC
 
 
-class Fresh(unittest.TestCase):
-    def setUp(self):
-        self.g = tf.Graph()
-        self.cm = self.g.as_default()
-        self.cm.__enter__()
-
-    def tearDown(self):
-        self.cm.__exit__(None, None, None)
-
+class Fresh(util.Fresh):
     def nodes(self):
         return {n["name"]: n for n in self.g.as_graph_def()["nodes"]}
 

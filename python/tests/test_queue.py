@@ -13,23 +13,11 @@ import unittest
 import numpy as np
 
 import dg as tf
-from util import ASAN, SRC, cluster, tmpdir
+from util import ASAN, SRC, Fresh, cluster, tmpdir
 
 os.environ.setdefault("DG_SERVER_QUIET", "1")
 DATA = "/usr/share/datasets/fashion-mnist/"
 HAVE_DATA = os.path.exists(DATA + "train-images-idx3-ubyte.gz")
-
-
-class Fresh(unittest.TestCase):
-    """Each test builds in a graph of its own."""
-
-    def setUp(self):
-        self.g = tf.Graph()
-        self.ctx = self.g.as_default()
-        self.ctx.__enter__()
-
-    def tearDown(self):
-        self.ctx.__exit__(None, None, None)
 
 
 class Queues(Fresh):

@@ -8,19 +8,9 @@ import unittest
 import numpy as np
 
 import dg as tf
-from util import SRC, cluster, free_ports, tmpdir
+from util import SRC, Fresh, cluster, free_ports, tmpdir
 
 os.environ.setdefault("DG_SERVER_QUIET", "1")
-
-
-class Fresh(unittest.TestCase):
-    def setUp(self):
-        self.g = tf.Graph()
-        self.cm = self.g.as_default()
-        self.cm.__enter__()
-
-    def tearDown(self):
-        self.cm.__exit__(None, None, None)
 
 
 class Local(Fresh):

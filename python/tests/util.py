@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import tempfile
+import unittest
 
 import dg
 
@@ -62,3 +63,16 @@ def run_dg(*args, **kw):
 
 def tmpdir():
     return tempfile.TemporaryDirectory(prefix="dg-pytest-")
+
+
+class Fresh(unittest.TestCase):
+    """A test case whose every test builds in a graph of its own (self.g, the
+    default graph while the test runs)."""
+
+    def setUp(self):
+        self.g = dg.Graph()
+        self.cm = self.g.as_default()
+        self.cm.__enter__()
+
+    def tearDown(self):
+        self.cm.__exit__(None, None, None)
