@@ -128,6 +128,19 @@ int64_t master_queue_bytes(const struct dg_node *n);
 enum dg_status master_queue_create(struct master *m, const struct dg_node *qn, int task,
 				   bool fresh, struct dg_err *err);
 
+/* The update rule's attrs, shared by ApplyGradient (ops.c) and Minimize
+ * (minimize.c), whose inference is ApplyGradient's. */
+#define MASTER_RULE_ATTRS \
+	{ "rule", DG_ATTR_STRING, true, "sgd, momentum, adam, adagrad or rmsprop" }, \
+	{ "lr", DG_ATTR_FLOAT, false, "learning rate (> 0)" }, \
+	{ "momentum", DG_ATTR_FLOAT, false, "momentum (rules momentum, rmsprop)" }, \
+	{ "nesterov", DG_ATTR_BOOL, false, "Nesterov momentum" }, \
+	{ "beta1", DG_ATTR_FLOAT, false, "adam beta1" }, \
+	{ "beta2", DG_ATTR_FLOAT, false, "adam beta2" }, \
+	{ "eps", DG_ATTR_FLOAT, false, "adam/rmsprop epsilon" }, \
+	{ "rho", DG_ATTR_FLOAT, false, "rmsprop decay" }, \
+	{ "init", DG_ATTR_FLOAT, false, "adagrad/rmsprop accumulator start" }
+
 /* ------------------------------------------------ jobs (job.c and the files it names) */
 
 enum job_state { JOB_CREATED, JOB_RUNNING, JOB_DONE, JOB_FAILED, JOB_CANCELED };

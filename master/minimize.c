@@ -16,15 +16,7 @@
 static const struct dg_attr_spec minimize_attrs[] = {
 	{ "variables", DG_ATTR_JSON, false, "names of the Variable nodes to train (default: "
 	  "every float Variable the loss depends on)" },
-	{ "rule", DG_ATTR_STRING, true, "sgd, momentum, adam, adagrad or rmsprop" },
-	{ "lr", DG_ATTR_FLOAT, false, "learning rate (> 0)" },
-	{ "momentum", DG_ATTR_FLOAT, false, "momentum (rules momentum, rmsprop)" },
-	{ "nesterov", DG_ATTR_BOOL, false, "Nesterov momentum" },
-	{ "beta1", DG_ATTR_FLOAT, false, "adam beta1" },
-	{ "beta2", DG_ATTR_FLOAT, false, "adam beta2" },
-	{ "eps", DG_ATTR_FLOAT, false, "adam/rmsprop epsilon" },
-	{ "rho", DG_ATTR_FLOAT, false, "rmsprop decay" },
-	{ "init", DG_ATTR_FLOAT, false, "adagrad/rmsprop accumulator start" },
+	MASTER_RULE_ATTRS,
 	{ NULL, 0, false, NULL },
 };
 

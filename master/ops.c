@@ -67,15 +67,7 @@ const struct dg_op_def *place_variable_op(void)
 
 static const struct dg_attr_spec apply_attrs[] = {
 	{ "variable", DG_ATTR_STRING, true, "the Variable node the gradient updates" },
-	{ "rule", DG_ATTR_STRING, true, "sgd, momentum, adam, adagrad or rmsprop" },
-	{ "lr", DG_ATTR_FLOAT, false, "learning rate (> 0)" },
-	{ "momentum", DG_ATTR_FLOAT, false, "momentum (rules momentum, rmsprop)" },
-	{ "nesterov", DG_ATTR_BOOL, false, "Nesterov momentum" },
-	{ "beta1", DG_ATTR_FLOAT, false, "adam beta1" },
-	{ "beta2", DG_ATTR_FLOAT, false, "adam beta2" },
-	{ "eps", DG_ATTR_FLOAT, false, "adam/rmsprop epsilon" },
-	{ "rho", DG_ATTR_FLOAT, false, "rmsprop decay" },
-	{ "init", DG_ATTR_FLOAT, false, "adagrad/rmsprop accumulator start" },
+	MASTER_RULE_ATTRS,
 	{ "schedule", DG_ATTR_STRING, false, "constant (default), step or exponential" },
 	{ "every", DG_ATTR_INT, false, "schedule period in training steps (>= 1)" },
 	{ "factor", DG_ATTR_FLOAT, false, "schedule decay factor (> 0)" },
