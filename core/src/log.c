@@ -74,13 +74,8 @@ static void default_sink(enum dg_log_level l, const char *component, const char 
 	char ts[40] = "";
 
 	if (timestamps) {
-		int64_t ms = dg_wall_ms();
-		time_t sec = (time_t)(ms / 1000);
-		struct tm tm;
-
-		gmtime_r(&sec, &tm);
-		size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-		snprintf(ts + n, sizeof ts - n, ".%03dZ ", (int)(ms % 1000));
+		dg_iso8601_ms(dg_wall_ms(), ts, sizeof ts - 1);
+		strcat(ts, " ");
 	}
 	/* "dg: warn: blas: text" for warnings and errors, "dg: blas: text" below. */
 	fprintf(stderr, "%sdg: %s%s%s\n", ts, l >= DG_LOG_WARN ? names[l] : "",

@@ -91,3 +91,15 @@ Test(clock, a_monotonic_condvar_times_out_at_the_deadline)
 	cr_assert(dg_deadline_expired(d), "woke %lld ns early", (long long)(d.ns - dg_mono_ns()));
 	pthread_cond_destroy(&cv);
 }
+
+Test(clock, iso8601_has_milliseconds_and_utc)
+{
+	char buf[32], small[10];
+
+	dg_iso8601_ms(1796454638709, buf, sizeof buf);
+	cr_assert_str_eq(buf, "2026-12-05T07:10:38.709Z");
+	dg_iso8601_ms(0, buf, sizeof buf);
+	cr_assert_str_eq(buf, "1970-01-01T00:00:00.000Z");
+	dg_iso8601_ms(1796454638709, small, sizeof small);     /* too small: empty, bounded */
+	cr_assert_str_eq(small, "");
+}

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <time.h>
 
 /* ---- now ---- */
@@ -44,6 +45,25 @@ static inline double dg_wall_s(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ms milliseconds since the Unix epoch as ISO 8601 UTC with milliseconds,
+ * "2026-12-05T07:10:39.123Z" (24 characters; buf holds at least 25). What
+ * log lines and watch events print. */
+static inline void dg_iso8601_ms(int64_t ms, char *buf, size_t n)
+{
+	time_t sec = (time_t)(ms / 1000);
+	struct tm tm;
+	size_t k = 0;
+
+	if (n == 0)
+		return;
+	if (gmtime_r(&sec, &tm))
+		k = strftime(buf, n, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (k)
+		snprintf(buf + k, n - k, ".%03dZ", (int)(ms % 1000));
+	else
+		buf[0] = '\0';         /* strftime's buffer is unspecified when it fails */
 }
 
 /* ---- deadlines ---- */
