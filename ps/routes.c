@@ -18,6 +18,7 @@
 #include "dg/wire.h"
 #include "dg_config.h"
 #include "routes.h"
+#include "watch.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
 #define MAX_EXAMPLES ((int64_t)1 << 31)   /* examples per enqueue/dequeue request */
@@ -427,16 +428,102 @@ static enum dg_status var_wait_slice(void *arg, int64_t slice_ms, struct dg_err 
 
 /* --------------------------------------------------------- variable routes */
 
+/* ------------------------------------------------------------- the watch */
+
+struct watch_out {
+	struct dg_buf *b;
+	enum dg_status st;
+};
+
+static void watch_line(void *ud, const struct ps_watch_event *e)
+{
+	struct watch_out *o = ud;
+	json_t *j = json_pack("{s:I, s:s, s:I, s:s, s:f}", "seq", (json_int_t)e->seq, "name",
+			      e->name, "version", (json_int_t)e->version, "event",
+			      ps_watch_kind_name(e->kind), "time", e->time);
+	char *line = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+	if (!line || dg_buf_append(o->b, line, strlen(line), NULL) != DG_OK ||
+	    dg_buf_append(o->b, "\n", 1, NULL) != DG_OK)
+		o->st = DG_ENOMEM;
+	free(line);
+	json_decref(j);
+}
+
+/* GET /v1/vars?watch=1[&after=SEQ][&epoch=E][&prefix=P][&max=N][&timeout_ms=T]:
+ * the changes after position SEQ (default: from now), as JSON lines, once
+ * there is at least one or after T ms (none); Dg-Count says where to
+ * resume. A position this run cannot answer for (fallen out of the log, or
+ * of another epoch) gives one line {"event":"reset"}: re-read what you keep. */
+static enum dg_status h_var_watch(struct ps_ctx *c, struct dg_http_req *r,
+				  struct dg_http_resp *w, struct dg_err *err)
+{
+	struct ps_watch *wl = ps_store_watch(c->store);
+	int64_t after, epoch, max, timeout;
+	uint64_t next = 0;
+	bool reset = false;
+	enum dg_status st;
+	char seq[24];
+
+	if ((st = query_range(r, "after", 0, 0, INT64_MAX, &after, err)) != DG_OK ||
+	    (st = query_range(r, "epoch", 0, 0, INT64_MAX, &epoch, err)) != DG_OK ||
+	    (st = query_range(r, "max", 1000, 1, 100000, &max, err)) != DG_OK ||
+	    (st = query_range(r, "timeout_ms", DEFAULT_TIMEOUT_MS, 0, PS_MAX_TIMEOUT_MS,
+			      &timeout, err)) != DG_OK)
+		return st;
+	if (!dg_http_query(r, "after"))
+		after = (int64_t)ps_watch_seq(wl);      /* from now */
+	struct watch_out o = { .b = dg_http_body_buf(w, "application/x-ndjson"), .st = DG_OK };
+	if (!o.b)
+		return dg_err_set(err, DG_ENOMEM, "out of memory watching");
+	if (epoch && (uint64_t)epoch != ps_store_epoch(c->store)) {
+		reset = true;
+		next = ps_watch_seq(wl);
+	} else {
+		/* in slices, so that a stopping server is not held up */
+		struct dg_deadline dl = dg_deadline_in_ms(timeout);
+		int got;
+		for (;;) {
+			int64_t left = dg_deadline_left_ms(dl);
+			got = ps_watch_read(wl, (uint64_t)after, dg_http_query(r, "prefix"), (int)max,
+					    left < PS_WAIT_SLICE_MS ? left : PS_WAIT_SLICE_MS,
+					    watch_line, &o, &next, &reset);
+			after = (int64_t)next;
+			if (got > 0 || reset || left <= PS_WAIT_SLICE_MS ||
+			    atomic_load(&c->stopping))
+				break;
+		}
+	}
+	if (reset) {
+		char line[64];
+		int n = snprintf(line, sizeof line, "{\"event\":\"reset\",\"seq\":%" PRIu64 "}\n",
+				 next);
+		if (dg_buf_append(o.b, line, (size_t)n, NULL) != DG_OK)
+			o.st = DG_ENOMEM;
+	}
+	if (o.st != DG_OK)
+		return dg_err_set(err, o.st, "out of memory watching");
+	snprintf(seq, sizeof seq, "%" PRIu64, next);
+	dg_http_add_header(w, "Dg-Count", seq);
+	dg_http_set_status(w, 200);
+	return DG_OK;
+}
+
 static enum dg_status h_var_list(void *vc, struct dg_http_req *r, struct dg_http_resp *w,
 				 struct dg_err *err)
 {
 	struct ps_ctx *c = vc;
 	struct dg_var_info *v = NULL;
-	json_t *list = json_array();
+	json_t *list = NULL;
 	enum dg_status st;
+	bool watch;
 	int n = 0;
 
-	if (!list)
+	if ((st = query_flag(r, "watch", &watch, err)) != DG_OK)
+		return st;
+	if (watch)
+		return h_var_watch(c, r, w, err);
+	if (!(list = json_array()))
 		return dg_err_set(err, DG_ENOMEM, "out of memory listing variables");
 	st = ps_store_list(c->store, dg_http_query(r, "prefix"), &v, &n, err);
 	for (int i = 0; st == DG_OK && i < n; i++) {
@@ -1504,7 +1591,7 @@ static enum dg_status h_metrics(void *vc, struct dg_http_req *r, struct dg_http_
 const struct dg_route ps_routes[] = {
 	{ "GET", "/v1/health", h_health, "server status as JSON" },
 	{ "GET", "/v1/metrics", h_metrics, "Prometheus text metrics" },
-	{ "GET", "/v1/vars", h_var_list, "list variables (?prefix=P)" },
+	{ "GET", "/v1/vars", h_var_list, "list variables (?prefix=P); ?watch=1: their changes" },
 	{ "POST", "/v1/vars/{name...}/apply", h_var_apply, "apply an update rule (?rows=)" },
 	{ "POST", "/v1/vars/{name...}/rows", h_var_rows, "read the rows a body of indices names" },
 	{ "GET", "/v1/vars/{name...}", h_var_get,

@@ -20,12 +20,16 @@
 #include "dg/log.h"
 #include "persist.h"
 #include "store_internal.h"
+#include "watch.h"
 
 /* Versions are reserved in blocks of this size by a logged, fsync'ed
  * RESERVE record: one fsync per million changes keeps versions above every
  * one handed out before a crash, applies included (they are not logged). */
 #define VERSION_BLOCK ((uint64_t)1 << 20)
 #define MAX_LOCKED (1 + PS_MAX_SLOTS)
+/* Changes the change log keeps for watchers that resume (watch.h): a few
+ * seconds of a fast training job's applies; ~1.3 MiB. */
+#define PS_WATCH_EVENTS 16384
 
 /* --- value blocks ------------------------------------------------------------------- */
 
@@ -174,7 +178,8 @@ struct ps_store {
 					     * (under err_mu, not ckpt_mu: health must not
 					     * wait for a snapshot being written) */
 	pthread_mutex_t err_mu;
-	atomic_bool disk_full;          /* the last write to the data dir found it full */
+	atomic_bool disk_full;
+	struct ps_watch *watch;         /* the change log; NULL while recovering */          /* the last write to the data dir found it full */
 
 	pthread_mutex_t thr_mu;
 	pthread_cond_t thr_cv;
@@ -284,9 +289,12 @@ static void stat_add(struct ps_store *s, int64_t vars, int64_t bytes)
 	atomic_fetch_add(&s->stat_bytes, bytes);
 }
 
-/* Replace v's value with b (caller holds v->mu), keeping the byte count.
- * Invariant kept here and in the sync apply: v->val->v.step == v->sync_step. */
-static void var_set_value(struct ps_store *s, struct var *v, struct block *b)
+/* Replace v's value with b (caller holds v->mu), keeping the byte count,
+ * and note the change in the change log (none while recovering: the log is
+ * made after). Invariant kept here and in the sync apply:
+ * v->val->v.step == v->sync_step. */
+static void var_set_value(struct ps_store *s, struct var *v, struct block *b,
+			  enum ps_watch_kind kind)
 {
 	int64_t old = v->val ? (int64_t)v->val->v.nbytes : 0;
 
@@ -297,6 +305,7 @@ static void var_set_value(struct ps_store *s, struct var *v, struct block *b)
 	}
 	stat_add(s, 0, (int64_t)b->v.nbytes - old);
 	pthread_cond_broadcast(&v->cv);
+	ps_watch_note(s->watch, v->name, b->v.version, kind);
 }
 
 /* --- versions ------------------------------------------------------------------------------ */
@@ -517,7 +526,7 @@ static enum dg_status rc_rec(void *ud, const struct ps_wal_rec *r, void *data, s
 		b->v.mtime = r->mtime;
 		if (!v)
 			return rc_add(c, r->name, b, 0, err);
-		var_set_value(c->s, v, b);
+		var_set_value(c->s, v, b, PS_WATCH_APPLY);
 		if (r->type == PS_WAL_ASSIGN && r->step >= 0) {   /* a sync assign's step */
 			v->sync_step = r->step;
 			v->val->v.step = r->step;
@@ -553,6 +562,7 @@ static void store_free(struct ps_store *s)
 		}
 	}
 	free(s->buckets);
+	ps_watch_free(s->watch);
 	ps_wal_close(s->wal);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
@@ -666,12 +676,17 @@ struct ps_store *ps_store_open(const struct ps_store_config *cfg, struct dg_err 
 		s->epoch = 1;
 		atomic_store(&s->next_version, 1);
 		atomic_store(&s->ceiling, UINT64_MAX);
-		return s;
-	}
-	if (store_recover(s, err) != DG_OK) {
+	} else if (store_recover(s, err) != DG_OK) {
 		store_free(s);
 		return NULL;
 	}
+	if (!(s->watch = ps_watch_new(PS_WATCH_EVENTS))) {
+		dg_err_set(err, DG_ENOMEM, "out of memory opening the store");
+		store_free(s);
+		return NULL;
+	}
+	if (!s->dir)
+		return s;
 	if (pthread_create(&s->thr, NULL, ckpt_main, s) != 0) {
 		dg_err_set(err, DG_ENOMEM, "cannot start the checkpoint thread of '%s'", s->dir);
 		store_free(s);
@@ -710,6 +725,11 @@ enum dg_status ps_store_close_final(struct ps_store *s, struct dg_err *out)
 	}
 	store_free(s);
 	return st;
+}
+
+struct ps_watch *ps_store_watch(struct ps_store *s)
+{
+	return s->watch;
 }
 
 uint64_t ps_store_epoch(const struct ps_store *s)
@@ -1216,7 +1236,7 @@ static enum dg_status put_existing(struct ps_store *s, struct var *v, struct blo
 		/* pending sync gradients of another dtype/shape can never be applied */
 		if (v->val->v.dtype != nb->v.dtype || !dg_shape_eq(&v->val->v.shape, &nb->v.shape))
 			acc_reset(&v->acc);
-		var_set_value(s, v, nb);
+		var_set_value(s, v, nb, PS_WATCH_PUT);
 		atomic_fetch_add(&s->changes, 1);
 		*ver = nb->v.version;   /* nb may change in place once v->mu is released */
 	}
@@ -1253,6 +1273,7 @@ static enum dg_status put_new(struct ps_store *s, const char *name, struct block
 		stat_add(s, 1, (int64_t)nb->v.nbytes);
 		atomic_fetch_add(&s->changes, 1);
 		*ver = nb->v.version;
+		ps_watch_note(s->watch, name, nb->v.version, PS_WATCH_PUT);
 	}
 	pthread_mutex_unlock(&v->mu);
 	if (st != DG_OK)
@@ -1393,7 +1414,7 @@ enum dg_status ps_store_patch(struct ps_store *s, const char *name, uint64_t off
 		memcpy((char *)b->mem + offset, p, n);
 		b->v.version = ver;
 		b->v.mtime = now;
-		var_set_value(s, v, b);
+		var_set_value(s, v, b, PS_WATCH_PUT);
 		atomic_fetch_add(&s->changes, 1);
 	} else if (b && b != v->val) {
 		block_release(b);
@@ -1426,14 +1447,12 @@ static enum dg_status delete_one(struct ps_store *s, struct var *v, uint64_t *ls
 {
 	enum dg_status st = DG_OK;
 
+	struct ps_wal_rec r = { .type = PS_WAL_DELETE, .name = v->name, .mtime = dg_wall_s() };
+
 	pthread_mutex_lock(&v->mu);
-	if (s->wal) {
-		struct ps_wal_rec r = { .type = PS_WAL_DELETE, .name = v->name,
-					.mtime = dg_wall_s() };
-		st = version_next(s, &r.version, err);
-		if (st == DG_OK)
-			st = store_append(s, &r, lsn, err);
-	}
+	st = version_next(s, &r.version, err);     /* the delete's version: its event's */
+	if (st == DG_OK && s->wal)
+		st = store_append(s, &r, lsn, err);
 	if (st == DG_OK) {
 		map_remove(s, v);
 		stat_add(s, -1, -(int64_t)v->val->v.nbytes);
@@ -1443,6 +1462,7 @@ static enum dg_status delete_one(struct ps_store *s, struct var *v, uint64_t *ls
 		acc_reset(&v->acc);
 		pthread_cond_broadcast(&v->cv);
 		atomic_fetch_add(&s->changes, 1);
+		ps_watch_note(s->watch, v->name, r.version, PS_WATCH_DELETE);
 	}
 	pthread_mutex_unlock(&v->mu);
 	if (st == DG_OK)
@@ -1975,7 +1995,7 @@ static enum dg_status apply_commit(struct ps_store *s, struct apply_ctx *c, uint
 	for (int i = 0; i <= c->n_slots; i++) {
 		c->out[i]->v.version = ver[i];
 		c->out[i]->v.mtime = now;
-		var_set_value(s, i ? c->slot[i - 1] : c->v, c->out[i]);
+		var_set_value(s, i ? c->slot[i - 1] : c->v, c->out[i], PS_WATCH_APPLY);
 	}
 	atomic_fetch_add(&s->changes, 1);
 	atomic_fetch_add(&c->v->applies[c->a->rule], 1);

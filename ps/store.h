@@ -100,6 +100,9 @@ enum dg_status ps_store_wait_step(struct ps_store *s, const char *name, uint64_t
 				  struct dg_err *err);
 void ps_value_release(struct ps_value *v);   /* NULL is fine */
 
+/* The store's change log (watch.h): every put, patch, apply and delete. */
+struct ps_watch *ps_store_watch(struct ps_store *s);
+
 /* All variables whose name starts with prefix (NULL/"" = all), sorted by
  * name; *out owned (free()). */
 enum dg_status ps_store_list(struct ps_store *s, const char *prefix, struct dg_var_info **out,

@@ -4,6 +4,7 @@
  * and tracks the server's epoch. One kept-alive connection per client, used by
  * one thread at a time; the path and enqueue buffers are reused across calls. */
 #include "dg/client.h"
+#include "dg/clock.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -309,6 +310,79 @@ static enum dg_status list_entry(const json_t *e, struct dg_var_info *v, struct 
 	v->step = json_is_integer(json_object_get(e, "step")) ?
 		  json_integer_value(json_object_get(e, "step")) : -1;
 	return DG_OK;
+}
+
+enum dg_status dg_var_watch(struct dg_client *c, const char *prefix, struct dg_watch_pos *pos,
+			    long timeout_ms, json_t **events, bool *reset, struct dg_err *err)
+{
+	struct dg_http_result *res = res_begin(c);
+	json_t *list = NULL;
+	enum dg_status st;
+
+	*events = NULL;
+	*reset = false;
+	st = path_plain(c, "/v1/vars?watch=1", err);
+	if (st == DG_OK && pos->epoch)
+		st = dg_buf_printf(&c->path, err, "&after=%" PRIu64 "&epoch=%" PRIu64, pos->seq,
+				   pos->epoch);
+	if (st == DG_OK)
+		st = query_int(c, "timeout_ms", timeout_ms, err);
+	if (st == DG_OK && prefix && prefix[0]) {
+		st = dg_buf_append(&c->path, "&prefix=", 8, err);
+		if (st == DG_OK)
+			st = dg_http_escape_path(prefix, &c->path, err);
+	}
+	if (st == DG_OK)
+		st = send_req(c, "GET", NULL, 0, NULL, 0, res, err);
+	if (st == DG_OK && (res->dg_count < 0 || !res->dg_epoch))
+		st = dg_err_set(err, DG_EINVAL, "watch reply from %s has no Dg-Count or Dg-Epoch",
+				dg_http_client_url(c->http));
+	if (st == DG_OK && !(list = json_array()))
+		st = dg_err_set(err, DG_ENOMEM, "out of memory");
+	/* One JSON object a line; a reset line says what to re-read. */
+	for (size_t at = 0; st == DG_OK && at < res->body.len;) {
+		const char *line = res->body.data + at;
+		const char *nl = memchr(line, '\n', res->body.len - at);
+		size_t len = nl ? (size_t)(nl - line) : res->body.len - at;
+		json_error_t je;
+		json_t *e = len ? json_loadb(line, len, 0, &je) : NULL;
+		const char *ev = json_string_value(json_object_get(e, "event"));
+
+		at += len + 1;
+		if (!len)
+			continue;
+		if (!ev) {
+			st = dg_err_set(err, DG_EINVAL, "watch reply from %s: a line that is not "
+					"an event", dg_http_client_url(c->http));
+		} else if (strcmp(ev, "reset") == 0) {
+			*reset = true;
+		} else if (json_array_append(list, e)) {
+			st = dg_err_set(err, DG_ENOMEM, "out of memory");
+		}
+		json_decref(e);
+	}
+	if (st == DG_OK) {
+		pos->seq = (uint64_t)res->dg_count;
+		pos->epoch = res->dg_epoch;
+		*events = list;
+		list = NULL;
+	}
+	json_decref(list);
+	res_end(c);
+	return st;
+}
+
+int dg_watch_event_line(const json_t *ev, const char *task, char *buf, size_t n)
+{
+	char when[32];
+	const char *name = json_string_value(json_object_get(ev, "name"));
+	const char *kind = json_string_value(json_object_get(ev, "event"));
+	double t = json_number_value(json_object_get(ev, "time"));
+
+	dg_iso8601_ms((int64_t)(t * 1000.0), when, sizeof when);
+	return snprintf(buf, n, "%s %s %s %" JSON_INTEGER_FORMAT " %s\n", when, task,
+			name ? name : "?", json_integer_value(json_object_get(ev, "version")),
+			kind ? kind : "?");
 }
 
 enum dg_status dg_var_list(struct dg_client *c, const char *prefix, struct dg_var_info **out,

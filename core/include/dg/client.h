@@ -78,6 +78,24 @@ enum dg_status dg_client_health(struct dg_client *c, json_t **out, struct dg_err
 /* GET /v1/vars: *out is an owned array (free()) of *n entries. */
 enum dg_status dg_var_list(struct dg_client *c, const char *prefix, struct dg_var_info **out,
 			   int *n, struct dg_err *err);
+/* Where a watch of a server's variables stands (dg_var_watch): zero it to
+ * start watching from now. */
+struct dg_watch_pos {
+	uint64_t seq;                   /* the last position seen */
+	uint64_t epoch;                 /* the server's epoch of seq; 0: none yet */
+};
+/* GET /v1/vars?watch=1: the changes of variables whose name starts with
+ * prefix (NULL: all) after *pos, waiting up to timeout_ms for the first.
+ * *events gets an owned JSON array of {"seq","name","version","event"
+ * ("put", "apply" or "delete"),"time"}; *reset is set when the server could
+ * not answer for *pos (it restarted, or the watcher fell too far behind):
+ * re-read what you keep. *pos moves on. */
+enum dg_status dg_var_watch(struct dg_client *c, const char *prefix, struct dg_watch_pos *pos,
+			    long timeout_ms, json_t **events, bool *reset, struct dg_err *err);
+/* One event of dg_var_watch as the line `dg var watch` and the mount's
+ * events file print: "TIME TASK NAME VERSION EVENT\n", TIME in ISO 8601
+ * UTC with milliseconds. Returns its length (snprintf's: truncated at n). */
+int dg_watch_event_line(const json_t *ev, const char *task, char *buf, size_t n);
 /* HEAD: dtype, shape, version, bytes (name filled). */
 enum dg_status dg_var_stat(struct dg_client *c, const char *name, struct dg_var_info *info,
 			   struct dg_err *err);
