@@ -84,6 +84,18 @@ bool cli_ends_with(const char *s, const char *suffix);
  * dg_json_to_tensor reads. Returns a malloc'd copy or NULL (no memory). */
 char *cli_quote_nonfinite(const char *s);
 
+/* `dg var watch` (var_watch.c): print each change of the watched variables
+ * of the targets' tasks until count lines (0: no limit) or timeout_ms
+ * (0: none). Returns the exit status. */
+struct var_watch_args {
+	char **names;                   /* exact names; none: every variable */
+	int n_names;
+	const char *prefix;             /* also names starting with this; NULL: none */
+	int64_t count;
+	int64_t timeout_ms;
+};
+int var_watch_run(struct cli_targets *ts, const struct var_watch_args *a);
+
 /* Print "dg: MSG" and, when err has one, "dg: hint: HINT" to stderr. Returns
  * dg_status_to_exit(err->code). */
 int cli_fail(const struct dg_err *err);

@@ -1,7 +1,7 @@
-/* `dg var ls|get|put|create|rm`: the cluster's variables from the shell, on
- * top of the typed client (core/src/client.c). Variables live on the tasks of
- * job "ps" (every task when there is no such job); a name is looked up on each
- * of them, and a new variable goes to the task holding the fewest bytes (the
+/* `dg var ls|get|put|create|rm|watch` (watch: var_watch.c): the cluster's
+ * variables from the shell, on top of the typed client (core/src/client.c).
+ * Variables live on the tasks of job "ps" (every task when there is no such
+ * job); a name is looked up on each of them, and a new variable goes to the task holding the fewest bytes (the
  * placement rule of DESIGN.md). --server HOST:PORT talks to one server. */
 #include <errno.h>
 #include <getopt.h>
@@ -27,7 +27,8 @@ enum {
 	OPT_CLUSTER = 1 << 0, OPT_SERVER = 1 << 1, OPT_TOKEN = 1 << 2, OPT_LONG = 1 << 3,
 	OPT_FORMAT = 1 << 4, OPT_OUT = 1 << 5, OPT_DTYPE = 1 << 6, OPT_SHAPE = 1 << 7,
 	OPT_VALUE = 1 << 8, OPT_REPLACE = 1 << 9, OPT_IF_VERSION = 1 << 10, OPT_INIT = 1 << 11,
-	OPT_SEED = 1 << 12, OPT_SCALE = 1 << 13,
+	OPT_SEED = 1 << 12, OPT_SCALE = 1 << 13, OPT_PREFIX = 1 << 14, OPT_COUNT = 1 << 15,
+	OPT_TIMEOUT = 1 << 16,
 };
 #define OPT_CONN (OPT_CLUSTER | OPT_SERVER | OPT_TOKEN)
 
@@ -46,6 +47,8 @@ struct var_args {
 	enum init_kind init;
 	int64_t seed;
 	double scale;
+	const char *prefix;             /* watch --prefix */
+	int64_t count, timeout_ms;      /* watch --count, --timeout */
 	char **pos;                     /* positional arguments, borrowed from argv */
 	int n_pos;
 };
@@ -65,6 +68,9 @@ static const struct option long_opts[] = {
 	{ "init", required_argument, NULL, 'i' },
 	{ "seed", required_argument, NULL, 'e' },
 	{ "scale", required_argument, NULL, 'x' },
+	{ "prefix", required_argument, NULL, 'p' },
+	{ "count", required_argument, NULL, 'n' },
+	{ "timeout", required_argument, NULL, 't' },
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
@@ -77,7 +83,8 @@ static const char conn_help[] =
 	"  -h, --help         show this help\n";
 
 static const char var_help[] =
-	"usage: dg var ls|get|put|create|rm ... [--cluster FILE | --server HOST:PORT]\n"
+	"usage: dg var ls|get|put|create|rm|watch ... [--cluster FILE |\n"
+	"                                               --server HOST:PORT]\n"
 	"\n"
 	"List, read, write, create and delete the variables of a cluster's parameter\n"
 	"servers (the tasks of job \"ps\"; every task when the cluster has no such job).\n"
@@ -87,6 +94,7 @@ static const char var_help[] =
 	"  put NAME FILE|--value V [...]   write one from .npy, text, raw or a literal\n"
 	"  create NAME --shape S [...]     create one, initialised here\n"
 	"  rm NAME...                      delete variables (and their slots)\n"
+	"  watch [NAME...] [--prefix P]    a line per change, as it happens\n"
 	"\n"
 	"'dg var SUBCOMMAND --help' describes each. Common options:\n";
 
@@ -98,6 +106,23 @@ static const char ls_help[] =
 	"(NAME.momentum, NAME.adam_m, ...) are listed too.\n"
 	"\n"
 	"  -l, --long         columns NAME DTYPE SHAPE BYTES VERSION MTIME TASK\n";
+
+static const char watch_help[] =
+	"usage: dg var watch [NAME...] [--prefix P] [--count N] [--timeout S]\n"
+	"\n"
+	"Print a line for each change of the named variables (every variable without\n"
+	"a NAME or --prefix), as the ps tasks report it, from now on:\n"
+	"  TIME TASK NAME VERSION EVENT\n"
+	"TIME is ISO 8601 UTC with milliseconds, EVENT put (a write, a patch or a\n"
+	"creation), apply (a gradient or assign) or delete. Slots of optimizers\n"
+	"(NAME.momentum, ...) are variables too. A task that cannot be reached is\n"
+	"retried; a task that restarted is said on stderr (changes may have been\n"
+	"missed there). 'dg var watch w1 --count 1 && ...' acts when w1 changes.\n"
+	"\n"
+	"  --prefix P         also every variable whose name starts with P\n"
+	"  -n, --count N      stop after N lines (exit 0)\n"
+	"  --timeout S        stop after S seconds: exit 0 without --count, else\n"
+	"                     exit 14 (timeout) when fewer than N lines came\n";
 
 static const char get_help[] =
 	"usage: dg var get NAME [--format raw|npy|text] [-o FILE]\n"
@@ -259,6 +284,30 @@ static int parse_opt(int c, const char *arg, char **argv, struct var_args *a)
 		if (errno || !arg[0] || *end || !isfinite(a->scale) || a->scale < 0)
 			return cli_usage(cmd, "--scale '%s' is not a finite number >= 0", arg);
 		break;
+	case 'p':
+		a->given |= OPT_PREFIX;
+		if (!arg[0])
+			return cli_usage(cmd, "--prefix needs a non-empty value");
+		a->prefix = arg;
+		break;
+	case 'n':
+		a->given |= OPT_COUNT;
+		errno = 0;
+		a->count = strtoll(arg, &end, 10);
+		if (errno || !arg[0] || *end || a->count < 1)
+			return cli_usage(cmd, "--count '%s' is not a positive integer", arg);
+		break;
+	case 't': {
+		a->given |= OPT_TIMEOUT;
+		errno = 0;
+		double t = strtod(arg, &end);
+		if (errno || !arg[0] || *end || !isfinite(t) || t <= 0 || t > 1e9)
+			return cli_usage(cmd, "--timeout '%s' is not a number of seconds > 0", arg);
+		a->timeout_ms = (int64_t)(t * 1000.0 + 0.5);
+		if (a->timeout_ms < 1)
+			a->timeout_ms = 1;
+		break;
+	}
 	case ':': return cli_usage(cmd, "option '%s' needs a value", argv[optind - 1]);
 	default: return cli_usage(cmd, "unknown option '%s'", argv[optind - 1]);
 	}
@@ -271,7 +320,7 @@ static const char *opt_name(unsigned b)
 	static const char *const names[] = { "--cluster", "--server", "--token-file", "--long",
 					     "--format", "--out", "--dtype", "--shape", "--value",
 					     "--replace", "--if-version", "--init", "--seed",
-					     "--scale" };
+					     "--scale", "--prefix", "--count", "--timeout" };
 	for (unsigned i = 0; i < sizeof names / sizeof names[0]; i++)
 		if (b == 1u << i)
 			return names[i];
@@ -288,7 +337,7 @@ static int parse_args(const struct sub *s, int argc, char **argv, struct var_arg
 	a->sub = s->name;
 	optind = 0;      /* glibc: full re-initialisation, argv[0] is the subcommand */
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":hlo:", long_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":hlo:n:", long_opts, NULL)) != -1) {
 		if (c == 'h') {
 			fputs(s->help, stdout);
 			fputs("\n", stdout);
@@ -845,6 +894,24 @@ static int cmd_rm(struct var_args *a)
 	return rc;
 }
 
+static int cmd_watch(struct var_args *a)
+{
+	struct dg_err err = { 0 };
+	struct cli_targets ts;
+	int rc;
+
+	for (int i = 0; i < a->n_pos; i++)
+		if (dg_var_name_check(a->pos[i], &err) != DG_OK)
+			return cli_fail(&err);
+	if (targets_open(a, &ts, &err) != DG_OK)
+		return cli_fail(&err);
+	struct var_watch_args w = { .names = a->pos, .n_names = a->n_pos, .prefix = a->prefix,
+				    .count = a->count, .timeout_ms = a->timeout_ms };
+	rc = var_watch_run(&ts, &w);
+	cli_targets_close(&ts);
+	return rc;
+}
+
 /* --- dispatch ----------------------------------------------------------------- */
 
 static const struct sub subs[] = {
@@ -855,6 +922,7 @@ static const struct sub subs[] = {
 	{ "create", cmd_create, OPT_DTYPE | OPT_SHAPE | OPT_INIT | OPT_SEED | OPT_SCALE, 1, 1,
 	  create_help },
 	{ "rm", cmd_rm, 0, 1, -1, rm_help },
+	{ "watch", cmd_watch, OPT_PREFIX | OPT_COUNT | OPT_TIMEOUT, 0, -1, watch_help },
 };
 
 int cmd_var(int argc, char **argv)
@@ -863,7 +931,7 @@ int cmd_var(int argc, char **argv)
 	int rc;
 
 	if (argc < 2)
-		return cli_usage("var", "missing subcommand: ls, get, put, create or rm");
+		return cli_usage("var", "missing subcommand: ls, get, put, create, rm or watch");
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
 		fputs(var_help, stdout);
@@ -880,5 +948,6 @@ int cmd_var(int argc, char **argv)
 	if (argv[1][0] == '-')
 		return cli_usage("var", "'%s' before the subcommand: options go after it, e.g. "
 				 "'dg var ls --cluster FILE'", argv[1]);
-	return cli_usage("var", "unknown subcommand '%s' (ls, get, put, create, rm)", argv[1]);
+	return cli_usage("var", "unknown subcommand '%s' (ls, get, put, create, rm, watch)",
+			 argv[1]);
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `dg var ls|get|put|create|rm` end to end against real parameter servers on
+# `dg var ls|get|put|create|rm|watch` end to end against real parameter servers on
 # loopback ports: one ps, then a cluster of two ps tasks (fewest-bytes
 # placement, lookup across tasks), a token-protected server of a cluster
 # without a "ps" job, and bad inputs with their exit codes and messages.
@@ -10,8 +10,9 @@ DG=${1:?usage: test_ps_cli.sh PATH/TO/dg}
 TMP=$(mktemp -d)
 pids=()
 
+wpids=()         # dg var watch runs (not servers: not in the SIGTERM check)
 cleanup() {
-	kill_wait "${pids[@]}"
+	kill_wait "${pids[@]}" "${wpids[@]}"
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -309,6 +310,73 @@ run var rm small2 "${C2[@]}"
 check_out "rm finds the task holding the name" 0 "removed small2 from ps/1"
 run var get small2 "${C2[@]}"
 check_err "not found on any of the ps tasks" 3 "not found on any of the 2 ps tasks"
+
+# --- dg var watch: the changes of both ps tasks, as they happen ----------------------
+# wait_for FILE TEXT: up to 10 s for TEXT in FILE.
+wait_for() {
+	local i
+	for ((i = 0; i < 200; i++)); do
+		grep -qF -- "$2" "$1" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	return 1
+}
+"$DG" var watch small big --prefix n --count 3 --timeout 30 "${C2[@]}" \
+	>"$TMP/watch.out" 2>"$TMP/watch.err" &
+wpid=$!
+wpids+=($wpid)
+wait_for "$TMP/watch.err" "dg: watching 2 tasks (ps/0, ps/1)" &&
+	ok "dg var watch says which tasks it watches" || not_ok "dg var watch says which tasks it watches"
+"$DG" var put other "${C2[@]}" --value '[1]' >/dev/null       # not watched
+"$DG" var put small "${C2[@]}" --value '[1,1,1,1,1,1,1,1,1,1]' >/dev/null
+"$DG" var create nx "${C2[@]}" --shape 2 >/dev/null
+"$DG" var rm big "${C2[@]}" >/dev/null
+wrc=0
+wait "$wpid" || wrc=$?
+if [[ $wrc -eq 0 && $(wc -l <"$TMP/watch.out") -eq 3 ]] &&
+	grep -qE '^20[0-9-]{8}T[0-9:.]{12}Z ps/1 small [0-9]+ put$' "$TMP/watch.out" &&
+	grep -qE ' ps/[01] nx [0-9]+ put$' "$TMP/watch.out" &&
+	grep -qE ' ps/0 big [0-9]+ delete$' "$TMP/watch.out" && ! grep -q other "$TMP/watch.out"; then
+	ok "three lines: the put of small, the new nx (--prefix), the delete of big; exit 0"
+else
+	not_ok "three lines: the put of small, the new nx (--prefix), the delete of big; exit 0"
+	cat "$TMP/watch.out" "$TMP/watch.err"
+fi
+run var watch zzz --count 1 --timeout 0.3 "${C2[@]}"
+check_err "fewer lines than --count within --timeout: exit 14" 14 "0 of 1 changes in 0.3 s"
+run var watch --count 0 "${C2[@]}"
+check_err "--count 0 is a usage error" 1 "--count '0' is not a positive integer"
+run var watch 'a b' "${C2[@]}"
+check_err "a bad name is refused" 2 "variable name 'a b'"
+
+# A watched server that restarts (kill -9, same port, its data dir): the
+# watcher says changes may have been missed there, and goes on.
+start_server wr '{"ps": ["127.0.0.1:0"]}' --job ps --task 0 --data-dir "$TMP/wr.data"
+PW=$PORT
+wr_pid=${pids[-1]}
+unset 'pids[-1]'        # killed below: not in the SIGTERM check
+"$DG" var watch --server "127.0.0.1:$PW" --count 1 --timeout 60 \
+	>"$TMP/watch2.out" 2>"$TMP/watch2.err" &
+wpid=$!
+wpids+=($wpid)
+wait_for "$TMP/watch2.err" "dg: watching 1 task"
+exec 3>&2 2>/dev/null   # bash's "Killed" notice of the reaped server
+kill -9 "$wr_pid"
+wait "$wr_pid" || true
+exec 2>&3 3>&-
+rm -f "$TMP/wr2.port"
+start_server wr2 "{\"ps\": [\"127.0.0.1:$PW\"]}" --job ps --task 0 --data-dir "$TMP/wr.data"
+wait_for "$TMP/watch2.err" "answers again"
+"$DG" var put after --server "127.0.0.1:$PW" --value '[2]' >/dev/null
+wrc=0
+wait "$wpid" || wrc=$?
+if [[ $wrc -eq 0 ]] && grep -qF "restarted or its change log moved on (epoch 2)" "$TMP/watch2.err" &&
+	grep -qE ' after [0-9]+ put$' "$TMP/watch2.out"; then
+	ok "after a restart: changes may have been missed (epoch 2), then the new put"
+else
+	not_ok "after a restart: changes may have been missed (epoch 2), then the new put"
+	cat "$TMP/watch2.out" "$TMP/watch2.err"
+fi
 
 # --- a token server in a cluster without a "ps" job ---------------------------------
 echo "tok-$$-secret" >"$TMP/token"
