@@ -118,6 +118,10 @@ const struct dg_op_def *master_queue_op(void);
  * (QueueDequeueMany, QueueEnqueueMany, QueueAck, QueueClose, QueueSize). */
 bool master_is_queue(const struct dg_node *n);
 bool master_is_queue_op(const struct dg_node *n);
+/* What exists on the ps tasks that answered the health probe (reach[t] ==
+ * DG_OK): variable name -> cluster task index, and "queue:NAME" -> task for
+ * queues (place_opts.existing). Owned; NULL when out of memory. */
+json_t *master_probe_existing(struct master *m, const enum dg_status *reach);
 /* The Queue node that queue op n names in attr "queue", or -1. */
 int master_queue_of(const struct dg_graph *g, int n);
 /* The bytes a Queue node's queue holds when full (placement by bytes). */

@@ -229,6 +229,41 @@ static enum dg_status check_keys(const json_t *body, struct dg_err *err)
 	return DG_OK;
 }
 
+json_t *master_probe_existing(struct master *m, const enum dg_status *reach)
+{
+	json_t *o = json_object();
+
+	/* where variables live: the ps tasks, or every task without a ps job */
+	bool has_ps = dg_cluster_job_size(m->cluster, "ps") > 0;
+
+	for (int t = 0; o && t < m->cluster->n_tasks; t++) {
+		struct dg_var_info *vars = NULL;
+		int n = 0;
+		if ((has_ps && strcmp(m->cluster->tasks[t].job, "ps") != 0) || reach[t] != DG_OK)
+			continue;
+		struct dg_client *c = dg_client_new(m->cluster->tasks[t].address, m->token, NULL);
+		json_t *queues = NULL, *q;
+		size_t k;
+		if (c && dg_var_list(c, "", &vars, &n, NULL) == DG_OK)
+			for (int i = 0; i < n; i++)
+				json_object_set_new(o, vars[i].name, json_integer(t));
+		/* Queues as "queue:NAME" (place.c): a queue fed from outside stays
+		 * where it is. */
+		if (c && dg_queue_list(c, &queues, NULL) == DG_OK)
+			json_array_foreach(json_object_get(queues, "queues"), k, q) {
+				char key[DG_VAR_NAME_MAX + 8];
+				const char *name = json_string_value(json_object_get(q, "name"));
+				snprintf(key, sizeof key, "queue:%s", name ? name : "");
+				if (name)
+					json_object_set_new(o, key, json_integer(t));
+			}
+		json_decref(queues);
+		free(vars);
+		dg_client_free(c);
+	}
+	return o;
+}
+
 /* A job of plain steps: the graph placed and cut with the body's feeds and
  * fetches, its explanation, its literal feeds. */
 static enum dg_status build_steps(struct master *m, struct job *j, const json_t *body,
@@ -239,6 +274,16 @@ static enum dg_status build_steps(struct master *m, struct job *j, const json_t 
 	int n_feeds = 0, n_fetch = 0;
 	enum dg_status st;
 
+	/* Variables and queues that exist stay where they are: a later step of
+	 * the same Session must find what an earlier one wrote, whatever the
+	 * bytes on each ps say now. */
+	bool stateful = false;
+	for (int n = 0; n < j->g->n_nodes && !stateful; n++)
+		stateful = master_is_variable(&j->g->nodes[n]) || master_is_queue(&j->g->nodes[n]);
+	json_t *existing = NULL;
+	if (stateful && !(existing = master_probe_existing(m, reach)))
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	po->existing = existing;
 	if ((st = feed_names(body, &feeds, &n_feeds, err)) != DG_OK ||
 	    (st = fetch_names(body, &fetch, &n_fetch, err)) != DG_OK ||
 	    (st = place_graph(j->g, m->cluster, po, &j->pl, err)) != DG_OK ||
@@ -254,6 +299,8 @@ static enum dg_status build_steps(struct master *m, struct job *j, const json_t 
 	if ((st = job_arrays(j, err)) == DG_OK && (st = literal_feeds(j, body, err)) == DG_OK)
 		st = job_check_used(m, j, reach, errs, err);
 out:
+	po->existing = NULL;
+	json_decref(existing);
 	free(feeds);
 	free(fetch);
 	return st;

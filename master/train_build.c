@@ -22,40 +22,6 @@
 
 /* ------------------------------------------------------------ training: build */
 
-/* The variables that exist now: name -> cluster task index, from GET /v1/vars
- * on every ps task that answered the health probe. Owned. */
-static json_t *probe_vars(struct master *m, const enum dg_status *reach)
-{
-	json_t *o = json_object();
-
-	for (int t = 0; o && t < m->cluster->n_tasks; t++) {
-		struct dg_var_info *vars = NULL;
-		int n = 0;
-		if (strcmp(m->cluster->tasks[t].job, "ps") != 0 || reach[t] != DG_OK)
-			continue;
-		struct dg_client *c = dg_client_new(m->cluster->tasks[t].address, m->token, NULL);
-		json_t *queues = NULL, *q;
-		size_t k;
-		if (c && dg_var_list(c, "", &vars, &n, NULL) == DG_OK)
-			for (int i = 0; i < n; i++)
-				json_object_set_new(o, vars[i].name, json_integer(t));
-		/* Queues as "queue:NAME" (place.c): a queue fed from outside stays
-		 * where it is. */
-		if (c && dg_queue_list(c, &queues, NULL) == DG_OK)
-			json_array_foreach(json_object_get(queues, "queues"), k, q) {
-				char key[DG_VAR_NAME_MAX + 8];
-				const char *name = json_string_value(json_object_get(q, "name"));
-				snprintf(key, sizeof key, "queue:%s", name ? name : "");
-				if (name)
-					json_object_set_new(o, key, json_integer(t));
-			}
-		json_decref(queues);
-		free(vars);
-		dg_client_free(c);
-	}
-	return o;
-}
-
 /* The fragment of rp holding the _Send of fetch key `key` (fetch_local: on
  * the task that produces the value), or -1. */
 static int fetch_fragment(const struct replica *rp, const char *key)
@@ -390,7 +356,7 @@ enum dg_status train_build(struct master *m, struct job *j, const json_t *body,
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	if ((st = build_plan(m, j->tr, body, err)) != DG_OK)
 		return st;
-	if (!(existing = probe_vars(m, reach)))
+	if (!(existing = master_probe_existing(m, reach)))
 		return dg_err_set(err, DG_ENOMEM, "out of memory");
 	po->existing = existing;
 	if ((st = build_replicas(m, j->tr, po, existing, err)) == DG_OK &&

@@ -587,6 +587,25 @@ Test(jobs, assign_and_assign_add_write_the_variable_on_its_ps)
 	dg_http_result_deinit(&res);
 }
 
+/* A Variable placed by the master (no device) stays on the task that holds
+ * it: a later job reads what an earlier one wrote, although the bytes on
+ * the tasks would now send a new variable to the other one. */
+Test(jobs, a_variable_is_found_where_an_earlier_job_put_it)
+{
+	const char *g = "{'graph': {'nodes': ["
+		"{'name':'w','op':'Variable','attrs':{'shape':[1000],'init':'zeros',"
+		"'var':'test/placed'}},"
+		"{'name':'five','op':'Fill','attrs':{'shape':[1000],'value':5.0}},"
+		"{'name':'a','op':'Assign','inputs':['five'],'attrs':{'variable':'w'}},"
+		"{'name':'s','op':'Sum','inputs':['w']}]}, 'fetch': ['%s']}";
+
+	fetch_value(g, "a");
+	for (int i = 0; i < 3; i++) {
+		double got = fetch_value(g, "s");
+		cr_assert_float_eq(got, 5000.0, 1e-6, "read %d: %g", i, got);
+	}
+}
+
 /* A Queue in plain jobs (Python's FIFOQueue in sess.run): the first job that
  * names it creates it on its task, later ones find what the earlier ones
  * enqueued; QueueSize and QueueClose need only its name; the same name with
