@@ -122,6 +122,8 @@ bool master_is_queue_op(const struct dg_node *n);
  * DG_OK): variable name -> cluster task index, and "queue:NAME" -> task for
  * queues (place_opts.existing). Owned; NULL when out of memory. */
 json_t *master_probe_existing(struct master *m, const enum dg_status *reach);
+/* A Queue node's queue's name on its ps: attr shared_name, else its name. */
+const char *master_queue_ps_name(const struct dg_node *qn);
 /* The Queue node that queue op n names in attr "queue", or -1. */
 int master_queue_of(const struct dg_graph *g, int n);
 /* The bytes a Queue node's queue holds when full (placement by bytes). */

@@ -171,7 +171,7 @@ static enum dg_status mark_needed(struct cutter *ct, const struct dg_edge *fetch
 }
 
 /* Queue op n on its task (inputs taken): "ps" is the task that holds its
- * Queue, whose name is the queue's on that ps. */
+ * Queue, "queue" that Queue's name there (master_queue_ps_name). */
 static enum dg_status cut_queue_op(struct cutter *ct, int n, json_t *inputs, struct dg_err *err)
 {
 	const struct dg_node *nd = &ct->g->nodes[n];
@@ -184,7 +184,8 @@ static enum dg_status cut_queue_op(struct cutter *ct, int n, json_t *inputs, str
 				  "Queue node", nd->name, nd->op->name);
 	}
 	if (!(a = json_deep_copy(nd->attrs)) ||
-	    json_object_set_new(a, "ps", json_string(ct->c->tasks[ct->p->task[q]].address))) {
+	    json_object_set_new(a, "ps", json_string(ct->c->tasks[ct->p->task[q]].address)) ||
+	    json_object_set_new(a, "queue", json_string(master_queue_ps_name(&ct->g->nodes[q])))) {
 		json_decref(a);
 		json_decref(inputs);
 		return dg_err_set(err, DG_ENOMEM, "out of memory");

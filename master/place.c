@@ -344,7 +344,7 @@ static int existing_task(const struct placer *pl, int n)
 	if (!pl->o || !json_is_object(pl->o->existing))
 		return -1;
 	if (master_is_queue(nd))
-		snprintf(key, sizeof key, "queue:%s", nd->name);
+		snprintf(key, sizeof key, "queue:%s", master_queue_ps_name(nd));
 	v = json_object_get(pl->o->existing, master_is_queue(nd) ? key : var ? var : nd->name);
 	if (!json_is_integer(v) || json_integer_value(v) < 0 ||
 	    json_integer_value(v) >= pl->c->n_tasks)

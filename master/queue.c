@@ -25,15 +25,31 @@ static const struct dg_attr_spec queue_attrs[] = {
 	{ "components", DG_ATTR_JSON, true, "[{\"dtype\", \"shape\"}] of one example" },
 	{ "ids", DG_ATTR_INT, false, "the component holding each example's id (an int64 or "
 	  "int32 scalar)" },
+	{ "shared_name", DG_ATTR_STRING, false, "the queue's name on its ps (default: the "
+	  "node's; Python gives a session's own queues a name of their own)" },
 	{ NULL, 0, false, NULL },
 };
 
-/* The node's attrs are a queue's settings (doc/http-api.md): one rule. */
+/* The node's attrs are a queue's settings (doc/http-api.md): one rule; and
+ * shared_name a name a queue can have. */
 static enum dg_status queue_infer(struct dg_infer_ctx *c)
 {
 	struct dg_queue_spec s;
+	const char *shared = json_string_value(json_object_get(c->attrs, "shared_name"));
+	enum dg_status st;
 
-	return dg_queue_spec_from_json(c->attrs, &s, c->err);
+	if (shared && (st = dg_var_name_check(shared, c->err)) != DG_OK) {
+		dg_err_prefix(c->err, "attr 'shared_name'");
+		return st;
+	}
+	/* shared_name is the node's, not the queue settings' */
+	json_t *a = json_deep_copy(c->attrs);
+	if (!a)
+		return dg_err_set(c->err, DG_ENOMEM, "out of memory");
+	json_object_del(a, "shared_name");
+	st = dg_queue_spec_from_json(a, &s, c->err);
+	json_decref(a);
+	return st;
 }
 
 static const struct dg_op_def queue_def = {
@@ -56,6 +72,13 @@ const struct dg_op_def *master_queue_op(void)
 bool master_is_queue(const struct dg_node *n)
 {
 	return n->op == &queue_def;
+}
+
+const char *master_queue_ps_name(const struct dg_node *qn)
+{
+	const char *shared = json_string_value(json_object_get(qn->attrs, "shared_name"));
+
+	return shared ? shared : qn->name;
 }
 
 bool master_is_queue_op(const struct dg_node *n)
@@ -190,23 +213,31 @@ enum dg_status master_queue_create(struct master *m, const struct dg_node *qn, i
 	struct dg_client *c;
 	enum dg_status st;
 
-	if ((st = dg_queue_spec_from_json(qn->attrs, &s, err)) != DG_OK)
+	const char *name = master_queue_ps_name(qn);
+	json_t *a = json_deep_copy(qn->attrs);
+
+	if (!a)
+		return dg_err_set(err, DG_ENOMEM, "out of memory");
+	json_object_del(a, "shared_name");
+	st = dg_queue_spec_from_json(a, &s, err);
+	json_decref(a);
+	if (st != DG_OK)
 		return st;
 	if (!(c = dg_client_new(addr, m->token, err)))
 		return err ? err->code : DG_ENOMEM;
 	if (fresh) {
 		/* A job that feeds the queue starts it empty and open: what an
 		 * earlier job left (closed, counted) must not end this one. */
-		st = dg_queue_delete(c, qn->name, err);
+		st = dg_queue_delete(c, name, err);
 		if (st == DG_ENOTFOUND) {
 			dg_err_clear(err);
 			st = DG_OK;
 		}
 	}
 	if (st == DG_OK)
-		st = dg_queue_create(c, qn->name, &s, err);
+		st = dg_queue_create(c, name, &s, err);
 	if (st != DG_OK)
-		dg_err_prefix(err, "creating queue '%s' on %s", qn->name, addr);
+		dg_err_prefix(err, "creating queue '%s' on %s", name, addr);
 	dg_client_free(c);
 	return st;
 }

@@ -207,7 +207,7 @@ static enum dg_status build_replicas(struct master *m, struct train *tr, struct 
 				json_object_set_new(existing, var,
 						    json_integer(tr->reps[0].pl.task[n]));
 			if (master_is_queue(nd)) {
-				snprintf(key, sizeof key, "queue:%s", nd->name);
+				snprintf(key, sizeof key, "queue:%s", master_queue_ps_name(nd));
 				json_object_set_new(existing, key,
 						    json_integer(tr->reps[0].pl.task[n]));
 			}

@@ -145,7 +145,7 @@ enum dg_status train_input_plan(const struct dg_graph *g, const bool *need,
 		dg_err_hint(err, "read them with IdxReader, NpyReader or CsvReader, or give \"steps\"");
 		return DG_EINVAL;
 	}
-	if (!(out->queue = strdup(g->nodes[q].name)) ||
+	if (!(out->queue = strdup(master_queue_ps_name(&g->nodes[q]))) ||
 	    !(out->dequeue = strdup(g->nodes[dq].name)) ||
 	    (feeder >= 0 && !(out->feeder = strdup(g->nodes[feeder].name))) ||
 	    (feeder >= 0 && !(out->feed_doc = feed_doc(g, feeder, s))))

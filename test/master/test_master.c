@@ -608,8 +608,9 @@ Test(jobs, a_variable_is_found_where_an_earlier_job_put_it)
 
 /* A Queue in plain jobs (Python's FIFOQueue in sess.run): the first job that
  * names it creates it on its task, later ones find what the earlier ones
- * enqueued; QueueSize and QueueClose need only its name; the same name with
- * other settings is refused before anything runs. */
+ * enqueued (also under another node name with attr shared_name); QueueSize
+ * and QueueClose need only its name; the same name with other settings is
+ * refused before anything runs. */
 Test(jobs, a_queue_outlives_the_plain_job_that_made_it)
 {
 #define W0 "'/job:worker/task:0'"
@@ -635,6 +636,15 @@ Test(jobs, a_queue_outlives_the_plain_job_that_made_it)
 		double got = fetch_value(g, order[i]);
 		cr_assert_float_eq(got, want[i], 1e-6, "%s: %g", order[i], got);
 	}
+
+	/* another node naming the same queue by its shared_name */
+	const char *shared = "{'graph': {'nodes': ["
+		"{'name':'mine','op':'Queue','attrs':{'capacity':10,'shared_name':'pq',"
+		"'components':[{'dtype':'float32','shape':[2]}]},'device':" W0 "},"
+		"{'name':'n','op':'QueueSize','attrs':{'queue':'mine'},'device':" W0 "}]},"
+		"'fetch': ['%s']}";
+	double left = fetch_value(shared, "n");
+	cr_assert_float_eq(left, 1.0, 1e-9, "%g", left);
 
 	snprintf(g, sizeof g, nodes, 20);
 	snprintf(body, sizeof body, g, "size");
