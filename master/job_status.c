@@ -109,6 +109,16 @@ static json_t *job_json_locked(const struct master *m, const struct job *j, bool
 							      g->nodes[n].name, "device",
 							      g->nodes[n].device));
 	json_object_set_new(o, "soft", soft);
+	/* Where its queues are (their ps names): a Python Session deletes its
+	 * own when it closes. */
+	json_t *queues = json_array();
+	for (int n = 0; n < g->n_nodes; n++)
+		if (master_is_queue(&g->nodes[n]) && pl->task[n] >= 0)
+			json_array_append_new(queues, json_pack(
+				"{s:s, s:s, s:s}", "node", g->nodes[n].name, "name",
+				master_queue_ps_name(&g->nodes[n]), "address",
+				m->cluster->tasks[pl->task[n]].address));
+	json_object_set_new(o, "queues", queues);
 	/* The whole map only for graphs a person would read; explain has the rest. */
 	for (int n = 0; n < g->n_nodes && n < 10000; n++) {
 		place_node_device(m->cluster, pl, n, dev, sizeof dev);
