@@ -125,10 +125,13 @@ class Client:
                 if fresh or attempt:    # a kept-alive connection the server closed: once more
                     raise errors.from_dg("unavailable", "cannot reach %s://%s: %s"
                                          % (self.scheme, self.address, e)) from None
-            except OSError as e:
+            except (OSError, http.client.HTTPException) as e:
+                # HTTPException: the connection was closed under this thread
+                # (the session closed while a queue runner's request ran)
                 self._drop()
                 raise errors.from_dg("unavailable", "cannot reach %s://%s: %s"
-                                     % (self.scheme, self.address, e)) from None
+                                     % (self.scheme, self.address, e or type(e).__name__)
+                                     ) from None
         if resp.getheader("Connection", "").lower() == "close":
             self._drop()
         if resp.status not in ok:

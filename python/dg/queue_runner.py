@@ -38,9 +38,11 @@ class Coordinator:
 
     def request_stop(self, ex=None):
         """Ask every thread to stop; ex (an exception, or sys.exc_info()) is
-        raised by join unless it is a clean stop (OutOfRangeError)."""
+        raised by join unless it is a clean stop (OutOfRangeError). As in
+        TensorFlow, only the first exception before the stop counts: threads
+        failing while they stop do not."""
         with self._lock:
-            if ex is not None and self._exc_info is None:
+            if ex is not None and self._exc_info is None and not self._stop.is_set():
                 if isinstance(ex, tuple):
                     info = ex
                 else:
@@ -135,7 +137,7 @@ class QueueRunner:
                     if last:
                         try:
                             sess.run(self.close_op)
-                        except errors.OpError:
+                        except Exception:   # noqa: BLE001 -- closed already, or the session
                             pass
                     return
         except Exception as e:
@@ -225,7 +227,7 @@ def _batch(queue, keys, tensors, batch_size, num_threads, enqueue_many,
     add_queue_runner(QueueRunner(queue, [op] * num_threads))
     out = (queue.dequeue_up_to(batch_size, name=name) if allow_smaller_final_batch
            else queue.dequeue_many(batch_size, name=name))
-    if not isinstance(out, list):
+    if not isinstance(out, (list, dict)):
         out = [out]
     return dict(zip(keys, out)) if keys is not None else (out[0] if len(out) == 1 else out)
 
@@ -233,24 +235,30 @@ def _batch(queue, keys, tensors, batch_size, num_threads, enqueue_many,
 def batch(tensors, batch_size, num_threads=1, capacity=32, enqueue_many=False, shapes=None,
           dynamic_pad=False, allow_smaller_final_batch=False, shared_name=None, name=None):
     """Batches of tensors through a FIFOQueue filled by a QueueRunner (run
-    start_queue_runners)."""
+    start_queue_runners). The queue holds at least a batch (dg's dequeues take
+    at most the capacity): capacity is raised to batch_size when smaller."""
     if dynamic_pad:
         raise ValueError("dynamic_pad is not supported: dg's queues hold examples of one "
                          "fixed shape")
     keys, ts, dtypes, shapes = _batch_args(tensors, shapes, enqueue_many)
-    q = FIFOQueue(capacity, dtypes, shapes, shared_name=shared_name,
-                  name=name or "batch_queue")
+    scope = name or "batch"
+    q = FIFOQueue(max(capacity, batch_size), dtypes, shapes, shared_name=shared_name,
+                  name=scope + "/fifo_queue")
     return _batch(q, keys, ts, batch_size, num_threads, enqueue_many,
-                  allow_smaller_final_batch, name)
+                  allow_smaller_final_batch, scope)
 
 
 def shuffle_batch(tensors, batch_size, capacity, min_after_dequeue, num_threads=1, seed=None,
                   enqueue_many=False, shapes=None, allow_smaller_final_batch=False,
                   shared_name=None, name=None):
     """Shuffled batches of tensors through a RandomShuffleQueue filled by a
-    QueueRunner (run start_queue_runners)."""
+    QueueRunner (run start_queue_runners). capacity is raised to hold at
+    least min_after_dequeue + batch_size (dg's dequeues take at most what
+    the queue holds beyond min_after_dequeue until it closes)."""
     keys, ts, dtypes, shapes = _batch_args(tensors, shapes, enqueue_many)
-    q = RandomShuffleQueue(capacity, min_after_dequeue, dtypes, shapes, seed=seed,
-                           shared_name=shared_name, name=name or "shuffle_batch_queue")
+    scope = name or "shuffle_batch"
+    q = RandomShuffleQueue(max(capacity, min_after_dequeue + batch_size), min_after_dequeue,
+                           dtypes, shapes, seed=seed, shared_name=shared_name,
+                           name=scope + "/random_shuffle_queue")
     return _batch(q, keys, ts, batch_size, num_threads, enqueue_many,
-                  allow_smaller_final_batch, name)
+                  allow_smaller_final_batch, scope)

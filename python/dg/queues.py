@@ -2,10 +2,13 @@
 input pipeline"): FIFOQueue and RandomShuffleQueue declare a Queue node, held
 by a ps task of the cluster like a variable; their methods build the queue
 ops. A queue outlives the run that made it, so one sess.run enqueues and a
-later one dequeues, as in TensorFlow. dg's queues need every component's
-shape: ``shapes`` is required."""
+later one dequeues, as in TensorFlow; without a shared_name it is the
+session's own (the session gives it a name of its own on the ps and deletes
+it when it closes), with one every session that names it shares it. dg's
+queues need every component's shape: ``shapes`` is required."""
 
 import numbers
+import os
 
 from . import dtypes as _dt
 from . import framework as _fw
@@ -45,7 +48,7 @@ class QueueBase:
     ``names`` they are dicts. Built by FIFOQueue and RandomShuffleQueue."""
 
     def __init__(self, capacity, dtypes, shapes, names, min_after_dequeue, shuffle, seed,
-                 ids, name):
+                 ids, shared_name, name):
         if not isinstance(capacity, numbers.Integral) or capacity < 1:
             raise ValueError("capacity must be a positive integer, not %r" % (capacity,))
         if min_after_dequeue < 0 or min_after_dequeue >= capacity:
@@ -60,16 +63,27 @@ class QueueBase:
         comps = [{"dtype": d.name, "shape": s.as_list()}
                  for d, s in zip(self._dtypes, self._shapes)]
         g = _fw.get_default_graph()
+        self._capacity = int(capacity)
         self._op = g._create_op("Queue", [], {
             "capacity": int(capacity), "min_after_dequeue": int(min_after_dequeue) or None,
             "shuffle": True if shuffle else None, "seed": int(seed) if seed else None,
-            "components": comps, "ids": ids}, name, outputs=())
+            "components": comps, "ids": ids, "shared_name": shared_name or None}, name,
+            outputs=())
         self._graph = g
 
     # -- what it is
     @property
     def name(self):
         return self._op.name
+
+    @property
+    def capacity(self):
+        return self._capacity
+
+    @property
+    def shared_name(self):
+        """The name sessions share it by, or None: a session's own queue."""
+        return self._op.attrs.get("shared_name")
 
     @property
     def queue_ref(self):
@@ -139,11 +153,15 @@ class QueueBase:
         last), threads and chunk. Returns an Operation."""
         from .ops import _op
         ins = self._values(vals, True)
+        if chunk is None:
+            # a chunk never exceeds the queue: more examples than the capacity
+            # go in several enqueues, each waiting for room, as in TensorFlow
+            chunk = min(self._capacity, 1024)
         with self._graph.as_default():
             out = _op("QueueEnqueueMany", ins, {
                 "queue": self.name, "epochs": int(epochs), "shuffle": bool(shuffle),
                 "seed": int(seed) or None, "close": bool(close), "threads": threads,
-                "chunk": chunk}, name or self.name + "_enqueue_many", _dt.int64,
+                "chunk": int(chunk)}, name or self.name + "_enqueue_many", _dt.int64,
                 TensorShape([]))
         return out.op
 
@@ -151,12 +169,19 @@ class QueueBase:
         """Enqueue one example. Returns an Operation."""
         from .ops import expand_dims
         ins = self._values(vals, False)
-        with self._graph.as_default(), _fw.name_scope(name or self.name + "_enqueue"):
-            batched = [expand_dims(t, 0) for t in ins]
-        return self.enqueue_many(batched, name=name or self.name + "_enqueue")
+        g = self._graph
+        full = g.unique_name(name or self.name + "_enqueue", mark_as_used=False)
+        with g.as_default(), g.name_scope(None):       # full has the scope already
+            batched = [expand_dims(t, 0, name="%s/expand_%d" % (full, i))
+                       for i, t in enumerate(ins)]
+            return self.enqueue_many(batched, name=full)
 
     def _dequeue(self, n, allow_smaller, name):
         from .ops import _op
+        if n > self._capacity:
+            raise ValueError("a dequeue of %d from %s, whose capacity is %d: dg's dequeues "
+                             "take at most the capacity; give the queue a capacity of at "
+                             "least %d" % (n, self.name, self._capacity, n))
         outs = [(d, TensorShape([n if not allow_smaller else None] + s.as_list()))
                 for d, s in zip(self._dtypes, self._shapes)]
         outs.append((_dt.int64, TensorShape([])))           # the lease: not TensorFlow's
@@ -218,8 +243,8 @@ class FIFOQueue(QueueBase):
 
     def __init__(self, capacity, dtypes, shapes=None, names=None, shared_name=None,
                  name="fifo_queue", ids=None):
-        super().__init__(capacity, dtypes, shapes, names, 0, False, 0, ids,
-                         shared_name or name)
+        super().__init__(capacity, dtypes, shapes, names, 0, False, 0, ids, shared_name,
+                         name)
 
 
 class RandomShuffleQueue(QueueBase):
@@ -233,6 +258,7 @@ class RandomShuffleQueue(QueueBase):
     def __init__(self, capacity, min_after_dequeue, dtypes, shapes=None, names=None,
                  seed=None, shared_name=None, name="random_shuffle_queue", ids=None):
         if seed is None:
-            seed = _fw.get_default_graph().seed or 0
+            # the graph's seed when set, else a new order each run, as in TensorFlow
+            seed = _fw.get_default_graph().seed or int.from_bytes(os.urandom(4), "little") | 1
         super().__init__(capacity, dtypes, shapes, names, min_after_dequeue, True, seed, ids,
-                         shared_name or name)
+                         shared_name, name)

@@ -147,22 +147,43 @@ class Session:
         self._timeout_ms = timeout_ms
         self._client = Client(self.target, self._token) if self.target else None
         self._local = None
-        self._local_lock = threading.Lock()     # queue runners' threads share the session
+        # queue runners' threads share the session: _lock guards _local,
+        # _closed, _docs and _own_queues
+        self._lock = threading.Lock()
         self._closed = False
         self._docs = {}
         self._entered = []
+        # The session's own queues (those without a shared_name) are named
+        # NODE.TAG on their ps, and deleted when the session closes.
+        self._tag = "s" + os.urandom(4).hex()
+        self._own_queues = {}           # ps name -> ps address
 
     # -- lifetime
     def close(self):
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            local, self._local = self._local, None
+            own, self._own_queues = self._own_queues, {}
         if self._client is not None:
+            for name, address in own.items():
+                self._delete_queue(name, address)
             self._client.close()
-        if self._local is not None:
-            self._local[1].close()
-            self._local[0].stop()
-            self._local = None
+        if local is not None:               # its queues go with it
+            local[1].close()
+            local[0].stop()
+
+    def _delete_queue(self, name, address):
+        try:
+            c = Client(address, self._token, timeout=10)
+            try:
+                c.request("DELETE", "/v1/queues/" + urllib.parse.quote(name, safe="/"),
+                          ok=(200, 204, 404))
+            finally:
+                c.close()
+        except errors.OpError:
+            pass            # its ps is gone: so is the queue
 
     def __enter__(self):
         cm = self.as_default()
@@ -210,11 +231,14 @@ class Session:
 
     def _graph_ops(self, want):
         key = (self.graph.version, frozenset(id(t.op) for t in want))
-        ops = self._docs.get(key)
+        with self._lock:
+            ops = self._docs.get(key)
         if ops is None:
             ops = _needed_ops(self.graph, want)
-            self._docs = {k: v for k, v in self._docs.items() if k[0] == self.graph.version}
-            self._docs[key] = ops
+            with self._lock:
+                self._docs = {k: v for k, v in self._docs.items()
+                              if k[0] == self.graph.version}
+                self._docs[key] = ops
         return ops
 
     def _feeds(self, feed_dict):
@@ -272,7 +296,9 @@ class Session:
     def _job_client(self):
         if self._client is not None:
             return self._client
-        with self._local_lock:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("attempted to use a closed Session")
             if self._local is None:
                 from .train import Server
                 srv = Server.create_local_server(config=self.config, start=False)
@@ -281,9 +307,32 @@ class Session:
                 self._local = (srv, Client(srv.target, self._token))
             return self._local[1]
 
+    def _graph_doc(self, ops):
+        """The graph document of ops, the session's own queues renamed."""
+        doc = self.graph.as_graph_def(ops=ops)
+        for n in doc["nodes"]:
+            if n["op"] == "Queue" and "shared_name" not in n.get("attrs", {}):
+                n["attrs"] = dict(n["attrs"], shared_name="%s.%s" % (n["name"], self._tag))
+        return doc
+
+    def _server_gone(self, e):
+        """e, with the private server's last lines when it is the one that died."""
+        local = self._local
+        if local is None or local[0]._proc is None or local[0]._proc.poll() is None:
+            return e
+        tail = "\n".join(local[0]._tail[-5:])
+        return errors.from_dg("unavailable", "%s (this session's local dg server exited "
+                              "with status %s%s)" % (e.message, local[0]._proc.returncode,
+                                                      ": " + tail if tail else ""))
+
     def _run_job(self, ops, refs, feeds):
-        c = self._job_client()
-        body = {"graph": self.graph.as_graph_def(ops=ops), "fetch": refs}
+        try:
+            return self._run_job_on(self._job_client(), ops, refs, feeds)
+        except errors.UnavailableError as e:
+            raise self._server_gone(e) from None
+
+    def _run_job_on(self, c, ops, refs, feeds):
+        body = {"graph": self._graph_doc(ops), "fetch": refs}
         inline = {k: v for k, v in feeds.items() if v.size <= _INLINE_FEED}
         upload = [k for k in feeds if k not in inline]
         if inline:
@@ -298,6 +347,11 @@ class Session:
         st = json.loads(c.request("POST", "/v1/jobs", _fw.dumps(body).encode(),
                                   {"Content-Type": "application/json"})[2])
         jid = st["id"]
+        if self._client is not None:
+            with self._lock:
+                for q in st.get("queues", []):
+                    if q.get("name", "").endswith("." + self._tag):
+                        self._own_queues[q["name"]] = q["address"]
         try:
             for k in upload:
                 c.request("PUT", "/v1/jobs/%s/feeds/%s" % (jid, urllib.parse.quote(k, safe="")),

@@ -114,6 +114,42 @@ def _die_with_parent():
         pass
 
 
+class _Spawner:
+    """Starts server processes from one thread that lives as long as the
+    interpreter: PR_SET_PDEATHSIG fires when the *thread* that forked the
+    child ends, so a server started from a short-lived thread (a queue
+    runner making a session's first run) would be stopped with it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._jobs = None
+
+    def popen(self, cmd, **kw):
+        import queue
+        with self._lock:
+            if self._jobs is None:
+                self._jobs = queue.Queue()
+                threading.Thread(target=self._main, name="dg-server-spawner",
+                                 daemon=True).start()
+        done = queue.Queue(1)
+        self._jobs.put((cmd, kw, done))
+        ok, got = done.get()
+        if not ok:
+            raise got
+        return got
+
+    def _main(self):
+        while True:
+            cmd, kw, done = self._jobs.get()
+            try:
+                done.put((True, subprocess.Popen(cmd, **kw)))
+            except Exception as e:      # reaches the caller
+                done.put((False, e))
+
+
+_spawner = _Spawner()
+
+
 class Server:
     """tf.train.Server(cluster, job_name=, task_index=): a ``dg server`` of that
     task in a child process, stopped when this Python process ends (or by
@@ -177,8 +213,8 @@ class Server:
         if self._token_file:
             cmd += ["--token-file", self._token_file]
         cmd += self._args
-        self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+        self._proc = _spawner.popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
         threading.Thread(target=self._pump, args=(self._proc,), daemon=True).start()
         _servers.append(self)
         deadline = time.monotonic() + 30
@@ -461,10 +497,13 @@ def training_graph(train_op, epochs=None, steps=None, batch=None, metrics=None, 
     ops = _needed_ops(g, want)
     # A queue's enqueue_many ops are the job's feeders (TensorFlow's queue
     # runners): the training section sets their epochs, and they close the
-    # queue after the last one.
+    # queue after the last one. Not those that need a feed or another
+    # queue's dequeue: they are for sess.run.
     queues = {o.name for o in ops if o.type == "Queue"}
     feeders = [o for o in g._ops
-               if o.type == "QueueEnqueueMany" and o.attrs.get("queue") in queues]
+               if o.type == "QueueEnqueueMany" and o.attrs.get("queue") in queues and
+               not any(d.type in ("Placeholder", "QueueDequeueMany")
+                       for d in _needed_ops(g, [o.outputs[0]]))]
     if feeders:
         keep = {id(o) for o in ops + _needed_ops(g, [f.outputs[0] for f in feeders])}
         ops = [o for o in g._ops if id(o) in keep]

@@ -113,17 +113,47 @@ class Queues(Fresh):
         with self.assertRaisesRegex(ValueError, "positive integer"):
             q.dequeue_many(0)
 
-    def test_a_queue_is_shared_by_the_sessions_of_a_cluster(self):
+    def test_a_queue_is_shared_by_sessions_only_under_a_shared_name(self):
+        from dg._http import Client
         with cluster({"ps": 1, "worker": 1}) as (spec, servers):
             with tf.device("/job:ps/task:0"):
-                q = tf.FIFOQueue(100, [tf.int32], shapes=[[]], name="shared")
-            enq = q.enqueue_many(tf.constant(np.arange(10, dtype=np.int32)))
-            got = q.dequeue_many(10)
+                shared = tf.FIFOQueue(100, [tf.int32], shapes=[[]], shared_name="common")
+                own = tf.FIFOQueue(100, [tf.int32], shapes=[[]], name="own")
+            self.assertEqual(shared.shared_name, "common")
+            self.assertIsNone(own.shared_name)
+            ten = tf.constant(np.arange(10, dtype=np.int32))
             with tf.Session(servers[1].target) as s1:
-                s1.run(enq)
+                s1.run([shared.enqueue_many(ten), own.enqueue_many(ten)])
+                self.assertEqual(s1.run(own.size()), 10)
+                ps = Client(servers[0].address)
+                names = [q["name"] for q in ps.get_json("/v1/queues")["queues"]]
+                self.assertIn("common", names)
+                self.assertEqual(len([n for n in names if n.startswith("own.s")]), 1, names)
             with tf.Session(servers[1].target) as s2:
-                np.testing.assert_array_equal(s2.run(got), np.arange(10))
-                self.assertEqual(s2.run(q.size()), 0)
+                np.testing.assert_array_equal(s2.run(shared.dequeue_many(10)), np.arange(10))
+                self.assertEqual(s2.run(own.size()), 0)     # a queue of its own
+            # closing a session deleted its own queues; the shared one stays
+            names = [q["name"] for q in ps.get_json("/v1/queues")["queues"]]
+            self.assertEqual(names, ["common"])
+            ps.close()
+
+    def test_more_examples_than_the_capacity_go_in_pieces(self):
+        q = tf.FIFOQueue(4, [tf.int32], shapes=[[]])
+        enq = q.enqueue_many(tf.constant(np.arange(10, dtype=np.int32)))
+        got = q.dequeue_many(4)
+        with self.assertRaisesRegex(ValueError, "capacity of at least 5"):
+            q.dequeue_many(5)
+        out = []
+        with tf.Session() as s:
+            t = threading.Thread(target=s.run, args=(enq,))
+            t.start()           # blocks until the dequeues make room
+            for _ in range(2):
+                out.extend(s.run(got).tolist())
+            t.join(60)
+            self.assertFalse(t.is_alive())
+            s.run(q.close())
+            out.extend(s.run(q.dequeue_up_to(4)).tolist())      # the last 2
+        self.assertEqual(out, list(range(10)))
 
 
 class Runners(Fresh):
@@ -152,6 +182,22 @@ class Runners(Fresh):
         self.assertTrue(done)
         self.assertEqual(sorted(got), [i * i for i in range(23)])
 
+    def test_runners_may_make_the_first_run_of_a_local_session(self):
+        # the session's private server is started by a runner's thread, which
+        # ends; the server must not end with it
+        q = tf.FIFOQueue(8, [tf.int32], shapes=[[]])
+        tf.train.add_queue_runner(tf.train.QueueRunner(
+            q, [q.enqueue_many(tf.constant(np.arange(3, dtype=np.int32)))]))
+        got = q.dequeue_many(3)
+        with tf.Session() as sess:
+            coord = tf.train.Coordinator()
+            threads = tf.train.start_queue_runners(sess, coord)
+            self.assertEqual(sorted(sess.run(got).tolist()), [0, 1, 2])
+            coord.request_stop()
+            coord.join(threads, stop_grace_period_secs=30)
+            threading.Event().wait(0.3)
+            self.assertEqual(sess.run(q.size()), sess.run(q.size()))   # still serving
+
     def test_shuffle_batch_of_a_whole_dataset(self):
         data = tf.constant(np.arange(20, dtype=np.float32).reshape(10, 2))
         labels = tf.constant(np.arange(10, dtype=np.int32))
@@ -169,6 +215,9 @@ class Runners(Fresh):
             coord.request_stop()
             coord.join(threads, stop_grace_period_secs=30)
         self.assertEqual(len(seen), 40)
+        self.assertEqual([o.name for o in self.g._ops if o.type == "Queue"],
+                         ["shuffle_batch/random_shuffle_queue"])
+        self.assertEqual(x.op.name, "shuffle_batch")
         # the runner enqueues the 10 examples again and again: a random draw of
         # 40 need not hold all 10, but only they, and (all but surely) most
         self.assertLessEqual(set(seen), set(range(10)))
@@ -180,10 +229,10 @@ class Runners(Fresh):
         with tf.Session() as sess:
             coord = tf.train.Coordinator()
             threads = tf.train.start_queue_runners(sess, coord)
-            first = sess.run(d)
+            got = [sess.run(d)["n"].tolist() for _ in range(4)]
             coord.request_stop()
             coord.join(threads, stop_grace_period_secs=30)
-        np.testing.assert_array_equal(first["n"], [0, 1, 2])
+        self.assertEqual(got, [[0, 1, 2], [3, 4, 5], [0, 1, 2], [3, 4, 5]])
 
     def test_a_failing_enqueue_stops_the_coordinator_and_join_raises_it(self):
         q = tf.FIFOQueue(4, [tf.float32], shapes=[[]])
@@ -207,6 +256,11 @@ class Runners(Fresh):
         t.start()
         with self.assertRaisesRegex(ValueError, "boom"):
             coord.join([t])
+        # an error reported after the stop (a thread failing as it stops) is not raised
+        coord.clear_stop()
+        coord.request_stop()
+        coord.request_stop(RuntimeError("while stopping"))
+        coord.join([])
 
     def test_start_queue_runners_needs_a_session(self):
         with self.assertRaisesRegex(ValueError, "no default session"):
@@ -220,8 +274,15 @@ class QueueFit(Fresh):
         sys.path.insert(0, os.path.join(SRC, "examples", "python"))
         import mlp_queue
         train_op, _, test_acc = mlp_queue.build()
+        # an enqueue for sess.run (it needs a feed) is no feeder of the job
+        queue = [o for o in self.g._ops if o.type == "Queue"][0]
+        x = tf.placeholder(tf.float32, [None, 784], name="more_x")
+        y = tf.placeholder(tf.int32, [None], name="more_y")
+        self.g._create_op("QueueEnqueueMany", [x, y], {"queue": queue.name, "close": False},
+                          "more", outputs=[(tf.int64, None)])
         doc = tf.train.training_graph(train_op, epochs=3, batch=64,
                                       eval={"test_accuracy": test_acc})
+        self.assertFalse({"more", "more_x", "more_y"} & {n["name"] for n in doc["nodes"]})
         nodes = {n["name"]: n for n in doc["nodes"]}
         self.assertEqual(nodes["feed"]["op"], "QueueEnqueueMany")
         self.assertNotIn("close", nodes["feed"]["attrs"])       # dg's feeder closes at the end
