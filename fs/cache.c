@@ -139,7 +139,8 @@ struct dgfs *dgfs_state_new(const struct dgfs_config *cfg, struct dg_err *err)
 	fs->pool = calloc((size_t)fs->n_tasks, sizeof *fs->pool);
 	fs->kv = calloc(KV_BUCKETS, sizeof *fs->kv);
 	fs->jobs = dgfs_jobcache_new();
-	if (!fs->pool || !fs->kv || !fs->jobs) {
+	fs->watch = dgfs_watch_new(fs);
+	if (!fs->pool || !fs->kv || !fs->jobs || !fs->watch) {
 		dg_err_set(err, DG_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -153,6 +154,7 @@ void dgfs_state_free(struct dgfs *fs)
 {
 	if (!fs)
 		return;
+	dgfs_watch_free(fs->watch);
 	for (int i = 0; fs->pool && i < fs->n_tasks; i++)
 		for (int k = 0; k < fs->pool[i].n; k++)
 			dg_client_free(fs->pool[i].idle[k]);

@@ -68,6 +68,8 @@ struct dgfs {
 	/* The kernel maps direct-I/O opens (devio.c): readers of vars/ and
 	 * npy/ use direct I/O and the page cache only through mmap. */
 	_Atomic bool dio_mmap;
+	struct dgfs_watch *watch;       /* owned (watch.c) */
+	struct fuse *fuse;              /* the mount's, for notifications from watch.c */
 };
 
 /* --- paths.c ---------------------------------------------------------------- */
@@ -79,6 +81,7 @@ enum dgfs_view {
 	DGFS_QUEUES,                    /* "/queues/..." */
 	DGFS_JOBS,                      /* "/jobs/..." */
 	DGFS_ROWS,                      /* "/rows/NAME/LIST": some rows, as text */
+	DGFS_EVENTS,                    /* "/events": a line per change (watch.c) */
 };
 
 struct dgfs_path {
@@ -100,6 +103,33 @@ bool dgfs_view_is_var(enum dgfs_view v);
  * (*list, into name: digits, commas and dashes, as GET ?rows= takes it).
  * false when the last component is no such list. */
 bool dgfs_rows_split(const char *name, char *var, size_t n, const char **list);
+
+/* --- watch.c ---------------------------------------------------------------- */
+
+struct dgfs_watch;
+struct dgfs_handle;
+struct fuse_pollhandle;
+struct dgfs_watch *dgfs_watch_new(struct dgfs *fs);       /* NULL: out of memory */
+/* Stop the streams (before the FUSE session goes: they notify it). */
+void dgfs_watch_stop(struct dgfs_watch *w);
+void dgfs_watch_free(struct dgfs_watch *w);               /* stops first; NULL is fine */
+/* Start the streams of every task (once; later calls wait for the first). */
+enum dg_status dgfs_watch_start(struct dgfs_watch *w, struct dg_err *err);
+/* `events`: its size, and up to size bytes of it from off (the oldest kept
+ * bytes for an off that fell out of what is kept). */
+uint64_t dgfs_events_size(struct dgfs_watch *w);
+size_t dgfs_events_read(struct dgfs_watch *w, char *out, size_t size, uint64_t off);
+/* FUSE poll of `events` (key: its open file, which read up to read_to). */
+int dgfs_watch_poll_events(struct dgfs_watch *w, const struct dgfs_handle *key,
+			   uint64_t read_to, struct fuse_pollhandle *ph, unsigned *revents);
+/* FUSE poll of a variable's open file (key), opened at version of name on
+ * task: readable once a newer version exists; newer(ud) asks the ps (the
+ * first poll of the file, and after its stream restarted). */
+int dgfs_watch_poll_var(struct dgfs_watch *w, const struct dgfs_handle *key, int task,
+			const char *name, uint64_t version, bool (*newer)(void *ud), void *ud,
+			struct fuse_pollhandle *ph, unsigned *revents);
+/* The open file key closed: forget its poll. */
+void dgfs_watch_forget(struct dgfs_watch *w, const struct dgfs_handle *key);
 
 /* --- cache.c ---------------------------------------------------------------- */
 

@@ -90,6 +90,7 @@ int dgfs_run(const struct dgfs_config *cfg, struct dg_err *err)
 	/* FUSE's signal handlers end the loop with the signal's number: a
 	 * requested unmount, not a failure. */
 	int lr = fuse_loop_mt(f, 0);
+	dgfs_watch_stop(fs->watch);     /* its threads notify the session: before it goes */
 	dgfs_devio_landing_stop();
 	rc = lr == 0 || lr == SIGTERM || lr == SIGINT || lr == SIGHUP ? 0 : 1;
 	if (rc)

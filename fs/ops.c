@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,9 @@ static int dgfs_getattr(const char *path, struct stat *st, struct fuse_file_info
 	case DGFS_CLUSTER:
 		dgfs_fill_file(fs, st, 0444, 0, (double)time(NULL));
 		return 0;
+	case DGFS_EVENTS:
+		dgfs_fill_file(fs, st, 0444, dgfs_events_size(fs->watch), (double)time(NULL));
+		return 0;
 	case DGFS_JOBS:
 		return dgfs_stat_jobs(fs, p.name, st);
 	case DGFS_ROWS:
@@ -90,8 +94,8 @@ static int dgfs_getattr(const char *path, struct stat *st, struct fuse_file_info
 static int dgfs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off_t off,
 			struct fuse_file_info *fi, enum fuse_readdir_flags flags)
 {
-	static const char *const top[] = { "cluster", "vars", "text", "npy", "queues", "jobs",
-					   "rows" };
+	static const char *const top[] = { "cluster", "events", "vars", "text", "npy", "queues",
+					   "jobs", "rows" };
 	struct dgfs *fs = state();
 	struct dgfs_path p;
 	struct stat st;
@@ -99,7 +103,7 @@ static int dgfs_readdir(const char *path, void *buf, fuse_fill_dir_t filler, off
 
 	if (rc)
 		return -rc;
-	if (p.view == DGFS_CLUSTER)
+	if (p.view == DGFS_CLUSTER || p.view == DGFS_EVENTS)
 		return -ENOTDIR;
 	filler(buf, ".", NULL, 0, 0);
 	filler(buf, "..", NULL, 0, 0);
@@ -242,6 +246,26 @@ static int open_refused(struct dgfs *fs, const char *path, const struct dgfs_pat
 	return 0;
 }
 
+/* events: the log of changes, from the first open on (watch.c starts the
+ * streams then). */
+static int open_events(struct dgfs *fs, const char *path, const struct dgfs_path *p,
+		       struct fuse_file_info *fi)
+{
+	struct dg_err err = { 0 };
+	struct dgfs_handle *h;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY)
+		return fs->cfg.read_only ? -EROFS : -EPERM;
+	if (dgfs_watch_start(fs->watch, &err) != DG_OK)
+		return dgfs_fail(path, "open", &err);
+	if (!(h = dgfs_handle_new(p)))
+		return -ENOMEM;
+	h->fs = fs;
+	fi->direct_io = 1;
+	fi->fh = (uint64_t)(uintptr_t)h;
+	return 0;
+}
+
 static int dgfs_open(const char *path, struct fuse_file_info *fi)
 {
 	struct dgfs *fs = state();
@@ -253,6 +277,8 @@ static int dgfs_open(const char *path, struct fuse_file_info *fi)
 
 	if (rc)
 		return -rc;
+	if (p.view == DGFS_EVENTS)
+		return open_events(fs, path, &p, fi);
 	if (is_generated(&p))
 		return open_generated(fs, path, &p, fi);
 	if ((rc = open_refused(fs, path, &p, fi->flags)) != 0)
@@ -331,6 +357,16 @@ static int dgfs_create(const char *path, mode_t mode, struct fuse_file_info *fi)
 static int dgfs_read(const char *path, char *out, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
+	struct dgfs_handle *h = fh(fi);
+
+	if (h->p.view == DGFS_EVENTS) {
+		size_t n = dgfs_events_read(state()->watch, out, size, (uint64_t)off);
+		pthread_mutex_lock(&h->lock);
+		if ((uint64_t)off + n > h->events_read)
+			h->events_read = (uint64_t)off + n;
+		pthread_mutex_unlock(&h->lock);
+		return (int)n;
+	}
 	/* with direct-I/O mmap, a read without a lock owner is the kernel
 	 * filling pages for a mapping (read(2) of a direct-I/O file names one) */
 	return dgfs_handle_read(state(), path, fh(fi), out, size, off, fi->lock_owner == 0);
@@ -415,11 +451,68 @@ static int dgfs_fsync(const char *path, int datasync, struct fuse_file_info *fi)
 	return commit_path(state(), path, fh(fi), "fsync", false);
 }
 
+/* poll(2): an open variable's file is readable once a newer version than the
+ * one it was opened at exists; events once it grew past what this open file
+ * read; other files at once (watch.c). */
+struct newer_ctx {
+	struct dgfs *fs;
+	struct dgfs_handle *h;
+};
+
+static bool var_is_newer(void *ud)
+{
+	struct newer_ctx *c = ud;
+	struct dg_err err = { 0 };
+	struct dg_var_info info;
+	struct dg_client *cl = dgfs_client_get(c->fs, c->h->task, &err);
+	enum dg_status st = cl ? dg_var_stat(cl, c->h->p.name, &info, &err) : err.code;
+
+	dgfs_client_put(c->fs, c->h->task, cl, st);
+	/* gone (404) is news too: a read tells what */
+	return st == DG_ENOTFOUND || (st == DG_OK && info.version > c->h->info.version);
+}
+
+static int dgfs_poll(const char *path, struct fuse_file_info *fi, struct fuse_pollhandle *ph,
+		     unsigned *reventsp)
+{
+	struct dgfs *fs = state();
+	struct dgfs_handle *h = fh(fi);
+	struct dg_err err = { 0 };
+	uint64_t version, read_to;
+
+	if (h->p.view != DGFS_EVENTS && (!dgfs_view_is_var(h->p.view) || h->writable ||
+					 !h->p.name[0])) {
+		if (ph)
+			fuse_pollhandle_destroy(ph);
+		*reventsp = POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM;
+		return 0;
+	}
+	if (dgfs_watch_start(fs->watch, &err) != DG_OK) {
+		if (ph)
+			fuse_pollhandle_destroy(ph);
+		return dgfs_fail(path, "poll", &err);
+	}
+	pthread_mutex_lock(&h->lock);
+	version = h->info.version;
+	read_to = h->events_read;
+	pthread_mutex_unlock(&h->lock);
+	if (h->p.view == DGFS_EVENTS)
+		return dgfs_watch_poll_events(fs->watch, h, read_to, ph, reventsp);
+	struct newer_ctx c = { fs, h };
+	return dgfs_watch_poll_var(fs->watch, h, h->task, h->p.name, version, var_is_newer, &c,
+				   ph, reventsp);
+}
+
 static int dgfs_release(const char *path, struct fuse_file_info *fi)
 {
 	struct dgfs *fs = state();
 	struct dgfs_handle *h = fh(fi);
 
+	dgfs_watch_forget(fs->watch, h);
+	if (h->p.view == DGFS_EVENTS) {
+		dgfs_handle_put(h);
+		return 0;
+	}
 	atomic_store(&h->released, true);       /* a pending landing of it goes */
 	dgfs_open_remove(h);         /* first: writer_find must not find it now */
 	commit_path(fs, path, h, "commit at release", false);
@@ -673,6 +766,7 @@ static void *dgfs_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 	struct dgfs *fs = state();
 
 	dgfs_attr_init();
+	fs->fuse = fuse_get_context()->fuse;    /* watch.c's notifications */
 	cfg->attr_timeout = fs->cfg.attr_timeout_s;
 	cfg->entry_timeout = fs->cfg.entry_timeout_s;
 	cfg->negative_timeout = 0;      /* a variable created elsewhere shows at once */
@@ -724,6 +818,7 @@ static const struct fuse_operations dgfs_ops = {
 	.chmod = dgfs_chmod,
 	.chown = dgfs_chown,
 	.utimens = dgfs_utimens,
+	.poll = dgfs_poll,
 };
 
 const struct fuse_operations *dgfs_operations(void)

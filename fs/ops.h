@@ -43,6 +43,7 @@ struct dgfs_handle {
 	bool wrote;                     /* a write(2) reached it: a flush may commit */
 	bool mapped;                    /* the kernel read pages for a mapping of it */
 	uint64_t served;                /* bytes read through this page-cache handle */
+	uint64_t events_read;           /* events: the end of what it read (poll) */
 	/* vars/: nbytes of raw bytes (base and staged writes); text/npy: the whole
 	 * file content (read, or staged); cluster/queues: generated text. */
 	struct dg_buf buf;

@@ -50,6 +50,10 @@ int dgfs_path_parse(const char *path, struct dgfs_path *out)
 		out->view = DGFS_CLUSTER;
 		return 0;
 	}
+	if (strcmp(path, "events") == 0) {
+		out->view = DGFS_EVENTS;
+		return 0;
+	}
 	for (size_t i = 0; i < sizeof views / sizeof views[0]; i++) {
 		size_t n = strlen(views[i].dir);
 		if (strncmp(path, views[i].dir, n) != 0 || (path[n] != '/' && path[n] != '\0'))

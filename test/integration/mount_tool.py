@@ -24,6 +24,12 @@ mapread HOST:PORT NAME PATH   reads of PATH (vars/NAME, float32 [2097152]) opene
                               cold, by read() and by mmap(MAP_SHARED), with the
                               kernel's page cache of the file counted (cachestat);
                               prints key=value lines (see test_mount.sh)
+pollwait HOST:PORT NAME PATH N  poll(2) on PATH (vars/NAME, open read-only):
+                              nothing after 200 ms with no change; then N
+                              times a PUT of NAME through HTTP 100 ms into
+                              the wait, timing the wake from the PUT's
+                              reply; reopen after each. Prints "idle=..."
+                              and "wake_ms=MEDIAN,MAX"; exit 1 on a miss
 landing HOST:PORT DIR A B     replacing writes of vars A and B (float32
                               [2097152], in DIR/vars) in the patterns that
                               receive payloads in place or must not: aligned
@@ -528,6 +534,43 @@ def landing(addr, d, a, b):
     return 1 if bad else 0
 
 
+def pollwait(addr, name, path, n):
+    import select
+    import threading
+    host, port = addr.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port))
+    fd = os.open(path, os.O_RDONLY)
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    idle = p.poll(200)
+    print("idle=%s" % ("quiet" if not idle else "woke"))
+    waits = []
+    for k in range(n):
+        done = {}
+
+        def put(k=k):
+            time.sleep(0.1)
+            put_f32(conn, name, 4, k + 100)
+            done["t"] = time.monotonic()
+        t = threading.Thread(target=put)
+        t.start()
+        ev = p.poll(5000)
+        woke = time.monotonic()
+        t.join()
+        if not ev or not ev[0][1] & select.POLLIN:
+            print("wake_ms=MISS")
+            return 1
+        waits.append(max(0.0, (woke - done["t"]) * 1000))
+        os.close(fd)
+        fd = os.open(path, os.O_RDONLY)
+        p = select.poll()
+        p.register(fd, select.POLLIN)
+    os.close(fd)
+    waits.sort()
+    print("wake_ms=%.1f,%.1f" % (waits[len(waits) // 2], waits[-1]))
+    return 0 if not idle else 1
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -551,6 +594,8 @@ def main(argv):
         return hold(a[0], a[1], a[2], a[3])
     if cmd == "mapread":
         return mapread(a[0], a[1], a[2])
+    if cmd == "pollwait":
+        return pollwait(a[0], a[1], a[2], int(a[3]))
     if cmd == "landing":
         return landing(a[0], a[1], a[2], a[3])
     print("mount_tool: unknown command " + cmd, file=sys.stderr)

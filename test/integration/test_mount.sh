@@ -225,8 +225,8 @@ ok "dg mount -f mounts the cluster"
 
 # --- browsing -------------------------------------------------------------------
 sh 'ls'
-check "the root lists cluster, vars, text, npy, queues, jobs, rows" \
-	"$([[ $(tr '\n' ' ' <"$TMP/out") == "cluster jobs npy queues rows text vars " ]]; echo $?)"
+check "the root lists cluster, events, vars, text, npy, queues, jobs, rows" \
+	"$([[ $(tr '\n' ' ' <"$TMP/out") == "cluster events jobs npy queues rows text vars " ]]; echo $?)"
 
 sh 'ls -l vars'
 check "ls -l vars: w1 is a 128-byte file (nbytes of float32 [4,8]), layer1 a directory" \
@@ -1051,6 +1051,34 @@ sys.exit(0 if ok else 1)' "$TMP/log.jsonl" "$J"; echo $?)"
 else
 	not_ok "a cluster of dg servers starts and is mounted"
 fi
+
+# --- watching: events and poll(2) (doc/filesystem.md "Watching") ------------------------
+dgr var put watched "${C[@]}" --value '[1,2,3,4]' --dtype float32
+sh 'cat events >/dev/null'      # the first open starts the streams
+timeout 10 tail -n 0 -f "$M/events" >"$TMP/tail.out" 2>"$TMP/tail.err" &
+tail_pid=$!
+sleep 0.5
+dgr var put watched "${C[@]}" --value '[5,6,7,8]' --dtype float32
+dgr var put watched "${C[@]}" --value '[9,9,9,9]' --dtype float32
+for _ in $(seq 1 60); do
+	[[ $(grep -c ' watched ' "$TMP/tail.out") -ge 2 ]] && break
+	sleep 0.05
+done
+kill "$tail_pid" 2>/dev/null
+wait "$tail_pid" 2>/dev/null
+check "tail -f events shows each update: time, task, name, version, put" \
+	"$([[ $(grep -cE '^20[0-9-]{8}T[0-9:.]{12}Z ps/0 watched [0-9]+ put$' \
+		"$TMP/tail.out") -eq 2 ]]; echo $?)"
+sh 'test "$(stat -c %s events)" -eq "$(cat events | wc -c)" && grep -q " watched " events'
+check "events is a file whose size is what it holds" $rc
+sh 'echo x >events'
+check "events cannot be written (EPERM)" "$([[ $rc -ne 0 ]]; echo $?)"
+"$PY" "$TOOL" pollwait "127.0.0.1:$PA" watched "$M/vars/watched" 5 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+wake=$(sed -n 's/^wake_ms=//p' "$TMP/out")
+check "poll(2) on vars/watched: quiet without a change, wakes at each PUT ($wake ms median,max)" \
+	"$([[ $rc -eq 0 ]] && grep -qx 'idle=quiet' "$TMP/out" &&
+		awk -v m="${wake%%,*}" 'BEGIN { exit !(m < 50) }'; echo $?)"
 
 # --- a stopped ps: EIO within the deadline, then the mount works again -------------------
 kill -STOP "$PA_PID"
