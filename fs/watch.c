@@ -308,11 +308,17 @@ static struct waiter *waiter_of(struct dgfs_watch *w, const struct dgfs_handle *
 	return x;
 }
 
-/* Keep ph for x (caller holds mu), replacing an older one. */
-static void waiter_arm(struct waiter *x, struct fuse_pollhandle *ph)
+/* Answer a poll of x (caller holds mu): readable, or keep ph for x
+ * (replacing an older one) to be notified. */
+static void answer(struct waiter *x, bool ready, struct fuse_pollhandle *ph, unsigned *revents)
 {
+	*revents = ready ? POLLIN | POLLRDNORM : 0;
 	if (!ph)
 		return;
+	if (ready) {
+		fuse_pollhandle_destroy(ph);
+		return;
+	}
 	if (x->ph)
 		fuse_pollhandle_destroy(x->ph);
 	x->ph = ph;
@@ -332,11 +338,7 @@ int dgfs_watch_poll_events(struct dgfs_watch *w, const struct dgfs_handle *key, 
 	}
 	x->events = true;
 	x->woken = false;
-	*revents = w->end > read_to ? POLLIN | POLLRDNORM : 0;
-	if (*revents)
-		fuse_pollhandle_destroy(ph);
-	else
-		waiter_arm(x, ph);
+	answer(x, w->end > read_to, ph, revents);
 	pthread_mutex_unlock(&w->mu);
 	return 0;
 }
@@ -375,11 +377,7 @@ int dgfs_watch_poll_var(struct dgfs_watch *w, const struct dgfs_handle *key, int
 		return 0;
 	}
 	pthread_mutex_lock(&w->mu);
-	*revents = x->woken ? POLLIN | POLLRDNORM : 0;   /* woken since the unlock */
-	if (*revents)
-		fuse_pollhandle_destroy(ph);
-	else
-		waiter_arm(x, ph);
+	answer(x, x->woken, ph, revents);       /* woken since the unlock? */
 	pthread_mutex_unlock(&w->mu);
 	return 0;
 }

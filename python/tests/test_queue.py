@@ -5,7 +5,6 @@ sessions of one cluster, QueueRunner + Coordinator + start_queue_runners
 (the input exhausted, a failing enqueue), shuffle_batch and batch, the
 checks made while building, and a queue-fed fit of the MLP."""
 import os
-import subprocess
 import sys
 import threading
 import unittest
@@ -13,7 +12,7 @@ import unittest
 import numpy as np
 
 import dg as tf
-from util import ASAN, SRC, Fresh, cluster, tmpdir
+from util import ASAN, SRC, Fresh, cluster, run_example
 
 os.environ.setdefault("DG_SERVER_QUIET", "1")
 DATA = "/usr/share/datasets/fashion-mnist/"
@@ -293,19 +292,11 @@ class QueueFit(Fresh):
 
     @unittest.skipIf(ASAN, "the 3-epoch queue-fed MLP runs in the release build")
     def test_the_queue_fed_python_mlp_learns_every_example_once_per_epoch(self):
-        with cluster({"ps": 1, "worker": 2}) as (spec, servers), tmpdir() as d:
-            path = os.path.join(d, "cluster.json")
-            with open(path, "w") as f:
-                f.write(spec.to_json())
-            env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"), DG_CLUSTER=path)
-            done = subprocess.run([sys.executable, os.path.join(SRC, "examples", "python",
-                                                                "mlp_queue.py")],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                  universal_newlines=True, timeout=600)
-            self.assertEqual(done.returncode, 0, done.stderr)
-            acc = float(done.stdout.split("test_accuracy:")[1])
-            self.assertGreaterEqual(acc, 0.84, done.stderr)
-            self.assertIn("180000 examples", done.stderr)       # 3 x 60000, each once
+        done = run_example("mlp_queue.py", {"ps": 1, "worker": 2})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        acc = float(done.stdout.split("test_accuracy:")[1])
+        self.assertGreaterEqual(acc, 0.84, done.stderr)
+        self.assertIn("180000 examples", done.stderr)       # 3 x 60000, each once
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import unittest
 import numpy as np
 
 import dg as tf
-from util import ASAN, SRC, cluster, run_dg, tmpdir
+from util import ASAN, SRC, cluster, run_dg, run_example, tmpdir
 
 os.environ.setdefault("DG_SERVER_QUIET", "1")
 DATA = "/usr/share/datasets/fashion-mnist/"
@@ -45,20 +45,13 @@ class Train(unittest.TestCase):
 
     @unittest.skipIf(ASAN, "the 3-epoch MLP runs in the release build (see the short fit)")
     def test_the_python_mlp_trains_to_085_in_one_fit_with_progress(self):
-        with cluster({"ps": 1, "worker": 2}) as (spec, servers), tmpdir() as d:
-            path = os.path.join(d, "cluster.json")
-            with open(path, "w") as f:
-                f.write(spec.to_json())
-            env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"), DG_CLUSTER=path)
-            done = subprocess.run([sys.executable, os.path.join(EX, "python", "mlp.py")],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                  universal_newlines=True, timeout=600)
-            self.assertEqual(done.returncode, 0, done.stderr)
-            acc = float(done.stdout.split("test_accuracy:")[1])
-            self.assertGreaterEqual(acc, 0.85, done.stderr)
-            self.assertIn("dg: epoch 3/3 step 1404/1404", done.stderr)
-            self.assertIn("dg: eval after epoch 1: test_accuracy", done.stderr)
-            self.assertIn("dg: trained 3 epochs (1404 steps x 2 replicas", done.stderr)
+        done = run_example("mlp.py", {"ps": 1, "worker": 2})
+        self.assertEqual(done.returncode, 0, done.stderr)
+        acc = float(done.stdout.split("test_accuracy:")[1])
+        self.assertGreaterEqual(acc, 0.85, done.stderr)
+        self.assertIn("dg: epoch 3/3 step 1404/1404", done.stderr)
+        self.assertIn("dg: eval after epoch 1: test_accuracy", done.stderr)
+        self.assertIn("dg: trained 3 epochs (1404 steps x 2 replicas", done.stderr)
 
     def test_a_short_fit_returns_its_evals_and_status(self):
         g = tf.Graph()

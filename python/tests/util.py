@@ -76,3 +76,17 @@ class Fresh(unittest.TestCase):
 
     def tearDown(self):
         self.cm.__exit__(None, None, None)
+
+
+def run_example(script, jobs, timeout=600):
+    """examples/python/SCRIPT run against a cluster of real servers of
+    {"job": n_tasks} (DG_CLUSTER names its spec): the CompletedProcess."""
+    import sys
+    with cluster(jobs) as (spec, servers), tmpdir() as d:
+        path = os.path.join(d, "cluster.json")
+        with open(path, "w") as f:
+            f.write(spec.to_json())
+        env = dict(os.environ, PYTHONPATH=os.path.join(SRC, "python"), DG_CLUSTER=path)
+        return subprocess.run([sys.executable, os.path.join(SRC, "examples", "python", script)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                              universal_newlines=True, timeout=timeout)
